@@ -1,0 +1,32 @@
+# buildkit: two commands on a fresh Debian 12 machine (as root):
+#   make example   set up (Docker engine, buildx, registry, Python package) and build the bundled
+#                  example fork for sm_120 into the local engine, offline, through the full pipeline
+#   make test      the test suite (unit and integration tests on the real engine)
+# and:
+#   make test-e2e  the long end-to-end build of the real llama.cpp source (about 10 minutes)
+
+PYTHON ?= python3
+PYTEST ?= $(PYTHON) -m pytest
+
+.PHONY: setup engine install example test test-e2e bench clean-cache
+
+setup: engine install
+
+engine:
+	bash scripts/install-engine.sh
+
+install:
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+
+example: setup
+	$(PYTHON) scripts/example.py
+
+test:
+	$(PYTEST) -q -ra
+
+test-e2e:
+	$(PYTEST) -q -ra -m e2e
+
+bench:
+	$(PYTHON) bench/fetch_bytes.py
+	$(PYTHON) bench/rebuild.py

@@ -1,0 +1,45 @@
+"""buildkit's own exception types.
+
+Every failure a user can cause or meet is one of these; the CLI turns it into one line
+(`error: <message>`) and a non-zero exit code. Messages say what failed and what to do.
+"""
+
+
+class BuildkitError(Exception):
+    """Base of all errors buildkit reports to the user."""
+
+
+class ConfigError(BuildkitError):
+    """buildkit.toml, an environment variable or a CLI override is wrong."""
+
+
+class ArchError(BuildkitError):
+    """Unknown architecture, or one the chosen CUDA version cannot build."""
+
+
+class SourceError(BuildkitError):
+    """The source repository or the pinned commit cannot be had."""
+
+
+class PatchError(BuildkitError):
+    """A patch of the queue does not apply."""
+
+
+class RenderError(BuildkitError):
+    """A template cannot be rendered from the plan."""
+
+
+class CudaRootError(BuildkitError):
+    """The CUDA toolkit cannot be laid out from NVIDIA's PyPI wheels."""
+
+
+class BuildError(BuildkitError):
+    """docker buildx is missing, too old, or the build failed."""
+
+
+class VerifyError(BuildkitError):
+    """The built image failed a smoke check."""
+
+
+class LockError(BuildkitError):
+    """buildkit.lock cannot be read or written."""

@@ -1,0 +1,211 @@
+"""The stages wired together: config → source → patches → plan → render (→ build → verify → lock).
+
+`prepare` does everything up to a rendered build context; `build` runs buildx on it, checks
+the image and writes the lock. Each stage's failure is its own BuildkitError; the build
+context of a failed preparation is removed, and a failed verification removes the image's
+tags again, so a failure leaves no image and no lock change behind.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import __version__
+from .buildx import BuildOptions, BuildResult, buildx_argv, check_buildx, run_build
+from .config import ResolvedConfig
+from .cudaroot import ensure_cuda_root, read_manifest, runtime_subset
+from .errors import BuildkitError, ConfigError, CudaRootError, VerifyError
+from .lock import BaseImage, LockEntry, write_lock_entry
+from .paths import bundled_patches_dir, cache_dir
+from .patches import PatchQueue, apply_patches, load_patch_queue
+from .plan import BuildPlan, BuildRequest, SourceFacts, make_plan, make_request
+from .render import RenderResult, templates_sha256, write_context
+from .source import SourceInfo, export_tree, fetch_source
+from .verify import VerifyReport, verify_image
+
+SHA_LEN = 40
+
+
+@dataclass(frozen=True)
+class Prepared:
+    plan: BuildPlan
+    rendered: RenderResult
+    source: SourceInfo
+    patches: PatchQueue
+    cuda_root: Path | None
+
+
+@dataclass(frozen=True)
+class Built:
+    prepared: Prepared
+    result: BuildResult
+    report: VerifyReport
+    lock_path: Path
+
+
+def cache_root(cfg: ResolvedConfig) -> Path:
+    return Path(cfg["cache.dir"]).expanduser() if cfg["cache.dir"] else cache_dir()
+
+
+def patch_dir(cfg: ResolvedConfig) -> Path:
+    """source.patch_dir relative to buildkit.toml; without a config file, the bundled queue."""
+    if cfg.path is None and cfg.origins["source.patch_dir"] == "default":
+        return bundled_patches_dir()
+    return cfg.path_value("source.patch_dir")
+
+
+def ref_and_pin(cfg: ResolvedConfig) -> tuple[str, str | None]:
+    """What to fetch and what it must resolve to. A full SHA in source.commit is the pin;
+    a branch or tag name there is fetched as is; an empty one means the tracked branch."""
+    commit = cfg["source.commit"].strip()
+    if not commit:
+        return cfg["source.branch"], None
+    is_hex = all(c in "0123456789abcdefABCDEF" for c in commit)
+    if is_hex and len(commit) == SHA_LEN:
+        return commit.lower(), commit.lower()
+    return commit, None  # a branch, tag, or a short SHA the source stage refuses with its message
+
+
+def _fresh_dir(path: Path) -> bool:
+    """Make sure path is an empty folder; True when we created it."""
+    if path.exists():
+        if not path.is_dir() or any(path.iterdir()):
+            raise ConfigError(f"{path} exists and is not empty; choose a new --out folder")
+        return False
+    path.mkdir(parents=True)
+    return True
+
+
+def _cuda_contexts(request: BuildRequest, cfg: ResolvedConfig) -> tuple[Path | None, tuple[tuple[str, Path], ...]]:
+    if request.provider != "wheels":
+        return None, ()
+    assert request.cuda_version is not None
+    given = cfg["base.cuda_root"]
+    root = Path(given).expanduser().resolve() if given else ensure_cuda_root(request.cuda_version, cache_root(cfg))
+    return root, (("cuda-root", root), ("cuda-runtime", runtime_subset(root)))
+
+
+def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] = ()) -> Prepared:
+    """Check the request, fetch, export, patch and render into out_dir (Dockerfile + src/)."""
+    request = make_request(cfg)  # an unknown arch or unbuildable CUDA version stops here
+    queue = load_patch_queue(patch_dir(cfg))
+    ref, pin = ref_and_pin(cfg)
+    info = fetch_source(cfg["source.url"], ref, pin, cache_root(cfg))
+    created = _fresh_dir(out_dir)
+    try:
+        export_tree(info, cache_root(cfg), out_dir / "src")
+        apply_patches(queue, out_dir / "src")
+        facts = SourceFacts(url=info.url, commit=info.commit, commit_time=info.commit_time,
+                            build_number=info.build_number, patch_set_sha256=queue.sha256,
+                            patch_names=tuple(p.name for p in queue.files))
+        plan = make_plan(request, facts, template_sha256=templates_sha256(), tool_version=__version__,
+                         extra_tags=extra_tags)
+        cuda_root, named = _cuda_contexts(request, cfg)
+        rendered = write_context(plan, out_dir, named)
+    except BaseException:
+        if created:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        else:
+            for child in out_dir.iterdir():
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+        raise
+    return Prepared(plan=plan, rendered=rendered, source=info, patches=queue, cuda_root=cuda_root)
+
+
+def build_options(cfg: ResolvedConfig) -> BuildOptions:
+    return BuildOptions(builder=cfg["build.builder"], progress=cfg["build.progress"],
+                        cache_from=tuple(cfg["build.cache_from"]), cache_to=tuple(cfg["build.cache_to"]))
+
+
+def _base_images(prepared: Prepared) -> tuple[BaseImage, ...]:
+    """Base image references with digests where the engine knows them."""
+    req = prepared.plan.request
+    refs = dict.fromkeys([req.devel_image, req.runtime_image])
+    out = []
+    try:
+        import docker
+
+        client = docker.from_env()
+    except Exception:
+        client = None
+    for ref in refs:
+        digest = ""
+        if client is not None:
+            try:
+                attrs = client.images.get(ref).attrs
+                repo_digests = attrs.get("RepoDigests") or []
+                digest = repo_digests[0].split("@", 1)[1] if repo_digests else attrs.get("Id", "")
+            except Exception:
+                digest = ""
+        out.append(BaseImage(ref=ref, digest=digest))
+    return tuple(out)
+
+
+def _cuda_manifest(root: Path | None) -> dict | None:
+    """The wheels a provider-wheels root was laid out from; a user-given root has none."""
+    if root is None:
+        return None
+    try:
+        return read_manifest(root)
+    except CudaRootError:
+        return {"note": "CUDA root given with base.cuda_root; no wheel manifest"}
+
+
+def lock_entry(prepared: Prepared, result: BuildResult) -> LockEntry:
+    plan, info, req = prepared.plan, prepared.source, prepared.plan.request
+    return LockEntry(
+        source_url=info.url, ref=info.ref, commit=info.commit, build_number=info.build_number,
+        patches=plan.source.patch_names, patch_set_sha256=plan.source.patch_set_sha256,
+        template=req.template, template_sha256=plan.template_sha256,
+        dockerfile_sha256=prepared.rendered.dockerfile_sha256,
+        base_images=_base_images(prepared), cuda_version=req.cuda_version,
+        cuda_root=_cuda_manifest(prepared.cuda_root), arch=req.arch.name, cmake_archs=req.arch.cmake_archs,
+        target=req.target, platform=req.platform, no_vmm=req.no_vmm, cmake_args=plan.cmake_args,
+        source_date_epoch=plan.source_date_epoch, tool_version=plan.tool_version, image_name=req.image_name,
+        image_digest=result.digest, image_id=result.config_digest, tags=result.tags, variant=req.variant,
+    )
+
+
+def _remove_tags(tags: tuple[str, ...]) -> None:
+    try:
+        import docker
+
+        client = docker.from_env()
+        for tag in tags:
+            try:
+                client.images.remove(tag, noprune=False)
+            except Exception:
+                pass
+    except Exception:
+        pass
+
+
+def build(cfg: ResolvedConfig, *, extra_tags: tuple[str, ...] = (), verify: bool = True,
+          work_dir: Path | None = None, stream=None) -> Built:
+    """Prepare, build with buildx (--load), verify, then write the lock."""
+    options = build_options(cfg)
+    check_buildx(options.docker)
+    make_request(cfg)  # refuse a bad request before fetching anything
+    with tempfile.TemporaryDirectory(prefix="buildkit-context-", dir=work_dir) as tmp:
+        prepared = prepare(cfg, Path(tmp) / "context", extra_tags=extra_tags)
+        metadata = Path(tmp) / "metadata.json"
+        argv = buildx_argv(prepared.plan, prepared.rendered, options, metadata)
+        result = run_build(argv, metadata, prepared.plan.tags, stream=stream)
+    report = VerifyReport(image=result.tags[0], checks=())
+    if verify:
+        try:
+            roots = [prepared.cuda_root] if prepared.cuda_root else []
+            report = verify_image(prepared.plan, result.tags[0], cuda_roots=roots)
+        except BuildkitError:
+            _remove_tags(result.tags)
+            raise
+        if not report.ok:
+            _remove_tags(result.tags)
+            failed = "; ".join(f"{c.name}: {c.detail}" for c in report.failures())
+            raise VerifyError(f"image {result.tags[0]} failed verification and was removed: {failed}")
+    lock_path = cfg.path_value("lock.path")
+    write_lock_entry(lock_path, lock_entry(prepared, result))
+    return Built(prepared=prepared, result=result, report=report, lock_path=lock_path)

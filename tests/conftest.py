@@ -1,0 +1,15 @@
+"""Shared fixtures. Helpers live in their own modules (gitserver.py); only fixtures are declared here."""
+
+from __future__ import annotations
+
+import pytest
+
+from gitserver import GitDaemon, serve
+
+
+@pytest.fixture(scope="session")
+def git_daemon(tmp_path_factory: pytest.TempPathFactory) -> GitDaemon:
+    """A git daemon on 127.0.0.1 serving pytest's whole temp root: `git_daemon.url_for(repo_path)` is
+    the git:// URL of any repository a test makes under tmp_path; str(git_daemon) is the base URL."""
+    with serve(tmp_path_factory.getbasetemp()) as daemon:
+        yield daemon

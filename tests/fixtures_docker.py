@@ -1,0 +1,91 @@
+"""pytest fixtures for tests that need the Docker engine and the local base images.
+
+Load them from conftest.py with ``pytest_plugins = ["tests.fixtures_docker"]`` (or import the
+fixture names). Without an engine the tests are skipped, except under CI (``CI`` set to true/1/yes),
+where a missing engine is a failure: CI must exercise the real thing.
+
+Fixtures (all session-scoped):
+
+* ``docker_engine`` -> :class:`DockerEngine` (server version, buildx version).
+* ``debian_base_image`` -> ``"buildkit-test/debian:bookworm"`` (made by debootstrap if missing).
+* ``busybox_image`` -> ``"buildkit-test/busybox:latest"`` (made from busybox-static if missing).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+import pytest
+
+try:
+    from tests import images
+except ImportError:  # tests/ on sys.path rather than the project root
+    import images  # type: ignore[no-redef]
+
+_ENGINE_HINT = "start one with: sudo bash scripts/install-engine.sh"
+
+
+def in_ci(env: dict[str, str] | None = None) -> bool:
+    env = os.environ if env is None else env
+    return env.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def unavailable(reason: str) -> None:
+    """Skip locally, fail under CI."""
+    if in_ci():
+        pytest.fail(f"{reason} (CI is set, so this is a failure, not a skip)", pytrace=False)
+    pytest.skip(reason)
+
+
+@dataclass(frozen=True)
+class DockerEngine:
+    server_version: str
+    buildx_version: str
+
+
+def _probe_engine() -> DockerEngine | str:
+    if shutil.which("docker") is None:
+        return f"no docker CLI on PATH; {_ENGINE_HINT}"
+    try:
+        info = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"],
+                              capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        return f"docker engine did not answer within 30 s; {_ENGINE_HINT}"
+    if info.returncode != 0 or not info.stdout.strip():
+        last = (info.stderr.strip().splitlines() or ["no answer"])[-1]
+        return f"docker engine not reachable ({last}); {_ENGINE_HINT}"
+    bx = subprocess.run(["docker", "buildx", "version"], capture_output=True, text=True, timeout=30)
+    if bx.returncode != 0:
+        return f"docker buildx plugin missing; {_ENGINE_HINT}"
+    parts = bx.stdout.split()
+    return DockerEngine(server_version=info.stdout.strip(),
+                        buildx_version=parts[1] if len(parts) > 1 else bx.stdout.strip())
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> DockerEngine:
+    engine = _probe_engine()
+    if isinstance(engine, str):
+        unavailable(engine)
+    return engine
+
+
+@pytest.fixture(scope="session")
+def debian_base_image(docker_engine: DockerEngine) -> str:
+    try:
+        return images.ensure_debian_image()
+    except (images.ImageError, subprocess.CalledProcessError, OSError) as e:
+        unavailable(f"cannot make {images.DEBIAN_IMAGE}: {e}")
+        raise  # unreachable
+
+
+@pytest.fixture(scope="session")
+def busybox_image(docker_engine: DockerEngine) -> str:
+    try:
+        return images.ensure_busybox_image()
+    except (images.ImageError, subprocess.CalledProcessError, OSError) as e:
+        unavailable(f"cannot make {images.BUSYBOX_IMAGE}: {e}")
+        raise  # unreachable

@@ -1,0 +1,222 @@
+"""Local base images for the Docker tests; no registry is ever contacted.
+
+Nothing can be pulled on the test machines, so the images builds start FROM are made here:
+
+* ``buildkit-test/debian:bookworm``: ``debootstrap --variant=minbase bookworm`` imported with
+  ``docker import``. The mirror is the machine's own apt source, read at run time from
+  /etc/apt/sources.list.d/debian.sources (or /etc/apt/sources.list); no host name is written here.
+* ``buildkit-test/busybox:latest``: the static busybox of the host (package busybox-static) and its
+  applet links, for tiny cases.
+
+Both are skipped when the image already exists. A Dockerfile ``FROM`` either works with
+``docker buildx build`` on the docker driver without any pull (the engine's image store is used).
+
+Run as a script (root, Docker engine running): ``python -m tests.images [--force] [debian|busybox ...]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+DEBIAN_IMAGE = "buildkit-test/debian:bookworm"
+BUSYBOX_IMAGE = "buildkit-test/busybox:latest"
+DEBIAN_SUITE = "bookworm"
+
+_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_DEB822_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
+_ONE_LINE_SOURCES = Path("/etc/apt/sources.list")
+
+
+class ImageError(RuntimeError):
+    """A test base image cannot be made on this machine."""
+
+
+def _log(msg: str) -> None:
+    print(f"tests.images: {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- queries
+
+
+def docker_available() -> bool:
+    """True when the docker CLI is on PATH and the engine answers."""
+    if shutil.which("docker") is None:
+        return False
+    try:
+        r = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"],
+                           capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0 and bool(r.stdout.strip())
+
+
+def image_exists(ref: str) -> bool:
+    r = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", ref],
+                       capture_output=True, text=True)
+    return r.returncode == 0
+
+
+def debian_mirror(deb822: Path = _DEB822_SOURCES, one_line: Path = _ONE_LINE_SOURCES,
+                  suite: str = DEBIAN_SUITE) -> str:
+    """The URI of the machine's main Debian archive (the stanza carrying ``suite``)."""
+    if deb822.is_file():
+        for stanza in re.split(r"\n\s*\n", deb822.read_text()):
+            fields: dict[str, str] = {}
+            for line in stanza.splitlines():
+                if line.startswith("#") or ":" not in line or line[:1].isspace():
+                    continue
+                key, _, value = line.partition(":")
+                fields[key.strip().lower()] = value.strip()
+            if "deb" not in fields.get("types", "").split():
+                continue
+            if suite in fields.get("suites", "").split() and fields.get("uris"):
+                return fields["uris"].split()[0]
+    if one_line.is_file():
+        for line in one_line.read_text().splitlines():
+            # deb [options] URI suite components...
+            m = re.match(r"^\s*deb\s+(?:\[[^\]]*\]\s+)?(\S+)\s+(\S+)", line)
+            if m and m.group(2) == suite:
+                return m.group(1)
+    raise ImageError(f"no apt source for Debian {suite} in {deb822} or {one_line}")
+
+
+# --------------------------------------------------------------------------- building
+
+
+def _require_root(what: str) -> None:
+    if os.geteuid() != 0:
+        raise ImageError(f"making {what} needs root (debootstrap / docker import)")
+
+
+def _apt_install(*packages: str) -> None:
+    _require_root("the test base images")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    _log(f"installing {' '.join(packages)} with apt-get")
+    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+    subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages],
+                   check=True, env=env)
+
+
+def _import_dir(root: Path, ref: str, cmd: str) -> None:
+    """``tar -C root -c . | docker import - ref`` with PATH and CMD set."""
+    tar = subprocess.Popen(["tar", "--numeric-owner", "-C", str(root), "-c", "."],
+                           stdout=subprocess.PIPE)
+    try:
+        imp = subprocess.run(
+            ["docker", "import",
+             "--change", f"ENV PATH={_DEFAULT_PATH}",
+             "--change", f'CMD ["{cmd}"]',
+             "-", ref],
+            stdin=tar.stdout, capture_output=True, text=True)
+    finally:
+        assert tar.stdout is not None
+        tar.stdout.close()
+        tar_rc = tar.wait()
+    if tar_rc != 0 or imp.returncode != 0:
+        raise ImageError(f"docker import of {ref} failed: {imp.stderr.strip() or f'tar exit {tar_rc}'}")
+
+
+def ensure_debian_image(ref: str = DEBIAN_IMAGE, *, force: bool = False) -> str:
+    """Make ``ref`` from ``debootstrap --variant=minbase bookworm`` unless it exists; returns ref."""
+    if not force and image_exists(ref):
+        return ref
+    _require_root(ref)
+    if shutil.which("debootstrap") is None:
+        _apt_install("debootstrap")
+    mirror = debian_mirror()
+    work = Path(tempfile.mkdtemp(prefix="buildkit-debootstrap-"))
+    try:
+        root = work / "rootfs"
+        _log(f"debootstrap --variant=minbase {DEBIAN_SUITE} from the machine's apt source")
+        r = subprocess.run(["debootstrap", "--variant=minbase", DEBIAN_SUITE, str(root), mirror],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-15:])
+            raise ImageError(f"debootstrap failed:\n{tail}")
+        # Smaller image, same content as a fresh `docker pull debian:bookworm`-like base.
+        for sub in ("var/cache/apt/archives", "var/lib/apt/lists"):
+            d = root / sub
+            for p in d.glob("*"):
+                if p.is_file() and p.name not in ("lock",):
+                    p.unlink()
+        for p in (root / "dev").iterdir():  # docker supplies /dev
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+        _log(f"docker import -> {ref}")
+        _import_dir(root, ref, "bash")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return ref
+
+
+def ensure_busybox_image(ref: str = BUSYBOX_IMAGE, *, force: bool = False) -> str:
+    """Make ``ref`` from the host's static busybox unless it exists; returns ref."""
+    if not force and image_exists(ref):
+        return ref
+    busybox = Path("/bin/busybox")
+    if not _is_static(busybox):
+        _apt_install("busybox-static")
+    if not _is_static(busybox):
+        raise ImageError(f"{busybox} is not statically linked (install busybox-static)")
+    work = Path(tempfile.mkdtemp(prefix="buildkit-busybox-"))
+    try:
+        root = work / "rootfs"
+        for d in ("bin", "tmp", "etc", "root", "proc", "sys", "dev"):
+            (root / d).mkdir(parents=True)
+        (root / "tmp").chmod(0o1777)
+        shutil.copy2(busybox, root / "bin" / "busybox")
+        applets = subprocess.run([str(busybox), "--list"], capture_output=True, text=True,
+                                 check=True).stdout.split()
+        for applet in applets:
+            link = root / "bin" / applet
+            if applet != "busybox" and not link.exists():
+                link.symlink_to("busybox")
+        (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+        (root / "etc" / "group").write_text("root:x:0:\n")
+        _import_dir(root, ref, "sh")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return ref
+
+
+def _is_static(path: Path) -> bool:
+    if not path.is_file():
+        return False
+    r = subprocess.run(["ldd", str(path)], capture_output=True, text=True)
+    return r.returncode != 0 or "not a dynamic executable" in (r.stdout + r.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.images", description=__doc__.split("\n")[0])
+    ap.add_argument("which", nargs="*", metavar="debian|busybox", help="default: both")
+    ap.add_argument("--force", action="store_true", help="rebuild even when the image exists")
+    args = ap.parse_args(argv)
+    which = args.which or ["debian", "busybox"]
+    if set(which) - {"debian", "busybox"}:
+        ap.error(f"unknown image(s): {' '.join(sorted(set(which) - {'debian', 'busybox'}))}")
+    if not docker_available():
+        print("tests.images: docker engine not answering (run scripts/install-engine.sh)",
+              file=sys.stderr)
+        return 1
+    try:
+        if "debian" in which:
+            print(ensure_debian_image(force=args.force))
+        if "busybox" in which:
+            print(ensure_busybox_image(force=args.force))
+    except (ImageError, subprocess.CalledProcessError) as e:
+        print(f"tests.images: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+import re
+
+import pytest
+
+from buildkit.config import load_config
+from buildkit.errors import ArchError, ConfigError
+from buildkit.plan import SourceFacts, make_plan, make_request
+from buildkit.render import render_dockerfile, templates_sha256
+from buildkit.tags import build_tags, check_tag, variant
+from buildkit.archs import get_arch
+
+COMMIT = "905483277823858fdec17ff5c3750451cb1b7cdc"
+FACTS = SourceFacts(url="https://example.invalid/fork", commit=COMMIT, commit_time=1767225600,
+                    build_number=6123, patch_set_sha256="ab" * 32, patch_names=("0001-x.patch",))
+
+
+def plan_for(**overrides):
+    cfg = load_config(None, env={}, overrides={k: (v, "test") for k, v in overrides.items()})
+    return make_plan(make_request(cfg), FACTS, template_sha256=templates_sha256(), tool_version="9.9.9")
+
+
+def test_sm120_dockerfile_has_120a_real_and_no_vmm():
+    text = render_dockerfile(plan_for(**{"build.arch": "sm_120"}))
+    assert "-DCMAKE_CUDA_ARCHITECTURES=120a-real" in text
+    assert "-DGGML_CUDA_NO_VMM=ON" in text
+    assert "-DGGML_NATIVE=OFF" in text and "-DGGML_CUDA=ON" in text
+    assert "stubs" not in text  # NO_VMM needs no libcuda stub
+    assert f"-DLLAMA_BUILD_COMMIT={COMMIT}" in text and "-DLLAMA_BUILD_NUMBER=6123" in text
+    assert "FROM docker.io/nvidia/cuda:13.1.0-devel-ubuntu24.04 AS build" in text
+    assert "FROM docker.io/nvidia/cuda:13.1.0-runtime-ubuntu24.04 AS base" in text
+    assert "# syntax=" not in text
+
+
+def test_every_target_stage_is_rendered_and_server_has_health_check():
+    text = render_dockerfile(plan_for())
+    for stage in ("build", "base", "full", "light", "server"):
+        assert re.search(rf"^FROM \S+ AS {stage}$", text, re.M), stage
+    server = text[text.index("AS server"):]
+    assert 'ENTRYPOINT ["/app/llama-server"]' in server
+    assert "LLAMA_ARG_HOST=0.0.0.0" in server and "HEALTHCHECK" in server
+    assert "cp -P" in text  # shared libraries keep their symlinks
+
+
+def test_vmm_off_links_against_the_stub():
+    text = render_dockerfile(plan_for(**{"build.no_vmm": False}))
+    assert "-DGGML_CUDA_NO_VMM=OFF" in text
+    assert "ENV LIBRARY_PATH=/usr/local/cuda/lib64/stubs" in text
+    assert "--allow-shlib-undefined" in text
+
+
+def test_ccache_mount_is_keyed_per_arch_and_cuda_version():
+    a = render_dockerfile(plan_for(**{"build.arch": "sm_120", "build.cuda_version": "13.1"}))
+    b = render_dockerfile(plan_for(**{"build.arch": "sm_89", "build.cuda_version": "12.9"}))
+    assert "id=llama-buildkit-ccache-cuda13.1-sm120" in a
+    assert "id=llama-buildkit-ccache-cuda12.9-sm89" in b
+
+
+def test_jobs_option():
+    assert "-j 3 " in render_dockerfile(plan_for(**{"build.jobs": 3}))
+    assert "-j $(nproc) " in render_dockerfile(plan_for())
+
+
+def test_wheels_provider_uses_os_image_and_named_contexts():
+    text = render_dockerfile(plan_for(**{"base.provider": "wheels", "base.os_image": "local/debian:bookworm"}))
+    assert "FROM local/debian:bookworm AS build" in text
+    assert "COPY --from=cuda-root / /usr/local/cuda/" in text
+    assert "COPY --from=cuda-runtime /lib64/ /usr/local/cuda/lib64/" in text
+    assert "nvidia/cuda" not in text
+
+
+def test_cpu_template():
+    plan = plan_for(**{"build.arch": "cpu", "base.os_image": "local/debian:bookworm"})
+    text = render_dockerfile(plan)
+    assert plan.request.variant == "cpu" and plan.request.cuda_version is None
+    assert "GGML_CUDA" not in text and "cuda" not in text.lower().replace("ccache", "")
+    assert "-DLLAMA_BUILD_WEBUI=OFF" in text
+
+
+def test_sm86_with_cuda_11_0_is_refused():
+    with pytest.raises(ArchError, match="11.1"):
+        plan_for(**{"build.arch": "sm_86", "build.cuda_version": "11.0"})
+
+
+def test_unknown_arch_is_refused_before_work():
+    with pytest.raises(ArchError, match="choose one of"):
+        make_request(load_config(None, env={}, overrides={"build.arch": ("sm_999", "--arch")}))
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("build.cmake_args", ["-DX=1; rm -rf /"], "not of the form -DNAME=VALUE"),
+    ("build.cmake_args", ["-DX=$(id)"], "not of the form -DNAME=VALUE"),
+    ("base.os_image", "ubuntu:24.04\nRUN evil", "not a valid image reference"),
+    ("build.platform", "linux amd64", "os/arch"),
+    ("image.name", "Bad Name", "not a valid repository name"),
+    ("image.version", "1.0 && x", "not a valid version"),
+])
+def test_values_reaching_shell_lines_are_validated(key, value, message):
+    overrides = {key: value, "base.provider": "wheels"}
+    with pytest.raises(ConfigError, match=message):
+        plan_for(**overrides)
+
+
+def test_cmake_args_are_shell_quoted():
+    text = render_dockerfile(plan_for(**{"build.cmake_args": ["-DGGML_CUDA_FA_ALL_QUANTS=ON"]}))
+    assert "      -DGGML_CUDA_FA_ALL_QUANTS=ON" in text
+
+
+def test_labels():
+    labels = dict(plan_for().labels)
+    assert labels["org.opencontainers.image.revision"] == COMMIT
+    assert labels["org.opencontainers.image.created"] == "2026-01-01T00:00:00Z"
+    assert labels["org.opencontainers.image.source"] == FACTS.url
+    assert labels["org.opencontainers.image.version"] == "0.1.0"
+    assert labels["org.opencontainers.image.licenses"] == "MIT"
+    assert labels["org.llama-buildkit.arch"] == "sm_120"
+    assert labels["org.llama-buildkit.cuda-version"] == "13.1"
+    assert labels["org.llama-buildkit.patch-set"] == FACTS.patch_set_sha256
+    assert "-DGGML_CUDA_NO_VMM=ON" in labels["org.llama-buildkit.flags"]
+    assert labels["org.llama-buildkit.template"] == templates_sha256()
+
+
+def test_template_hash_changes_with_any_template(tmp_path):
+    from buildkit.paths import templates_dir
+    for path in templates_dir().glob("*.j2"):
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    before = templates_sha256(tmp_path)
+    (tmp_path / "_runtime.j2").write_text((tmp_path / "_runtime.j2").read_text() + "\n# changed\n")
+    assert templates_sha256(tmp_path) != before
+
+
+def test_tags():
+    v = variant(get_arch("sm_120"), "13.1")
+    assert v == "cuda13.1-sm120"
+    assert variant(get_arch("cpu"), None) == "cpu"
+    assert build_tags("buun-llama-cpp", v, COMMIT) == (
+        "buun-llama-cpp:cuda13.1-sm120", "buun-llama-cpp:sha-9054832-cuda13.1-sm120")
+    with pytest.raises(ConfigError, match="not a valid Docker tag"):
+        check_tag("1.0+build")
+    with pytest.raises(ConfigError, match="not a valid Docker tag"):
+        check_tag("x" * 129)
