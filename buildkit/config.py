@@ -53,6 +53,7 @@ KEYS: tuple[Key, ...] = (
     Key("build.no_vmm", bool, True,
         "build with GGML_CUDA_NO_VMM=ON (no libcuda.so.1 dependency); off links against the libcuda stub"),
     Key("build.jobs", int, 0, "parallel compile jobs inside the build (0 = all cores of the builder)"),
+    Key("build.ccache", bool, True, "compile through ccache kept in a BuildKit cache mount (per arch and CUDA version)"),
     Key("build.cmake_args", list, [], "extra -DNAME=VALUE flags for CMake"),
     Key("build.builder", str, "", "buildx builder name (empty = the current one)"),
     Key("build.progress", str, "auto", "buildx --progress", ("auto", "plain", "tty", "quiet", "rawjson")),
@@ -69,6 +70,8 @@ KEYS: tuple[Key, ...] = (
         "Debian or Ubuntu image for the cpu variant and for provider wheels"),
     Key("base.cuda_root", str, "",
         "provider wheels: a ready CUDA root folder to use instead of downloading the wheels"),
+    Key("base.cublas", bool, True,
+        "provider wheels: include cuBLAS (llama.cpp links it; a fork that does not may turn it off)"),
     Key("cache.dir", str, "", "cache folder for git mirrors and CUDA roots (empty = XDG cache)"),
     Key("lock.path", str, "buildkit.lock", "lock file written after a successful build"),
 )

@@ -172,17 +172,22 @@ def ensure_cuda_root(cuda_version: str, cache_dir: Path, *, with_cublas: bool = 
 RUNTIME_LIBRARIES = ("libcudart.so*", "libcublas.so*", "libcublasLt.so*")
 
 
-def runtime_subset(root: Path) -> Path:
-    """A sibling folder holding only the runtime libraries (cudart, cuBLAS, with their symlinks) under
-    lib64/: what the runtime stage copies, so it does not carry the compiler. Hard links where possible."""
+def runtime_subset(root: Path, dest: Path | None = None) -> Path:
+    """A folder holding only the runtime libraries (cudart, cuBLAS, with their symlinks) under lib64/:
+    what the runtime stage copies, so it does not carry the compiler. Hard links where possible.
+
+    By default it sits beside a root laid out by ensure_cuda_root and is reused; with an explicit
+    dest (for a user's own CUDA root, which may change) it is laid out anew each time."""
     root = Path(root)
-    dest = root.with_name(root.name + ".runtime")
-    if is_complete(dest):
+    reuse = dest is None
+    dest = root.with_name(root.name + ".runtime") if dest is None else dest
+    if reuse and is_complete(dest):
         return dest
-    with _locked(root.parent / f".{dest.name}.lock"):
-        if is_complete(dest):
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(dest.parent / f".{dest.name}.lock"):
+        if reuse and is_complete(dest):
             return dest
-        work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=root.parent))
+        work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
         try:
             (work / "lib64").mkdir()
             for pattern in RUNTIME_LIBRARIES:

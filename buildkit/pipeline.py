@@ -8,6 +8,7 @@ tags again, so a failure leaves no image and no lock change behind.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -84,8 +85,16 @@ def _cuda_contexts(request: BuildRequest, cfg: ResolvedConfig) -> tuple[Path | N
         return None, ()
     assert request.cuda_version is not None
     given = cfg["base.cuda_root"]
-    root = Path(given).expanduser().resolve() if given else ensure_cuda_root(request.cuda_version, cache_root(cfg))
-    return root, (("cuda-root", root), ("cuda-runtime", runtime_subset(root)))
+    if given:
+        root = Path(given).expanduser().resolve()
+        if not (root / "bin" / "nvcc").is_file():
+            raise CudaRootError(f"base.cuda_root {root} has no bin/nvcc; point it at a CUDA toolkit folder")
+        key = hashlib.sha256(str(root).encode()).hexdigest()[:12]
+        runtime = runtime_subset(root, cache_root(cfg) / "cuda-root" / f"local-{key}.runtime")
+    else:
+        root = ensure_cuda_root(request.cuda_version, cache_root(cfg), with_cublas=cfg["base.cublas"])
+        runtime = runtime_subset(root)
+    return root, (("cuda-root", root), ("cuda-runtime", runtime))
 
 
 def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] = ()) -> Prepared:
@@ -154,6 +163,17 @@ def _cuda_manifest(root: Path | None) -> dict | None:
         return {"note": "CUDA root given with base.cuda_root; no wheel manifest"}
 
 
+def _local_image_id(tag: str, fallback: str) -> str:
+    """The engine's id for the loaded image (the config digest on the classic store, the index
+    digest on the containerd store); buildx's metadata only has the former on the classic store."""
+    try:
+        import docker
+
+        return docker.from_env().images.get(tag).id
+    except Exception:
+        return fallback
+
+
 def lock_entry(prepared: Prepared, result: BuildResult) -> LockEntry:
     plan, info, req = prepared.plan, prepared.source, prepared.plan.request
     return LockEntry(
@@ -165,7 +185,7 @@ def lock_entry(prepared: Prepared, result: BuildResult) -> LockEntry:
         cuda_root=_cuda_manifest(prepared.cuda_root), arch=req.arch.name, cmake_archs=req.arch.cmake_archs,
         target=req.target, platform=req.platform, no_vmm=req.no_vmm, cmake_args=plan.cmake_args,
         source_date_epoch=plan.source_date_epoch, tool_version=plan.tool_version, image_name=req.image_name,
-        image_digest=result.digest, image_id=result.config_digest, tags=result.tags, variant=req.variant,
+        image_digest=result.digest, image_id=_local_image_id(result.tags[0], result.config_digest), tags=result.tags, variant=req.variant,
     )
 
 

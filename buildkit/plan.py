@@ -42,6 +42,7 @@ class BuildRequest:
     platform: str
     jobs: int
     no_vmm: bool
+    ccache: bool
     extra_cmake_args: tuple[str, ...]
     image_name: str
     version: str
@@ -125,7 +126,7 @@ def make_request(cfg: ResolvedConfig) -> BuildRequest:
         arch=arch, cuda_version=cuda_version, provider=provider,
         template="cuda.Dockerfile.j2" if arch.is_cuda else "cpu.Dockerfile.j2",
         devel_image=devel, runtime_image=runtime, target=cfg["build.target"], platform=platform,
-        jobs=jobs, no_vmm=cfg["build.no_vmm"], extra_cmake_args=tuple(cfg["build.cmake_args"]),
+        jobs=jobs, no_vmm=cfg["build.no_vmm"], ccache=cfg["build.ccache"], extra_cmake_args=tuple(cfg["build.cmake_args"]),
         image_name=check_repository(cfg["image.name"]), version=version,
         title=cfg["image.title"], licenses=cfg["image.licenses"],
         variant=variant(arch, cuda_version),
@@ -139,7 +140,11 @@ def cmake_args(request: BuildRequest, source: SourceFacts) -> tuple[str, ...]:
         "-DGGML_NATIVE=OFF",
         "-DLLAMA_BUILD_TESTS=OFF",
         "-DLLAMA_BUILD_EXAMPLES=OFF",
-        "-DLLAMA_BUILD_WEBUI=OFF",
+        # No web UI: the assets are not in every tree, and LLAMA_USE_PREBUILT_UI (default ON in
+        # current llama.cpp) downloads them at build time, which makes the image depend on the network.
+        "-DLLAMA_BUILD_UI=OFF",
+        "-DLLAMA_USE_PREBUILT_UI=OFF",
+        "-DLLAMA_BUILD_WEBUI=OFF",  # the older name of LLAMA_BUILD_UI, still read by older forks
         "-DLLAMA_CURL=OFF",
         "-DLLAMA_OPENSSL=ON",
         f"-DLLAMA_BUILD_COMMIT={source.commit}",

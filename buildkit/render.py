@@ -64,6 +64,7 @@ def template_context(plan: BuildPlan) -> dict[str, object]:
         "jobs": req.jobs if req.jobs > 0 else "$(nproc)",
         "cmake_args": plan.cmake_args,
         "build_targets": plan.build_targets,
+        "ccache": plan.request.ccache,
         "ccache_id": plan.ccache_id,
     }
 

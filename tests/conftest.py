@@ -13,3 +13,5 @@ def git_daemon(tmp_path_factory: pytest.TempPathFactory) -> GitDaemon:
     the git:// URL of any repository a test makes under tmp_path; str(git_daemon) is the base URL."""
     with serve(tmp_path_factory.getbasetemp()) as daemon:
         yield daemon
+
+from fixtures_docker import busybox_image, debian_base_image, docker_engine  # noqa: E402,F401  (fixtures)

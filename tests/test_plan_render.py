@@ -138,3 +138,9 @@ def test_tags():
         check_tag("1.0+build")
     with pytest.raises(ConfigError, match="not a valid Docker tag"):
         check_tag("x" * 129)
+
+
+def test_ccache_can_be_turned_off():
+    text = render_dockerfile(plan_for(**{"build.ccache": False}))
+    assert "--mount=type=cache" not in text and "LAUNCHER=ccache" not in text and "CCACHE_DIR" not in text
+    assert "-DCMAKE_CUDA_ARCHITECTURES=120a-real" in text

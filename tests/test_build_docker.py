@@ -1,0 +1,241 @@
+"""`buildkit build` end to end on the real engine, with the bundled example fork served over git://.
+
+The fork is examples/tiny-fork (a small CMake project shaped like llama.cpp, with a real CUDA
+source behind GGML_CUDA) committed as "upstream" plus one fork commit. CUDA variants use the
+PyPI-wheel CUDA provider on a debootstrapped Debian base, so nothing is pulled from a registry.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import docker
+import pytest
+
+from buildkit.cudaroot import cuda_root_dir
+from buildkit.verify import elf_archs, find_cuobjdump
+from forkrepo import FORK_EPOCH, make_fork_repo
+
+pytestmark = pytest.mark.docker
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "tiny-fork"
+CUDA = "13.1"
+
+
+def buildkit(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """Run the real CLI in a subprocess; output captured."""
+    return subprocess.run([sys.executable, "-m", "buildkit.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=1800)
+
+
+@pytest.fixture(scope="module")
+def fork(tmp_path_factory, git_daemon):
+    repo = tmp_path_factory.mktemp("upstream") / "tiny-fork"
+    upstream, fork_sha = make_fork_repo(repo, EXAMPLE)
+    return {"url": git_daemon.url_for(repo), "commit": fork_sha, "upstream": upstream, "path": repo}
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory, fork, debian_base_image, docker_engine):
+    """A project folder with its buildkit.toml pointing at the served fork, and a private cache."""
+    root = tmp_path_factory.mktemp("project")
+    (root / "patches").mkdir()
+    (root / "buildkit.toml").write_text(f"""schema_version = 1
+[source]
+url = "{fork['url']}"
+commit = "{fork['commit']}"
+patch_dir = "patches"
+[image]
+name = "buildkit-test/tiny-fork"
+version = "0.2.0"
+[build]
+cuda_version = "{CUDA}"
+jobs = 2
+[base]
+provider = "wheels"
+os_image = "{debian_base_image}"
+cublas = false
+""")
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("LLAMA_BUILDKIT_")}
+    env["LLAMA_BUILDKIT_CACHE_DIR"] = str(tmp_path_factory.getbasetemp() / "buildkit-cache")
+    env["LLAMA_BUILDKIT_BUILD_PROGRESS"] = "plain"
+    return {"root": root, "env": env, "cache": Path(env["LLAMA_BUILDKIT_CACHE_DIR"])}
+
+
+@pytest.fixture(scope="module")
+def client():
+    return docker.from_env()
+
+
+def lock_entries(project) -> dict:
+    path = project["root"] / "buildkit.lock"
+    return json.loads(path.read_text())["builds"] if path.exists() else {}
+
+
+def build(project, *args):
+    proc = buildkit("build", *args, cwd=project["root"], env=project["env"])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def image_labels(client, ref: str) -> dict:
+    return client.images.get(ref).attrs["Config"]["Labels"]
+
+
+def run_version(client, ref: str) -> str:
+    out = client.containers.run(ref, ["--version"], remove=True, stdout=True, stderr=True)
+    return out.decode()
+
+
+def test_cpu_build(project, fork, client):
+    proc = build(project, "--arch", "cpu")
+    ref = "buildkit-test/tiny-fork:cpu"
+    assert "verify version: passed" in proc.stdout
+    # the runtime image prints the pinned fork commit (passed to CMake, .git is not in the context)
+    assert fork["commit"] in run_version(client, ref)
+    labels = image_labels(client, ref)
+    assert labels["org.opencontainers.image.revision"] == fork["commit"]
+    assert labels["org.opencontainers.image.source"] == fork["url"]
+    assert labels["org.opencontainers.image.version"] == "0.2.0"
+    assert labels["org.opencontainers.image.created"] == "2024-01-02T00:00:00Z"
+    assert labels["org.llama-buildkit.arch"] == "cpu"
+    entry = lock_entries(project)["cpu/server"]
+    assert entry["commit"] == fork["commit"]
+    assert entry["source_date_epoch"] == FORK_EPOCH
+    assert entry["build_number"] == 2
+    assert entry["template_sha256"] == labels["org.llama-buildkit.template"]
+    assert entry["patch_set_sha256"] == labels["org.llama-buildkit.patch-set"]
+    assert entry["image_digest"].startswith("sha256:")
+    assert entry["base_images"][0]["ref"] == entry["base_images"][0]["ref"] and entry["base_images"][0]["digest"]
+    assert ref in entry["tags"] and f"buildkit-test/tiny-fork:sha-{fork['commit'][:7]}-cpu" in entry["tags"]
+    assert client.images.get(ref).id == entry["image_id"]
+
+
+@pytest.mark.parametrize("arch,elf", [("sm_120", "sm_120a"), ("sm_89", "sm_89")])
+def test_cuda_build_contains_exactly_the_requested_arch(project, fork, client, arch, elf, tmp_path):
+    proc = build(project, "--arch", arch)
+    variant = f"cuda{CUDA}-sm{arch[3:]}"
+    ref = f"buildkit-test/tiny-fork:{variant}"
+    assert "verify cuda-archs: passed" in proc.stdout and "verify no-vmm: passed" in proc.stdout
+    # Independently of buildkit's own check: copy the library out and list its ELF images.
+    container = client.containers.create(ref)
+    try:
+        stream, _ = container.get_archive("/app/lib")
+        tar = tmp_path / "lib.tar"
+        tar.write_bytes(b"".join(stream))
+    finally:
+        container.remove()
+    subprocess.run(["tar", "-xf", str(tar), "-C", str(tmp_path)], check=True)
+    library = next(p for p in (tmp_path / "lib").glob("libggml-cuda.so*") if not p.is_symlink())
+    root = cuda_root_dir(CUDA, project["cache"], with_cublas=False)
+    assert elf_archs(find_cuobjdump([root]), library) == {elf}
+    assert fork["commit"] in run_version(client, ref)
+    labels = image_labels(client, ref)
+    assert labels["org.llama-buildkit.cuda-version"] == CUDA
+    assert "-DGGML_CUDA_NO_VMM=ON" in labels["org.llama-buildkit.flags"]
+    entry = lock_entries(project)[f"{variant}/server"]
+    assert entry["arch"] == arch and entry["cuda_version"] == CUDA and entry["no_vmm"] is True
+    assert entry["cuda_root"]["wheels"], "the lock records the CUDA wheels used"
+
+
+def test_vmm_build_links_the_stub_and_needs_libcuda(project, client, tmp_path):
+    proc = build(project, "--arch", "sm_120", "--vmm", "--tag", "vmm")
+    assert "verify vmm: passed" in proc.stdout and "needs libcuda.so.1" in proc.stdout
+    assert "verify version: skipped" in proc.stdout
+    labels = image_labels(client, "buildkit-test/tiny-fork:vmm")
+    assert "-DGGML_CUDA_NO_VMM=OFF" in labels["org.llama-buildkit.flags"]
+
+
+def test_second_build_of_the_same_commit_fetches_nothing(project, fork):
+    from buildkit.source import fetch_source
+
+    info = fetch_source(fork["url"], fork["commit"], fork["commit"], project["cache"])
+    assert info.fetched is False and info.bytes_fetched == 0
+
+
+def test_print_shows_the_exact_buildx_command(project):
+    proc = buildkit("build", "--arch", "cpu", "--print", cwd=project["root"], env=project["env"])
+    assert proc.returncode == 0, proc.stderr
+    line = proc.stdout.strip().splitlines()[-1]
+    assert line.startswith("docker buildx build ")
+    for part in ("--platform linux/amd64", "--target server", "--metadata-file", "--load",
+                 "--tag buildkit-test/tiny-fork:cpu", "--label org.opencontainers.image.revision="):
+        assert part in line
+
+
+def test_render_writes_dockerfile_and_context(project, fork, tmp_path):
+    out = tmp_path / "ctx"
+    proc = buildkit("render", "--arch", "sm_120", "--out", str(out), cwd=project["root"], env=project["env"])
+    assert proc.returncode == 0, proc.stderr
+    text = (out / "Dockerfile").read_text()
+    assert "120a-real" in text and "-DGGML_CUDA_NO_VMM=ON" in text
+    assert (out / "src" / "CMakeLists.txt").is_file() and not (out / "src" / ".git").exists()
+    assert (out / "src" / "FORK.md").is_file()
+
+
+# --- failures: one clear line, non-zero exit, no image, no lock change -------------------------
+
+def assert_clean_failure(project, client, proc, *, message: str, tag: str):
+    assert proc.returncode == 1
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and message in lines[0], proc.stderr[-2000:]
+    with pytest.raises(docker.errors.ImageNotFound):
+        client.images.get(tag)
+
+
+def test_broken_patch_fails_with_patch_and_file(project, client):
+    before = (project["root"] / "buildkit.lock").read_bytes() if (project["root"] / "buildkit.lock").exists() else b""
+    bad = project["root"] / "patches" / "0001-broken.patch"
+    bad.write_text("--- a/CMakeLists.txt\n+++ b/CMakeLists.txt\n@@ -1,3 +1,3 @@\n-this line is not there\n"
+                   "+replacement\n context that does not exist\n context either\n")
+    try:
+        proc = buildkit("build", "--arch", "cpu", "--tag", "broken-patch", cwd=project["root"], env=project["env"])
+    finally:
+        bad.unlink()
+    assert_clean_failure(project, client, proc, message="0001-broken.patch",
+                         tag="buildkit-test/tiny-fork:broken-patch")
+    assert "CMakeLists.txt" in proc.stderr
+    after = (project["root"] / "buildkit.lock").read_bytes() if (project["root"] / "buildkit.lock").exists() else b""
+    assert after == before
+
+
+def test_unknown_arch_fails_before_any_work(project, client):
+    proc = buildkit("build", "--arch", "sm_99", "--tag", "unknown-arch", cwd=project["root"], env=project["env"])
+    assert_clean_failure(project, client, proc, message="unknown arch 'sm_99'",
+                         tag="buildkit-test/tiny-fork:unknown-arch")
+    assert "sm_120" in proc.stderr
+
+
+def test_arch_the_cuda_version_cannot_build(project, client):
+    proc = buildkit("build", "--arch", "sm_86", "--cuda", "11.0", cwd=project["root"], env=project["env"])
+    assert proc.returncode == 1 and "needs CUDA 11.1 or newer" in proc.stderr
+
+
+def test_unreachable_source_says_how_to_point_elsewhere(project, client):
+    proc = buildkit("build", "--arch", "cpu", "--source", "git://127.0.0.1:1/nothing.git", "--tag", "unreachable",
+                    cwd=project["root"], env=project["env"])
+    assert_clean_failure(project, client, proc, message="--source", tag="buildkit-test/tiny-fork:unreachable")
+
+
+def test_verify_catches_a_runtime_stage_without_a_shared_library(project, client, tmp_path):
+    """A runtime stage that forgot libllama-common.so.0 (seen in published images) fails verification."""
+    from buildkit.config import load_config
+    from buildkit.pipeline import prepare
+    from buildkit.verify import FAILED, verify_image
+
+    (tmp_path / "Dockerfile").write_text("FROM buildkit-test/tiny-fork:cpu\nRUN rm -f /app/lib/libllama-common.so*\n")
+    subprocess.run(["docker", "buildx", "build", "--load", "-t", "buildkit-test/tiny-fork:broken-runtime",
+                    str(tmp_path)], check=True, capture_output=True)
+    try:
+        cfg = load_config(project["root"] / "buildkit.toml", env=project["env"],
+                          overrides={"build.arch": ("cpu", "test")})
+        plan = prepare(cfg, tmp_path / "ctx").plan
+        report = verify_image(plan, "buildkit-test/tiny-fork:broken-runtime")
+        failed = report.failures()
+        assert failed and failed[0].status == FAILED and "libllama-common.so.0" in failed[0].detail
+    finally:
+        client.images.remove("buildkit-test/tiny-fork:broken-runtime", force=True)
