@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -76,15 +77,8 @@ def resolve(kwargs: dict):
         value = kwargs.pop(flag)
         if value is None or value == ():
             continue
-        if flag == "vmm":  # --no-vmm sets no_vmm true
-            value = bool(value)
-        elif isinstance(value, tuple):
-            value = list(value)
-        elif isinstance(value, int) and not isinstance(value, bool):
-            pass
-        overrides[key] = (value, "--" + flag.replace("_", "-") if flag != "vmm" else "--no-vmm/--vmm")
-    import os
-
+        origin = "--no-vmm/--vmm" if flag == "vmm" else "--" + flag.replace("_", "-")
+        overrides[key] = (list(value) if isinstance(value, tuple) else value, origin)
     path = find_config_file(config_path, os.environ, Path.cwd())
     return load_config(path, os.environ, overrides)
 
@@ -180,8 +174,8 @@ def render(out_dir: str, **kwargs):
 @handle_errors
 def build(extra_tags: tuple[str, ...], print_only: bool, no_verify: bool, **kwargs):
     """Fetch the pinned commit, patch, render, build with buildx, verify and write the lock."""
-    from .pipeline import build as run_pipeline, build_options, cache_root, prepare
     from .buildx import buildx_argv
+    from .pipeline import build as run_pipeline, build_options, cache_root, prepare
 
     cfg = resolve(kwargs)
     if print_only:

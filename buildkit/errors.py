@@ -43,3 +43,11 @@ class VerifyError(BuildkitError):
 
 class LockError(BuildkitError):
     """buildkit.lock cannot be read or written."""
+
+
+class RegistryError(BuildkitError):
+    """A container registry cannot be reached, refuses a request or answers nonsense."""
+
+
+class AuthError(RegistryError):
+    """A registry (or its token service) wants credentials we do not have, or rejects ours."""

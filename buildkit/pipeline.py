@@ -97,9 +97,10 @@ def _cuda_contexts(request: BuildRequest, cfg: ResolvedConfig) -> tuple[Path | N
     return root, (("cuda-root", root), ("cuda-runtime", runtime))
 
 
-def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] = ()) -> Prepared:
+def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] = (),
+            request: BuildRequest | None = None) -> Prepared:
     """Check the request, fetch, export, patch and render into out_dir (Dockerfile + src/)."""
-    request = make_request(cfg)  # an unknown arch or unbuildable CUDA version stops here
+    request = request or make_request(cfg)  # an unknown arch or unbuildable CUDA version stops here
     queue = load_patch_queue(patch_dir(cfg))
     ref, pin = ref_and_pin(cfg)
     info = fetch_source(cfg["source.url"], ref, pin, cache_root(cfg))
@@ -206,11 +207,11 @@ def _remove_tags(tags: tuple[str, ...]) -> None:
 def build(cfg: ResolvedConfig, *, extra_tags: tuple[str, ...] = (), verify: bool = True,
           work_dir: Path | None = None, stream=None) -> Built:
     """Prepare, build with buildx (--load), verify, then write the lock."""
+    request = make_request(cfg)  # refuse a bad request before anything else
     options = build_options(cfg)
     check_buildx(options.docker)
-    make_request(cfg)  # refuse a bad request before fetching anything
     with tempfile.TemporaryDirectory(prefix="buildkit-context-", dir=work_dir) as tmp:
-        prepared = prepare(cfg, Path(tmp) / "context", extra_tags=extra_tags)
+        prepared = prepare(cfg, Path(tmp) / "context", extra_tags=extra_tags, request=request)
         metadata = Path(tmp) / "metadata.json"
         argv = buildx_argv(prepared.plan, prepared.rendered, options, metadata)
         result = run_build(argv, metadata, prepared.plan.tags, stream=stream)

@@ -1,0 +1,61 @@
+import pytest
+
+from buildkit.errors import ConfigError
+from buildkit.tags import build_key_tag, next_version, release_tags
+
+C = "905483277823858fdec17ff5c3750451cb1b7cdc"
+V = "cuda13.1-sm120"
+
+
+def test_release_of_the_default_variant():
+    tags = release_tags("0.2.0", C, V, default_variant=True)
+    assert tags.immutable == ("0.2.0-cuda13.1-sm120", "sha-9054832-cuda13.1-sm120", "0.2.0")
+    assert tags.moving == ("0.2-cuda13.1-sm120", "cuda13.1-sm120", "0.2", "latest")
+
+
+def test_other_variant_gets_no_bare_version_or_latest():
+    tags = release_tags("0.2.0", C, "cuda12.8-sm89", default_variant=False)
+    assert "latest" not in tags.all and "0.2.0" not in tags.all and "0.2" not in tags.all
+    assert tags.all == ("0.2.0-cuda12.8-sm89", "sha-9054832-cuda12.8-sm89", "0.2-cuda12.8-sm89", "cuda12.8-sm89")
+
+
+def test_major_tag_only_from_1_0():
+    assert "0-cpu" not in release_tags("0.3.1", C, "cpu", default_variant=True).all
+    tags = release_tags("1.4.2", C, "cpu", default_variant=True)
+    assert "1-cpu" in tags.moving and "1" in tags.moving and "1.4" in tags.moving
+
+
+def test_nightly_prerelease_gets_only_its_own_tag_and_nightly():
+    tags = release_tags("0.2.1-nightly.20261130", C, V, default_variant=True)
+    assert tags.immutable == ("0.2.1-nightly.20261130-cuda13.1-sm120",)
+    assert tags.moving == ("nightly-cuda13.1-sm120",)
+    assert "latest" not in tags.all
+
+
+def test_build_key_tag_is_immutable():
+    tags = release_tags("0.2.0", C, V, default_variant=False, build_key="f" * 64)
+    assert build_key_tag("f" * 64, V) in tags.immutable
+
+
+@pytest.mark.parametrize("version", ["0.2", "v0.2.0", "0.2.0+build.5", "x"])
+def test_bad_versions_are_refused_before_building(version):
+    with pytest.raises(ConfigError):
+        release_tags(version, C, V, default_variant=True)
+
+
+def test_tag_longer_than_128_is_refused():
+    with pytest.raises(ConfigError, match="at most 128"):
+        release_tags("1.0.0-" + "a" * 120, C, V, default_variant=False)
+
+
+@pytest.mark.parametrize("bump,expected", [("patch", "0.2.4"), ("minor", "0.3.0"), ("major", "1.0.0")])
+def test_next_version_bumps_the_highest_release_of_the_variant(bump, expected):
+    existing = ["0.2.3-cuda13.1-sm120", "0.2.10-cuda12.8-sm89", "0.2.1-cuda13.1-sm120",
+                "0.2.4-nightly.1-cuda13.1-sm120", "latest", "cuda13.1-sm120", "0.2-cuda13.1-sm120"]
+    assert next_version(existing, V, bump) == expected
+
+
+def test_first_version_is_0_1_0():
+    assert next_version(["latest"], V) == "0.1.0"
+    with pytest.raises(ConfigError, match="--bump"):
+        next_version([], V, "huge")
