@@ -14,7 +14,7 @@ import click
 from . import __version__
 from .archs import arch_table
 from .config import KEYS, find_config_file, load_config, parse_set_option
-from .errors import BuildkitError
+from .errors import BuildkitError, ConfigError
 
 # CLI flag -> config key. Each flag overrides buildkit.toml and LLAMA_BUILDKIT_* variables.
 FLAG_KEYS = {
@@ -165,18 +165,39 @@ def render(out_dir: str, **kwargs):
     click.echo("build it with:\n  " + shlex.join(argv))
 
 
+VERSION_OPTIONS = [
+    click.option("--version", "version", help="Semver version to publish (X.Y.Z[-pre]); sets the version label."),
+    click.option("--bump", type=click.Choice(["patch", "minor", "major"]), default="patch", show_default=True,
+                 help="With --push and no --version: bump the highest X.Y.Z-<variant> tag in the registry."),
+    click.option("--force", is_flag=True, help="With --push: rebuild even if the registry has this build key."),
+]
+
+
+def version_options(func):
+    for opt in reversed(VERSION_OPTIONS):
+        func = opt(func)
+    return func
+
+
 @main.command()
 @config_options
-@click.option("--tag", "extra_tags", multiple=True, help="Extra tag (the part after ':'), repeatable.")
+@version_options
+@click.option("--tag", "extra_tags", multiple=True, help="Extra local tag (the part after ':'), repeatable.")
+@click.option("--push", is_flag=True,
+              help="Publish to the registry in image.name: skip the build if the registry has its build key, "
+                   "else build, verify and push every tag (see `buildkit tags`).")
 @click.option("--print", "print_only", is_flag=True,
               help="Render into a kept folder and print the exact buildx command instead of building.")
 @click.option("--no-verify", is_flag=True, help="Skip the smoke checks on the built image.")
 @handle_errors
-def build(extra_tags: tuple[str, ...], print_only: bool, no_verify: bool, **kwargs):
+def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_only: bool, no_verify: bool,
+          **kwargs):
     """Fetch the pinned commit, patch, render, build with buildx, verify and write the lock."""
     from .buildx import buildx_argv
     from .pipeline import build as run_pipeline, build_options, cache_root, prepare
 
+    if version:
+        kwargs["image_version"] = version
     cfg = resolve(kwargs)
     if print_only:
         import tempfile
@@ -188,6 +209,17 @@ def build(extra_tags: tuple[str, ...], print_only: bool, no_verify: bool, **kwar
         click.echo(shlex.join(buildx_argv(prepared.plan, prepared.rendered, build_options(cfg),
                                           out / "metadata.json")))
         return
+    if push:
+        from .publish import build_and_push
+
+        published = build_and_push(cfg, version=version, bump=bump, force=force, verify=not no_verify)
+        what = {"built": "built, verified and pushed",
+                "engine": "pushed the image with this build key already in the engine, nothing built",
+                "registry": "already published (the registry has this build key), nothing built"}[published.origin]
+        click.echo(f"{what}: {published.repository}@{published.digest} version {published.version}")
+        click.echo(f"tags: {' '.join(published.tags)}")
+        click.echo(f"changed: {' '.join(published.added) or 'nothing'}")
+        return
     built = run_pipeline(cfg, extra_tags=extra_tags, verify=not no_verify)
     for check in built.report.checks:
         click.echo(f"verify {check.name}: {check.status}: {check.detail}")
@@ -195,6 +227,46 @@ def build(extra_tags: tuple[str, ...], print_only: bool, no_verify: bool, **kwar
                f"from {built.prepared.source.commit} in {built.result.seconds:.0f}s")
     click.echo(f"tags: {' '.join(built.result.tags)}")
     click.echo(f"lock: {built.lock_path}")
+
+
+@main.command()
+@config_options
+@click.option("--force", is_flag=True, help="Push even if the registry has this build key already.")
+@handle_errors
+def push(force: bool, **kwargs):
+    """Publish the image of the lock's entry for this variant (built before, still in the engine).
+
+    It gets every tag of its version (see `buildkit tags`); the tags are pushed to the registry
+    named in image.name with the credentials of `docker login`.
+    """
+    from .publish import push_local
+
+    published = push_local(resolve(kwargs), force=force)
+    click.echo(f"pushed {published.repository}@{published.digest} version {published.version}")
+    click.echo(f"tags: {' '.join(published.tags)}")
+    click.echo(f"changed: {' '.join(published.added) or 'nothing'}")
+
+
+@main.command()
+@config_options
+@click.option("--version", "version", required=True, help="Semver version, X.Y.Z[-pre].")
+@click.option("--commit-sha", help="Commit for the sha- tag (default: the pinned source.commit).")
+@handle_errors
+def tags(version: str, commit_sha: str | None, **kwargs):
+    """Print the tags a published build of VERSION gets, immutable first."""
+    from .pipeline import ref_and_pin
+    from .publish import tags_for
+
+    cfg = resolve(kwargs)
+    _, pin = ref_and_pin(cfg)
+    commit = commit_sha or pin
+    if not commit:
+        raise ConfigError("source.commit is not a full SHA; pass --commit-sha for the sha- tag")
+    tag_set = tags_for(cfg, version, commit)
+    for tag in tag_set.immutable:
+        click.echo(f"{cfg['image.name']}:{tag}    immutable")
+    for tag in tag_set.moving:
+        click.echo(f"{cfg['image.name']}:{tag}    moving")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -45,6 +45,8 @@ KEYS: tuple[Key, ...] = (
     Key("image.name", str, "buun-llama-cpp", "image repository name, optionally with a registry host"),
     Key("image.version", str, "0.1.0", "version written to the org.opencontainers.image.version label"),
     Key("image.title", str, "buun-llama-cpp", "org.opencontainers.image.title"),
+    Key("image.default_variant", str, "cuda13.1-sm120",
+        "the variant that also gets the bare version, MAJOR.MINOR and latest tags when published"),
     Key("image.licenses", str, "MIT", "org.opencontainers.image.licenses"),
     Key("build.arch", str, "sm_120", "CUDA architecture (see `buildkit archs`) or cpu"),
     Key("build.cuda_version", str, "13.1", "CUDA toolkit version, MAJOR.MINOR"),

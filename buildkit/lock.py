@@ -54,10 +54,25 @@ class LockEntry:
     image_id: str
     tags: tuple[str, ...]
     variant: str
+    version: str = ""
+    build_key: str = ""  # hash of every input; the registry tag bk-<key>-<variant> finds the build again
+    pushed: tuple[str, ...] = ()  # full references this build was published under
 
     @property
     def key(self) -> str:
         return f"{self.variant}/{self.target}"
+
+
+def entry_from_dict(data: dict) -> LockEntry:
+    """A LockEntry from its JSON form (as read_lock returns it)."""
+    try:
+        fields = dict(data)
+        fields["base_images"] = tuple(BaseImage(**b) for b in fields.get("base_images", ()))
+        for name in ("patches", "cmake_args", "tags", "pushed"):
+            fields[name] = tuple(fields.get(name, ()))
+        return LockEntry(**fields)
+    except TypeError as exc:
+        raise LockError(f"a lock entry does not have the expected fields: {exc}") from None
 
 
 @contextmanager

@@ -11,10 +11,14 @@ from __future__ import annotations
 import hashlib
 import shutil
 import tempfile
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Iterator
 
 from . import __version__
+from .baseimages import resolve_base_images
+from .buildkey import build_key
 from .buildx import BuildOptions, BuildResult, buildx_argv, check_buildx, run_build
 from .config import ResolvedConfig
 from .cudaroot import ensure_cuda_root, read_manifest, runtime_subset
@@ -22,7 +26,7 @@ from .errors import BuildkitError, ConfigError, CudaRootError, VerifyError
 from .lock import BaseImage, LockEntry, write_lock_entry
 from .paths import bundled_patches_dir, cache_dir
 from .patches import PatchQueue, apply_patches, load_patch_queue
-from .plan import BuildPlan, BuildRequest, SourceFacts, make_plan, make_request
+from .plan import BUILD_KEY_LABEL, BuildPlan, BuildRequest, SourceFacts, make_plan, make_request
 from .render import RenderResult, templates_sha256, write_context
 from .source import SourceInfo, export_tree, fetch_source
 from .verify import VerifyReport, verify_image
@@ -37,6 +41,8 @@ class Prepared:
     source: SourceInfo
     patches: PatchQueue
     cuda_root: Path | None
+    base_images: tuple[BaseImage, ...]
+    build_key: str
 
 
 @dataclass(frozen=True)
@@ -114,6 +120,9 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
         plan = make_plan(request, facts, template_sha256=templates_sha256(), tool_version=__version__,
                          extra_tags=extra_tags)
         cuda_root, named = _cuda_contexts(request, cfg)
+        bases = resolve_base_images([request.devel_image, request.runtime_image])
+        key = build_key(plan, bases, _cuda_manifest(cuda_root))
+        plan = replace(plan, labels=plan.labels + ((BUILD_KEY_LABEL, key),))
         rendered = write_context(plan, out_dir, named)
     except BaseException:
         if created:
@@ -122,36 +131,13 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
             for child in out_dir.iterdir():
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
         raise
-    return Prepared(plan=plan, rendered=rendered, source=info, patches=queue, cuda_root=cuda_root)
+    return Prepared(plan=plan, rendered=rendered, source=info, patches=queue, cuda_root=cuda_root,
+                    base_images=bases, build_key=key)
 
 
 def build_options(cfg: ResolvedConfig) -> BuildOptions:
     return BuildOptions(builder=cfg["build.builder"], progress=cfg["build.progress"],
                         cache_from=tuple(cfg["build.cache_from"]), cache_to=tuple(cfg["build.cache_to"]))
-
-
-def _base_images(prepared: Prepared) -> tuple[BaseImage, ...]:
-    """Base image references with digests where the engine knows them."""
-    req = prepared.plan.request
-    refs = dict.fromkeys([req.devel_image, req.runtime_image])
-    out = []
-    try:
-        import docker
-
-        client = docker.from_env()
-    except Exception:
-        client = None
-    for ref in refs:
-        digest = ""
-        if client is not None:
-            try:
-                attrs = client.images.get(ref).attrs
-                repo_digests = attrs.get("RepoDigests") or []
-                digest = repo_digests[0].split("@", 1)[1] if repo_digests else attrs.get("Id", "")
-            except Exception:
-                digest = ""
-        out.append(BaseImage(ref=ref, digest=digest))
-    return tuple(out)
 
 
 def _cuda_manifest(root: Path | None) -> dict | None:
@@ -182,11 +168,13 @@ def lock_entry(prepared: Prepared, result: BuildResult) -> LockEntry:
         patches=plan.source.patch_names, patch_set_sha256=plan.source.patch_set_sha256,
         template=req.template, template_sha256=plan.template_sha256,
         dockerfile_sha256=prepared.rendered.dockerfile_sha256,
-        base_images=_base_images(prepared), cuda_version=req.cuda_version,
+        base_images=prepared.base_images, cuda_version=req.cuda_version,
         cuda_root=_cuda_manifest(prepared.cuda_root), arch=req.arch.name, cmake_archs=req.arch.cmake_archs,
         target=req.target, platform=req.platform, no_vmm=req.no_vmm, cmake_args=plan.cmake_args,
         source_date_epoch=plan.source_date_epoch, tool_version=plan.tool_version, image_name=req.image_name,
-        image_digest=result.digest, image_id=_local_image_id(result.tags[0], result.config_digest), tags=result.tags, variant=req.variant,
+        version=req.version, build_key=prepared.build_key,
+        image_digest=result.digest,
+        image_id=_local_image_id(result.tags[0], result.config_digest) if result.tags else result.config_digest, tags=result.tags, variant=req.variant,
     )
 
 
@@ -204,17 +192,20 @@ def _remove_tags(tags: tuple[str, ...]) -> None:
         pass
 
 
-def build(cfg: ResolvedConfig, *, extra_tags: tuple[str, ...] = (), verify: bool = True,
-          work_dir: Path | None = None, stream=None) -> Built:
-    """Prepare, build with buildx (--load), verify, then write the lock."""
-    request = make_request(cfg)  # refuse a bad request before anything else
-    options = build_options(cfg)
-    check_buildx(options.docker)
+@contextmanager
+def prepared_context(cfg: ResolvedConfig, *, request: BuildRequest | None = None,
+                     extra_tags: tuple[str, ...] = (), work_dir: Path | None = None) -> Iterator[Prepared]:
+    """A rendered build context that lives as long as the with-block."""
     with tempfile.TemporaryDirectory(prefix="buildkit-context-", dir=work_dir) as tmp:
-        prepared = prepare(cfg, Path(tmp) / "context", extra_tags=extra_tags, request=request)
-        metadata = Path(tmp) / "metadata.json"
-        argv = buildx_argv(prepared.plan, prepared.rendered, options, metadata)
-        result = run_build(argv, metadata, prepared.plan.tags, stream=stream)
+        yield prepare(cfg, Path(tmp) / "context", extra_tags=extra_tags, request=request)
+
+
+def build_prepared(prepared: Prepared, cfg: ResolvedConfig, *, verify: bool = True, stream=None) -> Built:
+    """buildx (--load), verify, then write the lock."""
+    options = build_options(cfg)
+    metadata = prepared.rendered.context_dir.parent / "metadata.json"
+    argv = buildx_argv(prepared.plan, prepared.rendered, options, metadata)
+    result = run_build(argv, metadata, prepared.plan.tags, stream=stream)
     report = VerifyReport(image=result.tags[0], checks=())
     if verify:
         try:
@@ -230,3 +221,12 @@ def build(cfg: ResolvedConfig, *, extra_tags: tuple[str, ...] = (), verify: bool
     lock_path = cfg.path_value("lock.path")
     write_lock_entry(lock_path, lock_entry(prepared, result))
     return Built(prepared=prepared, result=result, report=report, lock_path=lock_path)
+
+
+def build(cfg: ResolvedConfig, *, extra_tags: tuple[str, ...] = (), verify: bool = True,
+          work_dir: Path | None = None, stream=None) -> Built:
+    """Prepare, build with buildx (--load), verify, then write the lock."""
+    request = make_request(cfg)  # refuse a bad request before anything else
+    check_buildx(build_options(cfg).docker)
+    with prepared_context(cfg, request=request, extra_tags=extra_tags, work_dir=work_dir) as prepared:
+        return build_prepared(prepared, cfg, verify=verify, stream=stream)

@@ -18,6 +18,7 @@ from .errors import ConfigError
 from .tags import build_tags, check_repository, variant
 
 LABEL_PREFIX = "org.llama-buildkit."
+BUILD_KEY_LABEL = LABEL_PREFIX + "build-key"
 
 # What may reach a shell line or a FROM line. Values are also shell-quoted in the templates.
 IMAGE_REF_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$")

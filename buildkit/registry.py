@@ -517,6 +517,21 @@ class RegistryClient:
             raise self._fail(op, f"the registry stored digest {digest}, expected {computed}")
         return computed
 
+    def get_blob(self, repo: str, digest: str, max_bytes: int = 4 << 20) -> bytes:
+        """A small blob (an image config), checked against its digest."""
+        _check_repo(repo)
+        _check_reference(digest)
+        op = f"get blob {repo}@{digest}"
+        with self._request("GET", f"/v2/{repo}/blobs/{digest}", op, f"repository:{repo}:pull") as resp:
+            if resp.status_code != 200:
+                raise self._fail(op, _status(resp))
+            body = resp.content
+        if len(body) > max_bytes:
+            raise self._fail(op, f"the blob is larger than {max_bytes} bytes")
+        if _sha256(body) != digest:
+            raise self._fail(op, f"the blob received has digest {_sha256(body)}")
+        return body
+
     def list_tags(self, repo: str, page_size: int = 100) -> list[str]:
         """Every tag of repo, following `Link: <...>; rel="next"` pages; [] for an unknown repository."""
         _check_repo(repo)

@@ -1,0 +1,266 @@
+"""Publishing: build key, skip what the registry already has, versions, push, tags by digest.
+
+The order is what makes a failed push safe to run again:
+1. The build key (hash of every input) is computed before building. If the registry already
+   has `bk-<key>-<variant>`, nothing is built: the missing moving tags are pointed at that digest
+   through the registry API, in seconds.
+2. Otherwise the image is built and verified locally first (never publish an unverified image),
+   or reused when the engine already holds an image with that build key (a previous run that
+   failed while pushing), keeping that image's version.
+3. One immutable tag is pushed with `docker push` (the engine pushes the blobs, with the user's
+   own docker credentials); every other tag is added by putting that manifest under it, so all
+   tags point at the digest from the build's metadata file. The build-key tag goes last: it
+   marks a complete publication.
+An immutable tag that already points at another digest stops the publication before anything is
+pushed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass, replace
+
+from .buildx import BuildResult, check_buildx
+from .config import ResolvedConfig
+from .errors import LockError, RegistryError
+from .imageref import ImageRef, parse_image_ref
+from .lock import entry_from_dict, read_lock, write_lock_entry
+from .pipeline import Prepared, build_options, build_prepared, lock_entry, prepared_context
+from .plan import BUILD_KEY_LABEL, make_plan, make_request
+from .registry import RegistryClient, client_for
+from .tags import TagSet, build_key_tag, next_version, parse_version, release_tags
+
+VERSION_LABEL = "org.opencontainers.image.version"
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    repository: str  # registry/name
+    version: str
+    digest: str
+    tags: tuple[str, ...]  # every tag of this build, now pointing at digest
+    added: tuple[str, ...]  # tags this run created or moved
+    origin: str  # "built", "engine" (an image with this build key was already loaded) or "registry"
+    build_key: str
+
+
+def default_variant(cfg: ResolvedConfig) -> str:
+    return cfg["image.default_variant"]
+
+
+def _labels_of(client: RegistryClient, repo: str, digest: str) -> dict[str, str]:
+    """Labels of an image in the registry: manifest (or the first image of an index) → config."""
+    body, media_type, _ = client.get_manifest(repo, digest)
+    manifest = json.loads(body)
+    if "manifests" in manifest:
+        images = [m for m in manifest["manifests"]
+                  if m.get("annotations", {}).get("vnd.docker.reference.type") != "attestation-manifest"]
+        if not images:
+            return {}
+        manifest = json.loads(client.get_manifest(repo, images[0]["digest"])[0])
+    config = json.loads(client.get_blob(repo, manifest["config"]["digest"]))
+    return (config.get("config") or {}).get("Labels") or {}
+
+
+def _first_come(tag: str) -> bool:
+    """sha-<commit>-<variant> names a commit, not one build of it: a later build of the same commit
+    (other patches, another template) leaves it on the first image instead of failing."""
+    return tag.startswith("sha-")
+
+
+def point_tags(client: RegistryClient, repo: str, digest: str, tags: TagSet, *, force: bool = False) -> list[str]:
+    """Make every tag point at digest; refuse to move an immutable one. Returns the tags changed."""
+    body, media_type, _ = client.get_manifest(repo, digest)
+    changed: list[str] = []
+    for tag in tags.all:
+        current = client.head_manifest(repo, tag)
+        if current is not None and current.digest == digest:
+            continue
+        if current is not None and _first_come(tag):
+            continue
+        if current is not None and tag in tags.immutable and not (force and tag.startswith("bk-")):
+            raise RegistryError(f"{repo}:{tag} already points at {current.digest}, not {digest}; "
+                                "immutable tags are never moved (choose another --version)")
+        client.put_manifest(repo, tag, body, media_type)
+        changed.append(tag)
+    return changed
+
+
+def check_immutable_free(client: RegistryClient, repo: str, tags: TagSet, allowed_digest: str | None,
+                         *, force: bool) -> None:
+    """Before building: no immutable tag of the new build may exist with another digest."""
+    for tag in tags.immutable:
+        if (force and tag.startswith("bk-")) or _first_come(tag):
+            continue
+        current = client.head_manifest(repo, tag)
+        if current is not None and current.digest != allowed_digest:
+            raise RegistryError(f"{repo}:{tag} already exists with digest {current.digest}; immutable tags are "
+                                "never overwritten (use --version to choose another version, or --bump)")
+
+
+def docker_push(ref: str, stream=None) -> None:
+    """Push one tag with the docker CLI: the engine uploads the blobs with the user's credentials."""
+    stream = sys.stderr if stream is None else stream
+    proc = subprocess.run(["docker", "push", ref], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    stream.write(proc.stdout)
+    if proc.returncode != 0:
+        last = [ln for ln in proc.stdout.strip().splitlines() if ln.strip()][-1:] or ["no output"]
+        raise RegistryError(f"docker push {ref} failed: {last[0].strip()}")
+
+
+def _local_image_with_key(key: str):
+    """(image, its version label) for an image in the engine built with this key, else (None, None)."""
+    import docker
+
+    try:
+        images = docker.from_env().images.list(filters={"label": f"{BUILD_KEY_LABEL}={key}"})
+    except Exception:
+        return None, None
+    if not images:
+        return None, None
+    return images[0], (images[0].labels or {}).get(VERSION_LABEL)
+
+
+def _tag_locally(image, repository: ImageRef, tags: tuple[str, ...]) -> None:
+    for tag in tags:
+        image.tag(repository.name, tag)
+
+
+def publish_built(client: RegistryClient, repository: ImageRef, digest: str, tags: TagSet, *, force: bool,
+                  stream=None) -> list[str]:
+    """Push the local image under its first immutable tag, then put every other tag on that digest."""
+    first = f"{repository.name}:{tags.immutable[0]}"
+    docker_push(first, stream)
+    pushed = client.head_manifest(repository.repository, tags.immutable[0])
+    if pushed is None or (digest and pushed.digest != digest):
+        got = pushed.digest if pushed else "nothing"
+        raise RegistryError(f"after docker push, {first} is {got}, not the built digest {digest}")
+    ordered = TagSet(immutable=tags.immutable[1:], moving=tags.moving)
+    key_tags = tuple(t for t in ordered.immutable if t.startswith("bk-"))
+    body_tags = TagSet(immutable=tuple(t for t in ordered.immutable if not t.startswith("bk-")),
+                       moving=ordered.moving)
+    changed = [tags.immutable[0]]
+    changed += point_tags(client, repository.repository, pushed.digest, body_tags, force=force)
+    changed += point_tags(client, repository.repository, pushed.digest, TagSet(key_tags, ()), force=force)
+    return changed
+
+
+def _repository(request_image_name: str) -> ImageRef:
+    repository = parse_image_ref(request_image_name)
+    if repository.tag or repository.digest:
+        raise RegistryError(f"image.name {request_image_name!r} must not carry a tag or digest")
+    return repository
+
+
+def _reuse_published(client: RegistryClient, repository: ImageRef, key: str, variant: str, commit: str,
+                     is_default: bool) -> tuple[str, str, TagSet, list[str]] | None:
+    """When the registry has the build key's tag: point the missing tags at it; (digest, version, tags, added)."""
+    existing = client.head_manifest(repository.repository, build_key_tag(key, variant))
+    if existing is None:
+        return None
+    version = _labels_of(client, repository.repository, existing.digest).get(VERSION_LABEL, "")
+    tags = release_tags(version, commit, variant, default_variant=is_default, build_key=key)
+    added = point_tags(client, repository.repository, existing.digest, tags)
+    return existing.digest, version, tags, added
+
+
+def _push_image(client: RegistryClient, repository: ImageRef, image, local_digest: str, tags: TagSet, *,
+                force: bool, stream=None) -> tuple[str, list[str]]:
+    """Tag the local image, push it, put every tag on its digest; (registry digest, tags changed)."""
+    _tag_locally(image, repository, tags.immutable[:1])
+    added = publish_built(client, repository, local_digest, tags, force=force, stream=stream)
+    return client.head_manifest(repository.repository, tags.immutable[0]).digest, added
+
+
+def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str = "patch",
+                   force: bool = False, verify: bool = True, stream=None) -> PublishResult:
+    """`buildkit build --push`."""
+    request = make_request(cfg)
+    if version is not None:
+        parse_version(version)
+    repository = _repository(request.image_name)
+    check_buildx(build_options(cfg).docker)
+    is_default = request.variant == default_variant(cfg)
+    variant, repo = request.variant, repository.repository
+    with client_for(repository.registry) as client, prepared_context(cfg, request=request) as prepared:
+        key, commit = prepared.build_key, prepared.source.commit
+        reused = None if force else _reuse_published(client, repository, key, variant, commit, is_default)
+        if reused is not None:
+            digest, version, tags, added = reused
+            _record(cfg, prepared, repository, tags, version, digest)
+            return PublishResult(repository.name, version, digest, tags.all, tuple(added), origin="registry",
+                                 build_key=key)
+        local, local_version = (None, None) if force else _local_image_with_key(key)
+        if local is not None and version and local_version != version:
+            local = local_version = None  # the engine's copy carries another version label: build anew
+        version = local_version or version or next_version(client.list_tags(repo), variant, bump)
+        tags = release_tags(version, commit, variant, default_variant=is_default, build_key=key)
+        check_immutable_free(client, repo, tags, local.id if local is not None else None, force=force)
+        prepared = replace(prepared, plan=_with_version(prepared, version))
+        if local is None:
+            result = build_prepared(prepared, cfg, verify=verify, stream=stream).result
+            local = __import__("docker").from_env().images.get(result.tags[0])
+            origin = "built"
+        else:
+            result = BuildResult(digest=local.id, config_digest=local.id, tags=tuple(local.tags), seconds=0.0)
+            origin = "engine"
+        digest, added = _push_image(client, repository, local, result.digest, tags, force=force, stream=stream)
+        _record(cfg, prepared, repository, tags, version, digest, result)
+        return PublishResult(repository.name, version, digest, tags.all, tuple(added), origin=origin, build_key=key)
+
+
+def push_local(cfg: ResolvedConfig, *, force: bool = False, stream=None) -> PublishResult:
+    """`buildkit push`: publish the image of the lock's entry for this variant, already in the engine."""
+    import docker
+
+    request = make_request(cfg)
+    repository = _repository(request.image_name)
+    lock_path = cfg.path_value("lock.path")
+    entry = read_lock(lock_path)["builds"].get(f"{request.variant}/{request.target}")
+    if entry is None:
+        raise LockError(f"{lock_path} has no build of {request.variant}/{request.target}; run buildkit build first")
+    try:
+        image = docker.from_env().images.get(entry["image_id"])
+    except Exception:
+        raise RegistryError(f"the image {entry['image_id'][:19]} of {request.variant} is not in the local engine; "
+                            "run buildkit build again") from None
+    key, version, commit = entry["build_key"], entry["version"], entry["commit"]
+    is_default = request.variant == default_variant(cfg)
+    with client_for(repository.registry) as client:
+        reused = None if force else _reuse_published(client, repository, key, request.variant, commit, is_default)
+        if reused is not None:
+            digest, version, tags, added = reused
+        else:
+            tags = release_tags(version, commit, request.variant, default_variant=is_default, build_key=key)
+            check_immutable_free(client, repository.repository, tags, image.id, force=force)
+            digest, added = _push_image(client, repository, image, image.id, tags, force=force, stream=stream)
+    entry.update(image_digest=digest, pushed=[f"{repository.name}:{t}" for t in tags.all])
+    write_lock_entry(lock_path, entry_from_dict(entry))
+    return PublishResult(repository.name, version, digest, tags.all, tuple(added),
+                         origin="registry" if reused is not None else "engine", build_key=key)
+
+
+def _with_version(prepared: Prepared, version: str):
+    """The plan again with the publication's version (its label); the build key is unchanged."""
+    plan = prepared.plan
+    new = make_plan(replace(plan.request, version=version), plan.source, template_sha256=plan.template_sha256,
+                    tool_version=plan.tool_version, extra_tags=tuple(t.split(":", 1)[1] for t in plan.tags[2:]))
+    return replace(new, labels=new.labels + ((BUILD_KEY_LABEL, prepared.build_key),))
+
+
+def _record(cfg: ResolvedConfig, prepared: Prepared, repository: ImageRef, tags: TagSet, version: str,
+            digest: str, result: BuildResult | None = None) -> None:
+    """The lock entry of a publication; a build found in the registry has no local image."""
+    result = result or BuildResult(digest=digest, config_digest="", tags=(), seconds=0.0)
+    entry = replace(lock_entry(prepared, result), version=version, image_digest=digest,
+                    pushed=tuple(f"{repository.name}:{t}" for t in tags.all))
+    write_lock_entry(cfg.path_value("lock.path"), entry)
+
+
+def tags_for(cfg: ResolvedConfig, version: str, commit: str) -> TagSet:
+    """`buildkit tags`: the tags a build of this version and commit gets (without the build key)."""
+    request = make_request(cfg)
+    return release_tags(version, commit, request.variant, default_variant=request.variant == default_variant(cfg))
+
