@@ -74,11 +74,16 @@ KEYS: tuple[Key, ...] = (
         "provider wheels: a ready CUDA root folder to use instead of downloading the wheels"),
     Key("base.cublas", bool, True,
         "provider wheels: include cuBLAS (llama.cpp links it; a fork that does not may turn it off)"),
+    Key("matrix.archs", list, ["sm_120"], "nightly/bake: the architectures of the build matrix"),
+    Key("matrix.cuda_versions", list, ["13.1"], "nightly/bake: the CUDA versions of the build matrix"),
+    Key("matrix.targets", list, ["server"], "nightly/bake: the image targets of the build matrix"),
     Key("cache.dir", str, "", "cache folder for git mirrors and CUDA roots (empty = XDG cache)"),
     Key("lock.path", str, "buildkit.lock", "lock file written after a successful build"),
 )
 
 KEY_BY_NAME: dict[str, Key] = {k.name: k for k in KEYS}
+# Tables whose keys are names the user chooses; their own modules read and validate them.
+FREE_FORM_SECTIONS = ("profiles",)
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -162,6 +167,8 @@ def read_config_file(path: Path) -> dict[str, Any]:
                           f"(this buildkit reads schema {SCHEMA_VERSION})")
     flat: dict[str, Any] = {}
     for section, table in data.items():
+        if section in FREE_FORM_SECTIONS:
+            continue  # read and checked by its own module
         if not isinstance(table, dict):
             raise ConfigError(f"{where}: unknown key {section!r}{_suggest(section)}; "
                               f"settings live in tables such as [source] and [build]")
