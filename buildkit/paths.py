@@ -18,15 +18,16 @@ def cache_dir(env: dict[str, str] | None = None) -> Path:
     return base / "llama-buildkit"
 
 
-def _bundled(name: str) -> Path:
+def _bundled(name: str, inside_name: str) -> Path:
     # In a wheel the top-level folder is shipped inside the package; in a checkout it sits beside it.
-    inside = _PACKAGE_DIR / name
+    inside = _PACKAGE_DIR / inside_name
     return inside if inside.is_dir() else _PACKAGE_DIR.parent / name
 
 
 def templates_dir() -> Path:
-    return _bundled("templates")
+    return _bundled("templates", "templates")
 
 
 def bundled_patches_dir() -> Path:
-    return _bundled("patches")
+    # not buildkit/patches: that name is the patches.py module
+    return _bundled("patches", "bundled_patches")
