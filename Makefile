@@ -30,3 +30,5 @@ test-e2e:
 bench:
 	$(PYTHON) bench/fetch_bytes.py
 	$(PYTHON) bench/rebuild.py
+	$(PYTHON) bench/nightly_noop.py
+	$(PYTHON) bench/reproduce.py

@@ -2,20 +2,35 @@
 
 docker-py cannot drive BuildKit, so the build is the buildx CLI. Output is streamed to the
 user as it comes; the last lines are kept so a failure is reported in one line.
+
+Two exporters:
+
+* reproducible (the default on an engine with the containerd image store): `--output
+  type=oci,dest=ARCHIVE,rewrite-timestamp=true` with `--provenance=false`; every file time in the
+  layers is clamped to SOURCE_DATE_EPOCH, so the same inputs give the same manifest digest. The
+  archive is then loaded with `docker load`, which on the containerd store keeps its bytes: the
+  local image id, and a later `docker push`, have that same manifest digest.
+* load: `--load` (type=docker). On the classic store this is the only way into the engine, and
+  the engine recomputes the layers, so the digest is not reproducible.
 """
 
 from __future__ import annotations
 
 import collections
+import fcntl
+import functools
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from .errors import BuildError
 from .plan import BuildPlan
@@ -34,6 +49,10 @@ class BuildOptions:
     cache_from: tuple[str, ...] = ()
     cache_to: tuple[str, ...] = ()
     docker: str = "docker"
+    reproducible: bool = False  # OCI exporter with rewrite-timestamp, then `docker load`
+    provenance: bool = False  # provenance attestation (it carries invocation ids: off for reproducible builds)
+    no_cache: bool = False
+    oci_archive: Path | None = None  # where the reproducible exporter writes (default: next to the metadata file)
 
 
 @dataclass(frozen=True)
@@ -43,6 +62,7 @@ class BuildResult:
     tags: tuple[str, ...]
     seconds: float
     metadata: dict = field(default_factory=dict)
+    oci_archive: Path | None = None  # the reproducible exporter's archive, when that path was used
 
 
 def parse_buildx_version(text: str) -> tuple[int, int, int] | None:
@@ -72,6 +92,35 @@ def check_buildx(docker: str = "docker") -> tuple[int, int, int]:
     return version
 
 
+CONTAINERD_SNAPSHOTTER = "io.containerd.snapshotter.v1"
+
+
+@functools.lru_cache(maxsize=None)
+def image_store(docker: str = "docker") -> str:
+    """"containerd" when the engine keeps images in containerd's store (its `docker load` and
+    `docker push` keep an OCI archive's bytes), "classic" otherwise, "" when it cannot be asked."""
+    try:
+        proc = subprocess.run([docker, "info", "--format", "{{json .DriverStatus}}"], capture_output=True,
+                              text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    if proc.returncode != 0:
+        return ""
+    return "containerd" if CONTAINERD_SNAPSHOTTER in proc.stdout else "classic"
+
+
+def oci_archive_path(options: BuildOptions, metadata_file: Path) -> Path:
+    return options.oci_archive or metadata_file.parent / "image.oci.tar"
+
+
+def oci_output(dest: Path, names: Sequence[str] = ()) -> str:
+    """--output value of the reproducible exporter (names become the tags `docker load` sets)."""
+    value = f"type=oci,dest={dest},rewrite-timestamp=true"
+    if names:
+        value = f'{value},"name={",".join(names)}"'
+    return value
+
+
 def buildx_argv(plan: BuildPlan, rendered: RenderResult, options: BuildOptions,
                 metadata_file: Path, extra_tags: Sequence[str] = ()) -> list[str]:
     """The exact command line; `buildkit build --print` shows it."""
@@ -82,8 +131,10 @@ def buildx_argv(plan: BuildPlan, rendered: RenderResult, options: BuildOptions,
     argv += ["--build-arg", f"SOURCE_DATE_EPOCH={plan.source_date_epoch}"]
     for key, value in plan.labels:
         argv += ["--label", f"{key}={value}"]
-    for tag in (*plan.tags, *extra_tags):
-        argv += ["--tag", tag]
+    tags = (*plan.tags, *extra_tags)
+    if not options.reproducible:
+        for tag in tags:
+            argv += ["--tag", tag]
     for name, path in rendered.named_contexts:
         argv += ["--build-context", f"{name}={path}"]
     for entry in options.cache_from:
@@ -91,10 +142,18 @@ def buildx_argv(plan: BuildPlan, rendered: RenderResult, options: BuildOptions,
     for entry in options.cache_to:
         argv += ["--cache-to", entry]
     argv += ["--metadata-file", str(metadata_file), "--progress", options.progress]
-    if options.load:
-        argv.append("--load")
-    if options.push:
-        argv.append("--push")
+    argv.append(f"--provenance={'true' if options.provenance else 'false'}")
+    if options.no_cache:
+        argv.append("--no-cache")
+    if options.reproducible:
+        # tags travel as the archive's image names; `docker load` sets them
+        argv += ["--output", oci_output(oci_archive_path(options, metadata_file),
+                                        tags if options.load else ())]
+    else:
+        if options.load:
+            argv.append("--load")
+        if options.push:
+            argv.append("--push")
     argv += ["--file", str(rendered.dockerfile), str(rendered.context_dir)]
     return argv
 
@@ -110,27 +169,67 @@ def _last_error(lines: Sequence[str]) -> str:
     return "no output"
 
 
-def run_build(argv: list[str], metadata_file: Path, tags: Sequence[str], *, stream=None) -> BuildResult:
-    """Run buildx, streaming its output to `stream` (stderr by default)."""
+ENGINE_LOCK_ENV = "LLAMA_BUILDKIT_ENGINE_LOCK"
+
+
+def engine_lock_path() -> Path:
+    return Path(os.environ.get(ENGINE_LOCK_ENV) or Path(tempfile.gettempdir()) / "llama-buildkit-buildx.lock")
+
+
+@contextmanager
+def engine_turn(exclusive: bool, stream=None) -> Iterator[None]:
+    """Builds share the engine; a --no-cache build takes it alone.
+
+    The BuildKit of Docker Engine 26.1 (v0.13) can panic in Job.walkProvenance, taking dockerd
+    down, when a --no-cache build runs while another build solves the same steps (seen twice on
+    this machine; fixed upstream by moby/buildkit#5606). Every build buildkit starts holds a shared
+    flock on one file; a --no-cache build holds it exclusively. Builds started by other tools do
+    not take part."""
+    path = engine_lock_path()
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:
+        yield  # no lock file possible (read-only tmp): build anyway
+        return
+    try:
+        mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            what = "other buildkit builds to finish (a --no-cache build runs alone)" if exclusive else \
+                "a --no-cache build to finish"
+            (stream or sys.stderr).write(f"buildkit: waiting for {what}\n")
+            fcntl.flock(fd, mode)
+        yield
+    finally:
+        os.close(fd)
+
+
+def run_build(argv: list[str], metadata_file: Path, tags: Sequence[str], *, stream=None,
+              oci_archive: Path | None = None, load: bool = True, docker: str = "docker") -> BuildResult:
+    """Run buildx, streaming its output to `stream` (stderr by default). With oci_archive (the
+    reproducible exporter), the digest is the archive's manifest digest and, with load, the archive
+    is loaded into the engine under the tags."""
     stream = sys.stderr if stream is None else stream
     tail: collections.deque[str] = collections.deque(maxlen=40)
-    start = time.monotonic()
-    try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                errors="replace", bufsize=1)
-    except FileNotFoundError:
-        raise BuildError(f"cannot run {argv[0]!r}: not found") from None
-    assert proc.stdout is not None
-    try:
-        for line in proc.stdout:
-            stream.write(line)
-            tail.append(line.rstrip("\n"))
-        code = proc.wait()
-    except KeyboardInterrupt:
-        proc.terminate()
-        proc.wait()
-        raise
-    seconds = time.monotonic() - start
+    with engine_turn("--no-cache" in argv, stream):
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    errors="replace", bufsize=1)
+        except FileNotFoundError:
+            raise BuildError(f"cannot run {argv[0]!r}: not found") from None
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                stream.write(line)
+                tail.append(line.rstrip("\n"))
+            code = proc.wait()
+        except KeyboardInterrupt:
+            proc.terminate()
+            proc.wait()
+            raise
+        seconds = time.monotonic() - start
     if code != 0:
         raise BuildError(f"docker buildx build failed (exit {code}): {_last_error(list(tail))}")
     try:
@@ -139,7 +238,43 @@ def run_build(argv: list[str], metadata_file: Path, tags: Sequence[str], *, stre
         raise BuildError(f"buildx wrote no readable metadata file {metadata_file}: {exc}") from None
     digest = metadata.get("containerimage.digest", "")
     config_digest = metadata.get("containerimage.config.digest", "")
+    if oci_archive is not None:
+        digest = _archive_digest(oci_archive, digest)
+        if load:
+            docker_load(oci_archive, tags, docker=docker, stream=stream)
+        else:
+            tags = ()
     if not digest and not config_digest:
         raise BuildError(f"buildx metadata has no image digest (keys: {', '.join(sorted(metadata))})")
     return BuildResult(digest=digest, config_digest=config_digest, tags=tuple(tags), seconds=seconds,
-                       metadata=metadata)
+                       metadata=metadata, oci_archive=oci_archive)
+
+
+def _archive_digest(archive: Path, reported: str) -> str:
+    """The manifest digest of the exporter's archive (must agree with buildx's metadata)."""
+    from .errors import BuildkitError
+    from .ocilayout import OciArchive
+
+    try:
+        with OciArchive(archive) as layout:
+            digest = layout.manifest_digest(platform=None)
+    except BuildkitError as exc:
+        raise BuildError(f"the OCI archive of the build cannot be read: {exc}") from None
+    if reported and reported != digest:
+        raise BuildError(f"buildx reported digest {reported} but its archive holds {digest}")
+    return digest
+
+
+def docker_load(archive: Path, tags: Sequence[str], *, docker: str = "docker", stream=None) -> None:
+    """`docker load` the OCI archive (its image names are the tags) and check every tag arrived."""
+    stream = sys.stderr if stream is None else stream
+    proc = subprocess.run([docker, "load", "--input", str(archive)], capture_output=True, text=True)
+    stream.write(proc.stdout)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        raise BuildError(f"docker load of the built image failed: {last}")
+    for tag in tags:
+        check = subprocess.run([docker, "image", "inspect", "--format", "{{.Id}}", tag], capture_output=True,
+                               text=True)
+        if check.returncode != 0:
+            raise BuildError(f"docker load did not create the tag {tag}")

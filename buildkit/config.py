@@ -56,6 +56,10 @@ KEYS: tuple[Key, ...] = (
         "build with GGML_CUDA_NO_VMM=ON (no libcuda.so.1 dependency); off links against the libcuda stub"),
     Key("build.jobs", int, 0, "parallel compile jobs inside the build (0 = all cores of the builder)"),
     Key("build.ccache", bool, True, "compile through ccache kept in a BuildKit cache mount (per arch and CUDA version)"),
+    Key("build.reproducible", str, "auto",
+        "auto: on the containerd image store export through an OCI archive with rewrite-timestamp (same "
+        "inputs, same digest); off: plain --load", ("auto", "off")),
+    Key("build.provenance", bool, False, "attach buildx provenance attestations (they carry invocation ids)"),
     Key("build.cmake_args", list, [], "extra -DNAME=VALUE flags for CMake"),
     Key("build.builder", str, "", "buildx builder name (empty = the current one)"),
     Key("build.progress", str, "auto", "buildx --progress", ("auto", "plain", "tty", "quiet", "rawjson")),

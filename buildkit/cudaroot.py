@@ -47,7 +47,6 @@ import os
 import platform
 import re
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile

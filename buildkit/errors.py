@@ -51,3 +51,15 @@ class RegistryError(BuildkitError):
 
 class AuthError(RegistryError):
     """A registry (or its token service) wants credentials we do not have, or rejects ours."""
+
+
+class ImageSourceError(BuildkitError):
+    """An image to compare or reproduce cannot be read (archive, local engine or registry)."""
+
+
+class ReproduceError(BuildkitError):
+    """A recorded build cannot be reproduced: an input is missing or does not match its record."""
+
+
+class BenchError(BuildkitError):
+    """A benchmark cannot start, or a run failed (server down, time-out, malformed answer, HTTP error)."""

@@ -12,7 +12,7 @@ import json
 import os
 import tempfile
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -57,6 +57,9 @@ class LockEntry:
     version: str = ""
     build_key: str = ""  # hash of every input; the registry tag bk-<key>-<variant> finds the build again
     pushed: tuple[str, ...] = ()  # full references this build was published under
+    labels: dict = field(default_factory=dict)  # the image's labels: with the fields above, every input of `reproduce`
+    exporter: str = ""  # "oci" (reproducible: OCI exporter, rewrite-timestamp) or "load" (plain --load)
+    bench: dict | None = None  # `buildkit bench --attach-lock` results for this image; a rebuild clears them
 
     @property
     def key(self) -> str:

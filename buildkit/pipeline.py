@@ -1,14 +1,25 @@
 """The stages wired together: config → source → patches → plan → render (→ build → verify → lock).
 
 `prepare` does everything up to a rendered build context; `build` runs buildx on it, checks
-the image and writes the lock. Each stage's failure is its own BuildkitError; the build
-context of a failed preparation is removed, and a failed verification removes the image's
-tags again, so a failure leaves no image and no lock change behind.
+the image and writes the lock.
+
+Deterministic by default: SOURCE_DATE_EPOCH is the commit's committer time; the base images are
+pinned by digest in the rendered Dockerfile (`FROM ref@sha256:...`) when the digest is one a FROM
+line can name; provenance attestations are off (`build.provenance`, or BuildOptions, turns them
+on); every input that is not already a label is recorded in the label org.llama-buildkit.inputs,
+so `buildkit reproduce IMAGE` can rebuild from a pushed image alone. On an engine with the
+containerd image store the image goes through the OCI exporter with rewrite-timestamp and
+`docker load` (see buildx.py), so the same inputs give the same manifest digest.
+
+Each stage's failure is its own BuildkitError; the build context of a failed preparation is
+removed, and a failed verification removes the image's tags again, so a failure leaves no image
+and no lock change behind.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -19,19 +30,22 @@ from typing import Iterator
 from . import __version__
 from .baseimages import resolve_base_images
 from .buildkey import build_key
-from .buildx import BuildOptions, BuildResult, buildx_argv, check_buildx, run_build
+from .buildx import (BuildOptions, BuildResult, buildx_argv, check_buildx, image_store, oci_archive_path,
+                     run_build)
 from .config import ResolvedConfig
 from .cudaroot import ensure_cuda_root, read_manifest, runtime_subset
 from .errors import BuildkitError, ConfigError, CudaRootError, VerifyError
 from .lock import BaseImage, LockEntry, write_lock_entry
 from .paths import bundled_patches_dir, cache_dir
 from .patches import PatchQueue, apply_patches, load_patch_queue
-from .plan import BUILD_KEY_LABEL, BuildPlan, BuildRequest, SourceFacts, make_plan, make_request
+from .plan import BUILD_KEY_LABEL, LABEL_PREFIX, BuildPlan, BuildRequest, SourceFacts, make_plan, make_request
 from .render import RenderResult, templates_sha256, write_context
 from .source import SourceInfo, export_tree, fetch_source
 from .verify import VerifyReport, verify_image
 
 SHA_LEN = 40
+INPUTS_LABEL = LABEL_PREFIX + "inputs"
+INPUTS_FORMAT = 1
 
 
 @dataclass(frozen=True)
@@ -123,7 +137,8 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
         bases = resolve_base_images([request.devel_image, request.runtime_image])
         key = build_key(plan, bases, _cuda_manifest(cuda_root))
         plan = replace(plan, labels=plan.labels + ((BUILD_KEY_LABEL, key),))
-        rendered = write_context(plan, out_dir, named)
+        plan = with_inputs_label(plan, bases, _cuda_manifest(cuda_root))
+        rendered = write_context(pinned_plan(plan, bases), out_dir, named)
     except BaseException:
         if created:
             shutil.rmtree(out_dir, ignore_errors=True)
@@ -135,9 +150,91 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
                     base_images=bases, build_key=key)
 
 
+def reproducible_exporter(cfg: ResolvedConfig, docker: str = "docker") -> bool:
+    """The OCI exporter path (bit-for-bit digests) is used when `docker load` keeps an archive's bytes:
+    on the containerd image store. build.reproducible = "off" forces the plain --load path."""
+    wanted = cfg["build.reproducible"]
+    if wanted in ("off", "false", "no", "0"):
+        return False
+    return image_store(docker) == "containerd"
+
+
 def build_options(cfg: ResolvedConfig) -> BuildOptions:
     return BuildOptions(builder=cfg["build.builder"], progress=cfg["build.progress"],
-                        cache_from=tuple(cfg["build.cache_from"]), cache_to=tuple(cfg["build.cache_to"]))
+                        cache_from=tuple(cfg["build.cache_from"]), cache_to=tuple(cfg["build.cache_to"]),
+                        reproducible=reproducible_exporter(cfg),
+                        provenance=cfg["build.provenance"])
+
+
+# --------------------------------------------------------------------------- deterministic inputs
+
+def _repo_digests(ref: str) -> list[str] | None:
+    """The engine's RepoDigests of ref; None when the engine does not have it (or cannot be asked)."""
+    try:
+        import docker
+
+        return list(docker.from_env().images.get(ref).attrs.get("RepoDigests") or [])
+    except Exception:
+        return None
+
+
+def pinnable(base: BaseImage) -> bool:
+    """A digest a FROM line can name: a repository digest (any digest on the containerd store, where
+    even an imported image has one), or one read from a registry. Not the classic store's image id
+    of a `docker import`ed image (that is a config digest, which no FROM resolves)."""
+    if not base.digest.startswith("sha256:") or "@" in base.ref:
+        return False
+    digests = _repo_digests(base.ref)
+    if digests is None:
+        return True  # not in the engine: the digest came from the registry
+    return any(d.endswith("@" + base.digest) for d in digests)
+
+
+def pin(ref: str, digest: str) -> str:
+    return ref if "@" in ref else f"{ref}@{digest}"
+
+
+def pinned_plan(plan: BuildPlan, bases: tuple[BaseImage, ...]) -> BuildPlan:
+    """The plan with FROM references pinned by digest, for rendering only (labels, lock and build
+    key keep the names the user configured; the digests are recorded beside them)."""
+    pins = {b.ref: pin(b.ref, b.digest) for b in bases if pinnable(b)}
+    req = plan.request
+    devel, runtime = pins.get(req.devel_image, req.devel_image), pins.get(req.runtime_image, req.runtime_image)
+    if (devel, runtime) == (req.devel_image, req.runtime_image):
+        return plan
+    return replace(plan, request=replace(req, devel_image=devel, runtime_image=runtime))
+
+
+def inputs_record(plan: BuildPlan, bases: tuple[BaseImage, ...], cuda_manifest: dict | None) -> dict:
+    """Every input of a build that its other labels do not already carry (compact, sorted)."""
+    from .buildkey import cuda_wheel_hashes
+
+    req = plan.request
+    record = {
+        "format": INPUTS_FORMAT,
+        "base_images": [[b.ref, b.digest] for b in bases],
+        "devel_image": req.devel_image,
+        "runtime_image": req.runtime_image,
+        "provider": req.provider,
+        "platform": req.platform,
+        "jobs": req.jobs,
+        "ccache": req.ccache,
+        "no_vmm": req.no_vmm,
+        "extra_cmake_args": list(req.extra_cmake_args),
+        "patches": list(plan.source.patch_names),
+        "cuda_wheels": cuda_wheel_hashes(cuda_manifest),
+        "cublas": None,
+    }
+    if cuda_manifest is not None and req.provider == "wheels" and "wheels" in cuda_manifest:
+        record["cublas"] = any(str(w.get("package", "")).startswith("nvidia-cublas")
+                               for w in cuda_manifest["wheels"] if isinstance(w, dict))
+    return record
+
+
+def with_inputs_label(plan: BuildPlan, bases: tuple[BaseImage, ...], cuda_manifest: dict | None) -> BuildPlan:
+    labels = tuple((k, v) for k, v in plan.labels if k != INPUTS_LABEL)
+    text = json.dumps(inputs_record(plan, bases, cuda_manifest), sort_keys=True, separators=(",", ":"))
+    return replace(plan, labels=labels + ((INPUTS_LABEL, text),))
 
 
 def _cuda_manifest(root: Path | None) -> dict | None:
@@ -161,7 +258,16 @@ def _local_image_id(tag: str, fallback: str) -> str:
         return fallback
 
 
+def with_inputs(prepared: Prepared) -> Prepared:
+    """prepared with the org.llama-buildkit.inputs label on its plan."""
+    if any(k == INPUTS_LABEL for k, _ in prepared.plan.labels):
+        return prepared
+    plan = with_inputs_label(prepared.plan, prepared.base_images, _cuda_manifest(prepared.cuda_root))
+    return replace(prepared, plan=plan)
+
+
 def lock_entry(prepared: Prepared, result: BuildResult) -> LockEntry:
+    prepared = with_inputs(prepared)
     plan, info, req = prepared.plan, prepared.source, prepared.plan.request
     return LockEntry(
         source_url=info.url, ref=info.ref, commit=info.commit, build_number=info.build_number,
@@ -175,6 +281,7 @@ def lock_entry(prepared: Prepared, result: BuildResult) -> LockEntry:
         version=req.version, build_key=prepared.build_key,
         image_digest=result.digest,
         image_id=_local_image_id(result.tags[0], result.config_digest) if result.tags else result.config_digest, tags=result.tags, variant=req.variant,
+        labels=dict(plan.labels), exporter="oci" if result.oci_archive is not None else "load",
     )
 
 
@@ -200,12 +307,16 @@ def prepared_context(cfg: ResolvedConfig, *, request: BuildRequest | None = None
         yield prepare(cfg, Path(tmp) / "context", extra_tags=extra_tags, request=request)
 
 
-def build_prepared(prepared: Prepared, cfg: ResolvedConfig, *, verify: bool = True, stream=None) -> Built:
-    """buildx (--load), verify, then write the lock."""
-    options = build_options(cfg)
+def build_prepared(prepared: Prepared, cfg: ResolvedConfig, *, verify: bool = True, stream=None,
+                   options: BuildOptions | None = None) -> Built:
+    """buildx (OCI archive + docker load, or --load), verify, then write the lock."""
+    options = options or build_options(cfg)
+    prepared = with_inputs(prepared)  # a plan re-made after prepare (publish) lacks the inputs label
     metadata = prepared.rendered.context_dir.parent / "metadata.json"
     argv = buildx_argv(prepared.plan, prepared.rendered, options, metadata)
-    result = run_build(argv, metadata, prepared.plan.tags, stream=stream)
+    archive = oci_archive_path(options, metadata) if options.reproducible else None
+    result = run_build(argv, metadata, prepared.plan.tags, stream=stream, oci_archive=archive,
+                       load=options.load, docker=options.docker)
     report = VerifyReport(image=result.tags[0], checks=())
     if verify:
         try:
@@ -224,9 +335,11 @@ def build_prepared(prepared: Prepared, cfg: ResolvedConfig, *, verify: bool = Tr
 
 
 def build(cfg: ResolvedConfig, *, extra_tags: tuple[str, ...] = (), verify: bool = True,
-          work_dir: Path | None = None, stream=None) -> Built:
-    """Prepare, build with buildx (--load), verify, then write the lock."""
+          work_dir: Path | None = None, stream=None, no_cache: bool = False) -> Built:
+    """Prepare, build with buildx, verify, then write the lock. no_cache: build from a clean state
+    (buildx --no-cache)."""
     request = make_request(cfg)  # refuse a bad request before anything else
-    check_buildx(build_options(cfg).docker)
+    options = replace(build_options(cfg), no_cache=no_cache)
+    check_buildx(options.docker)
     with prepared_context(cfg, request=request, extra_tags=extra_tags, work_dir=work_dir) as prepared:
-        return build_prepared(prepared, cfg, verify=verify, stream=stream)
+        return build_prepared(prepared, cfg, verify=verify, stream=stream, options=options)

@@ -110,17 +110,33 @@ def docker_push(ref: str, stream=None) -> None:
         raise RegistryError(f"docker push {ref} failed: {last[0].strip()}")
 
 
-def _local_image_with_key(key: str):
-    """(image, its version label) for an image in the engine built with this key, else (None, None)."""
+def _local_image_with_key(key: str, repository: str | None = None):
+    """(image, its version label) for an image in the engine built with this key, else (None, None).
+
+    With repository, only an image tagged in that repository counts: reproducible builds give the
+    same key (and digest) to the same inputs in another project, whose version label is not ours."""
     import docker
 
     try:
         images = docker.from_env().images.list(filters={"label": f"{BUILD_KEY_LABEL}={key}"})
     except Exception:
         return None, None
+    if repository is not None:
+        images = [i for i in images if any(t.rsplit(":", 1)[0] == repository for t in (i.tags or ()))]
+    # A nightly of the same inputs carries a nightly version label: it is not this release's image.
+    images = [i for i in images if not is_nightly_version((i.labels or {}).get(VERSION_LABEL, ""))]
     if not images:
         return None, None
     return images[0], (images[0].labels or {}).get(VERSION_LABEL)
+
+
+def is_nightly_version(version: str) -> bool:
+    """0.4.1-nightly.20261130 (what `buildkit nightly` publishes)."""
+    try:
+        prerelease = parse_version(version).prerelease
+    except Exception:
+        return False
+    return bool(prerelease) and str(prerelease).split(".")[0] == "nightly"
 
 
 def _tag_locally(image, repository: ImageRef, tags: tuple[str, ...]) -> None:
@@ -192,7 +208,7 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
             _record(cfg, prepared, repository, tags, version, digest)
             return PublishResult(repository.name, version, digest, tags.all, tuple(added), origin="registry",
                                  build_key=key)
-        local, local_version = (None, None) if force else _local_image_with_key(key)
+        local, local_version = (None, None) if force else _local_image_with_key(key, request.image_name)
         if local is not None and version and local_version != version:
             local = local_version = None  # the engine's copy carries another version label: build anew
         version = local_version or version or next_version(client.list_tags(repo), variant, bump)
@@ -264,3 +280,22 @@ def tags_for(cfg: ResolvedConfig, version: str, commit: str) -> TagSet:
     request = make_request(cfg)
     return release_tags(version, commit, request.variant, default_variant=request.variant == default_variant(cfg))
 
+
+def image_labels(client: RegistryClient, repo: str, digest: str) -> dict[str, str]:
+    """The labels of the image at digest in the registry (for nightly and promote)."""
+    return _labels_of(client, repo, digest)
+
+
+def publish_local_image(client: RegistryClient, repository: ImageRef, image_id: str, tags: TagSet, *,
+                        force: bool = False, stream=None) -> tuple[str, list[str]]:
+    """Publish an image the engine already holds (by id or tag), under tags: refuse if an immutable
+    tag points elsewhere, push the first immutable tag, put the others on its digest.
+    Returns (registry digest, tags changed). Used by `buildkit nightly` for each baked variant."""
+    import docker
+
+    try:
+        image = docker.from_env().images.get(image_id)
+    except Exception:
+        raise RegistryError(f"the image {image_id[:19]} is not in the local engine") from None
+    check_immutable_free(client, repository.repository, tags, image.id, force=force)
+    return _push_image(client, repository, image, image.id, tags, force=force, stream=stream)

@@ -259,6 +259,9 @@ class RegistryClient:
         verify = self._verify if netloc == self.api_host else _ca_for(netloc)
         for attempt in range(self.retries + 1):
             last = attempt == self.retries
+            body = kwargs.get("data")
+            if hasattr(body, "seek"):  # a file being uploaded: every attempt sends it from its start
+                body.seek(0)
             try:
                 resp = self._session.request(method, url, timeout=self.timeout, verify=verify,
                                              proxies=self._proxies(url), **kwargs)
@@ -532,6 +535,72 @@ class RegistryClient:
             raise self._fail(op, f"the blob received has digest {_sha256(body)}")
         return body
 
+    def blob_exists(self, repo: str, digest: str) -> bool:
+        """Whether the repository has the blob (HEAD /v2/<repo>/blobs/<digest>)."""
+        _check_repo(repo)
+        _check_reference(digest)
+        op = f"head blob {repo}@{digest}"
+        with self._request("HEAD", f"/v2/{repo}/blobs/{digest}", op, f"repository:{repo}:pull") as resp:
+            if resp.status_code == 404:
+                return False
+            if resp.status_code != 200:
+                raise self._fail(op, _status(resp))
+            return True
+
+    def download_blob(self, repo: str, digest: str, dest: Path) -> None:
+        """Stream a blob of any size into dest (written atomically), checked against its digest."""
+        _check_repo(repo)
+        _check_reference(digest)
+        op = f"get blob {repo}@{digest}"
+        tmp = dest.with_name(dest.name + ".part")
+        with self._request("GET", f"/v2/{repo}/blobs/{digest}", op, f"repository:{repo}:pull", stream=True) as resp:
+            if resp.status_code != 200:
+                raise self._fail(op, _status(resp))
+            h = hashlib.sha256()
+            try:
+                with open(tmp, "wb") as fh:
+                    for chunk in resp.iter_content(1 << 20):
+                        h.update(chunk)
+                        fh.write(chunk)
+            except requests.RequestException as exc:
+                tmp.unlink(missing_ok=True)
+                raise self._fail(op, _describe_connection_error(exc, self.timeout)) from None
+        got = "sha256:" + h.hexdigest()
+        if got != digest:
+            tmp.unlink(missing_ok=True)
+            raise self._fail(op, f"the blob received has digest {got}")
+        os.replace(tmp, dest)
+
+    def upload_blob(self, repo: str, digest: str, data: Any, size: int) -> None:
+        """Upload one blob: POST a session, then PUT the bytes monolithically with ?digest=.
+
+        data is bytes or a binary file positioned at the start (it must be seekable for a retry)."""
+        _check_repo(repo)
+        _check_reference(digest)
+        op = f"upload blob {repo}@{digest[:19]}"
+        scope = f"repository:{repo}:pull,push"
+        with self._request("POST", f"/v2/{repo}/blobs/uploads/", op, scope,
+                           headers={"Content-Length": "0"}) as resp:
+            if resp.status_code == 201:  # the registry mounted or already had it
+                return
+            if resp.status_code != 202 or not resp.headers.get("Location"):
+                raise self._fail(op, _status(resp))
+            location = urljoin(resp.url, resp.headers["Location"])
+        if urlsplit(location).netloc != urlsplit(self._base()).netloc:
+            raise self._fail(op, f"the upload location {urlsplit(location).netloc} is another host")
+        sep = "&" if urlsplit(location).query else "?"
+        start = data.tell() if hasattr(data, "tell") else None
+        body = data
+        if start is not None and hasattr(data, "seek"):
+            body = _SizedReader(data, size)
+        with self._request("PUT", "", op, scope, url=f"{location}{sep}digest={digest}", data=body,
+                           headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)}) as resp:
+            if resp.status_code not in (201, 204):
+                raise self._fail(op, _status(resp))
+            stored = resp.headers.get("Docker-Content-Digest", "")
+        if stored and stored != digest:
+            raise self._fail(op, f"the registry stored digest {stored}, expected {digest}")
+
     def list_tags(self, repo: str, page_size: int = 100) -> list[str]:
         """Every tag of repo, following `Link: <...>; rel="next"` pages; [] for an unknown repository."""
         _check_repo(repo)
@@ -563,6 +632,26 @@ class RegistryClient:
             seen.add(url)
             params = None
         raise self._fail(op, f"more than {MAX_PAGES} pages of tags")
+
+
+class _SizedReader:
+    """A file of known size for requests (sent with Content-Length, not chunked); rewound on a retry."""
+
+    def __init__(self, fh: Any, size: int) -> None:
+        self.fh, self.size, self.start = fh, size, fh.tell()
+        self.len = size
+
+    def read(self, n: int = -1) -> bytes:
+        return self.fh.read(n)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self.fh.seek(self.start + offset if whence == 0 else offset, whence)
+
+    def tell(self) -> int:
+        return self.fh.tell() - self.start
 
 
 def client_for(registry: str, env: Mapping[str, str] | None = None, **kwargs: Any) -> RegistryClient:

@@ -63,7 +63,7 @@ EOF
   fi
   # The distribution's docker CLI may be shadowed by another one on PATH: both talk to the same socket.
   log "starting dockerd (log: $DOCKERD_LOG)"
-  nohup /usr/sbin/dockerd --data-root "$DOCKER_DATA_ROOT" >"$DOCKERD_LOG" 2>&1 &
+  nohup /usr/sbin/dockerd --data-root "$DOCKER_DATA_ROOT" >>"$DOCKERD_LOG" 2>&1 &
   for _ in $(seq 1 60); do
     docker info >/dev/null 2>&1 && { log "dockerd is up"; return 0; }
     sleep 1

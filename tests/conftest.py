@@ -16,3 +16,4 @@ def git_daemon(tmp_path_factory: pytest.TempPathFactory) -> GitDaemon:
 
 from fixtures_docker import busybox_image, debian_base_image, docker_engine  # noqa: E402,F401  (fixtures)
 from registryserver import registry_auth, registry_plain, registry_token  # noqa: E402,F401  (fixtures)
+from realserver import real_server_image  # noqa: E402,F401  (fixture: the real llama-server image, built by buildkit)

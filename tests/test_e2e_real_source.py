@@ -69,7 +69,7 @@ os_image = "{debian_base_image}"
         ldd = client.containers.run(ref, ["-c", "ldd /app/llama-server"], entrypoint=["/bin/sh"], remove=True)
         assert b"not found" not in ldd, ldd.decode()
     finally:
-        for name in (ref, f"buildkit-test/llama-cpp:cpu", f"buildkit-test/llama-cpp:sha-{fork_commit[:7]}-cpu"):
+        for name in (ref, "buildkit-test/llama-cpp:cpu", f"buildkit-test/llama-cpp:sha-{fork_commit[:7]}-cpu"):
             try:
                 client.images.remove(name, force=True)
             except docker.errors.ImageNotFound:

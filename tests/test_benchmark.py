@@ -1,0 +1,194 @@
+"""The pure parts of `buildkit bench`: protocol, statistics, degradation flag, report JSON, comparison,
+URL handling and the lock attachment. The real server is measured in test_benchmark_e2e.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from buildkit.benchmark import (BenchReport, Protocol, RequestResult, RunResult, _error_text, attach_to_lock,
+                                combine, compare, degradation, endpoint, find_lock_entry, format_compare,
+                                format_report, load_report, stats, summarize)
+from buildkit.errors import BenchError, LockError
+from buildkit.lock import LOCK_VERSION, read_lock
+
+
+def run(n: int, tps: float, tokens: int = 800, predicted: float | None = None, draft: tuple | None = None) -> RunResult:
+    wall = tokens / tps
+    return RunResult(run=n, tokens=tokens, wall_s=wall, client_tps=tps, ttft_s=0.1, finish_reason="length",
+                     prompt_tokens=62, prompt_tps=500.0, predicted_tps=predicted if predicted else tps * 1.05,
+                     draft_n=draft[0] if draft else None, draft_accepted=draft[1] if draft else None)
+
+
+def report(tps: list[float], error: str | None = None, label: str = "img:a", **protocol) -> BenchReport:
+    return BenchReport(target={"image": label}, protocol=Protocol(**protocol),
+                       runs=[run(i + 1, t) for i, t in enumerate(tps)], error=error)
+
+
+def test_default_protocol_is_the_hand_measured_one():
+    p = Protocol().check()
+    body = p.body()
+    assert (p.runs, p.max_tokens, p.concurrency) == (3, 800, 1)
+    assert body["max_tokens"] == 800 and body["ignore_eos"] is True and body["temperature"] == 0
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["chat_template_kwargs"] == {"enable_thinking": False}
+    assert body["cache_prompt"] is False
+    (message,) = body["messages"]
+    assert message["role"] == "user" and "Space Invaders" in message["content"] and "HTML" in message["content"]
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"runs": 0}, "--runs must be at least 1"), ({"max_tokens": 0}, "--max-tokens must be at least 1"),
+    ({"concurrency": 0}, "--concurrency must be at least 1"), ({"timeout": 0}, "--timeout must be more than 0"),
+    ({"degradation_threshold": 1.5}, "degradation threshold must be in (0, 1]"), ({"prompt": " "}, "prompt is empty"),
+])
+def test_protocol_checks(kwargs, message):
+    with pytest.raises(BenchError) as err:
+        Protocol(**kwargs).check()
+    assert message in str(err.value)
+
+
+def test_stats_mean_min_max_skip_missing_values():
+    assert stats([1.0, None, 3.0]) == {"mean": 2.0, "min": 1.0, "max": 3.0}
+    assert stats([None, None]) is None and stats([]) is None
+
+
+def test_degradation_flags_the_dflash_pattern():
+    ratio, degraded = degradation([run(1, 3.40), run(2, 1.52), run(3, 0.97)])
+    assert degraded and ratio == pytest.approx(0.97 / 3.40)
+    assert degradation([run(1, 85.0), run(2, 80.0), run(3, 84.0)]) == (pytest.approx(84 / 85), False)
+    assert degradation([run(1, 10.0), run(2, 7.0)], threshold=0.7) == (pytest.approx(0.7), False)  # not below
+    assert degradation([run(1, 10.0), run(2, 6.9)]) [1] is True
+    assert degradation([run(1, 10.0)]) == (None, False)
+    assert degradation([]) == (None, False)
+
+
+def test_summary_of_runs():
+    runs = [run(1, 10.0, draft=(100, 80)), run(2, 20.0, draft=(100, 60)), run(3, 30.0)]
+    s = summarize(runs, runs_asked=5)
+    assert s["runs_done"] == 3 and s["runs_asked"] == 5 and s["tokens"] == 2400
+    assert s["client_tps"] == {"mean": 20.0, "min": 10.0, "max": 30.0}
+    assert s["acceptance"] == {"mean": pytest.approx(0.7), "min": pytest.approx(0.6), "max": pytest.approx(0.8)}
+    assert s["last_vs_first"] == 3.0 and s["degraded"] is False
+    assert summarize([], 3)["client_tps"] is None
+
+
+def test_a_concurrent_run_adds_tokens_and_takes_the_longest_wall_time():
+    def req(tokens, wall, tps, draft=None):
+        return RequestResult(tokens=tokens, tokens_source="usage", chunks=tokens, wall_s=wall, ttft_s=0.2,
+                             finish_reason="length", prompt_tokens=62, prompt_tps=100.0, predicted_tps=tps,
+                             draft_n=draft and draft[0], draft_accepted=draft and draft[1])
+
+    r = combine(1, [req(100, 2.0, 60.0, (50, 40)), req(100, 4.0, 30.0, (50, 10))])
+    assert r.tokens == 200 and r.wall_s == 4.0 and r.client_tps == 50.0
+    assert r.predicted_tps == 45.0 and r.draft_n == 100 and r.draft_accepted == 50 and r.acceptance == 0.5
+    d = r.to_dict()
+    assert len(d["requests"]) == 2 and d["requests"][0]["client_tps"] == 50.0 and d["acceptance"] == 0.5
+    assert "requests" not in combine(1, [req(100, 2.0, 60.0)]).to_dict()  # one request: nothing repeated
+
+
+def test_report_json_round_trip_keeps_partial_runs_and_the_error(tmp_path):
+    rep = report([10.0, 11.0], error="run 3 of 3: HTTP 500 ...")
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(rep.to_dict()))
+    back = load_report(path)
+    assert [r.client_tps for r in back.runs] == [10.0, 11.0] and back.error == rep.error
+    assert back.protocol == rep.protocol and back.label == "img:a"
+    data = json.loads(path.read_text())
+    assert data["summary"]["runs_done"] == 2 and data["summary"]["runs_asked"] == 3
+
+
+@pytest.mark.parametrize("text,message", [
+    ("{", "cannot read a bench report"), ("[]", "not a JSON object"),
+    ('{"report_version": 9}', "not a buildkit bench report (report_version 9 is not 1)"),
+    ('{"report_version": 1}', "not a buildkit bench report"),
+])
+def test_bad_compare_files(tmp_path, text, message):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(BenchError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_report(path)
+
+
+def test_format_report_shows_runs_summary_and_degradation():
+    text = format_report(report([3.40, 1.52, 0.97]))
+    assert "run  tokens  wall s" in text
+    assert "DEGRADED, the last run ran at 0.29x the first (3.40 -> 1.52 -> 0.97 tok/s; threshold 0.7x)" in text
+    lines = text.splitlines()
+    assert any(ln.startswith("mean") and "1.96" in ln for ln in lines)
+    assert "degradation: none (last/first 1.00x" in format_report(report([5.0, 5.0, 5.0]))
+
+
+def test_format_report_of_a_partial_bench():
+    text = format_report(report([10.0], error="run 2 of 3: the server closed the connection"))
+    assert text.splitlines()[-1] == "stopped: run 2 of 3: the server closed the connection (1 of 3 runs done, kept)"
+    assert "no run completed" in format_report(report([], error="run 1 of 3: refused"))
+
+
+def test_compare_ratios_and_table():
+    before, now = report([3.40, 1.52, 0.97], label="img:old"), report([85.0, 84.0, 85.0], label="img:new")
+    rows = {r["metric"]: r for r in compare(before, now)}
+    assert rows["tok/s mean"]["ratio"] == pytest.approx(84.6667 / 1.9633, rel=1e-3)
+    assert rows["tok/s min"]["ratio"] == pytest.approx(84 / 0.97)
+    assert rows["degraded"]["base"] is True and rows["degraded"]["new"] is False
+    assert rows["draft acceptance mean"]["ratio"] is None
+    table = format_compare(before, now, "old.json", "now")
+    assert "img:old" in table and "img:new" in table
+    assert any(ln.startswith("tok/s min") and ln.rstrip().endswith("86.60x") for ln in table.splitlines())
+    assert "note:" not in table
+    other = format_compare(before, report([5.0], label="x", max_tokens=100))
+    assert "max_tokens 800 vs 100" in other
+
+
+@pytest.mark.parametrize("url,base,path", [
+    ("http://127.0.0.1:8080", "http://127.0.0.1:8080", "/v1/chat/completions"),
+    ("127.0.0.1:8080", "http://127.0.0.1:8080", "/v1/chat/completions"),
+    ("http://localhost:8080/v1", "http://localhost:8080", "/v1/chat/completions"),
+    ("http://localhost:8080/v1/chat/completions", "http://localhost:8080", "/v1/chat/completions"),
+    ("http://h/proxy/v1/", "http://h:80/proxy", "/proxy/v1/chat/completions"),
+    ("https://h", "https://h:443", "/v1/chat/completions"),
+])
+def test_endpoint(url, base, path):
+    ep = endpoint(url)
+    assert ep.base == base and ep.chat_path == path
+
+
+def test_error_bodies_become_one_line():
+    assert _error_text(b'{"error": {"code": 500, "message": "boom\\nagain"}}') == "boom again"
+    assert _error_text(b"<html>\n Bad gateway </html>") == "<html> Bad gateway </html>"
+    assert _error_text(b"") == "(empty body)"
+    assert _error_text(b"x" * 500).endswith("...")
+
+
+def lock_doc() -> dict:
+    return {"lock_version": LOCK_VERSION, "builds": {
+        "cpu/server": {"image_id": "sha256:aaa", "image_digest": "sha256:aaa",
+                       "tags": ["buun:cpu", "buun:sha-1234567-cpu"], "pushed": []},
+        "cuda13.1-sm120/server": {"image_id": "sha256:bbb", "image_digest": "sha256:ccc",
+                                  "tags": ["buun:cuda13.1-sm120"], "pushed": ["reg.example/buun:1.0.0-cuda13.1-sm120"]},
+    }}
+
+
+def test_find_lock_entry_by_tag_pushed_name_or_id():
+    builds = lock_doc()["builds"]
+    assert find_lock_entry(builds, "buun:sha-1234567-cpu") == "cpu/server"
+    assert find_lock_entry(builds, "reg.example/buun:1.0.0-cuda13.1-sm120") == "cuda13.1-sm120/server"
+    assert find_lock_entry(builds, "other:tag", "sha256:bbb") == "cuda13.1-sm120/server"
+    assert find_lock_entry(builds, "other:tag", "sha256:ccc") == "cuda13.1-sm120/server"
+    assert find_lock_entry(builds, "other:tag", "sha256:zzz") is None
+
+
+def test_attach_to_lock_writes_the_bench_into_the_entry_only(tmp_path):
+    path = tmp_path / "buildkit.lock"
+    path.write_text(json.dumps(lock_doc()))
+    rep = report([10.0, 9.0], error="run 3 of 3: interrupted")
+    attach_to_lock(path, "cpu/server", rep)
+    data = read_lock(path)
+    bench = data["builds"]["cpu/server"]["bench"]
+    assert [r["client_tps"] for r in bench["runs"]] == [10.0, 9.0] and bench["error"] == "run 3 of 3: interrupted"
+    assert "bench" not in data["builds"]["cuda13.1-sm120/server"]
+    assert data["builds"]["cpu/server"]["tags"] == ["buun:cpu", "buun:sha-1234567-cpu"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["buildkit.lock"]  # no temporary file left
+    with pytest.raises(LockError, match="has no entry 'x/y'"):
+        attach_to_lock(path, "x/y", rep)

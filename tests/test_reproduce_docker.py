@@ -1,0 +1,253 @@
+"""Reproducible builds on the real engine: the example fork's cpu variant, built twice from a clean state.
+
+The first build goes through `buildkit.pipeline.build(..., no_cache=True)` (buildx --no-cache, and
+build.ccache=false in the project), the second is `buildkit reproduce buildkit.lock` (also
+cache-less): both must give the same manifest digest. Then a changed patch, a changed template and
+a different commit each give another digest, and `diff` / `reproduce` name the files that differ.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import docker
+import pytest
+
+from forkrepo import FORK_DATE, _git, make_fork_repo
+
+pytestmark = pytest.mark.docker
+
+ROOT = Path(__file__).resolve().parent.parent
+IMAGE = f"buildkit-test/repro-{uuid.uuid4().hex[:8]}"  # unique: other runs may share the engine
+PATCH = """--- a/common/common.cpp
++++ b/common/common.cpp
+@@ -1,3 +1,4 @@
++int buildkit_patched_by_tests = 1;
+ #include "common.h"
+ 
+ #include "build-info.h"
+"""
+
+
+def buildkit(project: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "buildkit.cli", *args], cwd=project, env=env,
+                          capture_output=True, text=True, timeout=1800)
+
+
+@pytest.fixture(scope="module")
+def fork(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("repro-upstream") / "tiny-fork"
+    _, commit = make_fork_repo(repo, ROOT / "examples" / "tiny-fork")
+    # a second fork commit that changes a compiled source file
+    source = repo / "common" / "common.cpp"
+    source.write_text(source.read_text() + "\n// a later fork commit\nint buildkit_later_commit = 1;\n")
+    _git(repo, "commit", "-q", "-a", "-m", "fork: later", date=FORK_DATE)
+    later = _git(repo, "rev-parse", "HEAD")
+    return {"path": repo, "commit": commit, "later": later}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def remove_images():
+    yield
+    try:
+        client = docker.from_env()
+        images = client.images.list()
+    except Exception:
+        return
+    for image in images:
+        for tag in image.tags or ():
+            if tag.startswith(IMAGE):
+                try:
+                    client.images.remove(tag, noprune=False)
+                except docker.errors.APIError:
+                    pass
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory, fork, debian_base_image, docker_engine):
+    from buildkit.buildx import image_store
+
+    if image_store() != "containerd":
+        pytest.skip("reproducible digests need the containerd image store (see README)")
+    root = tmp_path_factory.mktemp("repro-project")
+    (root / "patches").mkdir()
+    (root / "buildkit.toml").write_text(f"""schema_version = 1
+[source]
+url = "{fork['path']}"
+commit = "{fork['commit']}"
+patch_dir = "patches"
+[image]
+name = "{IMAGE}"
+version = "0.3.0"
+[build]
+arch = "cpu"
+jobs = 2
+ccache = false
+progress = "plain"
+[base]
+os_image = "{debian_base_image}"
+""")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_BUILDKIT_")}
+    env["LLAMA_BUILDKIT_CACHE_DIR"] = str(tmp_path_factory.getbasetemp() / "repro-cache")
+    return {"root": root, "env": env}
+
+
+def config(project, **overrides):
+    from buildkit.config import load_config
+
+    overrides = {"cache.dir": project["env"]["LLAMA_BUILDKIT_CACHE_DIR"], **overrides}
+    return load_config(project["root"] / "buildkit.toml", env=project["env"],
+                       overrides={k: (v, "test") for k, v in overrides.items()})
+
+
+def clean_build(project, **overrides):
+    """buildkit build from a clean state (buildx --no-cache; ccache is off in the project)."""
+    from buildkit.pipeline import build
+
+    return build(config(project, **overrides), no_cache=True)
+
+
+@pytest.fixture(scope="module")
+def first(project):
+    built = clean_build(project)
+    lock = json.loads((project["root"] / "buildkit.lock").read_text())["builds"]["cpu/server"]
+    shutil.copy(project["root"] / "buildkit.lock", project["root"] / "first.lock")
+    return {"built": built, "lock": lock}
+
+
+def test_the_first_build_is_recorded_for_reproduction(first, project):
+    lock, built = first["lock"], first["built"]
+    assert lock["exporter"] == "oci" and lock["image_digest"] == built.result.digest
+    # the engine's image is the archive, byte for byte: its id is the manifest digest
+    assert docker.from_env().images.get(f"{IMAGE}:cpu").id == lock["image_digest"] == lock["image_id"]
+    inputs = json.loads(lock["labels"]["org.llama-buildkit.inputs"])
+    assert inputs["ccache"] is False and inputs["base_images"][0][1] == lock["base_images"][0]["digest"]
+
+
+def test_render_pins_the_base_image_by_digest(project, first, tmp_path):
+    proc = buildkit(project["root"], project["env"], "render", "--out", str(tmp_path / "ctx"))
+    assert proc.returncode == 0, proc.stderr
+    digest = first["lock"]["base_images"][0]["digest"]
+    text = (tmp_path / "ctx" / "Dockerfile").read_text()
+    assert f"@{digest} AS build" in text and f"@{digest} AS base" in text
+
+
+def test_reproduce_from_the_lock_gives_the_same_digest(project, first):
+    proc = buildkit(project["root"], project["env"], "reproduce", "first.lock")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "reproduced" in proc.stdout and first["lock"]["image_digest"] in proc.stdout
+    assert "--no-cache" not in proc.stdout  # buildx output goes to stderr
+    # the reproduction changed nothing: same lock, same tag
+    assert (project["root"] / "buildkit.lock").read_text() == (project["root"] / "first.lock").read_text()
+
+
+def test_reproduce_from_the_image_labels(project, first):
+    proc = buildkit(project["root"], project["env"], "reproduce", f"{IMAGE}:cpu", "--cache", "--json")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads(proc.stdout)
+    assert data["reproduced"] and data["rebuilt"] == first["lock"]["image_digest"]
+
+
+def test_a_missing_or_mismatching_input_is_an_error(project, first, tmp_path):
+    other = tmp_path / "patches"
+    other.mkdir()
+    (other / "0001-x.patch").write_text(PATCH)
+    proc = buildkit(project["root"], project["env"], "reproduce", "first.lock", "--patches", str(other))
+    assert proc.returncode == 1 and "the patch set in" in proc.stderr and "0001-x.patch" in proc.stderr
+    lock = json.loads((project["root"] / "first.lock").read_text())
+    entry = lock["builds"]["cpu/server"]
+    entry["base_images"][0]["digest"] = ""
+    (tmp_path / "nobase.lock").write_text(json.dumps(lock))
+    proc = buildkit(project["root"], project["env"], "reproduce", str(tmp_path / "nobase.lock"))
+    assert proc.returncode == 1 and "without a digest" in proc.stderr
+    lock["builds"]["cpu/server"] = dict(entry, tool_version="0.0.0-other", base_images=first["lock"]["base_images"],
+                                        template_sha256="0" * 64)
+    (tmp_path / "tmpl.lock").write_text(json.dumps(lock))
+    proc = buildkit(project["root"], project["env"], "reproduce", str(tmp_path / "tmpl.lock"))
+    assert proc.returncode == 1 and "warning: the build was recorded by buildkit 0.0.0-other" in proc.stderr
+    assert "the templates here hash to" in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def variants(project, first, fork, tmp_path_factory):
+    """The same build with one input changed each: a patch, a template, the commit (cache allowed)."""
+    from buildkit.pipeline import build
+
+    out = {}
+    templates = tmp_path_factory.mktemp("templates")
+    patch = project["root"] / "patches" / "0001-code.patch"
+    patch.write_text(PATCH)
+    try:
+        out["patch"] = build(config(project, **{"image.name": IMAGE + "-patch",
+                                                "lock.path": str(templates / "lock0")})).result.digest
+    finally:
+        patch.unlink()
+    for path in (ROOT / "templates").glob("*.j2"):
+        shutil.copy(path, templates / path.name)
+    runtime = templates / "_runtime.j2"
+    runtime.write_text(runtime.read_text().replace(
+        "ENV LD_LIBRARY_PATH=", "RUN mkdir -p /etc/llama && echo changed-template > /etc/llama/template\nENV LD_LIBRARY_PATH=", 1))
+    import buildkit.render as render
+
+    saved = render.templates_dir
+    render.templates_dir = lambda: templates
+    try:
+        out["template"] = build(config(project, **{"image.name": IMAGE + "-template",
+                                                   "lock.path": str(templates / "lock")})).result.digest
+    finally:
+        render.templates_dir = saved
+    out["commit"] = build(config(project, **{"image.name": IMAGE + "-commit", "source.commit": fork["later"],
+                                              "lock.path": str(templates / "lock2")})).result.digest
+    return out
+
+
+def diff(project, a: str, b: str) -> subprocess.CompletedProcess:
+    return buildkit(project["root"], project["env"], "diff", a, b)
+
+
+def test_a_changed_patch_template_or_commit_changes_the_digest_and_diff_names_the_files(project, first, variants):
+    base = first["lock"]["image_digest"]
+    assert len({base, *variants.values()}) == 4, variants
+    patched = diff(project, f"{IMAGE}:cpu", f"{IMAGE}-patch:cpu")
+    assert patched.returncode == 2 and "/app/lib/libllama-common.so" in patched.stdout, patched.stdout[-3000:]
+    template = diff(project, f"{IMAGE}:cpu", f"{IMAGE}-template:cpu")
+    assert template.returncode == 2 and "added    /etc/llama/template" in template.stdout, template.stdout[-3000:]
+    commit = diff(project, f"{IMAGE}:cpu", f"{IMAGE}-commit:cpu")
+    assert commit.returncode == 2 and "/app/lib/libllama-common.so" in commit.stdout
+    assert "org.opencontainers.image.revision" in commit.stdout  # the revision label says why
+
+
+def test_reproduce_that_differs_reports_the_layers_and_files(project, first, variants, tmp_path):
+    """A record whose image is not what its inputs give (here: the patched image recorded under the
+    unpatched inputs) is not reproduced: exit 2, with the differing files."""
+    lock = json.loads((project["root"] / "first.lock").read_text())
+    patched = docker.from_env().images.get(f"{IMAGE}-patch:cpu").id
+    lock["builds"]["cpu/server"].update(image_digest=patched, image_id=patched)
+    (tmp_path / "wrong.lock").write_text(json.dumps(lock))
+    proc = buildkit(project["root"], project["env"], "reproduce", str(tmp_path / "wrong.lock"), "--cache")
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "NOT reproduced" in proc.stdout and "content  /app/lib/libllama-common.so" in proc.stdout
+    assert "ELF sections differ" in proc.stdout
+
+
+def test_the_cuda_variant_is_reproduced_bit_for_bit(project, tmp_path_factory, tmp_path):
+    """sm_120 with the PyPI-wheel toolkit: nvcc's temporary file names (tmpxft_<pid>_...) would differ
+    between two clean builds; the template strips that symbol, so the digests are the same."""
+    from buildkit.pipeline import build
+
+    cache = str(tmp_path_factory.getbasetemp() / "buildkit-cache")  # shared with test_build_docker's CUDA root
+    lock = tmp_path / "cuda.lock"
+    cfg = config(project, **{"build.arch": "sm_120", "build.cuda_version": "13.1", "base.provider": "wheels",
+                             "base.cublas": False, "cache.dir": cache, "lock.path": str(lock),
+                             "image.name": IMAGE + "-cuda"})
+    built = build(cfg, no_cache=True)
+    env = dict(project["env"], LLAMA_BUILDKIT_CACHE_DIR=cache)
+    proc = buildkit(project["root"], env, "reproduce", str(lock))
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
+    assert "reproduced" in proc.stdout and built.result.digest in proc.stdout

@@ -1,0 +1,69 @@
+"""Reproduce the real llama.cpp CPU server image bit for bit (marker e2e: two cold builds, ~6 min each on 2 cores).
+
+The tree of PyPI's llama-cpp-python 0.3.36 sdist is committed as upstream plus one fork commit,
+built with build.ccache=false and buildx --no-cache, then `buildkit reproduce buildkit.lock`
+rebuilds it (again without any cache) and must report the same manifest digest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from forkrepo import make_fork_repo
+from realsource import ensure_llama_cpp_tree
+
+pytestmark = [pytest.mark.e2e, pytest.mark.docker]
+
+
+def test_real_llama_cpp_cpu_build_is_reproduced_bit_for_bit(tmp_path, git_daemon, debian_base_image):
+    from buildkit.buildx import image_store
+    from buildkit.config import load_config
+    from buildkit.pipeline import build
+
+    if image_store() != "containerd":
+        pytest.skip("reproducible digests need the containerd image store")
+    cache = Path(os.environ.get("LLAMA_BUILDKIT_TEST_CACHE", Path.home() / ".cache" / "llama-buildkit-tests"))
+    tree = ensure_llama_cpp_tree(cache)
+    repo = tmp_path / "buun-llama-cpp"
+    _, fork_commit = make_fork_repo(repo, tree, fork_message="fork: reproduce")
+    project = tmp_path / "project"
+    (project / "patches").mkdir(parents=True)
+    (project / "buildkit.toml").write_text(f"""schema_version = 1
+[source]
+url = "{git_daemon.url_for(repo)}"
+commit = "{fork_commit}"
+[image]
+name = "buildkit-test/llama-cpp-repro"
+[build]
+arch = "cpu"
+jobs = 2
+ccache = false
+progress = "plain"
+[base]
+os_image = "{debian_base_image}"
+""")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_BUILDKIT_")}
+    env["LLAMA_BUILDKIT_CACHE_DIR"] = str(tmp_path / "cache")
+    cfg = load_config(project / "buildkit.toml", env=env, overrides={"cache.dir": (env["LLAMA_BUILDKIT_CACHE_DIR"], "test")})
+    first = build(cfg, no_cache=True)
+    try:
+        lock = json.loads((project / "buildkit.lock").read_text())["builds"]["cpu/server"]
+        assert lock["image_digest"] == first.result.digest and lock["exporter"] == "oci"
+        proc = subprocess.run([sys.executable, "-m", "buildkit.cli", "reproduce", "buildkit.lock"], cwd=project,
+                              env=env, capture_output=True, text=True, timeout=3600)
+        assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+        assert "reproduced" in proc.stdout and first.result.digest in proc.stdout
+    finally:
+        import docker
+
+        for tag in first.result.tags:
+            try:
+                docker.from_env().images.remove(tag)
+            except docker.errors.APIError:
+                pass

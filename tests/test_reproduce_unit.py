@@ -1,0 +1,115 @@
+"""reproduce without an engine: reading a record from labels and locks, missing inputs, argv of the reproducible path."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import pytest
+
+from buildkit.buildx import BuildOptions, buildx_argv
+from buildkit.errors import ReproduceError
+from buildkit.lock import BaseImage
+from buildkit.pipeline import INPUTS_LABEL, inputs_record, pin, pinned_plan
+from buildkit.render import RenderResult, render_dockerfile
+from buildkit.reproduce import _repo_of, from_labels, from_lock, overrides_for, select_entry
+from test_plan_render import plan_for
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+def labels_of(plan, bases=(BaseImage("buildkit-test/debian:bookworm", DIGEST),)) -> dict[str, str]:
+    labels = dict(plan.labels)
+    labels[INPUTS_LABEL] = json.dumps(inputs_record(plan, tuple(bases), None))
+    return labels
+
+
+def test_a_record_from_labels_has_every_input():
+    plan = plan_for(**{"build.arch": "cpu", "base.os_image": "buildkit-test/debian:bookworm"})
+    rec = from_labels(labels_of(plan), "image x", image_digest=DIGEST)
+    assert rec.commit == plan.source.commit and rec.source_date_epoch == plan.source_date_epoch
+    assert rec.cmake_args == plan.cmake_args and rec.template_sha256 == plan.template_sha256
+    assert rec.base_images == (BaseImage("buildkit-test/debian:bookworm", DIGEST),)
+    assert rec.arch == "cpu" and rec.provider == "cpu" and rec.jobs == plan.request.jobs
+    overrides = overrides_for(rec)
+    assert overrides["source.commit"][0] == plan.source.commit and overrides["build.arch"][0] == "cpu"
+    assert overrides["base.os_image"][0] == "buildkit-test/debian:bookworm"
+
+
+@pytest.mark.parametrize("drop,message", [
+    ("org.opencontainers.image.revision", "commit is missing"),
+    ("org.llama-buildkit.patch-set", "patch set hash is missing"),
+    ("org.llama-buildkit.template", "template hash is missing"),
+    ("org.opencontainers.image.created", "SOURCE_DATE_EPOCH"),
+    (INPUTS_LABEL, "no org.llama-buildkit.inputs label"),
+])
+def test_a_missing_input_is_an_error(drop, message):
+    labels = labels_of(plan_for(**{"build.arch": "cpu"}))
+    del labels[drop]
+    with pytest.raises(ReproduceError, match=message):
+        from_labels(labels, "image x", image_digest=DIGEST)
+
+
+def test_a_base_image_without_digest_cannot_be_reproduced():
+    plan = plan_for(**{"build.arch": "cpu"})
+    with pytest.raises(ReproduceError, match="without a digest"):
+        from_labels(labels_of(plan, [BaseImage("ubuntu:24.04", "")]), "image x", image_digest=DIGEST)
+
+
+def test_lock_entries_are_chosen_by_key(tmp_path):
+    builds = {"cpu/server": {}, "cuda13.1-sm120/server": {}}
+    assert select_entry({"cpu/server": {"a": 1}}, None, tmp_path)[0] == "cpu/server"
+    with pytest.raises(ReproduceError, match="choose one with --build"):
+        select_entry(builds, None, tmp_path)
+    with pytest.raises(ReproduceError, match="has no build 'x'"):
+        select_entry(builds, "x", tmp_path)
+
+
+def test_a_lock_without_recorded_labels_is_an_error(tmp_path):
+    path = tmp_path / "buildkit.lock"
+    path.write_text(json.dumps({"lock_version": 1, "builds": {"cpu/server": {"commit": "c" * 40}}}))
+    with pytest.raises(ReproduceError, match="no recorded labels"):
+        from_lock(path)
+    with pytest.raises(ReproduceError, match="no such lock file"):
+        from_lock(tmp_path / "nothing.lock")
+
+
+def test_reproducible_argv_exports_oci_with_rewritten_timestamps(tmp_path):
+    plan = plan_for(**{"build.arch": "cpu"})
+    rendered = RenderResult(context_dir=tmp_path, dockerfile=tmp_path / "Dockerfile", dockerfile_sha256="0" * 64)
+    argv = buildx_argv(plan, rendered, BuildOptions(reproducible=True, no_cache=True), tmp_path / "m.json")
+    output = argv[argv.index("--output") + 1]
+    assert output.startswith(f"type=oci,dest={tmp_path / 'image.oci.tar'},rewrite-timestamp=true")
+    assert plan.tags[0] in output  # the tags travel as image names for docker load
+    assert "--provenance=false" in argv and "--no-cache" in argv
+    assert "--load" not in argv and "--tag" not in argv
+    plain = buildx_argv(plan, rendered, BuildOptions(provenance=True), tmp_path / "m.json")
+    assert "--load" in plain and "--provenance=true" in plain and "--output" not in plain
+
+
+def test_from_lines_are_pinned_by_digest(monkeypatch):
+    import buildkit.pipeline as pipeline
+
+    plan = plan_for(**{"build.arch": "cpu", "base.os_image": "example.org/debian:bookworm"})
+    monkeypatch.setattr(pipeline, "_repo_digests", lambda ref: None)  # as if read from the registry
+    text = render_dockerfile(pinned_plan(plan, (BaseImage("example.org/debian:bookworm", DIGEST),)))
+    assert f"FROM example.org/debian:bookworm@{DIGEST} AS build" in text
+    assert f"FROM example.org/debian:bookworm@{DIGEST} AS base" in text
+    # an image id the engine has as no repository digest (classic store, docker import) is not pinned
+    monkeypatch.setattr(pipeline, "_repo_digests", lambda ref: [])
+    assert pinned_plan(plan, (BaseImage("example.org/debian:bookworm", DIGEST),)) == plan
+    assert pin("a@" + DIGEST, DIGEST) == "a@" + DIGEST
+
+
+def test_repo_of():
+    assert _repo_of("buildkit-test/debian:bookworm") == "buildkit-test/debian"
+    assert _repo_of("127.0.0.1:5000/team/tiny:cpu") == "127.0.0.1:5000/team/tiny"
+    assert _repo_of("127.0.0.1:5000/team/tiny@" + DIGEST) == "127.0.0.1:5000/team/tiny"
+
+
+def test_inputs_record_is_plain_json():
+    plan = plan_for(**{"build.arch": "sm_120"})
+    record = inputs_record(plan, (BaseImage("x", DIGEST),), {"wheels": [{"package": "nvidia-cublas", "sha256": "1"}]})
+    assert json.loads(json.dumps(record)) == record
+    assert record["cuda_wheels"] == ["1"] and record["base_images"] == [["x", DIGEST]]
+    assert asdict(BaseImage("x", DIGEST)) == {"ref": "x", "digest": DIGEST}
