@@ -153,8 +153,7 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
 def reproducible_exporter(cfg: ResolvedConfig, docker: str = "docker") -> bool:
     """The OCI exporter path (bit-for-bit digests) is used when `docker load` keeps an archive's bytes:
     on the containerd image store. build.reproducible = "off" forces the plain --load path."""
-    wanted = cfg["build.reproducible"]
-    if wanted in ("off", "false", "no", "0"):
+    if cfg["build.reproducible"] == "off":
         return False
     return image_store(docker) == "containerd"
 
