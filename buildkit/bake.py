@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 from .archs import check_cuda_support, get_arch
+from .buildx import last_error_line
 from .config import ResolvedConfig
 from .errors import ArchError, BuildError, ConfigError
 from .plan import BuildRequest, make_request
@@ -276,17 +277,6 @@ def bake_argv(bake_file: Path, names: Sequence[str], options: BuildOptions, meta
 
 # ---------------------------------------------------------------- running bake
 
-def _last_error(lines: Sequence[str]) -> str:
-    """The most telling line of buildx's output: its ERROR line, else the last non-empty one."""
-    for line in reversed(lines):
-        if "ERROR:" in line or line.startswith("error:"):
-            return line.strip()
-    for line in reversed(lines):
-        if line.strip():
-            return line.strip()
-    return "no output"
-
-
 @dataclass(frozen=True)
 class TargetOutcome:
     name: str
@@ -422,7 +412,7 @@ def run_bake(bake_file: Path, names: Sequence[str], options: BuildOptions, work_
         return _results(metadata, names, document, first.seconds, False, options.docker, stream, lock)
     if len(names) == 1 or not isolate:
         error = first.errors.get(names[0]) if len(names) == 1 else None
-        message = error or _last_error(list(first.tail))
+        message = error or last_error_line(list(first.tail))
         return {n: TargetOutcome(n, None, f"docker buildx bake failed (exit {first.code}): {message}",
                                  first.seconds, False) for n in names}
     outcomes: dict[str, TargetOutcome] = {}
@@ -459,7 +449,7 @@ def run_bake(bake_file: Path, names: Sequence[str], options: BuildOptions, work_
             outcomes.update(_results(work_dir / f"bake-metadata-{name}.json", [name], document, run.seconds, True,
                                      options.docker, stream, lock))
         else:
-            message = run.errors.get(name) or _last_error(list(run.tail))
+            message = run.errors.get(name) or last_error_line(list(run.tail))
             outcomes[name] = TargetOutcome(name, None, f"build failed: {message}", run.seconds, True)
     return {n: outcomes[n] for n in names}
 

@@ -158,7 +158,7 @@ def buildx_argv(plan: BuildPlan, rendered: RenderResult, options: BuildOptions,
     return argv
 
 
-def _last_error(lines: Sequence[str]) -> str:
+def last_error_line(lines: Sequence[str]) -> str:
     """The most telling line of buildx's output: its ERROR line, else the last non-empty one."""
     for line in reversed(lines):
         if "ERROR:" in line or line.startswith("error:"):
@@ -231,7 +231,7 @@ def run_build(argv: list[str], metadata_file: Path, tags: Sequence[str], *, stre
             raise
         seconds = time.monotonic() - start
     if code != 0:
-        raise BuildError(f"docker buildx build failed (exit {code}): {_last_error(list(tail))}")
+        raise BuildError(f"docker buildx build failed (exit {code}): {last_error_line(list(tail))}")
     try:
         metadata = json.loads(metadata_file.read_text())
     except (OSError, ValueError) as exc:
