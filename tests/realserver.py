@@ -29,6 +29,7 @@ import pytest
 
 from forkrepo import make_fork_repo
 from realsource import ensure_llama_cpp_tree
+from cliutil import buildkit_env
 
 IMAGE_NAME = "buildkit-test/llama-server"
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,7 +73,7 @@ progress = "plain"
 [base]
 os_image = "{base_image}"
 """)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_BUILDKIT_")}
+    env = buildkit_env()
     env["LLAMA_BUILDKIT_CACHE_DIR"] = str(work / "cache")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     log_path = work / "build.log"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from buildkit.buildx import BuildOptions
 from buildkit.config import load_config
 from buildkit.errors import ArchError, BuildError, ConfigError
 from forkrepo import make_fork_repo
+from cliutil import buildkit_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -158,7 +158,7 @@ os_image = "{debian_base_image}"
 archs = ["cpu"]
 targets = ["server", "full"]
 """)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_BUILDKIT_")}
+    env = buildkit_env()
     env["LLAMA_BUILDKIT_CACHE_DIR"] = str(tmp_path / "cache")
     proc = subprocess.run([sys.executable, "-m", "buildkit.cli", "bake", "--print", "--file", "out/docker-bake.json"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

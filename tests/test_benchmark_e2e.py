@@ -28,6 +28,7 @@ from buildkit.cli import main
 from faultproxy import FaultProxy
 from gitserver import free_port
 from tinymodel import write_tiny_model
+from cliutil import buildkit_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
@@ -102,7 +103,7 @@ def bench(*args: str, cwd: Path | None = None):
 
 
 def cli_env() -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_BUILDKIT_")}
+    env = buildkit_env()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return env
 

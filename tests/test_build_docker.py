@@ -18,6 +18,7 @@ import pytest
 from buildkit.cudaroot import cuda_root_dir
 from buildkit.verify import elf_archs, find_cuobjdump
 from forkrepo import FORK_EPOCH, make_fork_repo
+from cliutil import buildkit_env
 
 pytestmark = pytest.mark.docker
 
@@ -60,7 +61,7 @@ provider = "wheels"
 os_image = "{debian_base_image}"
 cublas = false
 """)
-    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("LLAMA_BUILDKIT_")}
+    env = buildkit_env()
     env["LLAMA_BUILDKIT_CACHE_DIR"] = str(tmp_path_factory.getbasetemp() / "buildkit-cache")
     env["LLAMA_BUILDKIT_BUILD_PROGRESS"] = "plain"
     return {"root": root, "env": env, "cache": Path(env["LLAMA_BUILDKIT_CACHE_DIR"])}

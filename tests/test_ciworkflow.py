@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,12 +12,13 @@ import yaml
 from buildkit.ciworkflow import WorkflowOptions, render_workflow
 from buildkit.errors import ConfigError
 from buildkit.render import templates_sha256
+from cliutil import buildkit_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_BUILDKIT_")}
+    env = buildkit_env()
     env["REGISTRY_PASSWORD"] = "s3cret-value-never-written"
     return subprocess.run([sys.executable, "-m", "buildkit.cli", "ci", "github", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=60)

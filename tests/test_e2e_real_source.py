@@ -21,6 +21,7 @@ import pytest
 
 from forkrepo import make_fork_repo
 from realsource import ensure_llama_cpp_tree
+from cliutil import buildkit_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
@@ -46,7 +47,7 @@ progress = "plain"
 [base]
 os_image = "{debian_base_image}"
 """)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_BUILDKIT_")}
+    env = buildkit_env()
     env["LLAMA_BUILDKIT_CACHE_DIR"] = str(tmp_path / "cache")
     proc = subprocess.run([sys.executable, "-m", "buildkit.cli", "build", "--tag", tag], cwd=project, env=env,
                           capture_output=True, text=True, timeout=3600)

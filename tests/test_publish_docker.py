@@ -8,7 +8,6 @@ that logs every call before running the real CLI.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -22,6 +21,7 @@ from buildkit.registry import RegistryClient
 from forkrepo import make_fork_repo
 from registryserver import RegistryServer
 from test_registry import docker_login, push_tiny_image
+from cliutil import buildkit_env
 
 pytestmark = pytest.mark.docker
 
@@ -62,7 +62,7 @@ def spy_env(tmp: Path, docker_config: Path | None = None) -> tuple[dict[str, str
     log = tmp / "docker-calls.log"
     (bindir / "docker").write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {REAL_DOCKER} "$@"\n')
     (bindir / "docker").chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_BUILDKIT_")}
+    env = buildkit_env()
     env["PATH"] = f"{bindir}:{env['PATH']}"
     env["LLAMA_BUILDKIT_CACHE_DIR"] = str(tmp / "cache")
     if docker_config is not None:

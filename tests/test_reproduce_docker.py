@@ -9,7 +9,6 @@ a different commit each give another digest, and `diff` / `reproduce` name the f
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import docker
 import pytest
 
 from forkrepo import FORK_DATE, _git, make_fork_repo
+from cliutil import buildkit_env
 
 pytestmark = pytest.mark.docker
 
@@ -93,7 +93,7 @@ progress = "plain"
 [base]
 os_image = "{debian_base_image}"
 """)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_BUILDKIT_")}
+    env = buildkit_env()
     env["LLAMA_BUILDKIT_CACHE_DIR"] = str(tmp_path_factory.getbasetemp() / "repro-cache")
     return {"root": root, "env": env}
 

@@ -17,6 +17,7 @@ import pytest
 
 from forkrepo import make_fork_repo
 from realsource import ensure_llama_cpp_tree
+from cliutil import buildkit_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
@@ -48,7 +49,7 @@ progress = "plain"
 [base]
 os_image = "{debian_base_image}"
 """)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_BUILDKIT_")}
+    env = buildkit_env()
     env["LLAMA_BUILDKIT_CACHE_DIR"] = str(tmp_path / "cache")
     cfg = load_config(project / "buildkit.toml", env=env, overrides={"cache.dir": (env["LLAMA_BUILDKIT_CACHE_DIR"], "test")})
     first = build(cfg, no_cache=True)
