@@ -63,3 +63,7 @@ class ReproduceError(BuildkitError):
 
 class BenchError(BuildkitError):
     """A benchmark cannot start, or a run failed (server down, time-out, malformed answer, HTTP error)."""
+
+
+class BaseImageError(BuildkitError):
+    """A base image is neither in the engine nor to be had from its registry."""

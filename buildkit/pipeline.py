@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Iterator
 
 from . import __version__
-from .baseimages import resolve_base_images
+from .baseimages import BaseSource, resolve_base_images
 from .buildkey import build_key
 from .buildx import (BuildOptions, BuildResult, buildx_argv, check_buildx, image_store, oci_archive_path,
                      run_build)
@@ -123,6 +123,9 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
     request = request or make_request(cfg)  # an unknown arch or unbuildable CUDA version stops here
     queue = load_patch_queue(patch_dir(cfg))
     ref, pin = ref_and_pin(cfg)
+    # base images first: one that cannot be had stops the build before any fetch
+    sources = resolve_base_images([request.devel_image, request.runtime_image], cache_root(cfg))
+    bases = tuple(s.image for s in sources)
     info = fetch_source(cfg["source.url"], ref, pin, cache_root(cfg))
     created = _fresh_dir(out_dir)
     try:
@@ -134,11 +137,11 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
         plan = make_plan(request, facts, template_sha256=templates_sha256(), tool_version=__version__,
                          extra_tags=extra_tags)
         cuda_root, named = _cuda_contexts(request, cfg)
-        bases = resolve_base_images([request.devel_image, request.runtime_image])
+        named += tuple(c for c in (s.named_context() for s in sources) if c is not None)
         key = build_key(plan, bases, _cuda_manifest(cuda_root))
         plan = replace(plan, labels=plan.labels + ((BUILD_KEY_LABEL, key),))
         plan = with_inputs_label(plan, bases, _cuda_manifest(cuda_root))
-        rendered = write_context(pinned_plan(plan, bases), out_dir, named)
+        rendered = write_context(from_plan(plan, sources), out_dir, named)
     except BaseException:
         if created:
             shutil.rmtree(out_dir, ignore_errors=True)
@@ -167,38 +170,13 @@ def build_options(cfg: ResolvedConfig) -> BuildOptions:
 
 # --------------------------------------------------------------------------- deterministic inputs
 
-def _repo_digests(ref: str) -> list[str] | None:
-    """The engine's RepoDigests of ref; None when the engine does not have it (or cannot be asked)."""
-    try:
-        import docker
-
-        return list(docker.from_env().images.get(ref).attrs.get("RepoDigests") or [])
-    except Exception:
-        return None
-
-
-def pinnable(base: BaseImage) -> bool:
-    """A digest a FROM line can name: a repository digest (any digest on the containerd store, where
-    even an imported image has one), or one read from a registry. Not the classic store's image id
-    of a `docker import`ed image (that is a config digest, which no FROM resolves)."""
-    if not base.digest.startswith("sha256:") or "@" in base.ref:
-        return False
-    digests = _repo_digests(base.ref)
-    if digests is None:
-        return True  # not in the engine: the digest came from the registry
-    return any(d.endswith("@" + base.digest) for d in digests)
-
-
-def pin(ref: str, digest: str) -> str:
-    return ref if "@" in ref else f"{ref}@{digest}"
-
-
-def pinned_plan(plan: BuildPlan, bases: tuple[BaseImage, ...]) -> BuildPlan:
-    """The plan with FROM references pinned by digest, for rendering only (labels, lock and build
-    key keep the names the user configured; the digests are recorded beside them)."""
-    pins = {b.ref: pin(b.ref, b.digest) for b in bases if pinnable(b)}
+def from_plan(plan: BuildPlan, sources: tuple[BaseSource, ...]) -> BuildPlan:
+    """The plan with each base image replaced by what the FROM line names (ref@digest, or the named
+    context of its OCI layout), for rendering only: labels, lock and build key keep the configured
+    names, and the digests are recorded beside them."""
+    names = {s.image.ref: s.from_ref for s in sources if s.image.digest}
     req = plan.request
-    devel, runtime = pins.get(req.devel_image, req.devel_image), pins.get(req.runtime_image, req.runtime_image)
+    devel, runtime = names.get(req.devel_image, req.devel_image), names.get(req.runtime_image, req.runtime_image)
     if (devel, runtime) == (req.devel_image, req.runtime_image):
         return plan
     return replace(plan, request=replace(req, devel_image=devel, runtime_image=runtime))

@@ -23,7 +23,7 @@ class RenderResult:
     context_dir: Path  # holds Dockerfile and src/
     dockerfile: Path
     dockerfile_sha256: str
-    named_contexts: tuple[tuple[str, Path], ...] = ()  # --build-context NAME=DIR
+    named_contexts: tuple[tuple[str, Path | str], ...] = ()  # --build-context NAME=DIR or NAME=oci-layout://...
 
 
 def templates_sha256(directory: Path | None = None) -> str:
@@ -89,7 +89,7 @@ def render_dockerfile(plan: BuildPlan, directory: Path | None = None) -> str:
 
 
 def write_context(plan: BuildPlan, context_dir: Path,
-                  named_contexts: tuple[tuple[str, Path], ...] = ()) -> RenderResult:
+                  named_contexts: tuple[tuple[str, Path | str], ...] = ()) -> RenderResult:
     """Write Dockerfile into context_dir (which already holds the patched tree under src/)."""
     text = render_dockerfile(plan)
     dockerfile = context_dir / "Dockerfile"

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from . import __version__
-from .baseimages import resolve_base_images
+from .baseimages import engine_digest
 from .buildkey import cuda_wheel_hashes
 from .buildx import BuildOptions, buildx_argv, check_buildx, run_build
 from .config import ResolvedConfig, load_config
@@ -327,7 +327,7 @@ def check_inputs(rec: Recorded, cfg: ResolvedConfig, stream=None) -> list[str]:
         raise ReproduceError(f"the patch set in {patch_dir(cfg)} ({names}) hashes to {queue.sha256[:12]}, the recorded "
                              f"one{recorded} to {rec.patch_set_sha256[:12]}; point --patches at the recorded patches")
     for base in rec.base_images:
-        now = resolve_base_images([base.ref], ask_registry=False)[0].digest
+        now = engine_digest(base.ref)
         if now != base.digest and not engine_has(f"{_repo_of(base.ref)}@{base.digest}"):
             raise ReproduceError(f"base image {base.ref} is {now or 'not in the engine'}, the recorded build used "
                                  f"{base.digest}; make that digest available (docker pull {base.ref}@{base.digest})")

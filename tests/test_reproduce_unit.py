@@ -10,7 +10,8 @@ import pytest
 from buildkit.buildx import BuildOptions, buildx_argv
 from buildkit.errors import ReproduceError
 from buildkit.lock import BaseImage
-from buildkit.pipeline import INPUTS_LABEL, inputs_record, pin, pinned_plan
+from buildkit.baseimages import BaseSource
+from buildkit.pipeline import INPUTS_LABEL, from_plan, inputs_record
 from buildkit.render import RenderResult, render_dockerfile
 from buildkit.reproduce import _repo_of, from_labels, from_lock, overrides_for, select_entry
 from test_plan_render import plan_for
@@ -87,18 +88,23 @@ def test_reproducible_argv_exports_oci_with_rewritten_timestamps(tmp_path):
     assert "--load" in plain and "--provenance=true" in plain and "--output" not in plain
 
 
-def test_from_lines_are_pinned_by_digest(monkeypatch):
-    import buildkit.pipeline as pipeline
-
+def test_registry_bases_are_pinned_by_digest_and_local_ones_named_by_content(tmp_path):
     plan = plan_for(**{"build.arch": "cpu", "base.os_image": "example.org/debian:bookworm"})
-    monkeypatch.setattr(pipeline, "_repo_digests", lambda ref: None)  # as if read from the registry
-    text = render_dockerfile(pinned_plan(plan, (BaseImage("example.org/debian:bookworm", DIGEST),)))
+    registry = BaseSource(BaseImage("example.org/debian:bookworm", DIGEST))
+    text = render_dockerfile(from_plan(plan, (registry,)))
     assert f"FROM example.org/debian:bookworm@{DIGEST} AS build" in text
     assert f"FROM example.org/debian:bookworm@{DIGEST} AS base" in text
-    # an image id the engine has as no repository digest (classic store, docker import) is not pinned
-    monkeypatch.setattr(pipeline, "_repo_digests", lambda ref: [])
-    assert pinned_plan(plan, (BaseImage("example.org/debian:bookworm", DIGEST),)) == plan
-    assert pin("a@" + DIGEST, DIGEST) == "a@" + DIGEST
+    assert registry.named_context() is None
+    local = BaseSource(BaseImage("example.org/debian:bookworm", DIGEST), layout=tmp_path / "layout")
+    text = render_dockerfile(from_plan(plan, (local,)))
+    name = "local-base-" + DIGEST.removeprefix("sha256:")[:12]
+    assert f"FROM {name} AS build" in text and f"FROM {name} AS base" in text
+    assert "example.org" not in "\n".join(line for line in text.splitlines() if line.startswith("FROM"))
+    assert local.named_context() == (name, f"oci-layout://{tmp_path / 'layout'}@{DIGEST}")
+    # a digest already in the reference is kept as it is
+    assert BaseSource(BaseImage("a@" + DIGEST, DIGEST)).from_ref == "a@" + DIGEST
+    # an unresolved base (planning without an engine) is left as configured
+    assert from_plan(plan, (BaseSource(BaseImage("example.org/debian:bookworm", "")),)) == plan
 
 
 def test_repo_of():
