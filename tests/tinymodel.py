@@ -15,6 +15,7 @@ way, which is what a benchmark with `ignore_eos` wants anyway.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -75,32 +76,103 @@ def vocabulary() -> tuple[list[str], list[int], list[str], list[bool]]:
     return tokens, types, list(MERGES), allowed
 
 
-def write_tiny_model(path: Path, seed: int = 0, n_layer: int = N_LAYER) -> Path:
-    """Write the tiny llama model to `path` and return it."""
+@dataclass(frozen=True)
+class Shape:
+    """The dimensions of a generated llama model (the vocabulary is always the one above)."""
+    n_layer: int = N_LAYER
+    n_embd: int = N_EMBD
+    n_head: int = N_HEAD
+    n_ff: int = N_FF
+    n_ctx: int = N_CTX
+
+
+# bytes per element of the weight matrices for each file type; norms are always F32
+FILE_TYPES = {"f32": (4, 1), "f16": (2, 1), "q8_0": (34, 32)}  # (bytes, per elements)
+
+
+def tensor_shapes(shape: Shape, n_vocab: int) -> list[tuple[str, tuple[int, ...], bool]]:
+    """(name, numpy shape, is a weight matrix) of every tensor, in file order."""
+    e, f = shape.n_embd, shape.n_ff
+    out = [("token_embd.weight", (n_vocab, e), True), ("output_norm.weight", (e,), False),
+           ("output.weight", (n_vocab, e), True)]
+    for i in range(shape.n_layer):
+        out.append((f"blk.{i}.attn_norm.weight", (e,), False))
+        out += [(f"blk.{i}.{name}.weight", (e, e), True) for name in ("attn_q", "attn_k", "attn_v", "attn_output")]
+        out.append((f"blk.{i}.ffn_norm.weight", (e,), False))
+        out += [(f"blk.{i}.ffn_gate.weight", (f, e), True), (f"blk.{i}.ffn_up.weight", (f, e), True),
+                (f"blk.{i}.ffn_down.weight", (e, f), True)]
+    return out
+
+
+def model_size(shape: Shape, file_type: str = "f32", n_vocab: int | None = None) -> tuple[int, int]:
+    """(parameters, bytes of tensor data) of the model write_llama_model writes (alignment not counted)."""
+    n_vocab = n_vocab if n_vocab is not None else len(vocabulary_tokens())
+    per, block = FILE_TYPES[file_type]
+    params = nbytes = 0
+    for _, dims, matrix in tensor_shapes(shape, n_vocab):
+        count = int(np.prod(dims))
+        params += count
+        nbytes += count // block * per if matrix else count * 4
+    return params, nbytes
+
+
+def layers_for_size(target_bytes: int, shape: Shape, file_type: str) -> int:
+    """The number of layers that brings the tensor data closest to target_bytes (at least 1)."""
+    one = model_size(Shape(1, shape.n_embd, shape.n_head, shape.n_ff, shape.n_ctx), file_type)[1]
+    two = model_size(Shape(2, shape.n_embd, shape.n_head, shape.n_ff, shape.n_ctx), file_type)[1]
+    per_layer, fixed = two - one, 2 * one - two
+    return max(1, round((target_bytes - fixed) / per_layer))
+
+
+def vocabulary_tokens() -> list[str]:
+    """The token list alone (needs no gguf)."""
+    byte_map = _bytes_to_unicode()
+    return [byte_map[b] for b in range(256)] + [m.replace(" ", "") for m in MERGES] + list(SPECIALS)
+
+
+def _as_file_type(gguf, data: np.ndarray, file_type: str):
+    if file_type == "f32":
+        return data, None
+    if file_type == "f16":
+        return data.astype(np.float16), None
+    qtype = gguf.GGMLQuantizationType.Q8_0
+    return gguf.quants.quantize(data, qtype), qtype
+
+
+def write_llama_model(path: Path, shape: Shape = Shape(), seed: int = 0, file_type: str = "f32",
+                      name: str = "buildkit-tiny-llama") -> Path:
+    """Write a llama model of the given shape with random weights (fixed seed) and return its path."""
     import gguf
 
+    if file_type not in FILE_TYPES:
+        raise ValueError(f"file type {file_type!r}: one of {', '.join(FILE_TYPES)}")
+    if shape.n_embd % shape.n_head:
+        raise ValueError(f"n_embd {shape.n_embd} is not a multiple of n_head {shape.n_head}")
+    if file_type == "q8_0" and (shape.n_embd % 32 or shape.n_ff % 32):
+        raise ValueError("q8_0 needs n_embd and n_ff to be multiples of 32")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tokens, types, merges, allowed = vocabulary()
     n_vocab = len(tokens)
     rng = np.random.default_rng(seed)
 
-    def rand(*shape: int, scale: float = 0.5) -> np.ndarray:
-        return (rng.standard_normal(shape) * scale / np.sqrt(shape[-1])).astype(np.float32)
+    def rand(*dims: int, scale: float = 0.5) -> np.ndarray:
+        return (rng.standard_normal(dims) * scale / np.sqrt(dims[-1])).astype(np.float32)
 
     writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_name("buildkit-tiny-llama")
-    writer.add_context_length(N_CTX)
-    writer.add_embedding_length(N_EMBD)
-    writer.add_block_count(n_layer)
-    writer.add_feed_forward_length(N_FF)
-    writer.add_head_count(N_HEAD)
-    writer.add_head_count_kv(N_HEAD)
-    writer.add_rope_dimension_count(N_EMBD // N_HEAD)
+    writer.add_name(name)
+    writer.add_context_length(shape.n_ctx)
+    writer.add_embedding_length(shape.n_embd)
+    writer.add_block_count(shape.n_layer)
+    writer.add_feed_forward_length(shape.n_ff)
+    writer.add_head_count(shape.n_head)
+    writer.add_head_count_kv(shape.n_head)
+    writer.add_rope_dimension_count(shape.n_embd // shape.n_head)
     writer.add_rope_freq_base(10000.0)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_vocab_size(n_vocab)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_file_type({"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
+                          "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[file_type])
 
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("default")
@@ -113,26 +185,42 @@ def write_tiny_model(path: Path, seed: int = 0, n_layer: int = N_LAYER) -> Path:
     writer.add_add_bos_token(False)
     writer.add_chat_template(CHAT_TEMPLATE)
 
-    embd = rand(n_vocab, N_EMBD, scale=8.0)
-    output = rand(n_vocab, N_EMBD, scale=8.0)
+    def add(name: str, data: np.ndarray) -> None:
+        if data.ndim == 1:  # norms stay F32, as llama.cpp's converters write them
+            writer.add_tensor(name, data)
+            return
+        converted, qtype = _as_file_type(gguf, data, file_type)
+        if qtype is None:
+            writer.add_tensor(name, converted)
+        else:
+            writer.add_tensor(name, converted, raw_shape=converted.shape, raw_dtype=qtype)
+
+    e, f = shape.n_embd, shape.n_ff
+    embd = rand(n_vocab, e, scale=8.0)
+    output = rand(n_vocab, e, scale=8.0)
     output[~np.array(allowed)] = 0.0  # greedy decoding never picks a control or non-ASCII byte token
-    writer.add_tensor("token_embd.weight", embd)
-    writer.add_tensor("output_norm.weight", np.ones(N_EMBD, dtype=np.float32))
-    writer.add_tensor("output.weight", output)
-    for i in range(n_layer):
-        writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
-        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
-            writer.add_tensor(f"blk.{i}.{name}.weight", rand(N_EMBD, N_EMBD))
-        writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
-        writer.add_tensor(f"blk.{i}.ffn_gate.weight", rand(N_FF, N_EMBD))
-        writer.add_tensor(f"blk.{i}.ffn_up.weight", rand(N_FF, N_EMBD))
-        writer.add_tensor(f"blk.{i}.ffn_down.weight", rand(N_EMBD, N_FF))
+    add("token_embd.weight", embd)
+    add("output_norm.weight", np.ones(e, dtype=np.float32))
+    add("output.weight", output)
+    for i in range(shape.n_layer):
+        add(f"blk.{i}.attn_norm.weight", np.ones(e, dtype=np.float32))
+        for tname in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            add(f"blk.{i}.{tname}.weight", rand(e, e))
+        add(f"blk.{i}.ffn_norm.weight", np.ones(e, dtype=np.float32))
+        add(f"blk.{i}.ffn_gate.weight", rand(f, e))
+        add(f"blk.{i}.ffn_up.weight", rand(f, e))
+        add(f"blk.{i}.ffn_down.weight", rand(e, f))
 
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def write_tiny_model(path: Path, seed: int = 0, n_layer: int = N_LAYER) -> Path:
+    """Write the tiny llama model to `path` and return it."""
+    return write_llama_model(path, Shape(n_layer=n_layer), seed=seed, file_type="f32")
 
 
 if __name__ == "__main__":
