@@ -6,7 +6,8 @@ tar.xz holding only what must travel:
     manifest.json      the image (source, manifest digest, config digest, labels, layers) and every
                        file of the bundle: path, image path, type, size, sha256, mode, layer digest
     app/...            the image's /app (executables and llama.cpp's libraries, symlinks kept)
-    cuda/lib64/...     optional: the image's CUDA runtime (libcudart, libcublas, libcublasLt)
+    cuda/lib64/...     optional: the image's CUDA runtime, libcudart alone (under 1 MB) or with
+                       libcublas and libcublasLt (hundreds of MB: too much to carry, usually)
     extra/<path>       optional: further image paths asked for (e.g. usr/lib/x86_64-linux-gnu/libgomp.so.1)
 
 The driver (libcuda.so*, libnvidia-*) never goes in: the NVIDIA container runtime takes it from the
@@ -40,6 +41,7 @@ MANIFEST = "manifest.json"
 APP = "app"
 CUDA_LIB = "usr/local/cuda/lib64"
 CUDA_RUNTIME = ("libcudart.so*", "libcublas.so*", "libcublasLt.so*")
+CUDA_CHOICES = {"none": (), "cudart": ("libcudart.so*",), "all": CUDA_RUNTIME}
 DRIVER_LIBRARIES = ("libcuda.so*", "libcudadebugger.so*", "libnvidia-*", "libnvcuvid.so*")
 
 
@@ -62,10 +64,14 @@ class Section:
     patterns: tuple[str, ...] = ("*",)  # file names taken (all files below image_dir for "*")
 
 
-def sections(with_cuda: bool, extra: list[str] = (), cuda_dir: str = CUDA_LIB) -> list[Section]:
+def sections(with_cuda: str | bool, extra: list[str] = (), cuda_dir: str = CUDA_LIB) -> list[Section]:
+    """What the bundle takes: /app, the CUDA runtime (none, cudart alone, or all of CUDA_RUNTIME), extra files."""
+    choice = {True: "all", False: "none"}.get(with_cuda, with_cuda)
+    if choice not in CUDA_CHOICES:
+        raise ImageSourceError(f"with_cuda: one of {', '.join(CUDA_CHOICES)}, not {with_cuda!r}")
     out = [Section(APP, APP)]
-    if with_cuda:
-        out.append(Section(cuda_dir.strip("/"), "cuda/lib64", CUDA_RUNTIME))
+    if CUDA_CHOICES[choice]:
+        out.append(Section(cuda_dir.strip("/"), "cuda/lib64", CUDA_CHOICES[choice]))
     for path in extra:
         rel = path.strip("/")
         out.append(Section(posixpath.dirname(rel), f"extra/{posixpath.dirname(rel)}".rstrip("/"),
@@ -92,7 +98,7 @@ def _collect(root: Path, section: Section) -> list[tuple[str, Path]]:
     return found
 
 
-def make_bundle(archive_path: Path, out: Path, *, platform: str = "linux/amd64", with_cuda: bool = False,
+def make_bundle(archive_path: Path, out: Path, *, platform: str = "linux/amd64", with_cuda: str | bool = "none",
                 extra: list[str] = (), cuda_dir: str = CUDA_LIB, xz_preset: int = 6,
                 scratch: Path | None = None, log=lambda msg: None) -> dict:
     """Write the bundle of the image in an OCI archive or layout to `out` (tar.xz); returns its manifest."""
@@ -236,5 +242,6 @@ def open_bundle(bundle: Path, dest: Path) -> tuple[Path, dict]:
     return folder, manifest
 
 
-__all__ = ["BUNDLE_FORMAT", "CUDA_RUNTIME", "DRIVER_LIBRARIES", "is_driver_library", "make_bundle", "open_bundle",
+__all__ = ["BUNDLE_FORMAT", "CUDA_CHOICES", "CUDA_RUNTIME", "DRIVER_LIBRARIES", "is_driver_library", "make_bundle",
+           "open_bundle",
            "sections", "sha256_file", "verify_tree"]

@@ -226,5 +226,6 @@ def as_dicts(choices: list[Choice]) -> list[dict]:
 
 
 __all__ = ["CUDA_FAMILY", "Choice", "HOST_CUDA", "HOST_DRIVER", "HOST_SYSTEM", "HostDirs", "IMAGE", "MISSING",
-           "as_dicts", "bundle_dirs", "check", "classify", "is_cuda_library", "ld_so_conf_dirs", "link_farm", "loaded", "pip_cuda_dirs",
+           "as_dicts", "bundle_dirs", "check", "classify", "is_cuda_library", "ld_so_conf_dirs", "link_farm", "loaded",
+           "pip_cuda_dirs",
            "plan", "roots_of", "table"]

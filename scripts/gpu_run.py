@@ -6,11 +6,12 @@ Three steps, each a subcommand:
   extract  (on the Docker host) read an OCI archive (`docker save IMAGE -o x.tar`, or buildx's
            `type=oci` output), pick linux/amd64, apply its layers into a scratch root (whiteouts,
            opaque folders, links; path traversal refused) and write a bundle (tar.xz) of the
-           image's /app, optionally its CUDA runtime (--with-cuda), with a manifest of every file
+           image's /app, optionally its CUDA runtime (--with-cuda cudart|all), with a manifest of every file
            (sha256, size, layer digest) and the image's manifest digest. It is small enough to carry.
   model    (on the GPU host) write a deterministic llama GGUF with random weights, big enough to
-           keep a GPU busy (default: about 600 MiB of Q8_0). Needs numpy and `gguf`: installed, or
-           a gguf wheel found in .whl/ of the repository (or --gguf-wheel), imported from the zip.
+           keep a GPU busy (default: about 574 MiB of Q8_0). Needs numpy and `gguf`: installed, or
+           a gguf wheel in a folder of the repository (.whl/, .gpu/, ...; or --gguf-wheel),
+           imported from its zip.
   run      (on the GPU host) unpack the bundle and check it against its manifest, decide where each
            library comes from (the image; the driver always from the host; CUDA from the image or the
            host's pip wheels / /usr/local/cuda), print the table "library -> path -> origin", start
@@ -82,7 +83,8 @@ def cmd_extract(args) -> int:
 def import_gguf(wheel: str | None):
     """gguf, installed or from a wheel (a zip on sys.path works for this pure-Python package)."""
     candidates = [wheel] if wheel else []
-    candidates += sorted(glob.glob(str(REPO / ".whl" / "gguf-*.whl"))) + sorted(glob.glob(str(REPO / "*" / "gguf-*.whl")))
+    for pattern in (".whl/gguf-*.whl", ".*/gguf-*.whl", "*/gguf-*.whl"):  # carried folders are often hidden
+        candidates += sorted(glob.glob(str(REPO / pattern)))
     try:
         import gguf  # noqa: F401
         return gguf
@@ -286,7 +288,10 @@ def cmd_run(args) -> int:
             if code is None:
                 summary["outcome"] = f"no /health 200 within {args.startup_timeout:g}s"
             else:
-                sig = f" ({signal.Signals(-code).name})" if code < 0 and -code in signal.Signals._value2member_map_ else ""
+                try:
+                    sig = f" ({signal.Signals(-code).name})" if code < 0 else ""
+                except ValueError:
+                    sig = ""
                 summary["outcome"] = f"llama-server exited with {code}{sig} before /health answered 200"
         else:
             summary["outcome"] = "healthy"
@@ -328,8 +333,9 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("archive", help="OCI archive (docker save IMAGE -o x.tar) or OCI layout folder")
     e.add_argument("-o", "--output", required=True, help="bundle to write (tar.xz); a .manifest.json goes beside it")
     e.add_argument("--platform", default="linux/amd64", help="image of the index to take (default: %(default)s)")
-    e.add_argument("--with-cuda", action="store_true",
-                   help="also carry the image's libcudart/libcublas/libcublasLt (large: cuBLASLt is hundreds of MB)")
+    e.add_argument("--with-cuda", choices=("none", "cudart", "all"), default="none",
+                   help="also carry the image's CUDA runtime: cudart alone (<1 MB; cuBLAS then comes from the "
+                        "host), or all (libcudart, libcublas, libcublasLt: hundreds of MB) (default: %(default)s)")
     e.add_argument("--cuda-dir", default="usr/local/cuda/lib64", help="where the image has them (default: %(default)s)")
     e.add_argument("--include", action="append", default=[], metavar="PATH",
                    help="also carry this image file, used only if the host lacks it (repeatable)")
@@ -365,7 +371,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--cuda-from", choices=("auto", "image", "host"), default="auto",
                    help="auto: the image's if the bundle carries it, else the host's (default: %(default)s)")
     r.add_argument("--driver-dir", action="append", default=[], help="extra folder with libcuda.so.1 (searched first)")
-    r.add_argument("--cuda-dir", action="append", default=[], help="extra folder with the CUDA runtime (searched first)")
+    r.add_argument("--cuda-dir", action="append", default=[],
+                   help="extra folder with the CUDA runtime (searched first)")
     r.add_argument("--system-dir", action="append", default=[],
                    help="extra folder searched before the system's (e.g. carried libgomp/libssl)")
     r.add_argument("--work", default="/tmp/gpu-run", help="where the bundle is unpacked (default: %(default)s)")

@@ -85,26 +85,35 @@ def write_layout(folder: Path, layers: list[bytes], labels: dict | None = None) 
 
 
 def lower():
+    """The first layer (fresh file objects on every call)."""
     return [entry("app", kind="dir"), entry("app/bin", kind="dir"), entry("app/bin/tool", b"tool v1", mode=0o755),
-             entry("app/lib", kind="dir"), entry("app/lib/libx.so.1", b"libx"),
-             entry("app/lib/libx.so", kind="sym", link="libx.so.1"),
-             entry("app/lib/libcuda.so.1", b"a driver stub that must not travel"),
-             entry("data/old.txt", b"old"), entry("data/kept.txt", b"kept"),
-             entry("opq/lower.txt", b"lower"), entry("opq/sub/deep.txt", b"deep"),
-             entry("etc/hostname", b"image"), entry("up", kind="sym", link="../../../../../../.."),
-             entry("etcdir", kind="sym", link="/etc")]
+            entry("app/lib", kind="dir"), entry("app/lib/libx.so.1", b"libx"),
+            entry("app/lib/libx.so", kind="sym", link="libx.so.1"),
+            entry("app/lib/libcuda.so.1", b"a driver stub that must not travel"),
+            entry("data/old.txt", b"old"), entry("data/kept.txt", b"kept"),
+            entry("opq/lower.txt", b"lower"), entry("opq/sub/deep.txt", b"deep"),
+            entry("etc/hostname", b"image"), entry("up", kind="sym", link="../../../../../../.."),
+            entry("etcdir", kind="sym", link="/etc"),
+            entry("usr/local/cuda/lib64/libcudart.so.13", b"cudart"),
+            entry("usr/local/cuda/lib64/libcudart.so", kind="sym", link="libcudart.so.13"),
+            entry("usr/local/cuda/lib64/libcublas.so.13", b"cublas"),
+            entry("usr/local/cuda/lib64/stubs/libcuda.so", b"stub")]
+
+
 def upper():
+    """The second layer: a whiteout, an opaque folder, hardlinks, writes through links."""
     return [entry("data/.wh.old.txt", b""), entry("opq/new.txt", b"new"), entry("opq/.wh..wh..opq", b""),
-             entry("app/bin/tool2", kind="hard", link="app/bin/tool"),
-             entry("app/bin/tool", b"tool v2", mode=0o755),
-             entry("app/lib/libx.so.1.hard", kind="hard", link="app/lib/libx.so.1"),
-             entry("up/escaped-marker", b"stays inside"), entry("etcdir/written-through-link", b"in the root's /etc")]
+            entry("app/bin/tool2", kind="hard", link="app/bin/tool"),
+            entry("app/bin/tool", b"tool v2", mode=0o755),
+            entry("app/lib/libx.so.1.hard", kind="hard", link="app/lib/libx.so.1"),
+            entry("up/escaped-marker", b"stays inside"), entry("etcdir/written-through-link", b"in the root's /etc")]
 
 
 @pytest.fixture
 def layout(tmp_path):
     folder = tmp_path / "layout"
-    digest = write_layout(folder, [layer_blob(lower()), layer_blob(upper())], labels={"org.llama-buildkit.arch": "sm_90"})
+    digest = write_layout(folder, [layer_blob(lower()), layer_blob(upper())],
+                          labels={"org.llama-buildkit.arch": "sm_90"})
     return folder, digest
 
 
@@ -175,6 +184,21 @@ def test_bundle_holds_app_only_with_a_manifest_and_is_verified(layout, tmp_path)
     (unpacked / "app/lib/stray.so").write_bytes(b"")
     with pytest.raises(ImageSourceError, match="stray.so: not in the manifest"):
         open_bundle(unpacked, tmp_path)
+
+
+@pytest.mark.parametrize("choice,expected", [
+    ("cudart", ["cuda/lib64/libcudart.so", "cuda/lib64/libcudart.so.13"]),
+    ("all", ["cuda/lib64/libcublas.so.13", "cuda/lib64/libcudart.so", "cuda/lib64/libcudart.so.13"]),
+])
+def test_bundle_carries_the_cuda_runtime_when_asked_never_the_stub(layout, tmp_path, choice, expected):
+    folder, _ = layout
+    manifest = make_bundle(folder, tmp_path / "b.tar.xz", with_cuda=choice, scratch=tmp_path,
+                           extra=["etc/hostname"])
+    paths = [f["path"] for f in manifest["files"]]
+    assert [p for p in paths if p.startswith("cuda/")] == expected
+    assert "extra/etc/hostname" in paths and not any("stub" in p for p in paths)
+    unpacked, _ = open_bundle(tmp_path / "b.tar.xz", tmp_path / "work")
+    assert (unpacked / "extra/etc/hostname").read_bytes() == b"image"
 
 
 def test_a_bundle_with_a_climbing_entry_is_not_unpacked(tmp_path):
