@@ -85,9 +85,9 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
-def _forget(origin: dict[str, str], rel: str, keep: Callable[[str], bool] = lambda r: False) -> None:
+def _forget(origin: dict[str, str], rel: str) -> None:
     prefix = rel + "/"
-    for key in [k for k in origin if (k == rel or k.startswith(prefix)) and not keep(k)]:
+    for key in [k for k in origin if k == rel or k.startswith(prefix)]:
         del origin[key]
 
 
