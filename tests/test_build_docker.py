@@ -64,7 +64,7 @@ cublas = false
     env = buildkit_env()
     env["LLAMA_BUILDKIT_CACHE_DIR"] = str(tmp_path_factory.getbasetemp() / "buildkit-cache")
     env["LLAMA_BUILDKIT_BUILD_PROGRESS"] = "plain"
-    return {"root": root, "env": env, "cache": Path(env["LLAMA_BUILDKIT_CACHE_DIR"])}
+    return {"root": root, "env": env, "cache": Path(env["LLAMA_BUILDKIT_CACHE_DIR"]), "os_image": debian_base_image}
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +111,7 @@ def test_cpu_build(project, fork, client):
     assert entry["template_sha256"] == labels["org.llama-buildkit.template"]
     assert entry["patch_set_sha256"] == labels["org.llama-buildkit.patch-set"]
     assert entry["image_digest"].startswith("sha256:")
-    assert entry["base_images"][0]["ref"] == entry["base_images"][0]["ref"] and entry["base_images"][0]["digest"]
+    assert entry["base_images"][0]["ref"] == project["os_image"] and entry["base_images"][0]["digest"].startswith("sha256:")
     assert ref in entry["tags"] and f"buildkit-test/tiny-fork:sha-{fork['commit'][:7]}-cpu" in entry["tags"]
     assert client.images.get(ref).id == entry["image_id"]
 
