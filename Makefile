@@ -1,14 +1,16 @@
 # buildkit: two commands on a fresh Debian 12 machine (as root):
 #   make example   set up (Docker engine, buildx, registry, Python package) and build the bundled
 #                  example fork for sm_120 into the local engine, offline, through the full pipeline
-#   make test      the test suite (unit and integration tests on the real engine)
-# and:
-#   make test-e2e  the long end-to-end build of the real llama.cpp source (about 10 minutes)
+#   make test      the test suite: the unit tier, then the engine tier
+# and, by tier:
+#   make test-unit    pure parts, no engine (under a minute)
+#   make test-engine  integration tests on the real engine, git daemon and loopback registry
+#   make test-e2e     the long end-to-end builds of the real llama.cpp source
 
 PYTHON ?= python3
 PYTEST ?= $(PYTHON) -m pytest
 
-.PHONY: setup engine install example test test-e2e bench clean-cache
+.PHONY: setup engine install example test test-unit test-engine test-e2e bench clean-cache
 
 setup: engine install
 
@@ -21,8 +23,13 @@ install:
 example: setup
 	$(PYTHON) scripts/example.py
 
-test:
-	$(PYTEST) -q -ra
+test: test-unit test-engine
+
+test-unit:
+	$(PYTEST) -q -ra -m 'not docker and not e2e'
+
+test-engine:
+	$(PYTEST) -q -ra -m 'docker and not e2e'
 
 test-e2e:
 	$(PYTEST) -q -ra -m e2e
