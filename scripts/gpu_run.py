@@ -47,7 +47,7 @@ from buildkit.errors import BuildkitError  # noqa: E402
 
 KEY_LINE = re.compile(
     r"ggml_cuda_init|Device \d+:|VMM|offload|CUDA\d* (model|KV|compute|RS) buffer|CUDA_Host|no kernel image|"
-    r"CUDA error|cuda.*error|ARCHS|system_info|^build:|load_backend|llama_model_load|model type|file type|"
+    r"CUDA\d+\s*:|NO_VMM|CUDA error|cuda.*error|ARCHS|system_info|^build:|load_backend|llama_model_load|model type|file type|"
     r"error|failed|abort", re.IGNORECASE)
 DEFAULT_OUT = "gpu-run-out"
 
@@ -383,13 +383,26 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--runs", type=int, default=3, help="bench runs (default: %(default)s)")
     r.add_argument("--max-tokens", type=int, default=800, help="bench tokens per run (default: %(default)s)")
     r.add_argument("--bench-timeout", type=float, default=900.0, help="seconds for the whole bench")
-    r.add_argument("server_args", nargs="*", help="llama-server arguments, after --")
+    r.add_argument("server_args", nargs="*", help="llama-server arguments, after -- (e.g. -- -lv 4 for the "
+                                                  "device, offload and buffer lines)")
     r.set_defaults(func=cmd_run)
     return p
 
 
+def split_server_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(our arguments, llama-server's): everything after the first "--" goes to llama-server
+    (argparse's own handling of "--" after a positional drops options such as -lv)."""
+    if "--" not in argv:
+        return argv, []
+    i = argv.index("--")
+    return argv[:i], argv[i + 1:]
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    ours, server_args = split_server_args(list(sys.argv[1:] if argv is None else argv))
+    args = parser().parse_args(ours)
+    if server_args:
+        args.server_args = list(getattr(args, "server_args", [])) + server_args
     try:
         return args.func(args)
     except (BuildkitError, ValueError) as exc:

@@ -396,3 +396,18 @@ def test_model_size_matches_the_written_file(tmp_path):
     proc = subprocess.run([sys.executable, str(SCRIPT), "model", str(tmp_path / "x.gguf"), "--dry-run"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and f"{n} layers" in proc.stdout and not (tmp_path / "x.gguf").exists()
+
+
+def test_arguments_after_double_dash_go_to_llama_server():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_run", SCRIPT)
+    gpu_run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_run)
+
+    ours, theirs = gpu_run.split_server_args(["run", "b.tar.xz", "--model", "m.gguf", "--", "-lv", "4", "--foo"])
+    assert ours == ["run", "b.tar.xz", "--model", "m.gguf"] and theirs == ["-lv", "4", "--foo"]
+    assert gpu_run.split_server_args(["run", "b"]) == (["run", "b"], [])
+    assert gpu_run.KEY_LINE.search("common_param:   - CUDA0   : NVIDIA H200 (143155 MiB, 142629 MiB free)")
+    assert gpu_run.KEY_LINE.search("system_info: n_threads = 16 | CUDA : ARCHS = 900 | NO_VMM = 1 |")
+    assert gpu_run.KEY_LINE.search("load_tensors: offloaded 12/12 layers to GPU")
