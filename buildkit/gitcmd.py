@@ -27,14 +27,13 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterator
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 import git
 
 from .errors import SourceError
+from .urlcreds import UrlAuth, clean_url, redact_url, split_credentials
 
 TIMEOUT_ENV = "LLAMA_BUILDKIT_GIT_TIMEOUT"
 DEFAULT_TIMEOUT = 900.0
@@ -42,86 +41,18 @@ MAX_PROCESSES = 32  # git, its remote helper, ssh, index-pack...: a handful; doz
 WAIT_NOTICE = 10.0  # seconds before a wait says what it waits for, then every WAIT_REPEAT
 WAIT_REPEAT = 30.0
 STOP_GRACE = 3.0  # seconds between SIGTERM (git removes its temporary files) and SIGKILL
-USER_ENV = "LLAMA_BUILDKIT_GIT_USERNAME"
-SECRET_ENV = "LLAMA_BUILDKIT_GIT_PASSWORD"
-_HTTP = ("http", "https")
-# The helper is a shell function: printf and test are builtins, so the secret never becomes argv.
-_HELPER = ('!f() { test "$1" = get || exit 0; '
-           f'printf "username=%s\\npassword=%s\\n" "${USER_ENV}" "${SECRET_ENV}"; }}; f')
 _BASE_ENV = {
     "GIT_TERMINAL_PROMPT": "0", "SSH_ASKPASS_REQUIRE": "never", "GIT_NO_LAZY_FETCH": "1",
     "GIT_HTTP_LOW_SPEED_LIMIT": "1", "GIT_HTTP_LOW_SPEED_TIME": "60", "LC_ALL": "C", "LANGUAGE": "C",
 }
 
 
-@dataclass(frozen=True)
-class UrlAuth:
-    """Credentials taken out of a source URL, for git's credential mechanism only."""
-    scope: str  # scheme://host[:port] they are for
-    username: str
-    secret: str
+class GitFailed(git.GitCommandError):
+    """git exited non-zero; raw_stderr is what it said, as it said it."""
 
-    def __repr__(self) -> str:
-        return f"UrlAuth(scope={self.scope!r}, username=<hidden>, secret=<hidden>)"
-
-    __str__ = __repr__
-
-    def env(self) -> dict[str, str]:
-        """GIT_CONFIG_* entries: no helper of the user's, ours for this host; the values beside them."""
-        entries = [("credential.helper", ""), (f"credential.{self.scope}.helper", _HELPER)]
-        env = {"GIT_CONFIG_COUNT": str(len(entries)), USER_ENV: self.username, SECRET_ENV: self.secret}
-        for i, (key, value) in enumerate(entries):
-            env[f"GIT_CONFIG_KEY_{i}"], env[f"GIT_CONFIG_VALUE_{i}"] = key, value
-        return env
-
-
-def split_credentials(url: str) -> tuple[str, UrlAuth | None]:
-    """(the URL without user info, the credentials it carried). http(s): user and password (or a
-    token alone) become UrlAuth. ssh keeps its user name (not a secret) and refuses a password; git://
-    has no authentication, so user info there is dropped. A path or host:path is returned as it is."""
-    if "://" not in url:
-        return url, None
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018  (raises ValueError for a port that is no number)
-    except ValueError:
-        raise SourceError(f"source URL {redact_url(url)!r} is not a valid URL") from None
-    if "@" not in parts.netloc:
-        return url, None
-    userinfo, _, hostport = parts.netloc.rpartition("@")
-    user, has_pw, password = userinfo.partition(":")
-    scheme = parts.scheme.lower()
-    if scheme in _HTTP:
-        clean = urlunsplit((parts.scheme, hostport, parts.path, parts.query, parts.fragment))
-        scope = f"{scheme}://{hostport}"
-        if not user and not password:
-            return clean, None
-        return clean, UrlAuth(scope=scope, username=unquote(user), secret=unquote(password))
-    if has_pw:
-        raise SourceError(f"source URL {redact_url(url)!r} carries a password; {scheme}:// cannot use one "
-                          f"(use an ssh key, or an https URL)")
-    if scheme in ("ssh", "git+ssh", "ssh+git"):
-        return url, None
-    return urlunsplit((parts.scheme, hostport, parts.path, parts.query, parts.fragment)), None
-
-
-def redact_url(text: str) -> str:
-    """url with any password (for http(s): the whole user info) replaced by ***; never raises."""
-    if "://" not in text:
-        return text
-    scheme, _, rest = text.partition("://")
-    netloc, slash, tail = rest.partition("/")
-    if "@" not in netloc:
-        return text
-    userinfo, _, hostport = netloc.rpartition("@")
-    if scheme.lower() in _HTTP or ":" in userinfo:
-        return f"{scheme}://***@{hostport}{slash}{tail}"
-    return text
-
-
-def clean_url(url: str) -> str:
-    """url without credentials (what labels, the lock, messages and mirror keys see)."""
-    return split_credentials(url)[0]
+    def __init__(self, argv: list[str], status: int, stderr: str) -> None:
+        super().__init__(argv, status, stderr)
+        self.raw_stderr = stderr
 
 
 def default_timeout() -> float:
@@ -247,11 +178,11 @@ class Git:
     def _failed(what: str, reason: str) -> SourceError:
         return SourceError(f"git {what} {reason}; it was stopped (raise {TIMEOUT_ENV} for a slow server)")
 
-    def run(self, *args: str, what: str = "", timeout: float | None = None) -> str:
-        """stdout of `git ARGS`; GitCommandError (with stderr) when git fails, SourceError when it is
-        stopped for its deadline or its process count."""
+    def run(self, *args: str, what: str = "", timeout: float | None = None, stdin: IO | None = None) -> str:
+        """stdout of `git ARGS` (stdin: a file to read from); GitFailed (with stderr) when git fails,
+        SourceError when it is stopped for its deadline or its process count."""
         what = what or args[0]
-        argv, proc = self._start(args)
+        argv, proc = self._start(args, stdin)
         dog = self._watch(proc, what, timeout)
         try:
             out, err = proc.communicate()
@@ -264,7 +195,7 @@ class Git:
         if dog.reason:
             raise self._failed(what, dog.reason)
         if proc.returncode != 0:
-            raise git.GitCommandError(argv, proc.returncode, err.decode("utf-8", "replace"))
+            raise GitFailed(argv, proc.returncode, err.decode("utf-8", "replace"))
         return out.decode("utf-8", "replace").rstrip("\n")
 
     def ok(self, *args: str, what: str = "", timeout: float | None = None) -> bool:
@@ -300,7 +231,7 @@ class Git:
         if dog.reason:
             raise self._failed(what, dog.reason)
         if proc.returncode != 0:
-            raise git.GitCommandError(argv, proc.returncode, err.decode("utf-8", "replace"))
+            raise GitFailed(argv, proc.returncode, err.decode("utf-8", "replace"))
 
 
-__all__ = ["Git", "UrlAuth", "clean_url", "default_timeout", "redact_url", "split_credentials"]
+__all__ = ["Git", "GitFailed", "UrlAuth", "clean_url", "default_timeout", "redact_url", "split_credentials"]

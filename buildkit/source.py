@@ -61,7 +61,8 @@ from urllib.parse import urlsplit
 import git
 
 from .errors import SourceError
-from .gitcmd import Git, UrlAuth, redact_url, split_credentials
+from .gitcmd import Git
+from .urlcreds import UrlAuth, redact_url, split_credentials
 
 _FULL_SHA = re.compile(r"[0-9a-fA-F]{40}")
 _HEXISH = re.compile(r"[0-9a-fA-F]{4,}")
@@ -305,7 +306,7 @@ def _has_commit(repo: Git, commit: str) -> bool:
 
 def _git_said(err: git.GitCommandError) -> str:
     """git's last meaningful stderr line (not its boilerplate), without fatal:/error: prefixes."""
-    stderr = str(err.stderr or "").strip().removeprefix("stderr: '").removesuffix("'")
+    stderr = getattr(err, "raw_stderr", None) or str(err.stderr or "").strip().removeprefix("stderr: '").removesuffix("'")
     lines = [re.sub(r"^(fatal|error|warning): ", "", line.strip()) for line in stderr.splitlines()]
     lines = [line for line in lines if line and not line.lower().startswith(_BOILERPLATE)]
     return redact_url(lines[-1])[:300] if lines else ""

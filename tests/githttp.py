@@ -28,7 +28,7 @@ class HttpGitServer:
     url: str
     root: Path
     smart: bool
-    auth: tuple[str, str] | None
+    auth: tuple[str, str] | list[tuple[str, str]] | None  # any of a list is accepted
     authorized: int = 0
     rejected: int = 0
     requests: list[str] = field(default_factory=list)
@@ -48,8 +48,9 @@ class _Handler(SimpleHTTPRequestHandler):
         state.requests.append(f"{self.command} {self.path}")
         if state.auth is None:
             return True
-        want = "Basic " + base64.b64encode(f"{state.auth[0]}:{state.auth[1]}".encode()).decode()
-        if self.headers.get("Authorization") == want:
+        pairs = state.auth if isinstance(state.auth, list) else [state.auth]
+        wanted = {"Basic " + base64.b64encode(f"{u}:{p}".encode()).decode() for u, p in pairs}
+        if self.headers.get("Authorization") in wanted:
             state.authorized += 1
             return True
         state.rejected += 1
@@ -129,7 +130,7 @@ def prepare_dumb(repo: Path) -> None:
 
 
 @contextmanager
-def serve_http(root: Path, *, smart: bool, auth: tuple[str, str] | None = None) -> Iterator[HttpGitServer]:
+def serve_http(root: Path, *, smart: bool, auth: tuple[str, str] | list[tuple[str, str]] | None = None) -> Iterator[HttpGitServer]:
     """Serve every repository below root over HTTP on 127.0.0.1 until the block ends."""
     root = root.resolve()
     handler = lambda *a, **kw: _Handler(*a, directory=str(root), **kw)  # noqa: E731
