@@ -160,8 +160,15 @@ def read_config_file(path: Path) -> dict[str, Any]:
             data = tomllib.load(fh)
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such config file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a folder; --config (or LLAMA_BUILDKIT_CONFIG) names a buildkit.toml file") \
+            from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: the file is not UTF-8 text (byte {exc.start})") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        raise ConfigError(f"{path}: not valid TOML: {str(exc).splitlines()[0]}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config file: {exc.strerror or exc}") from None
     where = str(path)
     version = data.pop("schema_version", None)
     if version is None:
