@@ -32,6 +32,9 @@ class HttpGitServer:
     authorized: int = 0
     rejected: int = 0
     requests: list[str] = field(default_factory=list)
+    stall_posts: bool = False  # hold every POST (a fetch's pack request) until release is set
+    stalled: threading.Event = field(default_factory=threading.Event)  # a POST is being held
+    release: threading.Event = field(default_factory=threading.Event)
 
     def url_for(self, repo: Path) -> str:
         return f"{self.url}/{repo.resolve().relative_to(self.root).as_posix()}"
@@ -75,10 +78,15 @@ class _Handler(SimpleHTTPRequestHandler):
     def do_POST(self) -> None:
         if not self._allowed():
             return
-        if not self.server.state.smart:  # type: ignore[attr-defined]
+        state: HttpGitServer = self.server.state  # type: ignore[attr-defined]
+        if not state.smart:
             self.send_error(405)
             return
-        self._cgi(self._body())
+        body = self._body()
+        if state.stall_posts:
+            state.stalled.set()
+            state.release.wait(120)
+        self._cgi(body)
 
     def _body(self) -> bytes:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
