@@ -140,7 +140,7 @@ def _inputs(labels: Mapping[str, str], where: str) -> dict:
         ok = value is None or (isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds))
         if ok and isinstance(value, list) and key != "base_images":
             ok = all(isinstance(v, str) for v in value)
-        if ok and key == "base_images":
+        if ok and isinstance(value, list) and key == "base_images":
             ok = all(isinstance(p, list) and len(p) == 2 and all(isinstance(v, str) for v in p) for p in value)
         if not ok:
             raise ReproduceError(f"{where}: the {INPUTS_LABEL} label's key {key!r} must be {expect}, "
