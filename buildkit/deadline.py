@@ -61,7 +61,8 @@ def _tracking(pool_cls: type, conns: "weakref.WeakSet") -> type:
 
 
 class TrackingAdapter(HTTPAdapter):
-    """requests' adapter whose open connections can all be cut (shut down) from another thread."""
+    """requests' adapter whose open connections can all be cut (shut down) from another thread. A client
+    using it sends one request at a time (RegistryClient does), so cutting them all cuts that request."""
 
     def __init__(self, *args, **kwargs) -> None:
         self._conns: weakref.WeakSet = weakref.WeakSet()

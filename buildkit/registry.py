@@ -294,8 +294,10 @@ class RegistryClient:
                     tries = f" (after {attempt + 1} attempts)" if attempt else ""
                     raise self._fail(op, why + tries) from None
                 wait = min(self.backoff * 2 ** attempt, self.max_wait)
-                say_waiting(f"registry {self.host}: {op}: {why}; trying again in {wait:.1f} s "
-                            f"(attempt {attempt + 2} of at most {self.retries + 1})")
+                if expired or wait >= 2:  # a long wait says what it waits for; a quick retry stays quiet
+                    say_waiting(f"registry {self.host}: {op}: {why}; trying again in {wait:.1f} s "
+                                f"(attempt {attempt + 2} of at most {self.retries + 1})")
+                log.info("registry %s: %s: %s; retrying in %.1f s", self.host, op, why, wait)
                 time.sleep(wait)
                 continue
             log.debug("registry %s: %s %s -> %s", self.host, method, urlsplit(url).path, resp.status_code)
