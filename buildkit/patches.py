@@ -105,7 +105,10 @@ def _git_apply(tree_dir: Path, patch: bytes, *flags: str) -> str | None:
     from .gitcmd import Git
 
     tree_dir = Path(tree_dir).resolve()
-    env = {"GIT_CEILING_DIRECTORIES": str(tree_dir.parent)}  # no repository above the tree is found
+    # No repository is involved: none above the tree is found, and an inherited GIT_DIR/GIT_WORK_TREE (a git
+    # hook running buildkit) is overridden by ones that name no repository (git apply then works on cwd).
+    env = {"GIT_CEILING_DIRECTORIES": str(tree_dir.parent), "GIT_DIR": str(tree_dir.parent / ".no-git-here"),
+           "GIT_WORK_TREE": str(tree_dir), "GIT_INDEX_FILE": str(tree_dir.parent / ".no-git-index")}
     with tempfile.TemporaryFile() as stdin:
         stdin.write(patch)
         stdin.seek(0)
