@@ -49,11 +49,12 @@ from .lock import _atomic_write, _exclusive, read_lock, write_lock_entry
 from .patches import load_patch_queue
 from .registry import RegistryClient, client_for
 from .tags import TagSet, next_version, parse_version, release_tags
-from .urlcreds import UrlAuth, redact_url, split_credentials
+from .urlcreds import UrlAuth, redact_text, split_credentials
 
 # The no-op path (ls-remote, lock, one HEAD per variant) imports only what it needs: the build
-# path's modules (pipeline, publish, bake's runner, the source stage with GitPython) are imported
-# where they are used, which keeps `buildkit nightly` close to its floor when nothing moved.
+# path's modules (pipeline, publish, bake's runner, the source stage) are imported where they are
+# used, which keeps `buildkit nightly` close to its floor when nothing moved. (GitPython itself is
+# imported by ls-remote: every git command goes through gitcmd.py, with its deadline and limits.)
 
 REVISION_LABEL = "org.opencontainers.image.revision"
 PATCH_SET_LABEL = "org.llama-buildkit.patch-set"
@@ -88,7 +89,7 @@ def ls_remote_head(url: str, branch: str, timeout: float = 120, auth: UrlAuth | 
         lines = [ln.removeprefix("fatal: ") for ln in lines
                  if not ln.lower().startswith(("please make sure", "and the repository"))]
         lines = [ln for ln in lines if ln]
-        said = redact_url(lines[-1]) if lines else "no output"
+        said = redact_text(lines[-1]) if lines else "no output"
         raise SourceError(f"cannot ask {url} for its branch {branch} ({said}); "
                           "check source.url and the network") from None
     for line in out.splitlines():

@@ -265,7 +265,8 @@ class RegistryClient:
 
     def _send(self, method: str, url: str, op: str, **kwargs: Any) -> requests.Response:
         """One request with retries on 429/5xx and connection failures; SSL errors pass through.
-        The whole request (body included, unless stream=True) ends within self.timeout."""
+        The whole request (the body too, unless stream=True) ends within self.timeout; an upload within
+        self.transfer_timeout."""
         netloc = urlsplit(url).netloc
         verify = self._verify if netloc == self.api_host else _ca_for(netloc)
         timed_out = 0
@@ -274,8 +275,8 @@ class RegistryClient:
             body = kwargs.get("data")
             if hasattr(body, "seek"):  # a file being uploaded: every attempt sends it from its start
                 body.seek(0)
-            limit = self.transfer_timeout if kwargs.get("stream") or body is not None and hasattr(body, "read") \
-                else self.timeout
+            # an upload's body may take long; a streamed download's body gets its own deadline (download_blob)
+            limit = self.transfer_timeout if body is not None and hasattr(body, "read") else self.timeout
             try:
                 with Deadline(limit, self._adapter.cut) as deadline:
                     resp = self._session.request(method, url, timeout=min(self.timeout, limit), verify=verify,

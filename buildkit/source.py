@@ -37,7 +37,7 @@ an http(s) server whose ls-remote answers in pkt-lines (a dumb one answers with 
 HTTP the history mirror receives the full history instead. Missing trees in a repository that is no
 promisor are simply missing: `rev-list --count` and `log` never need them.
 
-Credentials in a source URL (`https://user:token@host/...`) are split off first (gitcmd.split_credentials):
+Credentials in a source URL (`https://user:token@host/...`) are split off first (urlcreds.split_credentials):
 the URL that is recorded, shown, keyed and written to the mirror's config is the clean one; git gets
 the secret through an environment-only credential helper. The mirror of a URL therefore stays the same
 when its token changes.
@@ -62,7 +62,7 @@ import git
 
 from .errors import SourceError
 from .gitcmd import Git
-from .urlcreds import UrlAuth, redact_url, split_credentials
+from .urlcreds import UrlAuth, redact_text, split_credentials
 
 _FULL_SHA = re.compile(r"[0-9a-fA-F]{40}")
 _HEXISH = re.compile(r"[0-9a-fA-F]{4,}")
@@ -188,7 +188,7 @@ def _open_mirror(git_dir: Path, url: str, packs: Path, auth: UrlAuth | None = No
     config on disk), have received packs traced to packs."""
     if not (git_dir / "HEAD").is_file():
         git_dir.mkdir(parents=True, exist_ok=True)
-        Git().run("init", "--bare", "--quiet", str(git_dir), what="init")
+        Git(git_dir).run("init", "--bare", "--quiet", what="init")  # GIT_DIR is git_dir, whatever was inherited
     (git_dir / "info").mkdir(exist_ok=True)
     (git_dir / "info" / "attributes").write_text(_EXPORT_ATTRIBUTES)
     runner = _git(git_dir, auth, GIT_TRACE_PACKFILE=str(packs))
@@ -309,7 +309,7 @@ def _git_said(err: git.GitCommandError) -> str:
     stderr = getattr(err, "raw_stderr", None) or str(err.stderr or "").strip().removeprefix("stderr: '").removesuffix("'")
     lines = [re.sub(r"^(fatal|error|warning): ", "", line.strip()) for line in stderr.splitlines()]
     lines = [line for line in lines if line and not line.lower().startswith(_BOILERPLATE)]
-    return redact_url(lines[-1])[:300] if lines else ""
+    return redact_text(lines[-1])[:300] if lines else ""
 
 
 def _unreachable(url: str, err: git.GitCommandError) -> SourceError:
