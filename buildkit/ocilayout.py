@@ -68,7 +68,7 @@ class Descriptor:
 
     @classmethod
     def from_json(cls, data: dict) -> "Descriptor":
-        ok = (isinstance(data, dict) and isinstance(data.get("digest"), str) and data["digest"].startswith("sha256:")
+        ok = (isinstance(data, dict) and isinstance(data.get("digest"), str) and ":" in data["digest"]
               and isinstance(data.get("mediaType", ""), str) and isinstance(data.get("annotations") or {}, dict)
               and isinstance(data.get("platform") or {}, dict))
         try:
@@ -78,7 +78,7 @@ class Descriptor:
                            platform=data.get("platform") or {})
         except (TypeError, ValueError):
             pass
-        raise ImageSourceError(f"malformed descriptor (expected an object with mediaType, a sha256 digest and a "
+        raise ImageSourceError(f"malformed descriptor (expected an object with mediaType, a digest and a "
                                f"size): {json.dumps(data, default=str)[:120]}")
 
 
