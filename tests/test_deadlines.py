@@ -105,3 +105,12 @@ def test_credential_helper_output_never_reaches_a_message(tmp_path: Path) -> Non
     with pytest.raises(RegistryError) as caught:
         run_helper("wrongtype", "registry.example", env)
     assert secret not in str(caught.value) and "Secret must be a string" in str(caught.value)
+
+
+def test_a_long_git_wait_says_what_it_waits_for(monkeypatch: pytest.MonkeyPatch, capfd) -> None:
+    import buildkit.gitcmd as gitcmd
+
+    monkeypatch.setattr(gitcmd, "WAIT_NOTICE", 0.5)  # instead of 10 s
+    gitcmd.Git(timeout=30).run("-c", "alias.slow=!sleep 2", "slow", what="fetch from http://example.invalid/x")
+    err = capfd.readouterr().err
+    assert "buildkit: waiting for fetch from http://example.invalid/x" in err and "gives up after 30 s" in err
