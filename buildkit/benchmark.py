@@ -38,6 +38,7 @@ from typing import Callable, Iterator
 from urllib.parse import urlsplit
 
 from . import __version__
+from .deadline import Deadline, shut
 from .errors import BenchError, LockError
 
 DEFAULT_PROMPT = (
@@ -327,6 +328,21 @@ def _snippet(raw: bytes) -> str:
     return repr(text[:80] + ("..." if len(text) > 80 else ""))
 
 
+def _stream_error(exc: Exception, ep: "Endpoint", received: str) -> StreamError:
+    """The one line for a failed request (not a time-out)."""
+    if isinstance(exc, ConnectionRefusedError):
+        return StreamError(f"cannot connect to {ep.base}: connection refused (is the server running?)")
+    if isinstance(exc, (http.client.RemoteDisconnected, http.client.IncompleteRead, ConnectionResetError,
+                        BrokenPipeError)):
+        return StreamError(f"the server closed the connection after {received} without finishing "
+                           f"(did it crash?)")
+    if isinstance(exc, http.client.HTTPException):
+        return StreamError(f"malformed HTTP answer from {ep.chat_url}: {type(exc).__name__} {exc}"[:300])
+    if isinstance(exc, OSError):
+        return StreamError(f"cannot talk to {ep.base}: {exc.strerror or exc}")
+    return StreamError(f"malformed answer from {ep.chat_url}: {type(exc).__name__}")
+
+
 def stream_chat(ep: Endpoint, body: dict, timeout: float) -> RequestResult:
     """Send one streaming chat completion and read it to the end; StreamError on any failure."""
     start = time.perf_counter()
@@ -341,6 +357,9 @@ def stream_chat(ep: Endpoint, body: dict, timeout: float) -> RequestResult:
     def received() -> str:
         return f"{chunks} token{'s' if chunks != 1 else ''} received"
 
+    # the deadline is for the whole request: a server trickling bytes never trips a socket time-out
+    watchdog = Deadline(timeout, lambda: shut(conn.sock))
+    watchdog.__enter__()
     try:
         conn.request("POST", ep.chat_path, body=json.dumps(body).encode(),
                      headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
@@ -354,6 +373,8 @@ def stream_chat(ep: Endpoint, body: dict, timeout: float) -> RequestResult:
             if conn.sock is not None:
                 conn.sock.settimeout(remaining)
             raw = resp.readline(1 << 22)
+            if watchdog.expired:
+                raise socket.timeout()
             if not raw:
                 break
             line = raw.strip()
@@ -396,21 +417,16 @@ def stream_chat(ep: Endpoint, body: dict, timeout: float) -> RequestResult:
                 timings = data["timings"]
     except StreamError:
         raise
-    except (socket.timeout, TimeoutError):
+    except Exception as exc:
+        if not watchdog.expired and not isinstance(exc, (socket.timeout, TimeoutError)):
+            raise _stream_error(exc, ep, received()) from None
         raise StreamError(f"no complete answer from {ep.chat_url} within {timeout:g}s (--timeout); "
                           f"{received()}") from None
-    except ConnectionRefusedError:
-        raise StreamError(f"cannot connect to {ep.base}: connection refused (is the server running?)") from None
-    except (http.client.RemoteDisconnected, http.client.IncompleteRead, ConnectionResetError, BrokenPipeError):
-        raise StreamError(f"the server closed the connection after {received()} without finishing "
-                          f"(did it crash?)") from None
-    except http.client.HTTPException as exc:
-        raise StreamError(f"malformed HTTP answer from {ep.chat_url}: {type(exc).__name__} {exc}") from None
-    except OSError as exc:
-        raise StreamError(f"cannot talk to {ep.base}: {exc.strerror or exc}") from None
     finally:
+        watchdog.__exit__()
         conn.close()
     wall = time.perf_counter() - start
+
     if not done and finish is None:
         raise StreamError(f"the stream ended after {received()} without a finish reason (did the server crash?)")
 
@@ -665,10 +681,11 @@ def _health(url: str) -> int | None:
     ep = endpoint(url)
     conn = http.client.HTTPConnection(ep.host, ep.port, timeout=2)
     try:
-        conn.request("GET", ep.prefix + "/health")
-        resp = conn.getresponse()
-        resp.read()
-        return resp.status
+        with Deadline(2, lambda: shut(conn.sock)) as deadline:  # 2 s for the whole probe
+            conn.request("GET", ep.prefix + "/health")
+            resp = conn.getresponse()
+            resp.read(1 << 16)
+        return None if deadline.expired else resp.status
     except (OSError, http.client.HTTPException):
         return None
     finally:
@@ -686,12 +703,18 @@ def _check_running(container) -> None:
 
 def wait_ready(url: str, container, timeout: float, interval: float = 0.25) -> float:
     """Seconds until /health says 200; BenchError when the container exits or time runs out."""
+    from .deadline import say_waiting
+
     start = time.monotonic()
+    noticed = False
     while True:
         container.reload()
         _check_running(container)
         if _health(url) == 200:
             return time.monotonic() - start
+        if not noticed and time.monotonic() - start > 10:
+            say_waiting(f"waiting for the server to answer {url}/health (up to {timeout:g} s, --startup-timeout)")
+            noticed = True
         if time.monotonic() - start > timeout:
             last = _last_log_line(container)
             raise BenchError(f"the server did not answer {url}/health within {timeout:g}s (--startup-timeout)"

@@ -10,8 +10,6 @@ the night.
 
 from __future__ import annotations
 
-import os
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,14 +46,26 @@ def history_dir(cache_dir: Path, url: str) -> Path:
     return content.with_name(content.stem + ".history.git")
 
 
-def _git(git_dir: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_DIR=str(git_dir), GIT_TERMINAL_PROMPT="0", LC_ALL="C", LANGUAGE="C")
-    return subprocess.run(["git", *args], env=env, capture_output=True, text=True, timeout=120)
+class _Done:
+    """What a git command gave: its exit status, stdout and stderr."""
+
+    def __init__(self, returncode: int, stdout: str = "", stderr: str = "") -> None:
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+def _git(git_dir: Path, *args: str) -> _Done:
+    import git
+
+    from .gitcmd import Git  # (GitPython: only when a changelog is made)
+
+    try:
+        return _Done(0, Git(git_dir, timeout=120).run(*args, what=f"git {args[0]} in the history mirror"))
+    except git.GitCommandError as err:
+        return _Done(err.status if isinstance(err.status, int) else 1, "", getattr(err, "raw_stderr", ""))
 
 
 def _has(git_dir: Path, sha: str) -> bool:
-    # a keep-ref lookup first: in a partial clone, asking for a missing object may fetch it lazily
+    # a keep-ref lookup first: the history mirror holds commits only
     return (_git(git_dir, "show-ref", "--verify", "--quiet", f"refs/buildkit/{sha}").returncode == 0
             or _git(git_dir, "cat-file", "-e", f"{sha}^{{commit}}").returncode == 0)
 

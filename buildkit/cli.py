@@ -51,15 +51,18 @@ def archs(as_json: bool):
 @handle_errors
 def config_cmd(as_json: bool, **kwargs):
     """Print the resolved configuration and where each value came from."""
+    from .urlcreds import redact_url
+
     cfg = resolve(kwargs)
+    shown = {k.name: redact_url(cfg[k.name]) if isinstance(cfg[k.name], str) else cfg[k.name] for k in KEYS}
     if as_json:
-        click.echo(json.dumps({k.name: {"value": cfg[k.name], "origin": cfg.origins[k.name]} for k in KEYS},
+        click.echo(json.dumps({k.name: {"value": shown[k.name], "origin": cfg.origins[k.name]} for k in KEYS},
                               indent=2))
         return
     click.echo(f"# config file: {cfg.path if cfg.path else 'none (defaults)'}")
     width = max(len(k.name) for k in KEYS)
     for key in KEYS:
-        value = json.dumps(cfg[key.name]) if not isinstance(cfg[key.name], str) else cfg[key.name]
+        value = json.dumps(shown[key.name]) if not isinstance(shown[key.name], str) else shown[key.name]
         click.echo(f"{key.name.ljust(width)}  {value}    ({cfg.origins[key.name]}; {key.env_var})")
 
 

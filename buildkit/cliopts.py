@@ -91,7 +91,9 @@ def handle_errors(func):
         try:
             return func(*args, **kwargs)
         except BuildkitError as exc:
-            click.echo(f"error: {exc}", err=True)
+            from .urlcreds import redact_text
+
+            click.echo(f"error: {redact_text(str(exc))}", err=True)  # a URL's credentials, never
             sys.exit(1)
         except KeyboardInterrupt:
             click.echo("error: interrupted", err=True)

@@ -153,15 +153,28 @@ def parse_text(key: Key, text: str, where: str) -> Any:
     return _check_choice(key, text, where)
 
 
-def read_config_file(path: Path) -> dict[str, Any]:
-    """Read and schema-check buildkit.toml; returns {dotted key: value}."""
+def load_toml(path: Path) -> dict[str, Any]:
+    """buildkit.toml as TOML, or one ConfigError line naming the file (missing, a folder, not UTF-8,
+    not TOML, unreadable)."""
     try:
-        with path.open("rb") as fh:
-            data = tomllib.load(fh)
+        with Path(path).open("rb") as fh:
+            return tomllib.load(fh)
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such config file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a folder; --config (or LLAMA_BUILDKIT_CONFIG) names a buildkit.toml file") \
+            from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: the file is not UTF-8 text (byte {exc.start})") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        raise ConfigError(f"{path}: not valid TOML: {str(exc).splitlines()[0]}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config file: {exc.strerror or exc}") from None
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """Read and schema-check buildkit.toml; returns {dotted key: value}."""
+    data = load_toml(path)
     where = str(path)
     version = data.pop("schema_version", None)
     if version is None:

@@ -23,6 +23,7 @@ import binascii
 import json
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -115,8 +116,20 @@ def _read_config(path: Path, shown: str) -> dict[str, Any] | None:
     return data
 
 
+def _stop_group(proc: subprocess.Popen) -> None:
+    """Kill the helper's whole process group (its own session) and reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.communicate(timeout=5)
+    except Exception:  # noqa: BLE001
+        pass
+
+
 def run_helper(name: str, server_url: str, env: Mapping[str, str] | None = None,
-               origin: str = "") -> Credentials | None:
+               origin: str = "", timeout: float = HELPER_TIMEOUT) -> Credentials | None:
     """`docker-credential-NAME get` for server_url; None when the helper has nothing for it."""
     env = os.environ if env is None else env
     program = HELPER_PREFIX + name
@@ -125,25 +138,38 @@ def run_helper(name: str, server_url: str, env: Mapping[str, str] | None = None,
     if exe is None:
         raise RegistryError(f"credential helper {program}{where} is not on PATH; install it, "
                             f"or remove it from the configuration and run `docker login` again")
+    # Its own process group: a helper that hangs is stopped with every process it started.
+    # Nothing it prints (stdout carries the secret) is ever put into a message.
     try:
-        done = subprocess.run([exe, "get"], input=server_url, capture_output=True, text=True,
-                              timeout=HELPER_TIMEOUT, env=dict(env), check=False)
-    except subprocess.TimeoutExpired:
-        raise RegistryError(f"credential helper {program} did not answer within {HELPER_TIMEOUT:.0f} s") from None
+        proc = subprocess.Popen([exe, "get"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=dict(env), start_new_session=True)
     except OSError as exc:
         raise RegistryError(f"cannot run credential helper {program}: {exc.strerror or exc}") from None
-    out = done.stdout.strip()
-    if done.returncode != 0:
-        said = (out or done.stderr.strip() or f"exit code {done.returncode}").splitlines()[0][:200]
-        if "credentials not found" in said.lower():
+    try:
+        out, err = proc.communicate(server_url, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _stop_group(proc)
+        raise RegistryError(f"credential helper {program}{where} did not answer within {timeout:g} s; "
+                            f"it was stopped") from None
+    except BaseException:
+        _stop_group(proc)
+        raise
+    out = out.strip()
+    if proc.returncode != 0:
+        if "credentials not found" in (out + "\n" + err).lower():
             return None
-        raise RegistryError(f"credential helper {program} failed for {server_url}: {said}")
+        raise RegistryError(f"credential helper {program} failed for {server_url} (exit code {proc.returncode}; "
+                            f"its output is not shown, it may hold a secret)")
     try:
         data = json.loads(out)
     except json.JSONDecodeError:
         raise RegistryError(f"credential helper {program} answered something that is not JSON") from None
     if not isinstance(data, dict):
         raise RegistryError(f"credential helper {program} answered something that is not a JSON object")
+    for key in ("Username", "Secret"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise RegistryError(f"credential helper {program}: {key} must be a string, "
+                                f"got {type(data[key]).__name__}")
     username, secret = str(data.get("Username") or ""), str(data.get("Secret") or "")
     if not secret:
         return None

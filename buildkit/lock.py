@@ -12,7 +12,7 @@ import json
 import os
 import tempfile
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Iterator
 
@@ -66,8 +66,76 @@ class LockEntry:
         return f"{self.variant}/{self.target}"
 
 
-def entry_from_dict(data: dict) -> LockEntry:
+def _kind(value) -> str:
+    return {bool: "true/false", int: "a number", float: "a number", str: "a string", list: "a list",
+            dict: "an object", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+# What each field of an entry must be: a JSON type check per field of LockEntry (by its annotation).
+_STR, _INT, _BOOL, _STRS, _DICT = "a string", "an integer", "true or false", "a list of strings", "an object"
+_EXPECT = {"str": _STR, "int": _INT, "bool": _BOOL, "tuple[str, ...]": _STRS, "dict": _DICT,
+           "str | None": _STR + " or null", "dict | None": _DICT + " or null", "int | None": _INT + " or null",
+           "tuple[BaseImage, ...]": "a list of {ref, digest} objects"}
+
+
+def _valid(expect: str, value) -> bool:
+    if expect.endswith(" or null") and value is None:
+        return True
+    base = expect.removesuffix(" or null")
+    if base == _STR:
+        return isinstance(value, str)
+    if base == _INT:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if base == _BOOL:
+        return isinstance(value, bool)
+    if base == _STRS:
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if base == _DICT:
+        return isinstance(value, dict)
+    return (isinstance(value, list) and all(isinstance(b, dict) and set(b) == {"ref", "digest"}
+                                            and all(isinstance(v, str) for v in b.values()) for b in value))
+
+
+def check_entry(data, where: str, complete: bool = True) -> None:
+    """LockError naming where, the key and what was expected, unless data is a well-formed entry
+    (complete: with every key that has no default; else only the keys it has are checked)."""
+    if not isinstance(data, dict):
+        raise LockError(f"{where}: expected an object, got {_kind(data)}")
+    known = {f.name: f for f in fields(LockEntry)}
+    for name in data:
+        if complete and name not in known:  # (a lock from a newer buildkit is still read and written)
+            raise LockError(f"{where}: unknown key {name!r}")
+    for name, spec in known.items():
+        if name not in data:
+            if complete and spec.default is MISSING and spec.default_factory is MISSING:
+                raise LockError(f"{where}: the key {name!r} is missing")
+            continue
+        expect = _EXPECT.get(str(spec.type))
+        if expect is not None and not _valid(expect, data[name]):
+            raise LockError(f"{where}.{name}: expected {expect}, got {_kind(data[name])}")
+
+
+def check_lock(data, path: Path) -> dict:
+    """The lock document, checked: version, builds (an object of entries), each entry's keys and types."""
+    if not isinstance(data, dict):
+        raise LockError(f"{path}: expected a JSON object with lock_version and builds, got {_kind(data)}")
+    if data.get("lock_version") != LOCK_VERSION:
+        raise LockError(f"{path}: lock_version: expected {LOCK_VERSION}, got {data.get('lock_version')!r:.40}"
+                        f" (not a buildkit lock of version {LOCK_VERSION})")
+    builds = data.get("builds")
+    if not isinstance(builds, dict):
+        raise LockError(f"{path}: builds: expected an object of variant/target entries, got {_kind(builds)}")
+    for key, entry in builds.items():
+        check_entry(entry, f"{path}: builds[{key!r}]", complete=False)  # users of an entry need its keys
+    nightly = data.get("nightly")
+    if nightly is not None and not isinstance(nightly, dict):
+        raise LockError(f"{path}: nightly: expected an object, got {_kind(nightly)}")
+    return data
+
+
+def entry_from_dict(data: dict, where: str = "lock entry") -> LockEntry:
     """A LockEntry from its JSON form (as read_lock returns it)."""
+    check_entry(data, where)
     try:
         fields = dict(data)
         fields["base_images"] = tuple(BaseImage(**b) for b in fields.get("base_images", ()))
@@ -95,11 +163,12 @@ def read_lock(path: Path) -> dict:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         return {"lock_version": LOCK_VERSION, "builds": {}}
+    except IsADirectoryError:
+        raise LockError(f"{path}: is a folder, not a lock file") from None
     except (OSError, ValueError) as exc:
-        raise LockError(f"{path}: cannot read the lock file: {exc}") from None
-    if not isinstance(data, dict) or data.get("lock_version") != LOCK_VERSION or "builds" not in data:
-        raise LockError(f"{path}: not a buildkit lock of version {LOCK_VERSION}")
-    return data
+        raise LockError(f"{path}: cannot read the lock file (it is left as it is): "
+                        f"{str(exc).splitlines()[0][:200]}") from None
+    return check_lock(data, path)
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -32,7 +32,6 @@ import datetime as _dt
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -50,10 +49,12 @@ from .lock import _atomic_write, _exclusive, read_lock, write_lock_entry
 from .patches import load_patch_queue
 from .registry import RegistryClient, client_for
 from .tags import TagSet, next_version, parse_version, release_tags
+from .urlcreds import UrlAuth, redact_text, split_credentials
 
 # The no-op path (ls-remote, lock, one HEAD per variant) imports only what it needs: the build
-# path's modules (pipeline, publish, bake's runner, the source stage with GitPython) are imported
-# where they are used, which keeps `buildkit nightly` close to its floor when nothing moved.
+# path's modules (pipeline, publish, bake's runner, the source stage) are imported where they are
+# used, which keeps `buildkit nightly` close to its floor when nothing moved. (GitPython itself is
+# imported by ls-remote: every git command goes through gitcmd.py, with its deadline and limits.)
 
 REVISION_LABEL = "org.opencontainers.image.revision"
 PATCH_SET_LABEL = "org.llama-buildkit.patch-set"
@@ -69,25 +70,29 @@ def nightly_tag(key: str) -> str:
 
 # ---------------------------------------------------------------- the branch head
 
-def ls_remote_head(url: str, branch: str, timeout: float = 120) -> str:
-    """The commit refs/heads/<branch> points at, asked of the server; nothing is cloned or fetched."""
+def ls_remote_head(url: str, branch: str, timeout: float = 120, auth: UrlAuth | None = None) -> str:
+    """The commit refs/heads/<branch> points at, asked of the server; nothing is cloned or fetched.
+    Credentials in url reach git through the environment only (gitcmd.py)."""
+    import git
+
+    from .gitcmd import Git
+
     if not branch or branch.startswith("-"):
         raise ConfigError(f"source.branch {branch!r} is not a branch name")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_TERMINAL_PROMPT="0", LC_ALL="C", LANGUAGE="C")
+    url, given = split_credentials(url)
+    auth = auth or given
     ref = f"refs/heads/{branch}"
     try:
-        proc = subprocess.run(["git", "ls-remote", "--", url, ref], capture_output=True, text=True, env=env,
-                              timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise SourceError(f"git ls-remote {url} did not answer within {timeout:g} s") from None
-    if proc.returncode != 0:
-        lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
-        lines = [ln.removeprefix("fatal: ") for ln in lines if not ln.lower().startswith(("please make sure",
-                                                                                        "and the repository"))]
-        raise SourceError(f"cannot ask {url} for its branch {branch} ({lines[-1] if lines else 'no output'}); "
-                          "check source.url and the network")
-    for line in proc.stdout.splitlines():
+        out = Git(auth=auth, timeout=timeout).run("ls-remote", "--", url, ref, what=f"ls-remote of {url}")
+    except git.GitCommandError as err:
+        lines = [ln.strip() for ln in getattr(err, "raw_stderr", "").splitlines() if ln.strip()]
+        lines = [ln.removeprefix("fatal: ") for ln in lines
+                 if not ln.lower().startswith(("please make sure", "and the repository"))]
+        lines = [ln for ln in lines if ln]
+        said = redact_text(lines[-1]) if lines else "no output"
+        raise SourceError(f"cannot ask {url} for its branch {branch} ({said}); "
+                          "check source.url and the network") from None
+    for line in out.splitlines():
         sha, _, name = line.partition("\t")
         if name == ref:
             return sha.strip().lower()
@@ -298,6 +303,7 @@ def patch_dir(cfg: ResolvedConfig) -> Path:
 
 def normalise_url(url: str) -> str:
     """source.normalise_url's rule (tested to agree), without importing GitPython."""
+    url = split_credentials(url)[0]
     if "://" in url or _SCP_LIKE.match(url):
         return url
     return str(Path(url).expanduser().resolve())
@@ -331,12 +337,13 @@ def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = F
     variants, excluded = matrix_variants(cfg)
     repository = repository_of(cfg)
     url, branch = normalise_url(cfg["source.url"]), cfg["source.branch"]
+    auth = split_credentials(cfg["source.url"])[1]
     lock_path = cfg.path_value("lock.path")
     summary = Summary(repository=repository.name, url=url, branch=branch, date=date, old_commit=None,
                       new_commit=None, excluded=[{"combination": c, "reason": r} for c, r in excluded])
     queue = load_patch_queue(patch_dir(cfg))
     try:
-        head = ls_remote_head(url, branch)
+        head = ls_remote_head(url, branch, auth=auth)
         summary.new_commit = head
         record = read_nightly_record(lock_path, url, branch)
         with client_for(repository.registry) as client:

@@ -41,6 +41,23 @@ def sha256_digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+def json_document(body: bytes | str, where: str, what: str, error: type = ImageSourceError) -> dict:
+    """A JSON object (an index, manifest or image config) read from an untrusted source; one line naming
+    where and what otherwise."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise error(f"{where}: the {what} is not JSON") from None
+    if not isinstance(doc, dict):
+        raise error(f"{where}: the {what} must be a JSON object, got {type(doc).__name__}")
+    for key, kind, expect in (("manifests", list, "a list"), ("layers", list, "a list"), ("config", dict, "an object"),
+                              ("mediaType", str, "a string"), ("rootfs", dict, "an object"),
+                              ("history", list, "a list")):
+        if key in doc and not isinstance(doc[key], kind):
+            raise error(f"{where}: the {what}'s {key!r} must be {expect}, got {type(doc[key]).__name__}")
+    return doc
+
+
 @dataclass(frozen=True)
 class Descriptor:
     media_type: str
@@ -51,11 +68,18 @@ class Descriptor:
 
     @classmethod
     def from_json(cls, data: dict) -> "Descriptor":
+        ok = (isinstance(data, dict) and isinstance(data.get("digest"), str) and ":" in data["digest"]
+              and isinstance(data.get("mediaType", ""), str) and isinstance(data.get("annotations") or {}, dict)
+              and isinstance(data.get("platform") or {}, dict))
         try:
-            return cls(media_type=data.get("mediaType", ""), digest=data["digest"], size=int(data.get("size", 0)),
-                       annotations=data.get("annotations") or {}, platform=data.get("platform") or {})
-        except (KeyError, TypeError, ValueError):
-            raise ImageSourceError(f"malformed descriptor {json.dumps(data)[:200]}") from None
+            if ok:
+                return cls(media_type=data.get("mediaType", ""), digest=data["digest"],
+                           size=int(data.get("size", 0)), annotations=data.get("annotations") or {},
+                           platform=data.get("platform") or {})
+        except (TypeError, ValueError):
+            pass
+        raise ImageSourceError(f"malformed descriptor (expected an object with mediaType, a digest and a "
+                               f"size): {json.dumps(data, default=str)[:120]}")
 
 
 @dataclass
@@ -74,7 +98,9 @@ class Image:
 
     @property
     def labels(self) -> dict[str, str]:
-        return (self.config.get("config") or {}).get("Labels") or {}
+        inner = self.config.get("config") or {}
+        labels = inner.get("Labels") if isinstance(inner, dict) else None
+        return labels if isinstance(labels, dict) else {}
 
     @property
     def history(self) -> list[dict]:
@@ -105,7 +131,7 @@ def select_manifest(read: Callable[[str], bytes], index: dict, platform: str | N
         if desc.annotations.get("vnd.docker.reference.type") == ATTESTATION:
             continue
         if desc.media_type in INDEX_TYPES:
-            nested = json.loads(read(desc.digest))
+            nested = json_document(read(desc.digest), where, f"index {desc.digest[:19]}")
             desc = select_manifest(read, nested, platform, where)
         elif desc.platform and not _platform_matches(desc.platform, platform):
             continue
@@ -123,11 +149,14 @@ def image_from(source: str, read: Callable[[str], bytes], open_blob: Callable[[s
     body = read(manifest_desc.digest)
     if sha256_digest(body) != manifest_desc.digest:
         raise ImageSourceError(f"{source}: manifest {manifest_desc.digest[:19]} does not match its digest")
-    manifest = json.loads(body)
-    config_desc = Descriptor.from_json(manifest.get("config") or {})
+    manifest = json_document(body, source, f"manifest {manifest_desc.digest[:19]}")
+    if "config" not in manifest:
+        raise ImageSourceError(f"{source}: the manifest {manifest_desc.digest[:19]} has no config")
+    config_desc = Descriptor.from_json(manifest["config"])
     config_bytes = read(config_desc.digest)
+    config = json_document(config_bytes, source, "image config")
     return Image(source=source, manifest_digest=manifest_desc.digest, manifest_bytes=body, manifest=manifest,
-                 config_digest=config_desc.digest, config_bytes=config_bytes, config=json.loads(config_bytes),
+                 config_digest=config_desc.digest, config_bytes=config_bytes, config=config,
                  layers=[Descriptor.from_json(x) for x in manifest.get("layers") or []], open_blob=open_blob,
                  media_type=manifest.get("mediaType") or manifest_desc.media_type or OCI_MANIFEST)
 
@@ -189,7 +218,7 @@ class OciArchive:
 
     def index(self) -> dict:
         with self.open_path("index.json") as fh:
-            return json.loads(fh.read())
+            return json_document(fh.read(), str(self.path), "index.json")
 
     def image(self, platform: str | None = "linux/amd64", source: str | None = None) -> Image:
         where = source or str(self.path)
@@ -262,7 +291,7 @@ def _open_registry(ref_text: str, stack: ExitStack, tmp: Path, platform: str | N
             manifests[d] = client.get_manifest(ref.repository, d)[0]
         return manifests[d]
 
-    doc = json.loads(body)
+    doc = json_document(body, ref_text, "manifest")
     if media_type in INDEX_TYPES or "manifests" in doc:
         desc = select_manifest(read_manifest, doc, platform, ref_text)
         read_manifest(desc.digest)

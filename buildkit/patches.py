@@ -17,9 +17,7 @@ consult its index and attributes); it then behaves as a plain `patch -p1` replac
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,12 +98,26 @@ def _patch_text(path: Path) -> bytes:
 
 def _git_apply(tree_dir: Path, patch: bytes, *flags: str) -> str | None:
     """Run git apply (with flags) on the patch stream in tree_dir; None if it worked, else git's stderr."""
+    import tempfile
+
+    import git
+
+    from .gitcmd import Git
+
     tree_dir = Path(tree_dir).resolve()
-    env = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
-    env.update(GIT_CEILING_DIRECTORIES=str(tree_dir.parent), LC_ALL="C", LANGUAGE="C")
-    argv = ["git", "apply", "--whitespace=nowarn", *flags, "-"]
-    done = subprocess.run(argv, cwd=tree_dir, env=env, input=patch, capture_output=True, check=False)
-    return None if done.returncode == 0 else done.stderr.decode(errors="replace")
+    # No repository is involved: none above the tree is found, and an inherited GIT_DIR/GIT_WORK_TREE (a git
+    # hook running buildkit) is overridden by ones that name no repository (git apply then works on cwd).
+    env = {"GIT_CEILING_DIRECTORIES": str(tree_dir.parent), "GIT_DIR": str(tree_dir.parent / ".no-git-here"),
+           "GIT_WORK_TREE": str(tree_dir), "GIT_INDEX_FILE": str(tree_dir.parent / ".no-git-index")}
+    with tempfile.TemporaryFile() as stdin:
+        stdin.write(patch)
+        stdin.seek(0)
+        try:
+            Git(env=env).run("-C", str(tree_dir), "apply", "--whitespace=nowarn", *flags, "-", what="apply",
+                             stdin=stdin)
+        except git.GitCommandError as err:
+            return getattr(err, "raw_stderr", "") or "git apply failed"
+    return None
 
 
 def _describe(patch: Path, error: str) -> str:

@@ -92,11 +92,15 @@ def ref_and_pin(cfg: ResolvedConfig) -> tuple[str, str | None]:
 
 def _fresh_dir(path: Path) -> bool:
     """Make sure path is an empty folder; True when we created it."""
-    if path.exists():
-        if not path.is_dir() or any(path.iterdir()):
-            raise ConfigError(f"{path} exists and is not empty; choose a new --out folder")
-        return False
-    path.mkdir(parents=True)
+    try:
+        if path.exists():
+            if not path.is_dir() or any(path.iterdir()):
+                raise ConfigError(f"{path} exists and is not empty; choose a new --out folder")
+            return False
+        path.mkdir(parents=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the folder {path}: {exc.strerror or exc} "
+                          f"(is a part of the path a file?); choose another --out folder") from None
     return True
 
 

@@ -23,7 +23,6 @@ docker-py (`buildkit bench --image`). Both are pure.
 from __future__ import annotations
 
 import difflib
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,13 +123,9 @@ def read_profiles(path: Path | None) -> dict[str, Profile]:
     """Every profile of buildkit.toml (none when there is no config file)."""
     if path is None:
         return {}
-    try:
-        with Path(path).open("rb") as fh:
-            data = tomllib.load(fh)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such config file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    from .config import load_toml
+
+    data = load_toml(path)
     table = data.get("profiles", {})
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: profiles must be tables such as [profiles.dflash], got {_type_name(table)}")

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 from .buildx import BuildResult, check_buildx
 from .config import ResolvedConfig
-from .errors import LockError, RegistryError
+from .errors import ImageSourceError, LockError, RegistryError
 from .imageref import ImageRef, parse_image_ref
 from .lock import entry_from_dict, read_lock, write_lock_entry
 from .pipeline import Prepared, build_options, build_prepared, lock_entry, prepared_context
@@ -51,17 +51,31 @@ def default_variant(cfg: ResolvedConfig) -> str:
 
 
 def _labels_of(client: RegistryClient, repo: str, digest: str) -> dict[str, str]:
-    """Labels of an image in the registry: manifest (or the first image of an index) → config."""
+    """Labels of an image in the registry: manifest (or the first image of an index) → config.
+    Everything read is checked: a registry's answer is untrusted input."""
+    from .ocilayout import Descriptor, json_document
+
+    where = f"registry {client.host}: {repo}@{digest[:19]}"
     body, media_type, _ = client.get_manifest(repo, digest)
-    manifest = json.loads(body)
-    if "manifests" in manifest:
-        images = [m for m in manifest["manifests"]
-                  if m.get("annotations", {}).get("vnd.docker.reference.type") != "attestation-manifest"]
-        if not images:
-            return {}
-        manifest = json.loads(client.get_manifest(repo, images[0]["digest"])[0])
-    config = json.loads(client.get_blob(repo, manifest["config"]["digest"]))
-    return (config.get("config") or {}).get("Labels") or {}
+    manifest = json_document(body, where, "manifest", RegistryError)
+    try:
+        if "manifests" in manifest:
+            images = [Descriptor.from_json(m) for m in manifest["manifests"]]
+            images = [d for d in images if d.annotations.get("vnd.docker.reference.type") != "attestation-manifest"]
+            if not images:
+                return {}
+            manifest = json_document(client.get_manifest(repo, images[0].digest)[0], where, "manifest", RegistryError)
+        if "config" not in manifest:
+            raise RegistryError(f"{where}: the manifest has no config")
+        config_digest = Descriptor.from_json(manifest["config"]).digest
+    except ImageSourceError as exc:
+        raise RegistryError(f"{where}: {exc}") from None
+    config = json_document(client.get_blob(repo, config_digest), where, "image config", RegistryError)
+    inner = config.get("config") or {}
+    labels = inner.get("Labels") if isinstance(inner, dict) else None
+    if not isinstance(labels, dict):
+        return {}
+    return {k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def _first_come(tag: str) -> bool:
@@ -237,6 +251,7 @@ def push_local(cfg: ResolvedConfig, *, force: bool = False, stream=None) -> Publ
     entry = read_lock(lock_path)["builds"].get(f"{request.variant}/{request.target}")
     if entry is None:
         raise LockError(f"{lock_path} has no build of {request.variant}/{request.target}; run buildkit build first")
+    entry_from_dict(entry, f"{lock_path}: builds[{request.variant + '/' + request.target!r}]")  # every key there
     try:
         image = docker.from_env().images.get(entry["image_id"])
     except Exception:

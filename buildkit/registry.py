@@ -10,7 +10,11 @@
   or by the OAuth2 refresh-token grant for an identity token), cached per scope. Credentials only
   travel over https, or plain http to a loopback host.
 * Retries: 429, 500, 502, 503, 504 and connection failures are retried with exponential backoff,
-  honouring `Retry-After`; both count and each wait are bounded. 401, 403 and 404 never are.
+  honouring `Retry-After`; both count and each wait are bounded. 401, 403 and 404 never are. A
+  request that got no complete answer within its deadline is tried once more, not more.
+* Deadlines: `timeout` bounds each whole request (connect, headers and body), not each read: a
+  server that trickles or stalls has its sockets shut down when the deadline passes (deadline.py).
+  Streamed blob transfers get `transfer_timeout`. A retry says on stderr what it waits for.
 * Errors: every failure is one RegistryError line naming the host, the operation and the status;
   AuthError when credentials are missing or rejected. Secrets never reach a message or a log.
 """
@@ -35,6 +39,7 @@ import requests
 
 from . import __version__
 from .credentials import Credentials
+from .deadline import Deadline, TrackingAdapter, say_waiting
 from .errors import AuthError, RegistryError
 from .imageref import DIGEST, REPOSITORY, TAG, is_docker_hub, registry_api_host
 
@@ -202,13 +207,15 @@ class RegistryClient:
     """Manifests and tags of one registry. Use as a context manager, or call close()."""
 
     def __init__(self, registry_host: str, *, credentials: Credentials | None = None, timeout: float = 30,
-                 retries: int = 5, backoff: float = 0.5, max_wait: float = 30.0) -> None:
+                 retries: int = 5, backoff: float = 0.5, max_wait: float = 30.0,
+                 transfer_timeout: float = 3600.0) -> None:
         if not registry_host or "/" in registry_host or any(c.isspace() for c in registry_host):
             raise RegistryError(f"invalid registry host {registry_host!r}: expected host[:port]")
         self.host = registry_host  # as the user named it (docker.io for Docker Hub)
         self.api_host = registry_api_host(registry_host)
         self.credentials = credentials
         self.timeout = float(timeout)
+        self.transfer_timeout = max(float(transfer_timeout), self.timeout)
         self.retries = max(0, int(retries))
         self.backoff = max(0.0, float(backoff))
         self.max_wait = max(0.0, float(max_wait))  # cap of any single wait, Retry-After included
@@ -220,6 +227,9 @@ class RegistryClient:
         self._session = requests.Session()
         self._session.trust_env = False  # no ~/.netrc, no REQUESTS_CA_BUNDLE: auth and CAs are ours
         self._session.headers["User-Agent"] = f"llama-buildkit/{__version__}"
+        self._adapter = TrackingAdapter()
+        self._session.mount("https://", self._adapter)
+        self._session.mount("http://", self._adapter)
         self._certs = certs_dir(self.api_host)
         self._verify = _ca_for(self.api_host)
         cert, key = self._certs / "client.cert", self._certs / "client.key"
@@ -254,26 +264,40 @@ class RegistryClient:
         return parts.scheme == "https" or (parts.scheme == "http" and is_loopback(parts.netloc))
 
     def _send(self, method: str, url: str, op: str, **kwargs: Any) -> requests.Response:
-        """One request with retries on 429/5xx and connection failures; SSL errors pass through."""
+        """One request with retries on 429/5xx and connection failures; SSL errors pass through.
+        The whole request (the body too, unless stream=True) ends within self.timeout; an upload within
+        self.transfer_timeout."""
         netloc = urlsplit(url).netloc
         verify = self._verify if netloc == self.api_host else _ca_for(netloc)
+        timed_out = 0
         for attempt in range(self.retries + 1):
             last = attempt == self.retries
             body = kwargs.get("data")
             if hasattr(body, "seek"):  # a file being uploaded: every attempt sends it from its start
                 body.seek(0)
+            # an upload's body may take long; a streamed download's body gets its own deadline (download_blob)
+            limit = self.transfer_timeout if body is not None and hasattr(body, "read") else self.timeout
             try:
-                resp = self._session.request(method, url, timeout=self.timeout, verify=verify,
-                                             proxies=self._proxies(url), **kwargs)
+                with Deadline(limit, self._adapter.cut) as deadline:
+                    resp = self._session.request(method, url, timeout=min(self.timeout, limit), verify=verify,
+                                                 proxies=self._proxies(url), **kwargs)
             except requests.exceptions.SSLError:
+                if deadline.expired:
+                    raise self._fail(op, f"no complete answer within {limit:g} s") from None
                 raise
             except (requests.ConnectionError, requests.Timeout,
                     requests.exceptions.ChunkedEncodingError) as exc:
-                why = _describe_connection_error(exc, self.timeout)
-                if last:
+                expired = deadline.expired or isinstance(exc, requests.Timeout)
+                why = f"no complete answer within {limit:g} s" if deadline.expired \
+                    else _describe_connection_error(exc, self.timeout)
+                timed_out += expired
+                if last or timed_out > 1:
                     tries = f" (after {attempt + 1} attempts)" if attempt else ""
                     raise self._fail(op, why + tries) from None
                 wait = min(self.backoff * 2 ** attempt, self.max_wait)
+                if expired or wait >= 2:  # a long wait says what it waits for; a quick retry stays quiet
+                    say_waiting(f"registry {self.host}: {op}: {why}; trying again in {wait:.1f} s "
+                                f"(attempt {attempt + 2} of at most {self.retries + 1})")
                 log.info("registry %s: %s: %s; retrying in %.1f s", self.host, op, why, wait)
                 time.sleep(wait)
                 continue
@@ -284,6 +308,8 @@ class RegistryClient:
                 if hinted is not None:
                     wait = max(wait, hinted)
                 wait = min(wait, self.max_wait)
+                if wait >= 2:
+                    say_waiting(f"registry {self.host}: {op}: {resp.status_code}; trying again in {wait:.1f} s")
                 log.info("registry %s: %s: %s; retrying in %.1f s", self.host, op, resp.status_code, wait)
                 resp.close()
                 time.sleep(wait)
@@ -558,13 +584,20 @@ class RegistryClient:
                 raise self._fail(op, _status(resp))
             h = hashlib.sha256()
             try:
-                with open(tmp, "wb") as fh:
+                with Deadline(self.transfer_timeout, self._adapter.cut) as deadline, open(tmp, "wb") as fh:
                     for chunk in resp.iter_content(1 << 20):
                         h.update(chunk)
                         fh.write(chunk)
+                if deadline.expired:
+                    raise requests.exceptions.ChunkedEncodingError("cut at the deadline")
             except requests.RequestException as exc:
                 tmp.unlink(missing_ok=True)
-                raise self._fail(op, _describe_connection_error(exc, self.timeout)) from None
+                why = f"no complete blob within {self.transfer_timeout:g} s" if deadline.expired \
+                    else _describe_connection_error(exc, self.timeout)
+                raise self._fail(op, why) from None
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
         got = "sha256:" + h.hexdigest()
         if got != digest:
             tmp.unlink(missing_ok=True)

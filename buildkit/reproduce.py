@@ -135,7 +135,35 @@ def _inputs(labels: Mapping[str, str], where: str) -> dict:
         raise ReproduceError(f"{where}: the {INPUTS_LABEL} label is not JSON") from None
     if not isinstance(data, dict):
         raise ReproduceError(f"{where}: the {INPUTS_LABEL} label is not a JSON object")
+    for key, (kinds, expect) in _INPUT_TYPES.items():
+        value = data.get(key)
+        ok = value is None or (isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds))
+        if ok and isinstance(value, list) and key != "base_images":
+            ok = all(isinstance(v, str) for v in value)
+        if ok and isinstance(value, list) and key == "base_images":
+            ok = all(isinstance(p, list) and len(p) == 2 and all(isinstance(v, str) for v in p) for p in value)
+        if not ok:
+            raise ReproduceError(f"{where}: the {INPUTS_LABEL} label's key {key!r} must be {expect}, "
+                                 f"got {type(value).__name__}")
     return data
+
+
+# The keys of the inputs label and what each must be (absent or null: the check that needs it says so).
+_INPUT_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "format": ((int,), "an integer"), "base_images": ((list,), "a list of [ref, digest] pairs"),
+    "devel_image": ((str,), "a string"), "runtime_image": ((str,), "a string"), "provider": ((str,), "a string"),
+    "platform": ((str,), "a string"), "jobs": ((int,), "an integer"), "ccache": ((bool,), "true or false"),
+    "no_vmm": ((bool,), "true or false"), "extra_cmake_args": ((list,), "a list of strings"),
+    "patches": ((list,), "a list of strings"), "cuda_wheels": ((list,), "a list of strings"),
+    "cublas": ((bool,), "true or false"), "image_name": ((str,), "a string"),
+}
+
+
+def _int_label(value: str, where: str, name: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ReproduceError(f"{where}: the label {name} must be an integer, got {value[:40]!r}") from None
 
 
 def _need(data: Mapping[str, Any], key: str, where: str, what: str | None = None) -> Any:
@@ -161,6 +189,11 @@ def _bases(pairs: Any, where: str) -> tuple[BaseImage, ...]:
 def from_labels(labels: Mapping[str, str], where: str, *, image_digest: str, originals: tuple[str, ...] = ()) \
         -> Recorded:
     """A record from an image's labels (every input is a label; the rest is in the inputs label)."""
+    if not isinstance(labels, Mapping):
+        raise ReproduceError(f"{where}: the labels must be an object of strings, got {type(labels).__name__}")
+    for name, value in labels.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise ReproduceError(f"{where}: the label {str(name)[:80]!r} must be a string, got {type(value).__name__}")
     inputs = _inputs(labels, where)
     lab = {k: v for k, v in labels.items()}
 
@@ -170,7 +203,8 @@ def from_labels(labels: Mapping[str, str], where: str, *, image_digest: str, ori
     cuda = lab.get(LABEL_PREFIX + "cuda-version")
     return Recorded(
         origin=where, source_url=label(OCI + "source", "source URL"), commit=label(OCI + "revision", "commit"),
-        build_number=int(label(LABEL_PREFIX + "build-number", "build number")),
+        build_number=_int_label(label(LABEL_PREFIX + "build-number", "build number"), where,
+                                LABEL_PREFIX + "build-number"),
         patch_set_sha256=label(LABEL_PREFIX + "patch-set", "patch set hash"),
         patches=tuple(inputs["patches"]) if isinstance(inputs.get("patches"), list) else None,
         template_sha256=label(LABEL_PREFIX + "template", "template hash"),
@@ -262,12 +296,11 @@ def load_record(target: str, key: str | None = None) -> Recorded:
     """LOCK file or IMAGE reference."""
     path = Path(target).expanduser()
     if path.is_file():
-        try:
-            json.loads(path.read_text())
-            is_lock = True
-        except (ValueError, UnicodeDecodeError):
-            is_lock = False
-        if is_lock:
+        # A lock is JSON (it starts with "{"); an OCI archive is a tar. A damaged lock is still a lock:
+        # its error names it, rather than "not a tar archive".
+        with path.open("rb") as fh:
+            head = fh.read(512).lstrip()
+        if head.startswith(b"{") or path.suffix == ".lock":
             return from_lock(path, key)
     return from_image(target)
 

@@ -1,0 +1,96 @@
+"""Deadlines for a whole network request, not for each read.
+
+A socket time-out bounds one read; a server that sends a byte a second (or its headers, then nothing
+but keep-alive bytes) never trips it. `Deadline` is a timer that, when it fires, shuts down the
+sockets of the request: the read blocked in another thread returns at once, and the caller, seeing
+`deadline.expired`, reports "no complete answer within N s". Used by the registry client (through
+`TrackingAdapter`, which knows every connection its pools open) and by bench's HTTP client.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+import weakref
+from collections.abc import Callable
+
+from requests.adapters import HTTPAdapter
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+
+def shut(sock: socket.socket | None) -> None:
+    """Shut a socket down for both directions (the plain socket call, also for an SSL socket)."""
+    if sock is None:
+        return
+    try:
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except (OSError, ValueError, TypeError):
+        pass
+
+
+class Deadline:
+    """Calls cut() once, `seconds` after the with-block starts, unless the block ended first."""
+
+    def __init__(self, seconds: float, cut: Callable[[], None]) -> None:
+        self.seconds = seconds
+        self.expired = False
+        self._cut = cut
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+
+    def _fire(self) -> None:
+        self.expired = True
+        self._cut()
+
+    def __enter__(self) -> "Deadline":
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+
+
+def _tracking(pool_cls: type, conns: "weakref.WeakSet") -> type:
+    class Tracking(pool_cls):  # type: ignore[misc, valid-type]
+        def _new_conn(self):
+            conn = super()._new_conn()
+            conns.add(conn)
+            return conn
+    return Tracking
+
+
+class TrackingAdapter(HTTPAdapter):
+    """requests' adapter whose open connections can all be cut (shut down) from another thread. A client
+    using it sends one request at a time (RegistryClient does), so cutting them all cuts that request."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        self._conns: weakref.WeakSet = weakref.WeakSet()
+        super().__init__(*args, **kwargs)
+
+    def _track(self, manager) -> None:
+        manager.pool_classes_by_scheme = {"http": _tracking(HTTPConnectionPool, self._conns),
+                                          "https": _tracking(HTTPSConnectionPool, self._conns)}
+
+    def init_poolmanager(self, *args, **kwargs) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self._track(self.poolmanager)
+
+    def proxy_manager_for(self, proxy, **kwargs):
+        fresh = proxy not in self.proxy_manager
+        manager = super().proxy_manager_for(proxy, **kwargs)
+        if fresh:
+            self._track(manager)
+        return manager
+
+    def cut(self) -> None:
+        for conn in list(self._conns):
+            shut(getattr(conn, "sock", None))
+
+
+def say_waiting(line: str) -> None:
+    """One line on stderr about a long wait (what it waits for, and for how long at most)."""
+    try:
+        print(f"buildkit: {line}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass

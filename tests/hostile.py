@@ -1,0 +1,80 @@
+"""Hostile HTTP servers on 127.0.0.1 for deadline tests. Each accepts connections and then:
+
+* ``silent``: reads the request and never answers;
+* ``stall``: sends a complete-looking status line and headers, then nothing;
+* ``trickle_headers``: sends its headers one byte a second (never finishing them in a test's time);
+* ``trickle_body``: sends the headers at once, then a body of one byte a second (an event stream
+  whose line never ends).
+
+`connections` counts the connections accepted.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+MODES = ("silent", "stall", "trickle_headers", "trickle_body")
+_HEADERS = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 100000\r\n"
+            b"Docker-Distribution-API-Version: registry/2.0\r\n\r\n")
+
+
+class HostileServer:
+    def __init__(self, mode: str, interval: float = 1.0) -> None:
+        assert mode in MODES, mode
+        self.mode, self.interval = mode, interval
+        self.connections = 0
+        self._sock = socket.socket()
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(64)
+        self.port = self._sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.host = f"127.0.0.1:{self.port}"
+        self._stop = threading.Event()
+        self._clients: list[socket.socket] = []
+
+    def __enter__(self) -> "HostileServer":
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._sock.close()
+        for client in self._clients:
+            try:
+                client.close()
+            except OSError:
+                pass
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                client, _ = self._sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            self._clients.append(client)
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        try:
+            client.settimeout(0.5)
+            try:
+                client.recv(65536)
+            except (socket.timeout, OSError):
+                pass
+            if self.mode == "stall":
+                client.sendall(_HEADERS)
+            elif self.mode == "trickle_body":
+                client.sendall(_HEADERS + b"data: ")
+            payload = _HEADERS if self.mode == "trickle_headers" else b"x" * 100000
+            i = 0
+            while not self._stop.is_set():
+                if self.mode in ("trickle_headers", "trickle_body"):
+                    client.sendall(payload[i % len(payload):i % len(payload) + 1])
+                    i += 1
+                time.sleep(self.interval)
+        except OSError:
+            pass

@@ -1,0 +1,116 @@
+"""Every network call ends within its deadline against servers that trickle, stall after the headers,
+or accept and never answer (tests/hostile.py), and says so in one line. The time checks are of the
+deadline feature itself: "ended within the deadline plus a margin", never a speed claim."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from buildkit.benchmark import StreamError, endpoint, stream_chat
+from buildkit.credentials import run_helper
+from buildkit.errors import RegistryError, SourceError
+from buildkit.gitcmd import _group_size
+from buildkit.registry import RegistryClient
+from buildkit.source import fetch_source
+from cliutil import buildkit_env
+from hostile import MODES, HostileServer
+
+ROOT = Path(__file__).resolve().parent.parent
+MARGIN = 10.0  # seconds of slack on a loaded machine; the unbounded cases ran for minutes
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_registry_request_has_a_whole_request_deadline(mode: str) -> None:
+    with HostileServer(mode) as server:
+        client = RegistryClient(server.host, timeout=2, retries=3, backoff=0)
+        start = time.monotonic()
+        with pytest.raises(RegistryError) as caught:
+            client.head_manifest("team/app", "latest")
+        took = time.monotonic() - start
+    message = str(caught.value)
+    assert "\n" not in message and f"registry {server.host}" in message
+    assert "within 2 s" in message or "connection" in message, message
+    # at most one retry of a time-out: two deadlines, each for the whole request
+    assert took < 2 * 2 + MARGIN, took
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_bench_request_has_a_whole_request_deadline(mode: str) -> None:
+    with HostileServer(mode) as server:
+        start = time.monotonic()
+        with pytest.raises(StreamError) as caught:
+            stream_chat(endpoint(server.url), {"messages": []}, timeout=2)
+        took = time.monotonic() - start
+    assert "within 2s (--timeout)" in str(caught.value), str(caught.value)
+    assert took < 2 + MARGIN, took
+
+
+def test_bench_cli_against_a_trickling_server_is_one_line() -> None:
+    with HostileServer("trickle_body") as server:
+        proc = subprocess.run([sys.executable, "-m", "buildkit.cli", "bench", "--url", server.url, "--timeout", "3",
+                               "--runs", "1"], capture_output=True, text=True, timeout=120,
+                              env={**buildkit_env(), "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
+    assert len(errors) == 1 and "within 3s" in errors[0] and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("mode", ["silent", "stall", "trickle_headers"])
+def test_git_fetch_from_a_hostile_http_server_is_stopped(mode: str, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLAMA_BUILDKIT_GIT_TIMEOUT", "3")
+    with HostileServer(mode) as server:
+        start = time.monotonic()
+        with pytest.raises(SourceError) as caught:
+            fetch_source(f"{server.url}/fork.git", "main", None, tmp_path)
+        took = time.monotonic() - start
+    message = str(caught.value)
+    assert "\n" not in message and "within 3 s" in message and server.url in message, message
+    assert took < 3 + 3 + MARGIN, took  # the deadline, the SIGTERM grace, a margin
+
+
+def _helper(tmp_path: Path, name: str, body: str) -> dict[str, str]:
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    exe = bindir / f"docker-credential-{name}"
+    exe.write_text("#!/bin/sh\n" + body)
+    exe.chmod(0o755)
+    return {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
+
+
+def test_hanging_credential_helper_is_stopped_with_its_children(tmp_path: Path) -> None:
+    pgid = tmp_path / "pgid"
+    env = _helper(tmp_path, "hang", f"echo $$ > {pgid}\nsleep 300 &\nsleep 300\n")  # its own group: pgid = pid
+    start = time.monotonic()
+    with pytest.raises(RegistryError, match=r"did not answer within 2 s; it was stopped"):
+        run_helper("hang", "registry.example", env, timeout=2)
+    assert time.monotonic() - start < 2 + MARGIN
+    assert _group_size(int(pgid.read_text())) == 0  # the helper and the sleep it left behind
+
+
+def test_credential_helper_output_never_reaches_a_message(tmp_path: Path) -> None:
+    secret = "s3cret-from-the-helper"
+    env = _helper(tmp_path, "leaky", f'echo \'{{"Username": "u", "Secret": "{secret}"}}\'\n'
+                                     f'echo "{secret} on stderr" >&2\nexit 3\n')
+    with pytest.raises(RegistryError) as caught:
+        run_helper("leaky", "registry.example", env)
+    assert secret not in str(caught.value) and "exit code 3" in str(caught.value)
+    env = _helper(tmp_path, "wrongtype", f'echo \'{{"Username": "u", "Secret": ["{secret}"]}}\'\n')
+    with pytest.raises(RegistryError) as caught:
+        run_helper("wrongtype", "registry.example", env)
+    assert secret not in str(caught.value) and "Secret must be a string" in str(caught.value)
+
+
+def test_a_long_git_wait_says_what_it_waits_for(monkeypatch: pytest.MonkeyPatch, capfd) -> None:
+    import buildkit.gitcmd as gitcmd
+
+    monkeypatch.setattr(gitcmd, "WAIT_NOTICE", 0.5)  # instead of 10 s
+    gitcmd.Git(timeout=30).run("-c", "alias.slow=!sleep 2", "slow", what="fetch from http://example.invalid/x")
+    err = capfd.readouterr().err
+    assert "buildkit: waiting for fetch from http://example.invalid/x" in err and "gives up after 30 s" in err
