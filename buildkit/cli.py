@@ -106,9 +106,13 @@ def version_options(func):
 @click.option("--print", "print_only", is_flag=True,
               help="Render into a kept folder and print the exact buildx command instead of building.")
 @click.option("--no-verify", is_flag=True, help="Skip the smoke checks on the built image.")
+@click.option("--no-preflight", is_flag=True,
+              help="Skip the engine and disk checks run before anything else (`buildkit doctor` has them all).")
+@click.option("--min-free-gb", type=float, default=None,
+              help="Free disk space the preflight check asks for (default: 25 GB for CUDA, 4 GB for cpu).")
 @handle_errors
 def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_only: bool, no_verify: bool,
-          **kwargs):
+          no_preflight: bool, min_free_gb: float | None, **kwargs):
     """Fetch the pinned commit, patch, render, build with buildx, verify and write the lock."""
     from .buildx import buildx_argv
     from .pipeline import build as run_pipeline, build_options, cache_root, prepare
@@ -126,6 +130,10 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
         click.echo(shlex.join(buildx_argv(prepared.plan, prepared.rendered, build_options(cfg),
                                           out / "metadata.json")))
         return
+    if not no_preflight:
+        from .doctor import preflight
+
+        preflight(cfg, min_free_gb=min_free_gb, echo=lambda line: click.echo(line, err=True))
     if push:
         from .publish import build_and_push
 
@@ -198,6 +206,9 @@ main.add_command(bench); main.add_command(run)  # noqa: E702
 
 from .cmd_reproduce import diff, reproduce  # noqa: E402
 main.add_command(reproduce); main.add_command(diff)  # noqa: E702
+
+from .cmd_doctor import doctor  # noqa: E402
+main.add_command(doctor)
 
 
 if __name__ == "__main__":  # pragma: no cover
