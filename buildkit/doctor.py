@@ -446,7 +446,7 @@ def failed(checks: Sequence[Check]) -> list[Check]:
 
 def format_checks(checks: Sequence[Check]) -> list[str]:
     """One line per check: status, name, what was found, and the fix."""
-    width = max(len(c.name) for c in checks)
+    width = max((len(c.name) for c in checks), default=0)
     lines = []
     for c in checks:
         line = f"{c.status:<4}  {c.name:<{width}}  {c.detail}"
