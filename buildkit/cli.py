@@ -145,13 +145,19 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
         click.echo(f"tags: {' '.join(published.tags)}")
         click.echo(f"changed: {' '.join(published.added) or 'nothing'}")
         return
+    from .progress import stages, summary, summary_line
+
     built = run_pipeline(cfg, extra_tags=extra_tags, verify=not no_verify)
+    facts = summary(built.prepared.plan.request.variant, built.result.seconds,
+                    built.result.tags[0] if built.result.tags else None, built.result.compressed_size,
+                    built.result.ccache, stages().times, built.result.tty)
     for check in built.report.checks:
         click.echo(f"verify {check.name}: {check.status}: {check.detail}")
     click.echo(f"built {built.result.tags[0]} ({built.result.digest or built.result.config_digest}) "
                f"from {built.prepared.source.commit} in {built.result.seconds:.0f}s")
     click.echo(f"tags: {' '.join(built.result.tags)}")
     click.echo(f"lock: {built.lock_path}")
+    click.echo(summary_line(facts))
 
 
 @main.command()
