@@ -82,6 +82,15 @@ def render(out_dir: str, **kwargs):
     click.echo("build it with:\n  " + shlex.join(argv))
 
 
+def published_json(published) -> dict:
+    """A PublishResult for --json."""
+    from dataclasses import asdict
+
+    data = asdict(published)
+    data["tags"], data["added"] = list(published.tags), list(published.added)
+    return data
+
+
 VERSION_OPTIONS = [
     click.option("--version", "version", help="Semver version to publish (X.Y.Z[-pre]); sets the version label."),
     click.option("--bump", type=click.Choice(["patch", "minor", "major"]), default="patch", show_default=True,
@@ -110,9 +119,11 @@ def version_options(func):
               help="Skip the engine and disk checks run before anything else (`buildkit doctor` has them all).")
 @click.option("--min-free-gb", type=float, default=None,
               help="Free disk space the preflight check asks for (default: 25 GB for CUDA, 4 GB for cpu).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the result as JSON on stdout (progress and buildx's output stay on stderr).")
 @handle_errors
 def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_only: bool, no_verify: bool,
-          no_preflight: bool, min_free_gb: float | None, **kwargs):
+          no_preflight: bool, min_free_gb: float | None, as_json: bool, **kwargs):
     """Fetch the pinned commit, patch, render, build with buildx, verify and write the lock."""
     from .buildx import buildx_argv
     from .pipeline import build as run_pipeline, build_options, cache_root, prepare
@@ -138,6 +149,9 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
         from .publish import build_and_push
 
         published = build_and_push(cfg, version=version, bump=bump, force=force, verify=not no_verify)
+        if as_json:
+            click.echo(json.dumps(published_json(published), indent=2))
+            return
         what = {"built": "built, verified and pushed",
                 "engine": "pushed the image with this build key already in the engine, nothing built",
                 "registry": "already published (the registry has this build key), nothing built"}[published.origin]
@@ -151,6 +165,14 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
     facts = summary(built.prepared.plan.request.variant, built.result.seconds,
                     built.result.tags[0] if built.result.tags else None, built.result.compressed_size,
                     built.result.ccache, stages().times, built.result.tty)
+    if as_json:
+        click.echo(json.dumps({
+            "image": built.result.tags[0] if built.result.tags else None, "digest": built.result.digest,
+            "image_id": built.result.config_digest, "tags": list(built.result.tags),
+            "commit": built.prepared.source.commit, "build_key": built.prepared.build_key,
+            "lock": str(built.lock_path), "verify": [vars(c) for c in built.report.checks],
+            "summary": facts}, indent=2))
+        return
     for check in built.report.checks:
         click.echo(f"verify {check.name}: {check.status}: {check.detail}")
     click.echo(f"built {built.result.tags[0]} ({built.result.digest or built.result.config_digest}) "
@@ -163,8 +185,9 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
 @main.command()
 @config_options
 @click.option("--force", is_flag=True, help="Push even if the registry has this build key already.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @handle_errors
-def push(force: bool, **kwargs):
+def push(force: bool, as_json: bool, **kwargs):
     """Publish the image of the lock's entry for this variant (built before, still in the engine).
 
     It gets every tag of its version (see `buildkit tags`); the tags are pushed to the registry
@@ -173,6 +196,9 @@ def push(force: bool, **kwargs):
     from .publish import push_local
 
     published = push_local(resolve(kwargs), force=force)
+    if as_json:
+        click.echo(json.dumps(published_json(published), indent=2))
+        return
     click.echo(f"pushed {published.repository}@{published.digest} version {published.version}")
     click.echo(f"tags: {' '.join(published.tags)}")
     click.echo(f"changed: {' '.join(published.added) or 'nothing'}")
@@ -182,8 +208,9 @@ def push(force: bool, **kwargs):
 @config_options
 @click.option("--version", "version", required=True, help="Semver version, X.Y.Z[-pre].")
 @click.option("--commit-sha", help="Commit for the sha- tag (default: the pinned source.commit).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: {repository, version, immutable, moving}.")
 @handle_errors
-def tags(version: str, commit_sha: str | None, **kwargs):
+def tags(version: str, commit_sha: str | None, as_json: bool, **kwargs):
     """Print the tags a published build of VERSION gets, immutable first."""
     from .pipeline import ref_and_pin
     from .publish import tags_for
@@ -194,6 +221,10 @@ def tags(version: str, commit_sha: str | None, **kwargs):
     if not commit:
         raise ConfigError("source.commit is not a full SHA; pass --commit-sha for the sha- tag")
     tag_set = tags_for(cfg, version, commit)
+    if as_json:
+        click.echo(json.dumps({"repository": cfg["image.name"], "version": version, "commit": commit,
+                               "immutable": list(tag_set.immutable), "moving": list(tag_set.moving)}, indent=2))
+        return
     for tag in tag_set.immutable:
         click.echo(f"{cfg['image.name']}:{tag}    immutable")
     for tag in tag_set.moving:

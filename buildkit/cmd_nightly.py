@@ -62,12 +62,20 @@ def nightly(json_path: str | None, date: str | None, force: bool, no_verify: boo
 @config_options
 @click.argument("nightly_tag", metavar="nightly-<variant>")
 @click.option("--version", "version", required=True, help="Release version X.Y.Z to give the nightly.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @handle_errors
-def promote(nightly_tag: str, version: str, **kwargs):
+def promote(nightly_tag: str, version: str, as_json: bool, **kwargs):
     """Turn a nightly into a release: its digest gets the release tags of VERSION, nothing is rebuilt."""
+    from dataclasses import asdict
+
     from .nightly import promote as run_promote
 
     done = run_promote(resolve(kwargs), nightly_tag, version)
+    if as_json:
+        data = asdict(done)
+        data["tags"], data["added"] = list(done.tags), list(done.added)
+        click.echo(json.dumps(data, indent=2))
+        return
     click.echo(f"promoted {done.repository}:{done.source_tag} ({done.nightly_version or 'no version label'}, "
                f"{done.commit[:12]}) to {version}: {done.repository}@{done.digest}")
     click.echo(f"tags: {' '.join(done.tags)}")
@@ -81,8 +89,10 @@ def promote(nightly_tag: str, version: str, **kwargs):
 @click.option("--file", "bake_path", type=click.Path(dir_okay=False),
               help="Also write the bake file to this path.")
 @click.option("--no-verify", is_flag=True, help="Skip the smoke checks on the built images.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the result as JSON: {lock, variants: [{variant, status, image, digest, seconds, error}]}.")
 @handle_errors
-def bake(print_only: bool, bake_path: str | None, no_verify: bool, **kwargs):
+def bake(print_only: bool, bake_path: str | None, no_verify: bool, as_json: bool, **kwargs):
     """Build the matrix (matrix.archs x matrix.cuda_versions x matrix.targets) with docker buildx bake.
 
     One bake target per variant, so BuildKit builds them in parallel and a multi-node builder
@@ -118,15 +128,27 @@ def bake(print_only: bool, bake_path: str | None, no_verify: bool, **kwargs):
             Path(bake_path).write_text(bake_file.read_text())
         lock_path = cfg.path_value("lock.path")
         failed = 0
+        rows = []
         for b in builds:
+            seconds = round(b.outcome.seconds, 1) if b.outcome else None
             if not b.ok:
                 failed += 1
-                click.echo(f"{b.variant.key}: failed: {b.error}")
+                rows.append({"variant": b.variant.key, "status": "failed", "image": None, "digest": None,
+                             "seconds": seconds, "error": b.error})
+                if not as_json:
+                    click.echo(f"{b.variant.key}: failed: {b.error}")
                 continue
             result = b.outcome.result
             write_lock_entry(lock_path, lock_entry(b.prepared, result))
-            click.echo(f"{b.variant.key}: built {result.tags[0]} ({result.digest or result.config_digest})")
-    click.echo(f"lock: {lock_path}")
+            rows.append({"variant": b.variant.key, "status": "built", "image": result.tags[0] if result.tags else None,
+                         "digest": result.digest or result.config_digest, "seconds": seconds, "error": ""})
+            if not as_json:
+                click.echo(f"{b.variant.key}: built {result.tags[0]} ({result.digest or result.config_digest})")
+    if as_json:
+        click.echo(json.dumps({"lock": str(lock_path), "ok": not failed, "variants": rows,
+                               "excluded": [{"combination": c, "reason": r} for c, r in excluded]}, indent=2))
+    else:
+        click.echo(f"lock: {lock_path}")
     sys.exit(1 if failed else 0)
 
 
