@@ -115,6 +115,9 @@ def version_options(func):
 @click.option("--print", "print_only", is_flag=True,
               help="Render into a kept folder and print the exact buildx command instead of building.")
 @click.option("--no-verify", is_flag=True, help="Skip the smoke checks on the built image.")
+@click.option("--no-load", is_flag=True,
+              help="With --push: push the built OCI archive and keep no image in the engine (loaded for the "
+                   "checks only; never with --no-verify).")
 @click.option("--no-preflight", is_flag=True,
               help="Skip the engine and disk checks run before anything else (`buildkit doctor` has them all).")
 @click.option("--min-free-gb", type=float, default=None,
@@ -123,7 +126,7 @@ def version_options(func):
               help="Print the result as JSON on stdout (progress and buildx's output stay on stderr).")
 @handle_errors
 def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_only: bool, no_verify: bool,
-          no_preflight: bool, min_free_gb: float | None, as_json: bool, **kwargs):
+          no_load: bool, no_preflight: bool, min_free_gb: float | None, as_json: bool, **kwargs):
     """Fetch the pinned commit, patch, render, build with buildx, verify and write the lock."""
     from .buildx import buildx_argv
     from .pipeline import build as run_pipeline, build_options, cache_root, prepare
@@ -131,6 +134,8 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
     if version:
         kwargs["image_version"] = version
     cfg = resolve(kwargs)
+    if no_load and not push:
+        raise ConfigError("--no-load goes with --push (a build without --push is for the engine)")
     if print_only:
         import tempfile
 
@@ -148,7 +153,8 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
     if push:
         from .publish import build_and_push
 
-        published = build_and_push(cfg, version=version, bump=bump, force=force, verify=not no_verify)
+        published = build_and_push(cfg, version=version, bump=bump, force=force, verify=not no_verify,
+                                   load=not no_load)
         if as_json:
             click.echo(json.dumps(published_json(published), indent=2))
             return

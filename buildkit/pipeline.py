@@ -314,7 +314,7 @@ def build_prepared(prepared: Prepared, cfg: ResolvedConfig, *, verify: bool = Tr
     with stage("build", f"{prepared.plan.request.variant}" + (f", last build took {last:.0f}s" if last else "")):
         result = run_build(argv, metadata, prepared.plan.tags, stream=stream, oci_archive=archive,
                            load=options.load, docker=options.docker, last_seconds=last)
-    report = VerifyReport(image=result.tags[0], checks=())
+    report = VerifyReport(image=result.tags[0] if result.tags else "", checks=())
     if verify:
         try:
             roots = [prepared.cuda_root] if prepared.cuda_root else []
