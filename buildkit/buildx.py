@@ -140,10 +140,10 @@ def buildx_argv(plan: BuildPlan, rendered: RenderResult, options: BuildOptions,
             argv += ["--tag", tag]
     for name, path in rendered.named_contexts:
         argv += ["--build-context", f"{name}={path}"]
-    for entry in options.cache_from:
-        argv += ["--cache-from", entry]
+    for entry in options.cache_from:  # {variant}: one cache per variant (a shared ref would be overwritten)
+        argv += ["--cache-from", entry.replace("{variant}", plan.request.variant)]
     for entry in options.cache_to:
-        argv += ["--cache-to", entry]
+        argv += ["--cache-to", entry.replace("{variant}", plan.request.variant)]
     argv += ["--metadata-file", str(metadata_file), "--progress", options.progress]
     argv.append(f"--provenance={'true' if options.provenance else 'false'}")
     if options.no_cache:

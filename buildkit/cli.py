@@ -253,6 +253,9 @@ main.add_command(reproduce); main.add_command(diff)  # noqa: E702
 from .cmd_doctor import doctor  # noqa: E402
 main.add_command(doctor)
 
+from .cmd_ccache import ccache  # noqa: E402
+main.add_command(ccache)
+
 
 if __name__ == "__main__":  # pragma: no cover
     main()
