@@ -162,3 +162,19 @@ def test_doctor_fails_when_the_registry_login_is_wrong(tmp_path, docker_engine, 
     right = doctor(root, env_extra=with_login(password))
     assert by_name(right)["registry"]["status"] == OK, right.stdout
     assert user in by_name(right)["registry"]["detail"]
+
+
+def test_tags_json_is_the_tag_set(tmp_path):
+    from click.testing import CliRunner
+
+    from buildkit.cli import main
+
+    (tmp_path / "buildkit.toml").write_text('schema_version = 1\n[image]\nname = "reg.example/t/l"\n'
+                                            'default_variant = "cpu"\n[build]\narch = "cpu"\n')
+    commit = "ab" * 20
+    result = CliRunner().invoke(main, ["tags", "--config", str(tmp_path / "buildkit.toml"), "--version", "1.2.3",
+                                       "--commit-sha", commit, "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["repository"] == "reg.example/t/l" and data["commit"] == commit
+    assert data["immutable"][:2] == ["1.2.3-cpu", f"sha-{commit[:7]}-cpu"] and "latest" in data["moving"]

@@ -83,3 +83,28 @@ def test_duration_and_summary_line():
                          "stages": {"fetch": 1.0}})
     assert line == ("summary: cpu built in 1m15s; image 91.00 MB (30.00 MB compressed); "
                     "ccache 0% (0/53 compiler calls); stages: fetch 1.0s")
+
+
+def test_buildx_output_on_a_terminal_passes_through_a_pseudo_terminal_byte_for_byte():
+    """What `run_build` does when stderr is a terminal: the child sees a TTY (so buildx draws its
+    display), its bytes reach the terminal unchanged, and the lines still reach the meter."""
+    import os
+    import pty
+    import sys
+
+    from buildkit.buildx import _lines_from_pty, _popen_tty, wants_tty
+
+    master, slave = pty.openpty()  # our "terminal"
+    with open(slave, "w", closefd=True) as terminal:
+        assert wants_tty(["docker", "buildx", "build", "--progress", "auto"], terminal)
+        assert not wants_tty(["docker", "buildx", "build", "--progress", "plain"], terminal)
+        argv = [sys.executable, "-c", "import sys; print(sys.stdout.isatty()); print('#9 1.0 [ 42%] Building')"]
+        proc, child_master = _popen_tty(argv, terminal)
+        lines = [ln.rstrip("\r") for ln in _lines_from_pty(proc, child_master, terminal)]
+        os.close(child_master)
+        assert proc.wait() == 0
+    seen = os.read(master, 4096).decode()
+    os.close(master)
+    assert lines[:2] == ["True", "#9 1.0 [ 42%] Building"]
+    assert "[ 42%] Building" in seen and compile_percent(lines[1]) == 42
+    assert not wants_tty(["docker", "buildx", "build"], io.StringIO())

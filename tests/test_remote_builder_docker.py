@@ -126,3 +126,26 @@ def test_bake_on_a_second_engine_builds_every_target_there(remote):
     assert not {v["image"] for v in result["variants"]} & (local_images(buildkit_env()) - main_before)
     lock = json.loads((remote["tmp"] / "bake.lock").read_text())["builds"]
     assert {e["commit"] for e in lock.values()} == {commit}
+
+
+def test_ccache_import_then_export_round_trips_through_the_cache_mount(remote, tmp_path):
+    """What the workflow does around the nightly: a folder goes into the builder's cache mount of
+    each variant, and comes out again, on the second engine."""
+    from buildkit.ccachestore import ccache_id
+    from buildkit.config import load_config
+    from buildkit.plan import SourceFacts, make_plan, make_request
+
+    cfg = load_config(remote["project"] / "buildkit.toml", {}, {})
+    plan = make_plan(make_request(cfg), SourceFacts("u", "a" * 40, 0, 1, "", ()), template_sha256="t",
+                     tool_version="0")
+    assert plan.ccache_id == ccache_id("cpu")  # the mount the compile step uses
+    env = dict(remote["env"], **remote["engine"].env)
+    seed = tmp_path / "in"
+    (seed / "cpu" / "f").mkdir(parents=True)
+    (seed / "cpu" / "f" / "probe").write_text("round trip " + str(tmp_path))
+    out = ok(run(remote["project"], env, "ccache", "import", "--dir", str(seed)))
+    assert out.stdout.startswith("imported 1 ccache(s)")
+    ok(run(remote["project"], env, "ccache", "export", "--dir", str(tmp_path / "out")))
+    assert (tmp_path / "out" / "cpu" / "f" / "probe").read_text() == "round trip " + str(tmp_path)
+    missing = ok(run(remote["project"], env, "ccache", "import", "--dir", str(tmp_path / "empty")))
+    assert "starts cold" in missing.stderr and missing.stdout.startswith("imported 0")
