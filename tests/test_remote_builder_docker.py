@@ -84,8 +84,9 @@ targets = ["server", "light"]
     with SecondEngine(tmp / "engine2") as engine:
         engine.load(debian_base_image)
         yield {"project": project, "fork": fork, "env": env, "engine": engine, "tmp": tmp}
-    for ref in ("buildkit-test/remote:cpu", "buildkit-test/remote:cpu-light"):
-        subprocess.run(["docker", "image", "rm", ref], capture_output=True)  # what the bake made here
+    made = local_images({})  # what the bake of the previous commit made in the main engine
+    subprocess.run(["docker", "image", "rm", *sorted(t for t in made if t.startswith("buildkit-test/remote:"))],
+                   capture_output=True)
 
 
 def local_images(env: dict[str, str]) -> set[str]:
