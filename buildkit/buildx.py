@@ -63,6 +63,9 @@ class BuildResult:
     seconds: float
     metadata: dict = field(default_factory=dict)
     oci_archive: Path | None = None  # the reproducible exporter's archive, when that path was used
+    ccache: tuple[int, int] | None = None  # (hits, cacheable calls) of this build's compile, when it ran
+    compressed_size: int | None = None  # config + layers of the OCI archive, as a registry stores them
+    tty: bool = False  # buildx drew its TTY display (its step logs, and so ccache's figures, are not kept)
 
 
 def parse_buildx_version(text: str) -> tuple[int, int, int] | None:
@@ -137,10 +140,10 @@ def buildx_argv(plan: BuildPlan, rendered: RenderResult, options: BuildOptions,
             argv += ["--tag", tag]
     for name, path in rendered.named_contexts:
         argv += ["--build-context", f"{name}={path}"]
-    for entry in options.cache_from:
-        argv += ["--cache-from", entry]
+    for entry in options.cache_from:  # {variant}: one cache per variant (a shared ref would be overwritten)
+        argv += ["--cache-from", entry.replace("{variant}", plan.request.variant)]
     for entry in options.cache_to:
-        argv += ["--cache-to", entry]
+        argv += ["--cache-to", entry.replace("{variant}", plan.request.variant)]
     argv += ["--metadata-file", str(metadata_file), "--progress", options.progress]
     argv.append(f"--provenance={'true' if options.provenance else 'false'}")
     if options.no_cache:
@@ -205,31 +208,117 @@ def engine_turn(exclusive: bool, stream=None) -> Iterator[None]:
         os.close(fd)
 
 
+def wants_tty(argv: Sequence[str], stream) -> bool:
+    """buildx draws its own TTY display when its output is a terminal and --progress is auto or tty."""
+    try:
+        progress = argv[list(argv).index("--progress") + 1]
+    except (ValueError, IndexError):
+        progress = "auto"
+    try:
+        return progress in ("auto", "tty") and stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _lines_from_pty(proc: subprocess.Popen, master: int, stream) -> Iterator[str]:
+    """Pass buildx's TTY output through to the terminal byte for byte; yield it as text lines."""
+    out = getattr(stream, "buffer", None)
+    pending = ""
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            data = b""
+        if not data:
+            break
+        if out is not None:
+            out.write(data)
+            out.flush()
+        else:
+            stream.write(data.decode("utf-8", "replace"))
+        pending += data.decode("utf-8", "replace")
+        *lines, pending = pending.split("\n")
+        yield from lines
+    if pending:
+        yield pending
+
+
+def _popen_tty(argv: list[str], stream) -> tuple[subprocess.Popen, int]:
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    try:
+        size = fcntl.ioctl(stream.fileno(), termios.TIOCGWINSZ, b"\0" * 8)
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, size)
+    except (OSError, AttributeError, ValueError):
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, close_fds=True)
+    finally:
+        os.close(slave)
+    return proc, master
+
+
 def run_build(argv: list[str], metadata_file: Path, tags: Sequence[str], *, stream=None,
-              oci_archive: Path | None = None, load: bool = True, docker: str = "docker") -> BuildResult:
+              oci_archive: Path | None = None, load: bool = True, docker: str = "docker",
+              last_seconds: float | None = None) -> BuildResult:
     """Run buildx, streaming its output to `stream` (stderr by default). With oci_archive (the
     reproducible exporter), the digest is the archive's manifest digest and, with load, the archive
-    is loaded into the engine under the tags."""
+    is loaded into the engine under the tags.
+
+    When stream is a terminal (and --progress auto/tty), buildx runs on a pseudo-terminal and draws
+    its own display; otherwise its plain output is piped through, with a compile status line now and
+    then (progress.CompileMeter; last_seconds, the lock's last build time, makes the estimate)."""
+    from .progress import CompileMeter, archive_size, ccache_stats
+
     stream = sys.stderr if stream is None else stream
     tail: collections.deque[str] = collections.deque(maxlen=40)
+    stats_lines: list[str] = []
+    meter = CompileMeter(last_seconds=last_seconds)
+    tty = wants_tty(argv, stream)
     with engine_turn("--no-cache" in argv, stream):
         start = time.monotonic()
+        master = -1
         try:
-            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                    errors="replace", bufsize=1)
+            if tty:
+                proc, master = _popen_tty(argv, stream)
+                lines: Iterator[str] = _lines_from_pty(proc, master, stream)
+            else:
+                proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                        errors="replace", bufsize=1)
+                assert proc.stdout is not None
+                lines = iter(proc.stdout)
         except FileNotFoundError:
             raise BuildError(f"cannot run {argv[0]!r}: not found") from None
-        assert proc.stdout is not None
         try:
-            for line in proc.stdout:
-                stream.write(line)
-                tail.append(line.rstrip("\n"))
+            for line in lines:
+                if not tty:
+                    stream.write(line)
+                clean = line.rstrip("\n")
+                tail.append(clean)
+                if "Hits:" in clean or "cache hit" in clean or "cache miss" in clean:
+                    stats_lines.append(clean)
+                status = meter.feed(clean)
+                if status is not None:
+                    if tty:  # the terminal title: printing would tear buildx's display
+                        stream.write(f"\x1b]0;buildkit: {status}\x07")
+                    else:
+                        stream.write(f"buildkit: {status}\n")
             code = proc.wait()
         except KeyboardInterrupt:
             proc.terminate()
             proc.wait()
             raise
+        finally:
+            if master >= 0:
+                os.close(master)
         seconds = time.monotonic() - start
+    if tty:
+        from .progress import strip_ansi
+
+        tail = collections.deque((strip_ansi(t) for t in tail), maxlen=40)
     if code != 0:
         raise BuildError(f"docker buildx build failed (exit {code}): {last_error_line(list(tail))}")
     try:
@@ -247,7 +336,8 @@ def run_build(argv: list[str], metadata_file: Path, tags: Sequence[str], *, stre
     if not digest and not config_digest:
         raise BuildError(f"buildx metadata has no image digest (keys: {', '.join(sorted(metadata))})")
     return BuildResult(digest=digest, config_digest=config_digest, tags=tuple(tags), seconds=seconds,
-                       metadata=metadata, oci_archive=oci_archive)
+                       metadata=metadata, oci_archive=oci_archive, ccache=ccache_stats(stats_lines),
+                       compressed_size=archive_size(oci_archive), tty=tty)
 
 
 def _archive_digest(archive: Path, reported: str) -> str:

@@ -85,6 +85,15 @@ def render(out_dir: str, **kwargs):
     click.echo("build it with:\n  " + shlex.join(argv))
 
 
+def published_json(published) -> dict:
+    """A PublishResult for --json."""
+    from dataclasses import asdict
+
+    data = asdict(published)
+    data["tags"], data["added"] = list(published.tags), list(published.added)
+    return data
+
+
 VERSION_OPTIONS = [
     click.option("--version", "version", help="Semver version to publish (X.Y.Z[-pre]); sets the version label."),
     click.option("--bump", type=click.Choice(["patch", "minor", "major"]), default="patch", show_default=True,
@@ -109,9 +118,18 @@ def version_options(func):
 @click.option("--print", "print_only", is_flag=True,
               help="Render into a kept folder and print the exact buildx command instead of building.")
 @click.option("--no-verify", is_flag=True, help="Skip the smoke checks on the built image.")
+@click.option("--no-load", is_flag=True,
+              help="With --push: push the built OCI archive and keep no image in the engine (loaded for the "
+                   "checks only; never with --no-verify).")
+@click.option("--no-preflight", is_flag=True,
+              help="Skip the engine and disk checks run before anything else (`buildkit doctor` has them all).")
+@click.option("--min-free-gb", type=float, default=None,
+              help="Free disk space the preflight check asks for (default: 25 GB for CUDA, 4 GB for cpu).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the result as JSON on stdout (progress and buildx's output stay on stderr).")
 @handle_errors
 def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_only: bool, no_verify: bool,
-          **kwargs):
+          no_load: bool, no_preflight: bool, min_free_gb: float | None, as_json: bool, **kwargs):
     """Fetch the pinned commit, patch, render, build with buildx, verify and write the lock."""
     from .buildx import buildx_argv
     from .pipeline import build as run_pipeline, build_options, cache_root, prepare
@@ -119,6 +137,8 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
     if version:
         kwargs["image_version"] = version
     cfg = resolve(kwargs)
+    if no_load and not push:
+        raise ConfigError("--no-load goes with --push (a build without --push is for the engine)")
     if print_only:
         import tempfile
 
@@ -129,10 +149,18 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
         click.echo(shlex.join(buildx_argv(prepared.plan, prepared.rendered, build_options(cfg),
                                           out / "metadata.json")))
         return
+    if not no_preflight:
+        from .doctor import preflight
+
+        preflight(cfg, min_free_gb=min_free_gb, echo=lambda line: click.echo(line, err=True))
     if push:
         from .publish import build_and_push
 
-        published = build_and_push(cfg, version=version, bump=bump, force=force, verify=not no_verify)
+        published = build_and_push(cfg, version=version, bump=bump, force=force, verify=not no_verify,
+                                   load=not no_load)
+        if as_json:
+            click.echo(json.dumps(published_json(published), indent=2))
+            return
         what = {"built": "built, verified and pushed",
                 "engine": "pushed the image with this build key already in the engine, nothing built",
                 "registry": "already published (the registry has this build key), nothing built"}[published.origin]
@@ -140,20 +168,35 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
         click.echo(f"tags: {' '.join(published.tags)}")
         click.echo(f"changed: {' '.join(published.added) or 'nothing'}")
         return
+    from .progress import stages, summary, summary_line
+
     built = run_pipeline(cfg, extra_tags=extra_tags, verify=not no_verify)
+    facts = summary(built.prepared.plan.request.variant, built.result.seconds,
+                    built.result.tags[0] if built.result.tags else None, built.result.compressed_size,
+                    built.result.ccache, stages().times, built.result.tty)
+    if as_json:
+        click.echo(json.dumps({
+            "image": built.result.tags[0] if built.result.tags else None, "digest": built.result.digest,
+            "image_id": built.result.config_digest, "tags": list(built.result.tags),
+            "commit": built.prepared.source.commit, "build_key": built.prepared.build_key,
+            "lock": str(built.lock_path), "verify": [vars(c) for c in built.report.checks],
+            "summary": facts}, indent=2))
+        return
     for check in built.report.checks:
         click.echo(f"verify {check.name}: {check.status}: {check.detail}")
     click.echo(f"built {built.result.tags[0]} ({built.result.digest or built.result.config_digest}) "
                f"from {built.prepared.source.commit} in {built.result.seconds:.0f}s")
     click.echo(f"tags: {' '.join(built.result.tags)}")
     click.echo(f"lock: {built.lock_path}")
+    click.echo(summary_line(facts))
 
 
 @main.command()
 @config_options
 @click.option("--force", is_flag=True, help="Push even if the registry has this build key already.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @handle_errors
-def push(force: bool, **kwargs):
+def push(force: bool, as_json: bool, **kwargs):
     """Publish the image of the lock's entry for this variant (built before, still in the engine).
 
     It gets every tag of its version (see `buildkit tags`); the tags are pushed to the registry
@@ -162,6 +205,9 @@ def push(force: bool, **kwargs):
     from .publish import push_local
 
     published = push_local(resolve(kwargs), force=force)
+    if as_json:
+        click.echo(json.dumps(published_json(published), indent=2))
+        return
     click.echo(f"pushed {published.repository}@{published.digest} version {published.version}")
     click.echo(f"tags: {' '.join(published.tags)}")
     click.echo(f"changed: {' '.join(published.added) or 'nothing'}")
@@ -171,8 +217,9 @@ def push(force: bool, **kwargs):
 @config_options
 @click.option("--version", "version", required=True, help="Semver version, X.Y.Z[-pre].")
 @click.option("--commit-sha", help="Commit for the sha- tag (default: the pinned source.commit).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: {repository, version, immutable, moving}.")
 @handle_errors
-def tags(version: str, commit_sha: str | None, **kwargs):
+def tags(version: str, commit_sha: str | None, as_json: bool, **kwargs):
     """Print the tags a published build of VERSION gets, immutable first."""
     from .pipeline import ref_and_pin
     from .publish import tags_for
@@ -183,6 +230,10 @@ def tags(version: str, commit_sha: str | None, **kwargs):
     if not commit:
         raise ConfigError("source.commit is not a full SHA; pass --commit-sha for the sha- tag")
     tag_set = tags_for(cfg, version, commit)
+    if as_json:
+        click.echo(json.dumps({"repository": cfg["image.name"], "version": version, "commit": commit,
+                               "immutable": list(tag_set.immutable), "moving": list(tag_set.moving)}, indent=2))
+        return
     for tag in tag_set.immutable:
         click.echo(f"{cfg['image.name']}:{tag}    immutable")
     for tag in tag_set.moving:
@@ -201,6 +252,12 @@ main.add_command(bench); main.add_command(run)  # noqa: E702
 
 from .cmd_reproduce import diff, reproduce  # noqa: E402
 main.add_command(reproduce); main.add_command(diff)  # noqa: E702
+
+from .cmd_doctor import doctor  # noqa: E402
+main.add_command(doctor)
+
+from .cmd_ccache import ccache  # noqa: E402
+main.add_command(ccache)
 
 
 if __name__ == "__main__":  # pragma: no cover

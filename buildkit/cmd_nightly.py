@@ -62,12 +62,20 @@ def nightly(json_path: str | None, date: str | None, force: bool, no_verify: boo
 @config_options
 @click.argument("nightly_tag", metavar="nightly-<variant>")
 @click.option("--version", "version", required=True, help="Release version X.Y.Z to give the nightly.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @handle_errors
-def promote(nightly_tag: str, version: str, **kwargs):
+def promote(nightly_tag: str, version: str, as_json: bool, **kwargs):
     """Turn a nightly into a release: its digest gets the release tags of VERSION, nothing is rebuilt."""
+    from dataclasses import asdict
+
     from .nightly import promote as run_promote
 
     done = run_promote(resolve(kwargs), nightly_tag, version)
+    if as_json:
+        data = asdict(done)
+        data["tags"], data["added"] = list(done.tags), list(done.added)
+        click.echo(json.dumps(data, indent=2))
+        return
     click.echo(f"promoted {done.repository}:{done.source_tag} ({done.nightly_version or 'no version label'}, "
                f"{done.commit[:12]}) to {version}: {done.repository}@{done.digest}")
     click.echo(f"tags: {' '.join(done.tags)}")
@@ -81,8 +89,10 @@ def promote(nightly_tag: str, version: str, **kwargs):
 @click.option("--file", "bake_path", type=click.Path(dir_okay=False),
               help="Also write the bake file to this path.")
 @click.option("--no-verify", is_flag=True, help="Skip the smoke checks on the built images.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the result as JSON: {lock, variants: [{variant, status, image, digest, seconds, error}]}.")
 @handle_errors
-def bake(print_only: bool, bake_path: str | None, no_verify: bool, **kwargs):
+def bake(print_only: bool, bake_path: str | None, no_verify: bool, as_json: bool, **kwargs):
     """Build the matrix (matrix.archs x matrix.cuda_versions x matrix.targets) with docker buildx bake.
 
     One bake target per variant, so BuildKit builds them in parallel and a multi-node builder
@@ -118,15 +128,27 @@ def bake(print_only: bool, bake_path: str | None, no_verify: bool, **kwargs):
             Path(bake_path).write_text(bake_file.read_text())
         lock_path = cfg.path_value("lock.path")
         failed = 0
+        rows = []
         for b in builds:
+            seconds = round(b.outcome.seconds, 1) if b.outcome else None
             if not b.ok:
                 failed += 1
-                click.echo(f"{b.variant.key}: failed: {b.error}")
+                rows.append({"variant": b.variant.key, "status": "failed", "image": None, "digest": None,
+                             "seconds": seconds, "error": b.error})
+                if not as_json:
+                    click.echo(f"{b.variant.key}: failed: {b.error}")
                 continue
             result = b.outcome.result
             write_lock_entry(lock_path, lock_entry(b.prepared, result))
-            click.echo(f"{b.variant.key}: built {result.tags[0]} ({result.digest or result.config_digest})")
-    click.echo(f"lock: {lock_path}")
+            rows.append({"variant": b.variant.key, "status": "built", "image": result.tags[0] if result.tags else None,
+                         "digest": result.digest or result.config_digest, "seconds": seconds, "error": ""})
+            if not as_json:
+                click.echo(f"{b.variant.key}: built {result.tags[0]} ({result.digest or result.config_digest})")
+    if as_json:
+        click.echo(json.dumps({"lock": str(lock_path), "ok": not failed, "variants": rows,
+                               "excluded": [{"combination": c, "reason": r} for c, r in excluded]}, indent=2))
+    else:
+        click.echo(f"lock: {lock_path}")
     sys.exit(1 if failed else 0)
 
 
@@ -146,24 +168,47 @@ def ci():
               help="Name of the secret holding the registry password or token.")
 @click.option("--python", "python_version", default="3.11", show_default=True, help="Python for the runner.")
 @click.option("--install", "install_spec", default=None,
-              help="What pip installs on the runner [default: llama-buildkit==<this version>].")
+              help="What pip installs on the runner, verbatim [default: git+URL@REF, see --buildkit-repo].")
+@click.option("--buildkit-repo", default=None, metavar="URL",
+              help="Git repository of buildkit for the runner's pip install [default: the one this buildkit was "
+                   "installed from with pip install git+URL@REF].")
+@click.option("--buildkit-ref", default=None, metavar="REF",
+              help="Tag or commit of --buildkit-repo [default: v<this version>, or the installed commit].")
+@click.option("--runner", default=None,
+              help="runs-on label [default: ubuntu-latest; ubuntu-24.04-arm when build.platform is linux/arm64].")
+@click.option("--layer-cache", type=click.Choice(["gha", "registry", "none"]), default="gha", show_default=True,
+              help="Where BuildKit's layer cache is kept between runs: the GitHub Actions cache, or "
+                   "<image.name>:buildcache-<variant> tags in the registry.")
+@click.option("--no-ccache", is_flag=True, help="Do not carry the ccache from run to run.")
+@click.option("--no-free-disk", is_flag=True, help="Leave out the step that frees disk space on the runner.")
 @click.option("--force", is_flag=True, help="Overwrite a workflow file that differs.")
 @click.option("--stdout", "to_stdout", is_flag=True, help="Print the workflow instead of writing it.")
 @handle_errors
-def github(out_path, cron, username_secret, password_secret, python_version, install_spec, force, to_stdout,
-           **kwargs):
-    """Write the GitHub Actions workflow running `buildkit nightly` daily and on demand."""
-    from .ciworkflow import DEFAULT_CRON, DEFAULT_PATH, WorkflowOptions, render_workflow, write_workflow
+def github(out_path, cron, username_secret, password_secret, python_version, install_spec, buildkit_repo,
+           buildkit_ref, runner, layer_cache, no_ccache, no_free_disk, force, to_stdout, **kwargs):
+    """Write the GitHub Actions workflow running `buildkit nightly` daily and on demand.
+
+    Run it at the root of the repository that holds buildkit.toml: --config is kept as a path
+    relative to here, and --image is passed on to the nightly.
+    """
+    from .ciworkflow import (DEFAULT_CRON, DEFAULT_PATH, WorkflowOptions, check_cron, config_in_repo,
+                             install_spec as default_install, render_workflow, runner_for, write_workflow)
     from .nightly import repository_of
 
     cfg = resolve(kwargs)
-    options = WorkflowOptions(registry=repository_of(cfg).registry, cron=cron or DEFAULT_CRON,
+    check_cron(cron or DEFAULT_CRON)
+    repository = repository_of(cfg)
+    options = WorkflowOptions(registry=repository.registry, cron=cron or DEFAULT_CRON,
                               username_secret=username_secret, password_secret=password_secret,
-                              python_version=python_version)
-    if install_spec:
-        options = replace(options, install=install_spec)
+                              python_version=python_version,
+                              install=install_spec or default_install(buildkit_repo, buildkit_ref),
+                              runner=runner or runner_for(cfg["build.platform"]), layer_cache=layer_cache,
+                              cache_ref=repository.name if layer_cache == "registry" else "",
+                              ccache=not no_ccache, free_disk=not no_free_disk)
+    if cfg.origins["image.name"] == "--image":
+        options = replace(options, image=cfg["image.name"])
     if cfg.path is not None:
-        options = replace(options, config=cfg.path.name)
+        options = replace(options, config=config_in_repo(cfg.path, Path.cwd()))
     text = render_workflow(options)
     if to_stdout:
         click.echo(text, nl=False)

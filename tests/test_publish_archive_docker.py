@@ -1,0 +1,68 @@
+"""`build --push` publishes the OCI archive the build wrote, byte for byte: the registry's digest is
+the lock's; `--no-load` keeps the image out of the engine. Real engine, real loopback registry;
+`docker` is wrapped by a pass-through script that logs its calls (see test_publish_docker)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+
+import pytest
+
+from buildkit.registry import RegistryClient
+from test_publish_docker import buildkit, digests, fork, make_project, ok, spy_env  # noqa: F401  (fork: fixture)
+
+pytestmark = pytest.mark.docker
+
+
+def _registry_manifest_digest(client: RegistryClient, repo: str, tag: str) -> str:
+    body, _, _ = client.get_manifest(repo, tag)
+    return "sha256:" + hashlib.sha256(body).hexdigest()
+
+
+@pytest.mark.parametrize("verify", [True, False], ids=["verified", "no-verify"])
+def test_pushed_digest_is_the_lock_digest_and_no_load_keeps_the_engine_clean(
+        tmp_path, fork, registry_plain, debian_base_image, verify):  # noqa: F811
+    repo = f"archive/tiny-{'v' if verify else 'nv'}"
+    project = make_project(tmp_path / "project", fork, registry_plain.host, debian_base_image, repo)
+    env, log = spy_env(tmp_path)
+    args = ["build", "--push", "--no-load", "--json"] + ([] if verify else ["--no-verify"])
+    result = json.loads(ok(buildkit(project, env, *args)).stdout)
+    entry = json.loads((project / "buildkit.lock").read_text())["builds"]["cpu/server"]
+    with RegistryClient(registry_plain.host) as client:
+        tags = digests(client, repo)
+        stored = _registry_manifest_digest(client, repo, "0.1.0-cpu")
+    assert result["origin"] == "built" and result["digest"] == entry["image_digest"]
+    assert set(tags.values()) == {entry["image_digest"]} == {stored}  # the bytes hash to the lock's digest
+    assert entry["exporter"] == "oci"
+    calls = log.read_text().splitlines()
+    assert not any(c.startswith("push ") for c in calls)  # no `docker push`: the archive went up
+    assert any(c.startswith("load ") for c in calls) == verify  # loaded only for the checks
+    for ref in (f"{registry_plain.host}/{repo}:cpu", f"{registry_plain.host}/{repo}:0.1.0-cpu"):
+        gone = subprocess.run(["docker", "image", "inspect", ref], capture_output=True, text=True)
+        assert gone.returncode != 0, f"{ref} is still in the engine"
+
+
+def test_push_keeps_the_engine_copy_tagged_without_no_load(tmp_path, fork, registry_plain,
+                                                           debian_base_image):  # noqa: F811
+    repo = "archive/tiny-load"
+    project = make_project(tmp_path / "project", fork, registry_plain.host, debian_base_image, repo)
+    env, log = spy_env(tmp_path)
+    result = json.loads(ok(buildkit(project, env, "build", "--push", "--json")).stdout)
+    ref = f"{registry_plain.host}/{repo}:0.1.0-cpu"
+    local = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", ref], capture_output=True,
+                           text=True)
+    assert local.returncode == 0 and local.stdout.strip() == result["digest"]  # containerd store: id = digest
+    assert not any(c.startswith("push ") for c in log.read_text().splitlines())
+    mine = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", "--filter",
+                           f"reference={registry_plain.host}/{repo}"], capture_output=True, text=True).stdout.split()
+    subprocess.run(["docker", "image", "rm", *mine], capture_output=True)  # only the tags this test made
+
+
+def test_no_load_without_push_is_refused(tmp_path, fork, registry_plain, debian_base_image):  # noqa: F811
+    project = make_project(tmp_path / "project", fork, registry_plain.host, debian_base_image, "archive/x")
+    env, _ = spy_env(tmp_path)
+    proc = buildkit(project, env, "build", "--no-load")
+    assert proc.returncode == 1 and proc.stderr.strip() == "error: --no-load goes with --push (a build without " \
+        "--push is for the engine)"
