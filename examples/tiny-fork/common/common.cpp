@@ -1,6 +1,7 @@
 #include "common.h"
 
 #include "build-info.h"
+#include "ggml.h"
 #include "llama.h"
 
 #ifdef LLAMA_USE_OPENSSL
@@ -40,6 +41,7 @@ static void print_usage(const char * prog, llama_example ex) {
     printf("tiny-fork: a stand-in for llama.cpp used to test container builds\n\n");
     printf("  -h,    --help, --usage      print usage and exit\n");
     printf("         --version            show version and build info\n");
+    printf("         --list-devices       load the backends, print the devices and exit\n");
     printf("  -m,    --model FNAME        accepted and ignored (env: LLAMA_ARG_MODEL)\n");
     printf("  -t,    --threads N          accepted and ignored (env: LLAMA_ARG_THREADS)\n");
     printf("  -c,    --ctx-size N         accepted and ignored (env: LLAMA_ARG_CTX_SIZE)\n");
@@ -73,6 +75,13 @@ bool common_params_parse(int argc, char ** argv, common_params & params, llama_e
 
         if (arg == "--version") {
             llama_print_build_info(llama_version());
+            exit(0);
+        }
+        if (arg == "--list-devices") {
+            // like llama.cpp: loads the backends (with GGML_BACKEND_DL the log names the CPU
+            // backend file it chose), then lists the non-CPU devices
+            ggml_backend_load_all();
+            printf("Available devices:\n  (none)\n");
             exit(0);
         }
         if (arg == "-h" || arg == "--help" || arg == "--usage") {
