@@ -77,8 +77,16 @@ def vocabulary() -> tuple[list[str], list[int], list[str], list[bool]]:
 
 def write_tiny_model(path: Path, seed: int = 0, n_layer: int = N_LAYER) -> Path:
     """Write the tiny llama model to `path` and return it."""
+    return write_llama_model(path, seed=seed, n_layer=n_layer)
+
+
+def write_llama_model(path: Path, *, seed: int = 0, n_layer: int = N_LAYER, n_embd: int = N_EMBD,
+                      n_head: int = N_HEAD, n_ff: int = N_FF, q8_0: bool = False) -> Path:
+    """The same llama model with other sizes; q8_0 stores the 2-D weights as Q8_0 (what bench/ uses:
+    n_layer 14, n_embd 768, n_head 12, n_ff 2048 is about 100M parameters)."""
     import gguf
 
+    N_EMBD, N_HEAD, N_FF = n_embd, n_head, n_ff  # noqa: N806  (the module's names, resized)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tokens, types, merges, allowed = vocabulary()
@@ -100,7 +108,7 @@ def write_tiny_model(path: Path, seed: int = 0, n_layer: int = N_LAYER) -> Path:
     writer.add_rope_freq_base(10000.0)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_vocab_size(n_vocab)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if q8_0 else gguf.LlamaFileType.ALL_F32)
 
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("default")
@@ -113,20 +121,27 @@ def write_tiny_model(path: Path, seed: int = 0, n_layer: int = N_LAYER) -> Path:
     writer.add_add_bos_token(False)
     writer.add_chat_template(CHAT_TEMPLATE)
 
+    def add(name: str, data: np.ndarray) -> None:
+        if q8_0 and data.ndim == 2:
+            writer.add_tensor(name, gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q8_0),
+                              raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        else:
+            writer.add_tensor(name, data)
+
     embd = rand(n_vocab, N_EMBD, scale=8.0)
     output = rand(n_vocab, N_EMBD, scale=8.0)
     output[~np.array(allowed)] = 0.0  # greedy decoding never picks a control or non-ASCII byte token
-    writer.add_tensor("token_embd.weight", embd)
-    writer.add_tensor("output_norm.weight", np.ones(N_EMBD, dtype=np.float32))
-    writer.add_tensor("output.weight", output)
+    add("token_embd.weight", embd)
+    add("output_norm.weight", np.ones(N_EMBD, dtype=np.float32))
+    add("output.weight", output)
     for i in range(n_layer):
-        writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
+        add(f"blk.{i}.attn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
         for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
-            writer.add_tensor(f"blk.{i}.{name}.weight", rand(N_EMBD, N_EMBD))
-        writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
-        writer.add_tensor(f"blk.{i}.ffn_gate.weight", rand(N_FF, N_EMBD))
-        writer.add_tensor(f"blk.{i}.ffn_up.weight", rand(N_FF, N_EMBD))
-        writer.add_tensor(f"blk.{i}.ffn_down.weight", rand(N_EMBD, N_FF))
+            add(f"blk.{i}.{name}.weight", rand(N_EMBD, N_EMBD))
+        add(f"blk.{i}.ffn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
+        add(f"blk.{i}.ffn_gate.weight", rand(N_FF, N_EMBD))
+        add(f"blk.{i}.ffn_up.weight", rand(N_FF, N_EMBD))
+        add(f"blk.{i}.ffn_down.weight", rand(N_EMBD, N_FF))
 
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
