@@ -9,7 +9,7 @@ Prints figures and ratios; asserts nothing.
 images (default): the real llama.cpp tree (llama-cpp-python 0.3.36's vendor/llama.cpp, tests/realsource.py)
 committed as upstream + one fork commit, built with `buildkit build --arch cpu` for each level (default:
 the default `all` and the `none` baseline, same commit), then `buildkit bench --image A --compare-image B`
-in one run on a generated Q8_0 llama model of about 100M parameters (tests/tinymodel.py, the `gguf`
+(the first level against each other one, each pair in one run) on a generated Q8_0 llama model of about 100M parameters (tests/tinymodel.py, the `gguf`
 package). Prints the tokens/s ratio (end to end, server generation, server prompt), each image's size,
 its CPU backend files and its build time. --no-cache builds with buildx --no-cache (the ccache mount
 still counts: give --no-ccache for a cold compile).
@@ -90,7 +90,7 @@ def images(args: argparse.Namespace) -> int:
 
     levels = [lv.strip() for lv in args.levels.split(",") if lv.strip()]
     if len(levels) < 2:
-        raise SystemExit("--levels needs at least two levels (the first is compared with the last)")
+        raise SystemExit("--levels needs at least two levels (the first is compared with each other one)")
     tree = args.tree or ensure_llama_cpp_tree(test_cache_dir())
     base = ensure_debian_image()
     work = Path(tempfile.mkdtemp(prefix="bench-cpu-levels-", dir=args.work_dir))
@@ -104,21 +104,22 @@ def images(args: argparse.Namespace) -> int:
     for b in builds:
         print(f"{b['level']:<14} {b['seconds']:6.0f}s  {mib(b['size']):>10}  "
               f"{b['checks'].get('cpu-load', '')} | {b['checks'].get('cpu-backends', '')}")
-    best, baseline = builds[0], builds[-1]
-    doc = bench_images(best["ref"], baseline["ref"], model, args.runs, args.max_tokens)
-    (work / "bench.json").write_text(json.dumps(doc, indent=2))
-    new, old = doc["summary"], doc["compare"]["base"]["summary"]
-    print(f"\nbench ({args.runs} runs x {args.max_tokens} tokens, {model.name}): {best['level']} vs {baseline['level']}")
-    for key, what in (("client_tps", "end-to-end tok/s"), ("predicted_tps", "server generation tok/s"),
-                      ("prompt_tps", "server prompt tok/s")):
-        a, b = (new.get(key) or {}).get("mean"), (old.get(key) or {}).get("mean")
-        ratio = f"{a / b:.2f}x" if a and b else "-"
-        print(f"  {what:<26} {best['level']}: {a or 0:8.2f}   {baseline['level']}: {b or 0:8.2f}   ratio {ratio}")
-    print(f"  image size                 {best['level']}: {mib(best['size'])}   {baseline['level']}: "
-          f"{mib(baseline['size'])}   ratio {best['size'] / baseline['size']:.2f}x")
-    print(f"  build time                 {best['level']}: {best['seconds']:.0f}s   {baseline['level']}: "
-          f"{baseline['seconds']:.0f}s")
-    print(f"(report: {work / 'bench.json'}; images kept as {', '.join(b['ref'] for b in builds)})")
+    best = builds[0]
+    for other in builds[1:]:
+        doc = bench_images(best["ref"], other["ref"], model, args.runs, args.max_tokens)
+        (work / f"bench-{other['level']}.json").write_text(json.dumps(doc, indent=2))
+        new, old = doc["summary"], doc["compare"]["base"]["summary"]
+        print(f"\nbench ({args.runs} runs x {args.max_tokens} tokens, {model.name}): {best['level']} vs {other['level']}")
+        for key, what in (("client_tps", "end-to-end tok/s"), ("predicted_tps", "server generation tok/s"),
+                          ("prompt_tps", "server prompt tok/s")):
+            a, b = (new.get(key) or {}).get("mean"), (old.get(key) or {}).get("mean")
+            ratio = f"{a / b:.2f}x" if a and b else "-"
+            print(f"  {what:<26} {best['level']}: {a or 0:8.2f}   {other['level']}: {b or 0:8.2f}   ratio {ratio}")
+        print(f"  image size                 {best['level']}: {mib(best['size'])}   {other['level']}: "
+              f"{mib(other['size'])}   ratio {best['size'] / other['size']:.2f}x")
+        print(f"  build time                 {best['level']}: {best['seconds']:.0f}s   {other['level']}: "
+              f"{other['seconds']:.0f}s")
+    print(f"(reports: {work}/bench-*.json; images kept as {', '.join(b['ref'] for b in builds)})")
     if not args.keep:
         shutil.rmtree(work / "cache", ignore_errors=True)
     return 0
@@ -182,7 +183,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("mode", nargs="?", default="images", choices=("images", "cost"))
     ap.add_argument("--tree", type=Path, help="llama.cpp source tree (default for images: the sdist's, cached)")
-    ap.add_argument("--levels", default="all,none", help="images: levels to build; the first is compared with the last")
+    ap.add_argument("--levels", default="all,none", help="images: levels to build; the first is compared with each other one")
     ap.add_argument("--level", default="x86-64-v3", help="cost: the single level compared with all")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--runs", type=int, default=3)

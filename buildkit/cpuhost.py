@@ -17,13 +17,17 @@ def _cpuinfo(path: Path = CPUINFO) -> str:
         return ""
 
 
-def host_cpu_flags(path: Path = CPUINFO) -> set[str]:
-    """The first CPU's flags (x86: `flags`, arm64: `Features`)."""
-    for line in _cpuinfo(path).splitlines():
+def cpu_flags(cpuinfo: str) -> set[str]:
+    """The first CPU's flags in a /proc/cpuinfo text (x86: `flags`, arm64: `Features`)."""
+    for line in cpuinfo.splitlines():
         key, sep, value = line.partition(":")
         if sep and key.strip() in ("flags", "Features"):
             return set(value.split())
     return set()
+
+
+def host_cpu_flags(path: Path = CPUINFO) -> set[str]:
+    return cpu_flags(_cpuinfo(path))
 
 
 def host_cpu_model(path: Path = CPUINFO) -> str:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import cpucode, cpulevels
-from .cpuhost import host_cpu_flags, host_platform_arch
+from .cpuhost import cpu_flags, host_cpu_flags, host_platform_arch
 from .errors import VerifyError
 from .plan import BuildPlan
 
@@ -213,10 +213,26 @@ def backend_class(plan: BuildPlan, variant: str, host: set[str]) -> str | None:
     return cpulevels.simd_class(cpulevels.level_features(level), platform)
 
 
-def check_cpu_backends(client, plan: BuildPlan, image: str) -> list[Check]:
+def engine_arch(client) -> str:
+    """The engine machine's architecture as a platform name (amd64, arm64)."""
+    try:
+        arch = str(client.version().get("Arch", ""))
+    except Exception:
+        arch = ""
+    return arch or host_platform_arch()
+
+
+def engine_cpu_flags(client, image: str) -> set[str]:
+    """The CPU flags of the machine the engine runs on (the image's own /proc/cpuinfo), else this one's."""
+    code, output = _run(client, image, ["/bin/cat"], ["/proc/cpuinfo"])
+    return (cpu_flags(output) if code == 0 else set()) or host_cpu_flags()
+
+
+def check_cpu_backends(client, plan: BuildPlan, image: str, *, can_start: bool = True) -> list[Check]:
+    """can_start False: the image's binaries cannot run here (a VMM build without the driver)."""
     platform, level = plan.request.platform, plan.request.cpu_level
     arch = cpulevels.platform_arch(platform)
-    host = cpulevels.host_features(host_cpu_flags(), platform) if arch == host_platform_arch() else set()
+    host = cpulevels.host_features(engine_cpu_flags(client, image), platform) if arch == engine_arch(client) else set()
     with tempfile.TemporaryDirectory(prefix="buildkit-verify-") as tmp:
         _copy_out(client, image, "/app/lib", Path(tmp))
         libs = cpu_libraries(Path(tmp))
@@ -235,7 +251,10 @@ def check_cpu_backends(client, plan: BuildPlan, image: str) -> list[Check]:
             checks.append(Check("cpu-code", SKIPPED, f"no objdump for {arch} code on this machine; install binutils"))
         else:
             checks.append(_check_code(plan, libs, objdump, host))
-    checks.append(check_cpu_loaded(client, plan, image, names, host))
+    if can_start:
+        checks.append(check_cpu_loaded(client, plan, image, names, host))
+    else:
+        checks.append(Check("cpu-load", SKIPPED, "the image's binaries need the NVIDIA driver's libcuda.so.1 to start"))
     return checks
 
 
@@ -258,8 +277,8 @@ def _check_code(plan: BuildPlan, libs: dict[str, Path], objdump: str, host: set[
 def check_cpu_loaded(client, plan: BuildPlan, image: str, names: list[str], host: set[str]) -> Check:
     """`--list-devices` loads the backends (ggml_backend_load_all) and logs which CPU backend it loaded."""
     platform, level = plan.request.platform, plan.request.cpu_level
-    if cpulevels.platform_arch(platform) != host_platform_arch():
-        return Check("cpu-load", SKIPPED, f"{platform} image on a {host_platform_arch()} machine (emulated)")
+    if cpulevels.platform_arch(platform) != engine_arch(client):
+        return Check("cpu-load", SKIPPED, f"{platform} image on a {engine_arch(client)} engine (emulated)")
     if not level.backend_dl:
         return Check("cpu-load", SKIPPED, "cpu level native links libggml-cpu; nothing is chosen at start-up")
     if level.all_variants:
@@ -291,8 +310,8 @@ def verify_image(plan: BuildPlan, image: str, *, cuda_roots: list[Path] = ()) ->
     checks: list[Check] = []
     if plan.arch.is_cuda:
         checks += check_cuda_library(client, plan, image, list(cuda_roots))
-    checks += check_cpu_backends(client, plan, image)
     vmm_needs_driver = any(c.name == "vmm" and c.status == PASSED for c in checks)
+    checks += check_cpu_backends(client, plan, image, can_start=not vmm_needs_driver)
     if vmm_needs_driver:
         checks.append(Check("version", SKIPPED, "a VMM build needs the NVIDIA driver's libcuda.so.1 to start; "
                                                 "no driver here"))
