@@ -9,7 +9,7 @@
 4. The CPU backend (build.cpu_level, see cpulevels.py): /app/lib holds exactly the libraries of
    the level (every libggml-cpu-<variant>.so for `all`, one libggml-cpu.so otherwise); each one's
    disassembly (objdump) holds the vector code of its level and none above it (no ymm in x64, zmm
-   in skylakex); and `--list-devices` in the image, on this machine, loads the variant that ggml's
+   in skylakex); and `-lv 10 --list-devices` in the image, on this machine, loads the variant that ggml's
    own score picks for this CPU.
 
 A check that cannot run here (no cuobjdump; a VMM build that needs the driver library to
@@ -275,7 +275,7 @@ def _check_code(plan: BuildPlan, libs: dict[str, Path], objdump: str, host: set[
 
 
 def check_cpu_loaded(client, plan: BuildPlan, image: str, names: list[str], host: set[str]) -> Check:
-    """`--list-devices` loads the backends (ggml_backend_load_all) and logs which CPU backend it loaded."""
+    """`-lv 10 --list-devices` loads the backends (ggml_backend_load_all) and logs which CPU backend it loaded."""
     platform, level = plan.request.platform, plan.request.cpu_level
     if cpulevels.platform_arch(platform) != engine_arch(client):
         return Check("cpu-load", SKIPPED, f"{platform} image on a {engine_arch(client)} engine (emulated)")
@@ -294,7 +294,8 @@ def check_cpu_loaded(client, plan: BuildPlan, image: str, names: list[str], host
                                               "cannot load here")
         want = "libggml-cpu.so"
     binary = "/app/llama-cli" if plan.request.target == "light" else "/app/llama-server"
-    code, output = _run(client, image, [binary], ["--list-devices"])
+    # llama.cpp logs the loaded backend file only at a high verbosity; -lv is parsed before --list-devices
+    code, output = _run(client, image, [binary], ["-lv", "10", "--list-devices"])
     match = LOADED_RE.search(output)
     if match is None:
         return Check("cpu-load", FAILED, f"{binary} --list-devices (exit {code}) loaded no CPU backend: "

@@ -59,9 +59,10 @@ def config_lines(project: Path, *args: str) -> str:
 
 
 def server_log(client, ref: str, model: Path) -> str:
-    """Start the real server on the model, wait for /health, return its log (start-up included)."""
+    """Start the real server on the model, wait for /health, return its log (start-up included; llama.cpp
+    names the CPU backend file it loaded only at a high log verbosity)."""
     container = client.containers.run(ref, ["--host", "0.0.0.0", "--port", "8080", "--model", "/models/m.gguf",
-                                            "--ctx-size", "512"], detach=True,
+                                            "--ctx-size", "512", "-lv", "10"], detach=True,
                                       ports={"8080/tcp": ("127.0.0.1", None)},
                                       volumes={str(model): {"bind": "/models/m.gguf", "mode": "ro"}})
     try:

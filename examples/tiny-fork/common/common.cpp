@@ -45,6 +45,7 @@ static void print_usage(const char * prog, llama_example ex) {
     printf("  -m,    --model FNAME        accepted and ignored (env: LLAMA_ARG_MODEL)\n");
     printf("  -t,    --threads N          accepted and ignored (env: LLAMA_ARG_THREADS)\n");
     printf("  -c,    --ctx-size N         accepted and ignored (env: LLAMA_ARG_CTX_SIZE)\n");
+    printf("  -lv,   --verbosity N        accepted and ignored (the backend log is always shown)\n");
     printf("  -ngl,  --n-gpu-layers N     accepted and ignored (env: LLAMA_ARG_N_GPU_LAYERS)\n");
     if (ex == LLAMA_EXAMPLE_SERVER) {
         printf("         --host HOST          ip address to listen on (default: 127.0.0.1) (env: LLAMA_ARG_HOST)\n");
@@ -107,7 +108,8 @@ bool common_params_parse(int argc, char ** argv, common_params & params, llama_e
             int_target = &params.port;
         } else if (arg == "-t" || arg == "--threads") {
             int_target = &params.n_threads;
-        } else if (arg == "-c" || arg == "--ctx-size" || arg == "-ngl" || arg == "--n-gpu-layers" ||
+        } else if (arg == "-lv" || arg == "--verbosity" || arg == "--log-verbosity" ||
+                   arg == "-c" || arg == "--ctx-size" || arg == "-ngl" || arg == "--n-gpu-layers" ||
                    arg == "--gpu-layers") {
             int_target = &ignored;
         }
