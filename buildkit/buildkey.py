@@ -22,7 +22,9 @@ def cuda_wheel_hashes(manifest: dict | None) -> list[str] | None:
     return sorted(w.get("sha256", "") for w in manifest.get("wheels", []) if isinstance(w, dict))
 
 
-def build_key(plan: BuildPlan, base_images: Iterable[BaseImage], cuda_manifest: dict | None) -> str:
+def build_key(plan: BuildPlan, base_images: Iterable[BaseImage], cuda_manifest: dict | None,
+              cpu_host: str | None = None) -> str:
+    """cpu_host: for cpu_level native, the build machine's CPU (its code depends on it)."""
     req = plan.request
     inputs = {
         "commit": plan.source.commit,
@@ -36,5 +38,8 @@ def build_key(plan: BuildPlan, base_images: Iterable[BaseImage], cuda_manifest: 
         "target": req.target,
         "platform": req.platform,
         "cmake_args": list(plan.cmake_args),
+        "cpu_level": req.cpu_level.name,
     }
+    if cpu_host is not None:
+        inputs["cpu_host"] = cpu_host
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()

@@ -19,7 +19,7 @@ from .errors import BuildkitError
 FLAG_KEYS = {
     "source": "source.url", "commit": "source.commit", "patches": "source.patch_dir",
     "arch": "build.arch", "cuda": "build.cuda_version", "target": "build.target",
-    "platform": "build.platform", "vmm": "build.no_vmm", "jobs": "build.jobs",
+    "platform": "build.platform", "cpu_level": "build.cpu_level", "vmm": "build.no_vmm", "jobs": "build.jobs",
     "cmake_arg": "build.cmake_args", "builder": "build.builder", "progress": "build.progress",
     "cache_from": "build.cache_from", "cache_to": "build.cache_to", "provider": "base.provider",
     "os_image": "base.os_image", "devel_image": "base.devel_image", "runtime_image": "base.runtime_image",
@@ -41,6 +41,8 @@ def config_options(func):
         click.option("--cuda", help="CUDA version, MAJOR.MINOR [build.cuda_version]."),
         click.option("--target", type=click.Choice(["server", "full", "light"]), help="Image target [build.target]."),
         click.option("--platform", help="buildx platform [build.platform]."),
+        click.option("--cpu-level", help="CPU instruction sets: all (default), x86-64-v2/v3/v4, armv8.2, armv8.6, "
+                                         "native, none [build.cpu_level]."),
         click.option("--no-vmm/--vmm", "vmm", default=None,
                      help="GGML_CUDA_NO_VMM on (default) or off; off links the libcuda stub [build.no_vmm]."),
         click.option("--jobs", type=int, help="Parallel compile jobs, 0 = all cores [build.jobs]."),

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from .cpulevels import LEVELS as CPU_LEVELS
 from .errors import ConfigError
 
 SCHEMA_VERSION = 1
@@ -54,6 +55,10 @@ KEYS: tuple[Key, ...] = (
     Key("build.platform", str, "linux/amd64", "buildx --platform"),
     Key("build.no_vmm", bool, True,
         "build with GGML_CUDA_NO_VMM=ON (no libcuda.so.1 dependency); off links against the libcuda stub"),
+    Key("build.cpu_level", str, "all",
+        "CPU instruction sets: all (every variant, the best loaded at start-up), x86-64-v2/v3/v4, armv8.2, "
+        "armv8.6, native (this machine; not reproducible elsewhere) or none (baseline, for benchmarks)",
+        tuple(CPU_LEVELS)),
     Key("build.jobs", int, 0, "parallel compile jobs inside the build (0 = all cores of the builder)"),
     Key("build.ccache", bool, True, "compile through ccache kept in a BuildKit cache mount (per arch and CUDA version)"),
     Key("build.reproducible", str, "auto",

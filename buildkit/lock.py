@@ -59,6 +59,7 @@ class LockEntry:
     pushed: tuple[str, ...] = ()  # full references this build was published under
     labels: dict = field(default_factory=dict)  # the image's labels: with the fields above, every input of `reproduce`
     exporter: str = ""  # "oci" (reproducible: OCI exporter, rewrite-timestamp) or "load" (plain --load)
+    cpu_level: str = ""  # build.cpu_level (cpulevels.py); "" in locks written before it existed
     bench: dict | None = None  # `buildkit bench --attach-lock` results for this image; a rebuild clears them
     build_seconds: float = 0.0  # wall time of the buildx run (the next build's progress estimate)
 

@@ -33,6 +33,7 @@ from .buildkey import build_key
 from .buildx import (BuildOptions, BuildResult, buildx_argv, check_buildx, image_store, oci_archive_path,
                      run_build)
 from .config import ResolvedConfig
+from .cpuhost import host_cpu_id
 from .cudaroot import ensure_cuda_root, read_manifest, runtime_subset
 from .errors import BuildkitError, ConfigError, CudaRootError, VerifyError
 from .lock import BaseImage, LockEntry, write_lock_entry
@@ -147,7 +148,7 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
         with stage("render", request.variant):
             cuda_root, named = _cuda_contexts(request, cfg)
             named += tuple(c for c in (s.named_context() for s in sources) if c is not None)
-            key = build_key(plan, bases, _cuda_manifest(cuda_root))
+            key = build_key(plan, bases, _cuda_manifest(cuda_root), cpu_host=_cpu_host(request))
             plan = replace(plan, labels=plan.labels + ((BUILD_KEY_LABEL, key),))
             plan = with_inputs_label(plan, bases, _cuda_manifest(cuda_root))
             rendered = write_context(from_plan(plan, sources), out_dir, named)
@@ -160,6 +161,11 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
         raise
     return Prepared(plan=plan, rendered=rendered, source=info, patches=queue, cuda_root=cuda_root,
                     base_images=bases, build_key=key)
+
+
+def _cpu_host(request: BuildRequest) -> str | None:
+    """cpu_level native compiles for the build machine: its CPU is then an input."""
+    return host_cpu_id() if request.cpu_level.native else None
 
 
 def reproducible_exporter(cfg: ResolvedConfig, docker: str = "docker") -> bool:
@@ -206,11 +212,14 @@ def inputs_record(plan: BuildPlan, bases: tuple[BaseImage, ...], cuda_manifest: 
         "jobs": req.jobs,
         "ccache": req.ccache,
         "no_vmm": req.no_vmm,
+        "cpu_level": req.cpu_level.name,
         "extra_cmake_args": list(req.extra_cmake_args),
         "patches": list(plan.source.patch_names),
         "cuda_wheels": cuda_wheel_hashes(cuda_manifest),
         "cublas": None,
     }
+    if req.cpu_level.native:
+        record["cpu_host"] = host_cpu_id()
     if cuda_manifest is not None and req.provider == "wheels" and "wheels" in cuda_manifest:
         record["cublas"] = any(str(w.get("package", "")).startswith("nvidia-cublas")
                                for w in cuda_manifest["wheels"] if isinstance(w, dict))
@@ -264,7 +273,7 @@ def lock_entry(prepared: Prepared, result: BuildResult) -> LockEntry:
         cuda_root=_cuda_manifest(prepared.cuda_root), arch=req.arch.name, cmake_archs=req.arch.cmake_archs,
         target=req.target, platform=req.platform, no_vmm=req.no_vmm, cmake_args=plan.cmake_args,
         source_date_epoch=plan.source_date_epoch, tool_version=plan.tool_version, image_name=req.image_name,
-        version=req.version, build_key=prepared.build_key,
+        version=req.version, build_key=prepared.build_key, cpu_level=req.cpu_level.name,
         image_digest=result.digest,
         image_id=_local_image_id(result.tags[0], result.config_digest) if result.tags else result.config_digest, tags=result.tags, variant=req.variant,
         labels=dict(plan.labels), exporter="oci" if result.oci_archive is not None else "load",

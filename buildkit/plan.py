@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 
 from .archs import Arch, check_cuda_support, get_arch, parse_cuda_version
 from .config import ResolvedConfig
+from .cpulevels import CpuLevel, cmake_flags as cpu_cmake_flags, get_level, variant_suffix
 from .errors import ConfigError
 from .tags import build_tags, check_repository, variant
 
@@ -44,6 +45,7 @@ class BuildRequest:
     jobs: int
     no_vmm: bool
     ccache: bool
+    cpu_level: CpuLevel
     extra_cmake_args: tuple[str, ...]
     image_name: str
     version: str
@@ -110,6 +112,7 @@ def make_request(cfg: ResolvedConfig) -> BuildRequest:
     platform = cfg["build.platform"]
     if not PLATFORM_RE.match(platform):
         raise ConfigError(f"build.platform {platform!r} is not of the form os/arch (linux/amd64)")
+    cpu_level = get_level(cfg["build.cpu_level"], platform)
     jobs = cfg["build.jobs"]
     if jobs < 0:
         raise ConfigError(f"build.jobs must be 0 (all cores) or more, got {jobs}")
@@ -127,10 +130,11 @@ def make_request(cfg: ResolvedConfig) -> BuildRequest:
         arch=arch, cuda_version=cuda_version, provider=provider,
         template="cuda.Dockerfile.j2" if arch.is_cuda else "cpu.Dockerfile.j2",
         devel_image=devel, runtime_image=runtime, target=cfg["build.target"], platform=platform,
-        jobs=jobs, no_vmm=cfg["build.no_vmm"], ccache=cfg["build.ccache"], extra_cmake_args=tuple(cfg["build.cmake_args"]),
+        jobs=jobs, no_vmm=cfg["build.no_vmm"], ccache=cfg["build.ccache"], cpu_level=cpu_level,
+        extra_cmake_args=tuple(cfg["build.cmake_args"]),
         image_name=check_repository(cfg["image.name"]), version=version,
         title=cfg["image.title"], licenses=cfg["image.licenses"],
-        variant=variant(arch, cuda_version),
+        variant=variant(arch, cuda_version) + variant_suffix(cpu_level, arch.is_cuda),
     )
 
 
@@ -138,7 +142,9 @@ def cmake_args(request: BuildRequest, source: SourceFacts) -> tuple[str, ...]:
     """The -D flags; the same for real llama.cpp and the bundled example fork."""
     args = [
         "-DCMAKE_BUILD_TYPE=Release",
-        "-DGGML_NATIVE=OFF",
+        # the CPU backend: every instruction-set flag explicit (cpulevels.py), since ggml's defaults
+        # change with SOURCE_DATE_EPOCH
+        *cpu_cmake_flags(request.cpu_level, request.platform),
         "-DLLAMA_BUILD_TESTS=OFF",
         "-DLLAMA_BUILD_EXAMPLES=OFF",
         # No web UI: the assets are not in every tree, and LLAMA_USE_PREBUILT_UI (default ON in
@@ -182,6 +188,7 @@ def labels(request: BuildRequest, source: SourceFacts, flags: tuple[str, ...],
         (LABEL_PREFIX + "cuda-version", request.cuda_version or "none"),
         (LABEL_PREFIX + "variant", request.variant),
         (LABEL_PREFIX + "target", request.target),
+        (LABEL_PREFIX + "cpu-level", request.cpu_level.name),
         (LABEL_PREFIX + "flags", " ".join(flags)),
         (LABEL_PREFIX + "build-number", str(source.build_number)),
         (LABEL_PREFIX + "patch-set", source.patch_set_sha256),
@@ -204,5 +211,6 @@ def make_plan(request: BuildRequest, source: SourceFacts, *, template_sha256: st
         build_targets=TARGET_BINARIES[request.target],
         labels=labels(request, source, flags, template_sha256, tool_version),
         tags=build_tags(request.image_name, request.variant, source.commit, extra_tags),
-        ccache_id=f"llama-buildkit-ccache-{request.variant}",
+        # per arch and CUDA version, shared by the CPU levels: their objects outside ggml-cpu are the same
+        ccache_id=f"llama-buildkit-ccache-{variant(request.arch, request.cuda_version)}",
     )

@@ -83,6 +83,7 @@ class Recorded:
     dockerfile_sha256: str = ""
     build_key: str = ""
     labels: dict = field(default_factory=dict)
+    cpu_level: str = "all"  # build.cpu_level (label org.llama-buildkit.cpu-level)
 
 
 @dataclass
@@ -224,6 +225,7 @@ def from_labels(labels: Mapping[str, str], where: str, *, image_digest: str, ori
         runtime_image=_need(inputs, "runtime_image", where), jobs=int(_need(inputs, "jobs", where)),
         ccache=bool(_need(inputs, "ccache", where)),
         image_digest=image_digest, originals=originals, build_key=lab.get(BUILD_KEY_LABEL, ""), labels=dict(lab),
+        cpu_level=lab.get(LABEL_PREFIX + "cpu-level") or inputs.get("cpu_level") or "all",
     )
 
 
@@ -318,6 +320,7 @@ def overrides_for(rec: Recorded, source: str | None = None, patches: str | None 
         "build.no_vmm": (rec.no_vmm, "recorded"),
         "build.jobs": (rec.jobs, "recorded"),
         "build.ccache": (rec.ccache, "recorded"),
+        "build.cpu_level": (rec.cpu_level, "recorded"),
         "build.cmake_args": (list(rec.extra_cmake_args), "recorded"),
         "image.name": (rec.image_name, "recorded"),
         "image.version": (rec.version, "recorded"),

@@ -6,6 +6,11 @@
 2. CUDA images: the architectures inside libggml-cuda.so, listed by `cuobjdump --list-elf`
    where a cuobjdump is available, are exactly the requested one.
 3. CUDA images with NO_VMM: libggml-cuda.so does not need libcuda.so.1.
+4. The CPU backend (build.cpu_level, see cpulevels.py): /app/lib holds exactly the libraries of
+   the level (every libggml-cpu-<variant>.so for `all`, one libggml-cpu.so otherwise); each one's
+   disassembly (objdump) holds the vector code of its level and none above it (no ymm in x64, zmm
+   in skylakex); and `-lv 10 --list-devices` in the image, on this machine, loads the variant that ggml's
+   own score picks for this CPU.
 
 A check that cannot run here (no cuobjdump; a VMM build that needs the driver library to
 start) is reported as skipped with the reason, never as passed.
@@ -23,6 +28,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import cpucode, cpulevels
+from .cpuhost import cpu_flags, host_cpu_flags, host_platform_arch
 from .errors import VerifyError
 from .plan import BuildPlan
 
@@ -173,12 +180,139 @@ def check_cuda_library(client, plan: BuildPlan, image: str, cuda_roots: list[Pat
     return checks
 
 
+CPU_LIB_RE = re.compile(r"^libggml-cpu(?:-(?P<variant>[A-Za-z0-9_.]+))?\.so(?P<version>\.[0-9.]+)?$")
+LOADED_RE = re.compile(r"loaded CPU backend from (?P<path>\S+)")
+
+
+def cpu_libraries(lib_dir: Path) -> dict[str, Path]:
+    """{variant name ('' for plain libggml-cpu.so): file} of the CPU backends in a copied /app/lib."""
+    found: dict[str, Path] = {}
+    for path in sorted(lib_dir.rglob("libggml-cpu*.so*")):
+        match = CPU_LIB_RE.match(path.name)
+        if match and path.is_file() and not path.is_symlink():
+            found[match.group("variant") or ""] = path
+    return found
+
+
+def expected_backends(plan: BuildPlan) -> tuple[str, ...]:
+    """Variant names the level must bring ('' = one plain libggml-cpu.so)."""
+    level = plan.request.cpu_level
+    if level.all_variants:
+        return cpulevels.REQUIRED_VARIANTS.get(cpulevels.platform_arch(plan.request.platform), ())
+    return ("",)
+
+
+def backend_class(plan: BuildPlan, variant: str, host: set[str]) -> str | None:
+    """The SIMD class a backend must show; None when it cannot be known (an unknown variant)."""
+    platform, level = plan.request.platform, plan.request.cpu_level
+    if variant:
+        features = cpulevels.variants_for(platform).get(variant)
+        return None if features is None else cpulevels.simd_class(features, platform)
+    if level.native:
+        return cpulevels.simd_class(tuple(sorted(host)), platform)
+    return cpulevels.simd_class(cpulevels.level_features(level), platform)
+
+
+def engine_arch(client) -> str:
+    """The engine machine's architecture as a platform name (amd64, arm64)."""
+    try:
+        arch = str(client.version().get("Arch", ""))
+    except Exception:
+        arch = ""
+    return arch or host_platform_arch()
+
+
+def engine_cpu_flags(client, image: str) -> set[str]:
+    """The CPU flags of the machine the engine runs on (the image's own /proc/cpuinfo), else this one's."""
+    code, output = _run(client, image, ["/bin/cat"], ["/proc/cpuinfo"])
+    return (cpu_flags(output) if code == 0 else set()) or host_cpu_flags()
+
+
+def check_cpu_backends(client, plan: BuildPlan, image: str, *, can_start: bool = True) -> list[Check]:
+    """can_start False: the image's binaries cannot run here (a VMM build without the driver)."""
+    platform, level = plan.request.platform, plan.request.cpu_level
+    arch = cpulevels.platform_arch(platform)
+    host = cpulevels.host_features(engine_cpu_flags(client, image), platform) if arch == engine_arch(client) else set()
+    with tempfile.TemporaryDirectory(prefix="buildkit-verify-") as tmp:
+        _copy_out(client, image, "/app/lib", Path(tmp))
+        libs = cpu_libraries(Path(tmp))
+        names = sorted(libs)
+        shown = ", ".join(libs[n].name for n in names) or "none"
+        missing = [v for v in expected_backends(plan) if v not in libs]
+        extra = [n for n in names if (n == "") == level.all_variants]
+        if missing or extra:
+            what = [f"missing {', '.join(f'libggml-cpu-{v}.so' if v else 'libggml-cpu.so' for v in missing)}"] \
+                if missing else []
+            what += [f"unexpected {', '.join(libs[n].name for n in extra)}"] if extra else []
+            return [Check("cpu-backends", FAILED, f"cpu level {level.name}: /app/lib holds {shown}; {'; '.join(what)}")]
+        checks = [Check("cpu-backends", PASSED, f"cpu level {level.name}: {shown}")]
+        objdump = cpucode.find_objdump(arch)
+        if objdump is None:
+            checks.append(Check("cpu-code", SKIPPED, f"no objdump for {arch} code on this machine; install binutils"))
+        else:
+            checks.append(_check_code(plan, libs, objdump, host))
+    if can_start:
+        checks.append(check_cpu_loaded(client, plan, image, names, host))
+    else:
+        checks.append(Check("cpu-load", SKIPPED, "the image's binaries need the NVIDIA driver's libcuda.so.1 to start"))
+    return checks
+
+
+def _check_code(plan: BuildPlan, libs: dict[str, Path], objdump: str, host: set[str]) -> Check:
+    bad, good = [], []
+    for name, path in sorted(libs.items()):
+        wanted = backend_class(plan, name, host)
+        counts = cpucode.disassembly_counts(objdump, path)
+        label = name or path.name
+        if wanted is None:
+            good.append(f"{label}: {cpucode.summary(counts)} (variant unknown to buildkit, not judged)")
+            continue
+        why = cpucode.problems(wanted, counts)
+        (bad if why else good).append(f"{label} ({wanted}): {'; '.join(why) if why else cpucode.summary(counts)}")
+    if bad:
+        return Check("cpu-code", FAILED, "CPU backend without the code of its level: " + " | ".join(bad))
+    return Check("cpu-code", PASSED, " | ".join(good))
+
+
+def check_cpu_loaded(client, plan: BuildPlan, image: str, names: list[str], host: set[str]) -> Check:
+    """`-lv 10 --list-devices` loads the backends (ggml_backend_load_all) and logs which CPU backend it loaded."""
+    platform, level = plan.request.platform, plan.request.cpu_level
+    if cpulevels.platform_arch(platform) != engine_arch(client):
+        return Check("cpu-load", SKIPPED, f"{platform} image on a {engine_arch(client)} engine (emulated)")
+    if not level.backend_dl:
+        return Check("cpu-load", SKIPPED, "cpu level native links libggml-cpu; nothing is chosen at start-up")
+    if level.all_variants:
+        expected = cpulevels.best_variant([n for n in names if n], host, platform)
+        if expected is None:
+            return Check("cpu-load", SKIPPED, "no variant in the image runs on this machine's CPU")
+        want = f"libggml-cpu-{expected}.so"
+    else:
+        need = cpulevels.level_features(level)
+        lacking = [f for f in need if f not in host]
+        if lacking:
+            return Check("cpu-load", SKIPPED, f"this machine lacks {', '.join(lacking)}: the {level.name} backend "
+                                              "cannot load here")
+        want = "libggml-cpu.so"
+    binary = "/app/llama-cli" if plan.request.target == "light" else "/app/llama-server"
+    # llama.cpp logs the loaded backend file only at a high verbosity; -lv is parsed before --list-devices
+    code, output = _run(client, image, [binary], ["-lv", "10", "--list-devices"])
+    match = LOADED_RE.search(output)
+    if match is None:
+        return Check("cpu-load", FAILED, f"{binary} --list-devices (exit {code}) loaded no CPU backend: "
+                                         f"{output.strip().splitlines()[-3:]}")
+    loaded = match.group("path")
+    if Path(loaded).name != want:
+        return Check("cpu-load", FAILED, f"loaded {loaded}; this machine's best is {want}")
+    return Check("cpu-load", PASSED, f"loaded {loaded} (the best for this CPU)")
+
+
 def verify_image(plan: BuildPlan, image: str, *, cuda_roots: list[Path] = ()) -> VerifyReport:
     client = _docker_client()
     checks: list[Check] = []
     if plan.arch.is_cuda:
         checks += check_cuda_library(client, plan, image, list(cuda_roots))
     vmm_needs_driver = any(c.name == "vmm" and c.status == PASSED for c in checks)
+    checks += check_cpu_backends(client, plan, image, can_start=not vmm_needs_driver)
     if vmm_needs_driver:
         checks.append(Check("version", SKIPPED, "a VMM build needs the NVIDIA driver's libcuda.so.1 to start; "
                                                 "no driver here"))

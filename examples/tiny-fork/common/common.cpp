@@ -1,6 +1,7 @@
 #include "common.h"
 
 #include "build-info.h"
+#include "ggml.h"
 #include "llama.h"
 
 #ifdef LLAMA_USE_OPENSSL
@@ -40,9 +41,11 @@ static void print_usage(const char * prog, llama_example ex) {
     printf("tiny-fork: a stand-in for llama.cpp used to test container builds\n\n");
     printf("  -h,    --help, --usage      print usage and exit\n");
     printf("         --version            show version and build info\n");
+    printf("         --list-devices       load the backends, print the devices and exit\n");
     printf("  -m,    --model FNAME        accepted and ignored (env: LLAMA_ARG_MODEL)\n");
     printf("  -t,    --threads N          accepted and ignored (env: LLAMA_ARG_THREADS)\n");
     printf("  -c,    --ctx-size N         accepted and ignored (env: LLAMA_ARG_CTX_SIZE)\n");
+    printf("  -lv,   --verbosity N        accepted and ignored (the backend log is always shown)\n");
     printf("  -ngl,  --n-gpu-layers N     accepted and ignored (env: LLAMA_ARG_N_GPU_LAYERS)\n");
     if (ex == LLAMA_EXAMPLE_SERVER) {
         printf("         --host HOST          ip address to listen on (default: 127.0.0.1) (env: LLAMA_ARG_HOST)\n");
@@ -75,6 +78,13 @@ bool common_params_parse(int argc, char ** argv, common_params & params, llama_e
             llama_print_build_info(llama_version());
             exit(0);
         }
+        if (arg == "--list-devices") {
+            // like llama.cpp: loads the backends (with GGML_BACKEND_DL the log names the CPU
+            // backend file it chose), then lists the non-CPU devices
+            ggml_backend_load_all();
+            printf("Available devices:\n  (none)\n");
+            exit(0);
+        }
         if (arg == "-h" || arg == "--help" || arg == "--usage") {
             print_usage(argv[0], ex);
             exit(0);
@@ -98,7 +108,8 @@ bool common_params_parse(int argc, char ** argv, common_params & params, llama_e
             int_target = &params.port;
         } else if (arg == "-t" || arg == "--threads") {
             int_target = &params.n_threads;
-        } else if (arg == "-c" || arg == "--ctx-size" || arg == "-ngl" || arg == "--n-gpu-layers" ||
+        } else if (arg == "-lv" || arg == "--verbosity" || arg == "--log-verbosity" ||
+                   arg == "-c" || arg == "--ctx-size" || arg == "-ngl" || arg == "--n-gpu-layers" ||
                    arg == "--gpu-layers") {
             int_target = &ignored;
         }

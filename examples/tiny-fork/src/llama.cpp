@@ -14,6 +14,6 @@ void llama_backend_init(void) {
 
 const char * llama_print_system_info(void) {
     static std::string s;
-    s = std::string("backends: ") + ggml_backend_list() + " | ggml " + ggml_version();
+    s = std::string("backends: ") + ggml_backend_list() + " | CPU : " + ggml_cpu_features() + " | ggml " + ggml_version();
     return s.c_str();
 }

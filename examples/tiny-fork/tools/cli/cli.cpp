@@ -8,6 +8,7 @@
 #endif
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <vector>
 
@@ -34,6 +35,17 @@ int main(int argc, char ** argv) {
     const float dot = ggml_cpu_dot(a.data(), b.data(), n);
     printf("cpu: dot = %.1f (%s)\n", dot, dot == 499500.0f ? "ok" : "WRONG");
     int rc = dot == 499500.0f ? 0 : 1;
+    std::vector<uint8_t> qa(1000);
+    std::vector<int8_t> qb(1000);
+    int32_t want = 0;
+    for (int i = 0; i < 1000; ++i) {
+        qa[i] = (uint8_t) (i % 251);
+        qb[i] = (int8_t) ((i % 7) - 3);
+        want += (int32_t) qa[i] * qb[i];
+    }
+    const int32_t qdot = ggml_cpu_dot_u8i8(qa.data(), qb.data(), 1000);
+    printf("cpu: int8 dot = %d (%s)\n", (int) qdot, qdot == want ? "ok" : "WRONG");
+    rc |= qdot == want ? 0 : 1;
 
 #ifdef GGML_USE_CUDA
     const char * err = nullptr;
