@@ -43,6 +43,7 @@ from .progress import stage
 from .plan import BUILD_KEY_LABEL, LABEL_PREFIX, BuildPlan, BuildRequest, SourceFacts, make_plan, make_request
 from .render import RenderResult, templates_sha256, write_context
 from .source import SourceInfo, export_tree, fetch_source
+from .urlcreds import clean_url
 from .verify import VerifyReport, verify_image
 
 SHA_LEN = 40
@@ -132,7 +133,7 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
     # base images first: one that cannot be had stops the build before any fetch
     sources = resolve_base_images([request.devel_image, request.runtime_image], cache_root(cfg))
     bases = tuple(s.image for s in sources)
-    with stage("fetch", cfg["source.url"]):
+    with stage("fetch", clean_url(cfg["source.url"])):
         info = fetch_source(cfg["source.url"], ref, pin, cache_root(cfg))
     created = _fresh_dir(out_dir)
     try:

@@ -175,7 +175,9 @@ class Stages:
 
     @contextmanager
     def stage(self, name: str, detail: str = "") -> Iterator[None]:
-        self.say(f"{name} ..." + (f" {detail}" if detail else ""))
+        from .urlcreds import redact_text
+
+        self.say(f"{name} ..." + (f" {redact_text(detail)}" if detail else ""))  # a URL's secret never shows
         start = time.monotonic()
         try:
             yield

@@ -263,3 +263,12 @@ def test_source_urls_with_credentials(url) -> None:
             assert auth.secret not in clean
     redacted = redact_text(url)
     assert isinstance(redacted, str)
+
+
+def test_a_stage_line_never_shows_the_secret_of_a_url(capsys):
+    from buildkit.progress import Stages
+
+    with Stages().stage("fetch", "http://ci:tok-123@127.0.0.1:9/fork.git"):
+        pass
+    err = capsys.readouterr().err
+    assert "tok-123" not in err and "http://***@127.0.0.1:9/fork.git" in err
