@@ -15,7 +15,7 @@ its CPU backend files and its build time. --no-cache builds with buildx --no-cac
 still counts: give --no-ccache for a cold compile).
 
 cost: configure and build the tree with CMake directly for `all` and one level (the exact -D flags
-buildkit passes, from buildkit/cpulevels.py), cold (no ccache) and with a warm ccache (a second build
+buildkit passes, from buildkit/plan/cpulevels.py), cold (no ccache) and with a warm ccache (a second build
 in a fresh folder), and print wall time, CPU time and the size of the CPU backend files. Needs only
 cmake, a compiler and ccache; run it where cores are free.
 """
@@ -50,8 +50,8 @@ def mib(n: float) -> str:
 
 def build_level(repo: Path, commit: str, level: str, work: Path, *, jobs: int, base: str, no_cache: bool,
                 ccache: bool) -> dict:
-    from buildkit.config import load_config
-    from buildkit.pipeline import build
+    from buildkit.plan.config import load_config
+    from buildkit.flows.pipeline import build
 
     overrides = {"source.url": str(repo), "source.commit": commit, "image.name": IMAGE, "build.arch": "cpu",
                  "build.cpu_level": level, "build.jobs": jobs, "build.progress": "plain", "build.ccache": ccache,

@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from buildkit.source import fetch_source, mirror_dir
+from buildkit.source.fetch import fetch_source, mirror_dir
 from gitserver import commit_all, run_git, serve
 
 def _text(rng: random.Random, lines: int) -> str:

@@ -30,9 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from buildkit.config import load_config  # noqa: E402
-from buildkit.nightly import ls_remote_head, nightly_tag, run_nightly  # noqa: E402
-from buildkit.registry import RegistryClient  # noqa: E402
+from buildkit.plan.config import load_config  # noqa: E402
+from buildkit.flows.nightly import ls_remote_head, nightly_tag, run_nightly  # noqa: E402
+from buildkit.oci.registry import RegistryClient  # noqa: E402
 from forkrepo import make_fork_repo  # noqa: E402
 from gitserver import serve  # noqa: E402
 from images import ensure_debian_image  # noqa: E402

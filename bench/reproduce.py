@@ -21,11 +21,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from buildkit.config import load_config  # noqa: E402
-from buildkit.imagediff import diff_images  # noqa: E402
-from buildkit.ocilayout import open_image  # noqa: E402
-from buildkit.pipeline import build  # noqa: E402
-from buildkit.reproduce import from_lock, reproduce  # noqa: E402
+from buildkit.plan.config import load_config  # noqa: E402
+from buildkit.oci.imagediff import diff_images  # noqa: E402
+from buildkit.oci.ocilayout import open_image  # noqa: E402
+from buildkit.flows.pipeline import build  # noqa: E402
+from buildkit.flows.reproduce import from_lock, reproduce  # noqa: E402
 from forkrepo import make_fork_repo  # noqa: E402
 from images import ensure_debian_image  # noqa: E402
 

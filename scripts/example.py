@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from buildkit.paths import cache_dir  # noqa: E402
+from buildkit.core.paths import cache_dir  # noqa: E402
 from forkrepo import make_fork_repo  # noqa: E402
 from images import ensure_debian_image  # noqa: E402
 

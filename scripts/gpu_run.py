@@ -43,7 +43,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from buildkit.errors import BuildkitError  # noqa: E402
+from buildkit.core.errors import BuildkitError  # noqa: E402
 
 KEY_LINE = re.compile(
     r"ggml_cuda_init|Device \d+:|VMM|offload|CUDA\d* (model|KV|compute|RS) buffer|CUDA_Host|no kernel image|"
@@ -59,7 +59,7 @@ def say(msg: str) -> None:
 # ----------------------------------------------------------------------------------------- extract
 
 def cmd_extract(args) -> int:
-    from buildkit.gpubundle import make_bundle
+    from buildkit.gpu.gpubundle import make_bundle
 
     manifest = make_bundle(Path(args.archive), Path(args.output), platform=args.platform, with_cuda=args.with_cuda,
                            extra=args.include, cuda_dir=args.cuda_dir, xz_preset=args.xz_preset,
@@ -194,21 +194,21 @@ def bench(url: str, args, out: Path) -> dict | None:
         doc = json.loads(report_file.read_text())
         report_file.unlink()
     else:
-        from buildkit.benchmark import Protocol, run_bench
+        from buildkit.bench.benchmark import Protocol, run_bench
 
-        say("bench: click is not installed here; running buildkit.benchmark.run_bench directly")
+        say("bench: click is not installed here; running buildkit.bench.benchmark.run_bench directly")
         report = run_bench(url, Protocol(runs=args.runs, max_tokens=args.max_tokens).check(),
                            on_run=lambda r: say(f"run {r.run}: {r.tokens} tokens, {r.client_tps:.2f} tok/s"))
         doc = report.to_dict()
-    from buildkit.benchmark import BenchReport, format_report
+    from buildkit.bench.benchmark import BenchReport, format_report
 
     say(format_report(BenchReport.from_dict(doc)))
     return doc
 
 
 def cmd_run(args) -> int:
-    from buildkit import libplan
-    from buildkit.gpubundle import open_bundle
+    from buildkit.gpu import libplan
+    from buildkit.gpu.gpubundle import open_bundle
 
     work = Path(args.work).resolve()
     out = Path(args.out).resolve()

@@ -1,7 +1,7 @@
 import pytest
 
-from buildkit.archs import ARCHS, arch_table, check_cuda_support, get_arch, parse_cuda_version
-from buildkit.errors import ArchError
+from buildkit.plan.archs import ARCHS, arch_table, check_cuda_support, get_arch, parse_cuda_version
+from buildkit.core.errors import ArchError
 
 
 def test_catalogue_has_every_required_arch():

@@ -11,11 +11,11 @@ from pathlib import Path
 import docker
 import pytest
 
-from buildkit.bake import (bake_target_from_argv, bake_target_name, matrix_variants, retag, run_bake, target_tags,
+from buildkit.engine.bake import (bake_target_from_argv, bake_target_name, matrix_variants, retag, run_bake, target_tags,
                            write_bake_file)
-from buildkit.buildx import BuildOptions
-from buildkit.config import load_config
-from buildkit.errors import ArchError, BuildError, ConfigError
+from buildkit.engine.buildx import BuildOptions
+from buildkit.plan.config import load_config
+from buildkit.core.errors import ArchError, BuildError, ConfigError
 from forkrepo import make_fork_repo
 from cliutil import buildkit_env
 

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from buildkit.benchmark import (BenchReport, Protocol, RequestResult, RunResult, _error_text, attach_to_lock,
+from buildkit.bench.benchmark import (BenchReport, Protocol, RequestResult, RunResult, _error_text, attach_to_lock,
                                 combine, compare, degradation, endpoint, find_lock_entry, format_compare,
                                 format_report, load_report, stats, summarize)
-from buildkit.errors import BenchError, LockError
-from buildkit.lock import LOCK_VERSION, read_lock
+from buildkit.core.errors import BenchError, LockError
+from buildkit.release.lock import LOCK_VERSION, read_lock
 
 
 def run(n: int, tps: float, tokens: int = 800, predicted: float | None = None, draft: tuple | None = None) -> RunResult:

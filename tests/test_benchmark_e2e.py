@@ -23,8 +23,8 @@ import docker
 import pytest
 from click.testing import CliRunner
 
-from buildkit.benchmark import BENCH_LABEL
-from buildkit.cli import main
+from buildkit.bench.benchmark import BENCH_LABEL
+from buildkit.cli.main import main
 from faultproxy import FaultProxy
 from gitserver import free_port
 from tinymodel import write_tiny_model
@@ -143,7 +143,7 @@ def test_default_protocol_on_the_real_server(server, real_server_image):
 def test_ignore_eos_is_what_makes_every_run_full_length(server):
     """With the end-of-sequence token pushed up (logit_bias), a plain request stops at once; the bench's
     request (ignore_eos) still generates max_tokens."""
-    from buildkit.benchmark import Protocol, endpoint, stream_chat
+    from buildkit.bench.benchmark import Protocol, endpoint, stream_chat
     from tinymodel import vocabulary
 
     eos = vocabulary()[0].index("<|im_end|>")

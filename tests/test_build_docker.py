@@ -15,8 +15,8 @@ from pathlib import Path
 import docker
 import pytest
 
-from buildkit.cudaroot import cuda_root_dir
-from buildkit.verify import elf_archs, find_cuobjdump
+from buildkit.source.cudaroot import cuda_root_dir
+from buildkit.verify.checks import elf_archs, find_cuobjdump
 from forkrepo import FORK_EPOCH, make_fork_repo
 from cliutil import buildkit_env
 
@@ -152,7 +152,7 @@ def test_vmm_build_links_the_stub_and_needs_libcuda(project, client, tmp_path):
 
 
 def test_second_build_of_the_same_commit_fetches_nothing(project, fork):
-    from buildkit.source import fetch_source
+    from buildkit.source.fetch import fetch_source
 
     info = fetch_source(fork["url"], fork["commit"], fork["commit"], project["cache"])
     assert info.fetched is False and info.bytes_fetched == 0
@@ -228,9 +228,9 @@ def test_unreachable_source_says_how_to_point_elsewhere(project, client):
 
 def test_verify_catches_a_runtime_stage_without_a_shared_library(project, client, tmp_path):
     """A runtime stage that forgot libllama-common.so.0 (seen in published images) fails verification."""
-    from buildkit.config import load_config
-    from buildkit.pipeline import prepare
-    from buildkit.verify import FAILED, verify_image
+    from buildkit.plan.config import load_config
+    from buildkit.flows.pipeline import prepare
+    from buildkit.verify.checks import FAILED, verify_image
 
     (tmp_path / "Dockerfile").write_text("FROM buildkit-test/tiny-fork:cpu\nRUN rm -f /app/lib/libllama-common.so*\n")
     subprocess.run(["docker", "buildx", "build", "--load", "-t", "buildkit-test/tiny-fork:broken-runtime",

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from buildkit.buildx import BuildOptions, buildx_argv, check_buildx, parse_buildx_version
-from buildkit.cli import main
-from buildkit.errors import BuildError, LockError
-from buildkit.lock import BaseImage, LockEntry, read_lock, write_lock_entry
-from buildkit.render import RenderResult
+from buildkit.engine.buildx import BuildOptions, buildx_argv, check_buildx, parse_buildx_version
+from buildkit.cli.main import main
+from buildkit.core.errors import BuildError, LockError
+from buildkit.release.lock import BaseImage, LockEntry, read_lock, write_lock_entry
+from buildkit.plan.render import RenderResult
 from test_plan_render import plan_for
 
 
@@ -100,7 +100,7 @@ def test_lock_write_failure_leaves_the_old_file(tmp_path, monkeypatch):
     path = tmp_path / "buildkit.lock"
     write_lock_entry(path, entry())
     before = path.read_bytes()
-    import buildkit.lock as lock_module
+    import buildkit.release.lock as lock_module
 
     def boom(*args, **kwargs):
         raise OSError("disk full")

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from buildkit import __version__
-from buildkit.ciworkflow import WorkflowOptions, check_cron, install_spec, render_workflow
-from buildkit.errors import ConfigError
-from buildkit.render import templates_sha256
+from buildkit.flows.ciworkflow import WorkflowOptions, check_cron, install_spec, render_workflow
+from buildkit.core.errors import ConfigError
+from buildkit.plan.render import templates_sha256
 from cliutil import buildkit_env
 
 ROOT = Path(__file__).resolve().parent.parent

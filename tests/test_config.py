@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from buildkit.config import KEYS, load_config, parse_set_option, read_config_file
-from buildkit.errors import ConfigError
+from buildkit.plan.config import KEYS, load_config, parse_set_option, read_config_file
+from buildkit.core.errors import ConfigError
 
 
 def write(tmp_path: Path, text: str) -> Path:

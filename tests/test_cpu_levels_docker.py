@@ -17,7 +17,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from buildkit.cpuhost import host_cpu_flags
+from buildkit.verify.cpuhost import host_cpu_flags
 from forkrepo import make_fork_repo
 from cliutil import buildkit_env
 

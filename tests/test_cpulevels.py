@@ -13,14 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from buildkit import cpucode, cpulevels
-from buildkit.buildkey import build_key
-from buildkit.cpuhost import host_cpu_flags, host_cpu_id
-from buildkit.errors import ConfigError
-from buildkit.lock import BaseImage, entry_from_dict
-from buildkit.pipeline import inputs_record
-from buildkit.reproduce import from_labels, overrides_for
-from buildkit.verify import cpu_libraries, expected_backends
+from buildkit.verify import cpucode
+
+from buildkit.plan import cpulevels
+from buildkit.plan.buildkey import build_key
+from buildkit.verify.cpuhost import host_cpu_flags, host_cpu_id
+from buildkit.core.errors import ConfigError
+from buildkit.release.lock import BaseImage, entry_from_dict
+from buildkit.flows.pipeline import inputs_record
+from buildkit.flows.reproduce import from_labels, overrides_for
+from buildkit.verify.checks import cpu_libraries, expected_backends
 from cliutil import buildkit_env
 from test_plan_render import plan_for
 from test_reproduce_unit import labels_of

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from buildkit.benchmark import StreamError, endpoint, stream_chat
-from buildkit.credentials import run_helper
-from buildkit.errors import RegistryError, SourceError
-from buildkit.gitcmd import _group_size
-from buildkit.registry import RegistryClient
-from buildkit.source import fetch_source
+from buildkit.bench.benchmark import StreamError, endpoint, stream_chat
+from buildkit.oci.credentials import run_helper
+from buildkit.core.errors import RegistryError, SourceError
+from buildkit.source.gitcmd import _group_size
+from buildkit.oci.registry import RegistryClient
+from buildkit.source.fetch import fetch_source
 from cliutil import buildkit_env
 from hostile import MODES, HostileServer
 
@@ -113,7 +113,7 @@ def test_credential_helper_output_never_reaches_a_message(tmp_path: Path) -> Non
 
 
 def test_a_long_git_wait_says_what_it_waits_for(monkeypatch: pytest.MonkeyPatch, capfd) -> None:
-    import buildkit.gitcmd as gitcmd
+    import buildkit.source.gitcmd as gitcmd
 
     monkeypatch.setattr(gitcmd, "WAIT_NOTICE", 0.5)  # instead of 10 s
     gitcmd.Git(timeout=30).run("-c", "alias.slow=!sleep 2", "slow", what="fetch from http://example.invalid/x")

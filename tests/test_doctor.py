@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from buildkit.doctor import (FAIL, OK, WARN, Variant, judge_driver, judge_emulation, parse_nvidia_smi,
+from buildkit.flows.doctor import (FAIL, OK, WARN, Variant, judge_driver, judge_emulation, parse_nvidia_smi,
                              required_gb, version_tuple)
 from cliutil import buildkit_env
 
@@ -167,7 +167,7 @@ def test_doctor_fails_when_the_registry_login_is_wrong(tmp_path, docker_engine, 
 def test_tags_json_is_the_tag_set(tmp_path):
     from click.testing import CliRunner
 
-    from buildkit.cli import main
+    from buildkit.cli.main import main
 
     (tmp_path / "buildkit.toml").write_text('schema_version = 1\n[image]\nname = "reg.example/t/l"\n'
                                             'default_variant = "cpu"\n[build]\narch = "cpu"\n')

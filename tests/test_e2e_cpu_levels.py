@@ -21,8 +21,8 @@ from pathlib import Path
 import docker
 import pytest
 
-from buildkit import cpulevels
-from buildkit.cpuhost import host_cpu_flags
+from buildkit.plan import cpulevels
+from buildkit.verify.cpuhost import host_cpu_flags
 from cliutil import buildkit_env
 from tinymodel import write_tiny_model
 

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from buildkit.elfdeps import read_elf, resolve
-from buildkit.errors import ImageSourceError
-from buildkit.gpubundle import make_bundle, open_bundle
-from buildkit import libplan
-from buildkit.ocilayout import OciArchive
-from buildkit.rootfs import apply_layers, secure_join
+from buildkit.verify.elfdeps import read_elf, resolve
+from buildkit.core.errors import ImageSourceError
+from buildkit.gpu.gpubundle import make_bundle, open_bundle
+from buildkit.gpu import libplan
+from buildkit.oci.ocilayout import OciArchive
+from buildkit.oci.rootfs import apply_layers, secure_join
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "gpu_run.py"

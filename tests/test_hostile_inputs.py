@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from buildkit.errors import RegistryError
-from buildkit.publish import image_labels
-from buildkit.registry import OCI_MANIFEST, RegistryClient
+from buildkit.core.errors import RegistryError
+from buildkit.release.publish import image_labels
+from buildkit.oci.registry import OCI_MANIFEST, RegistryClient
 from cliutil import buildkit_env
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from buildkit.errors import ImageSourceError
-from buildkit.imagediff import diff_images, elf_section_diff
-from buildkit.ocilayout import OciArchive, open_image, push_layout
+from buildkit.core.errors import ImageSourceError
+from buildkit.oci.imagediff import diff_images, elf_section_diff
+from buildkit.oci.ocilayout import OciArchive, open_image, push_layout
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -161,7 +161,7 @@ def test_diff_cli_exit_codes(tmp_path):
 
 
 def test_push_layout_keeps_the_manifest_digest(tmp_path, registry_plain):
-    from buildkit.registry import RegistryClient
+    from buildkit.oci.registry import RegistryClient
 
     layout = write_layout(tmp_path / "a", [make_layer(BASE), make_layer({"app/x": b"1" * 100_000})], as_tar=True)
     with OciArchive(layout) as archive, RegistryClient(registry_plain.host) as client:

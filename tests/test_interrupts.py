@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from buildkit.lock import LOCK_VERSION, LockEntry
-from buildkit.source import fetch_source, mirror_dir
+from buildkit.release.lock import LOCK_VERSION, LockEntry
+from buildkit.source.fetch import fetch_source, mirror_dir
 from cliutil import buildkit_env
 from githttp import serve_http
 from gitserver import commit_all, run_git

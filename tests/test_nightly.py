@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from buildkit.changelog import changelog
-from buildkit.errors import ConfigError, SourceError
-from buildkit.nightly import (FAILED, PASSED, SKIPPED, Previous, Summary, VariantResult, is_current,
+from buildkit.source.changelog import changelog
+from buildkit.core.errors import ConfigError, SourceError
+from buildkit.flows.nightly import (FAILED, PASSED, SKIPPED, Previous, Summary, VariantResult, is_current,
                               ls_remote_head, nightly_tags, nightly_version, promote, write_summaries)
-from buildkit.changelog import Changelog, Commit
-from buildkit.config import load_config
-from buildkit.source import fetch_source
+from buildkit.source.changelog import Changelog, Commit
+from buildkit.plan.config import load_config
+from buildkit.source.fetch import fetch_source
 from gitserver import commit_all, run_git
 
 
@@ -122,7 +122,7 @@ def test_promote_refuses_what_is_not_a_nightly_or_a_nightly_version():
 def test_build_push_never_adopts_a_nightly_image_of_the_same_build_key():
     """publish reuses an engine image with the build key it is about to build; a nightly of the same
     inputs is not that image (its version label is a nightly's)."""
-    from buildkit.publish import is_nightly_version
+    from buildkit.release.publish import is_nightly_version
 
     assert is_nightly_version("0.1.0-nightly.20261130") and is_nightly_version("1.2.3-nightly.20261130.2")
     assert not is_nightly_version("0.1.0") and not is_nightly_version("1.0.0-rc.1")
@@ -132,7 +132,9 @@ def test_build_push_never_adopts_a_nightly_image_of_the_same_build_key():
 def test_the_no_op_path_helpers_agree_with_the_build_stages(tmp_path):
     """nightly keeps its own copies of patch_dir and normalise_url so that an unchanged night does not
     import the build stages (GitPython, Jinja, docker-py); they must give the same answers."""
-    from buildkit import nightly, pipeline, source
+    from buildkit.flows import nightly
+    from buildkit.flows import pipeline
+    from buildkit.source import fetch as source
 
     for url in ("git://h/x.git", "https://h/x", "git@github.com:o/r.git", "relative/path", str(tmp_path), "~/x"):
         assert nightly.normalise_url(url) == source.normalise_url(url)

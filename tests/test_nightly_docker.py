@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from buildkit.registry import RegistryClient
+from buildkit.oci.registry import RegistryClient
 from forkrepo import FORK_EPOCH, make_fork_repo
 from gitserver import commit_all
 

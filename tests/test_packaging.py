@@ -16,6 +16,6 @@ def test_wheel_ships_templates_and_patches(tmp_path):
     for template in (ROOT / "templates").glob("*.j2"):
         assert f"buildkit/templates/{template.name}" in names
     assert any(n.startswith("buildkit/bundled_patches/") for n in names)
-    assert "buildkit/cli.py" in names
+    assert "buildkit/cli/main.py" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "buildkit = buildkit.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "buildkit = buildkit.cli.main:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

@@ -11,15 +11,15 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from buildkit.config import KEYS, load_config, parse_set_option, parse_text, read_config_file
-from buildkit.errors import BuildkitError
-from buildkit.imageref import parse_image_ref
-from buildkit.lock import entry_from_dict, read_lock
-from buildkit.plan import LABEL_PREFIX
-from buildkit.registry import parse_www_authenticate
-from buildkit.reproduce import INPUTS_LABEL, from_labels
-from buildkit.tags import check_repository, check_tag, next_version, parse_version, release_tags
-from buildkit.urlcreds import redact_text, split_credentials
+from buildkit.plan.config import KEYS, load_config, parse_set_option, parse_text, read_config_file
+from buildkit.core.errors import BuildkitError
+from buildkit.oci.imageref import parse_image_ref
+from buildkit.release.lock import entry_from_dict, read_lock
+from buildkit.plan.buildplan import LABEL_PREFIX
+from buildkit.oci.registry import parse_www_authenticate
+from buildkit.flows.reproduce import INPUTS_LABEL, from_labels
+from buildkit.release.tags import check_repository, check_tag, next_version, parse_version, release_tags
+from buildkit.source.urlcreds import redact_text, split_credentials
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 OCI = "org.opencontainers.image."
@@ -266,7 +266,7 @@ def test_source_urls_with_credentials(url) -> None:
 
 
 def test_a_stage_line_never_shows_the_secret_of_a_url(capsys):
-    from buildkit.progress import Stages
+    from buildkit.core.progress import Stages
 
     with Stages().stage("fetch", "http://ci:tok-123@127.0.0.1:9/fork.git"):
         pass

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from buildkit.errors import PatchError
-from buildkit.patches import apply_patches, load_patch_queue
+from buildkit.core.errors import PatchError
+from buildkit.source.patches import apply_patches, load_patch_queue
 from gitserver import commit_all, run_git
 
 

@@ -2,12 +2,12 @@ import re
 
 import pytest
 
-from buildkit.config import load_config
-from buildkit.errors import ArchError, ConfigError
-from buildkit.plan import SourceFacts, make_plan, make_request
-from buildkit.render import render_dockerfile, templates_sha256
-from buildkit.tags import build_tags, check_tag, variant
-from buildkit.archs import get_arch
+from buildkit.plan.config import load_config
+from buildkit.core.errors import ArchError, ConfigError
+from buildkit.plan.buildplan import SourceFacts, make_plan, make_request
+from buildkit.plan.render import render_dockerfile, templates_sha256
+from buildkit.release.tags import build_tags, check_tag, variant
+from buildkit.plan.archs import get_arch
 
 COMMIT = "905483277823858fdec17ff5c3750451cb1b7cdc"
 FACTS = SourceFacts(url="https://example.invalid/fork", commit=COMMIT, commit_time=1767225600,
@@ -120,7 +120,7 @@ def test_labels():
 
 
 def test_template_hash_changes_with_any_template(tmp_path):
-    from buildkit.paths import templates_dir
+    from buildkit.core.paths import templates_dir
     for path in templates_dir().glob("*.j2"):
         (tmp_path / path.name).write_bytes(path.read_bytes())
     before = templates_sha256(tmp_path)

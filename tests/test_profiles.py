@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from buildkit.cli import main
-from buildkit.config import load_config
-from buildkit.errors import ConfigError
-from buildkit.profiles import (container_kwargs, docker_run_argv, get_profile, gpu_device_requests, make_spec,
+from buildkit.cli.main import main
+from buildkit.plan.config import load_config
+from buildkit.core.errors import ConfigError
+from buildkit.plan.profiles import (container_kwargs, docker_run_argv, get_profile, gpu_device_requests, make_spec,
                                read_profiles, server_command)
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from buildkit.progress import (CompileMeter, Stages, ccache_stats, compile_percent, duration, estimate_left,
+from buildkit.core.progress import (CompileMeter, Stages, ccache_stats, compile_percent, duration, estimate_left,
                                hit_rate, strip_ansi, summary_line)
 
 
@@ -92,7 +92,7 @@ def test_buildx_output_on_a_terminal_passes_through_a_pseudo_terminal_byte_for_b
     import pty
     import sys
 
-    from buildkit.buildx import _lines_from_pty, _popen_tty, wants_tty
+    from buildkit.engine.buildx import _lines_from_pty, _popen_tty, wants_tty
 
     master, slave = pty.openpty()  # our "terminal"
     with open(slave, "w", closefd=True) as terminal:

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from buildkit.registry import RegistryClient
+from buildkit.oci.registry import RegistryClient
 from test_publish_docker import buildkit, digests, fork, make_project, ok, spy_env  # noqa: F401  (fork: fixture)
 
 pytestmark = pytest.mark.docker

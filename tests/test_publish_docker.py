@@ -17,7 +17,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from buildkit.registry import RegistryClient
+from buildkit.oci.registry import RegistryClient
 from forkrepo import make_fork_repo
 from registryserver import RegistryServer
 from test_registry import docker_login, push_tiny_image
@@ -179,7 +179,7 @@ def test_wrong_password_is_one_line_and_pushes_nothing(auth):
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and "rejected the credentials" in errors[0]
     assert "not-the-password" not in proc.stdout + proc.stderr
-    from buildkit.credentials import Credentials
+    from buildkit.oci.credentials import Credentials
 
     creds = Credentials(auth["user"], auth["password"], False)
     with RegistryClient(auth["registry"].host, credentials=creds) as client:
@@ -188,7 +188,7 @@ def test_wrong_password_is_one_line_and_pushes_nothing(auth):
 
 def test_push_with_tls_and_htpasswd_and_no_credential_leaks(auth):
     proc = ok(buildkit(auth["project"], auth["env"], "build", "--push"))
-    from buildkit.credentials import Credentials
+    from buildkit.oci.credentials import Credentials
 
     creds = Credentials(auth["user"], auth["password"], False)
     with RegistryClient(auth["registry"].host, credentials=creds) as client:

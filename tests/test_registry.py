@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from buildkit.credentials import Credentials, config_path, lookup_credentials
-from buildkit.errors import AuthError, RegistryError
-from buildkit.imageref import ImageRef, parse_image_ref
-from buildkit.registry import (ACCEPT_MANIFESTS, CERTS_D_ENV, MANIFEST_TYPES, RegistryClient, client_for,
+from buildkit.oci.credentials import Credentials, config_path, lookup_credentials
+from buildkit.core.errors import AuthError, RegistryError
+from buildkit.oci.imageref import ImageRef, parse_image_ref
+from buildkit.oci.registry import (ACCEPT_MANIFESTS, CERTS_D_ENV, MANIFEST_TYPES, RegistryClient, client_for,
                                is_loopback, parse_www_authenticate)
 from registryserver import RegistryServer
 

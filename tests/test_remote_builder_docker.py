@@ -132,9 +132,9 @@ def test_bake_on_a_second_engine_builds_every_target_there(remote):
 def test_ccache_import_then_export_round_trips_through_the_cache_mount(remote, tmp_path):
     """What the workflow does around the nightly: a folder goes into the builder's cache mount of
     each variant, and comes out again, on the second engine."""
-    from buildkit.ccachestore import ccache_id
-    from buildkit.config import load_config
-    from buildkit.plan import SourceFacts, make_plan, make_request
+    from buildkit.engine.ccachestore import ccache_id
+    from buildkit.plan.config import load_config
+    from buildkit.plan.buildplan import SourceFacts, make_plan, make_request
 
     cfg = load_config(remote["project"] / "buildkit.toml", {}, {})
     plan = make_plan(make_request(cfg), SourceFacts("u", "a" * 40, 0, 1, "", ()), template_sha256="t",

@@ -1,6 +1,6 @@
 """Reproducible builds on the real engine: the example fork's cpu variant, built twice from a clean state.
 
-The first build goes through `buildkit.pipeline.build(..., no_cache=True)` (buildx --no-cache, and
+The first build goes through `buildkit.flows.pipeline.build(..., no_cache=True)` (buildx --no-cache, and
 build.ccache=false in the project), the second is `buildkit reproduce buildkit.lock` (also
 cache-less): both must give the same manifest digest. Then a changed patch, a changed template and
 a different commit each give another digest, and `diff` / `reproduce` name the files that differ.
@@ -71,7 +71,7 @@ def remove_images():
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory, fork, debian_base_image, docker_engine):
-    from buildkit.buildx import image_store
+    from buildkit.engine.buildx import image_store
 
     if image_store() != "containerd":
         pytest.skip("reproducible digests need the containerd image store (see README)")
@@ -99,7 +99,7 @@ os_image = "{debian_base_image}"
 
 
 def config(project, **overrides):
-    from buildkit.config import load_config
+    from buildkit.plan.config import load_config
 
     overrides = {"cache.dir": project["env"]["LLAMA_BUILDKIT_CACHE_DIR"], **overrides}
     return load_config(project["root"] / "buildkit.toml", env=project["env"],
@@ -108,7 +108,7 @@ def config(project, **overrides):
 
 def clean_build(project, **overrides):
     """buildkit build from a clean state (buildx --no-cache; ccache is off in the project)."""
-    from buildkit.pipeline import build
+    from buildkit.flows.pipeline import build
 
     return build(config(project, **overrides), no_cache=True)
 
@@ -181,7 +181,7 @@ def test_a_missing_or_mismatching_input_is_an_error(project, first, tmp_path):
 @pytest.fixture(scope="module")
 def variants(project, first, fork, tmp_path_factory):
     """The same build with one input changed each: a patch, a template, the commit (cache allowed)."""
-    from buildkit.pipeline import build
+    from buildkit.flows.pipeline import build
 
     out = {}
     templates = tmp_path_factory.mktemp("templates")
@@ -197,7 +197,7 @@ def variants(project, first, fork, tmp_path_factory):
     runtime = templates / "_runtime.j2"
     runtime.write_text(runtime.read_text().replace(
         "ENV LD_LIBRARY_PATH=", "RUN mkdir -p /etc/llama && echo changed-template > /etc/llama/template\nENV LD_LIBRARY_PATH=", 1))
-    import buildkit.render as render
+    import buildkit.plan.render as render
 
     saved = render.templates_dir
     render.templates_dir = lambda: templates
@@ -243,7 +243,7 @@ def test_reproduce_that_differs_reports_the_layers_and_files(project, first, var
 def test_the_cuda_variant_is_reproduced_bit_for_bit(project, tmp_path_factory, tmp_path):
     """sm_120 with the PyPI-wheel toolkit: nvcc's temporary file names (tmpxft_<pid>_...) would differ
     between two clean builds; the template strips that symbol, so the digests are the same."""
-    from buildkit.pipeline import build
+    from buildkit.flows.pipeline import build
 
     cache = str(tmp_path_factory.getbasetemp() / "buildkit-cache")  # shared with test_build_docker's CUDA root
     lock = tmp_path / "cuda.lock"

@@ -27,9 +27,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
 
 def test_real_llama_cpp_cpu_build_is_reproduced_bit_for_bit(tmp_path, git_daemon, debian_base_image):
-    from buildkit.buildx import image_store
-    from buildkit.config import load_config
-    from buildkit.pipeline import build
+    from buildkit.engine.buildx import image_store
+    from buildkit.plan.config import load_config
+    from buildkit.flows.pipeline import build
 
     if image_store() != "containerd":
         pytest.skip("reproducible digests need the containerd image store")

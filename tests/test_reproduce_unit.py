@@ -7,13 +7,13 @@ from dataclasses import asdict
 
 import pytest
 
-from buildkit.buildx import BuildOptions, buildx_argv
-from buildkit.errors import ReproduceError
-from buildkit.lock import BaseImage
-from buildkit.baseimages import BaseSource
-from buildkit.pipeline import INPUTS_LABEL, from_plan, inputs_record
-from buildkit.render import RenderResult, render_dockerfile
-from buildkit.reproduce import _repo_of, from_labels, from_lock, overrides_for, select_entry
+from buildkit.engine.buildx import BuildOptions, buildx_argv
+from buildkit.core.errors import ReproduceError
+from buildkit.release.lock import BaseImage
+from buildkit.engine.baseimages import BaseSource
+from buildkit.flows.pipeline import INPUTS_LABEL, from_plan, inputs_record
+from buildkit.plan.render import RenderResult, render_dockerfile
+from buildkit.flows.reproduce import _repo_of, from_labels, from_lock, overrides_for, select_entry
 from test_plan_render import plan_for
 
 DIGEST = "sha256:" + "ab" * 32

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from buildkit.errors import SourceError
-from buildkit.nightly import ls_remote_head
-from buildkit.source import export_tree, fetch_source, mirror_dir
-from buildkit.urlcreds import clean_url, redact_text, redact_url, split_credentials
+from buildkit.core.errors import SourceError
+from buildkit.flows.nightly import ls_remote_head
+from buildkit.source.fetch import export_tree, fetch_source, mirror_dir
+from buildkit.source.urlcreds import clean_url, redact_text, redact_url, split_credentials
 from cliutil import buildkit_env
 from githttp import serve_http
 from gitserver import commit_all, run_git

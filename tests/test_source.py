@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from buildkit.errors import SourceError
-from buildkit.source import SourceInfo, export_tree, fetch_source, mirror_dir
+from buildkit.core.errors import SourceError
+from buildkit.source.fetch import SourceInfo, export_tree, fetch_source, mirror_dir
 from gitserver import GitDaemon, commit_all, free_port, run_git
 
 T0 = 1_700_000_000

@@ -1,0 +1,1 @@
+"""`buildkit bench`: measuring a llama-server."""

@@ -1,0 +1,4 @@
+"""`python -m buildkit.cli`."""
+from buildkit.cli.main import main
+
+main()

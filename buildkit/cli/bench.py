@@ -1,0 +1,242 @@
+"""The `buildkit bench` and `buildkit run` commands (registered in cli.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+
+from buildkit.bench.benchmark import (DEFAULT_MAX_TOKENS, DEFAULT_PROMPT, DEFAULT_RUNS, DEFAULT_TIMEOUT, DEGRADATION_THRESHOLD,
+                        BenchReport, Protocol, attach_to_lock, compare, docker_client, find_lock_entry,
+                        format_compare, format_report, load_report, local_image_id, run_bench, served)
+from buildkit.cli.options import handle_errors
+from buildkit.plan.config import find_config_file, load_config
+from buildkit.core.errors import BenchError, ConfigError
+from buildkit.plan.profiles import ServerSpec, docker_run_argv, get_profile, make_spec
+
+
+def _config_path(config_path: str | None) -> Path | None:
+    return find_config_file(config_path, os.environ, Path.cwd())
+
+
+def _progress(msg: str) -> None:
+    click.echo(msg, err=True)
+
+
+def _run_line(run) -> str:
+    server = []
+    if run.predicted_tps is not None:
+        server.append(f"gen {run.predicted_tps:.2f} tok/s")
+    if run.prompt_tps is not None:
+        server.append(f"prompt {run.prompt_tps:.2f} tok/s")
+    if run.draft_n:
+        server.append(f"draft {run.draft_accepted or 0}/{run.draft_n} accepted")
+    return (f"run {run.run}: {run.tokens} tokens in {run.wall_s:.2f}s = {run.client_tps:.2f} tok/s"
+            + (f" (server: {', '.join(server)})" if server else ""))
+
+
+@click.command(context_settings={"ignore_unknown_options": False})
+@click.option("--url", help="A running OpenAI-compatible server (llama-server), e.g. http://127.0.0.1:8080.")
+@click.option("--image", help="Image to start with docker and measure (its entrypoint is llama-server).")
+@click.option("--model", type=click.Path(dir_okay=False), help="--image: model file (GGUF), mounted read-only.")
+@click.option("--model-draft", type=click.Path(dir_okay=False), help="--image: draft model for speculative decoding.")
+@click.option("--profile", "profile_name", help="--image: runtime profile of buildkit.toml ([profiles.NAME]).")
+@click.option("--gpus", help="--image: docker --gpus value (all, 2, device=0); none = no GPU. "
+                             "Default: the profile's gpus, else no GPU.")
+@click.option("--startup-timeout", type=float, default=300.0, show_default=True,
+              help="--image: seconds to wait for the server's /health.")
+@click.option("--prompt", help="Prompt of every run (default: the HTML Space Invaders game request).")
+@click.option("--prompt-file", type=click.Path(dir_okay=False, exists=True), help="Read the prompt from a file.")
+@click.option("--runs", type=int, default=DEFAULT_RUNS, show_default=True, help="Runs, one after another.")
+@click.option("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, show_default=True,
+              help="Tokens to generate in each request.")
+@click.option("--concurrency", type=int, default=1, show_default=True,
+              help="Identical requests sent at once in each run.")
+@click.option("--timeout", type=float, default=DEFAULT_TIMEOUT, show_default=True,
+              help="Seconds each request may take, first byte sent to last byte received.")
+@click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True,
+              help="Ask llama-server to generate max-tokens even past end-of-sequence, so runs compare.")
+@click.option("--thinking/--no-thinking", default=False, show_default=True,
+              help="chat_template_kwargs.enable_thinking for models that think.")
+@click.option("--cache-prompt/--no-cache-prompt", default=False, show_default=True,
+              help="Let llama-server reuse the previous run's prompt cache (off: every run processes the prompt).")
+@click.option("--degradation-threshold", type=float, default=DEGRADATION_THRESHOLD, show_default=True,
+              help="Flag the bench as degraded when the last run's tok/s is below this fraction of the first's.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (progress goes to stderr).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Also write the JSON report to this file.")
+@click.option("--compare", "compare_file", type=click.Path(dir_okay=False),
+              help="A previous report (--json/--output): print both side by side with the ratio now/before.")
+@click.option("--compare-image", help="--image: also measure this image with the same model and profile, "
+                                      "and compare (it is the 'before').")
+@click.option("--attach-lock", is_flag=True,
+              help="Record the results in the lock entry of the image measured (builds[KEY].bench).")
+@click.option("--lock-entry", help="With --attach-lock: the lock entry (e.g. cpu/server); needed with --url.")
+@click.option("--lock", "lock_path", help="Lock file [lock.path].")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="buildkit.toml to read (default: ./buildkit.toml, or $LLAMA_BUILDKIT_CONFIG).")
+@click.argument("server_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA-SERVER ARGS...]")
+@handle_errors
+def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, prompt, prompt_file, runs,
+          max_tokens, concurrency, timeout, ignore_eos, thinking, cache_prompt, degradation_threshold, as_json, output,
+          compare_file, compare_image, attach_lock, lock_entry, lock_path, config_path, server_args):
+    """Measure tokens/s of a llama-server: a running one (--url) or an image started for it (--image).
+
+    \b
+    The default protocol: 3 runs of the same prompt (an HTML Space Invaders game), one after another,
+    max_tokens 800 with ignore_eos, temperature 0, thinking off. Per run: tokens, wall time, tokens/s,
+    the server's own timings and draft acceptance; then mean/min/max and a degradation flag.
+    \b
+      buildkit bench --url http://127.0.0.1:8080
+      buildkit bench --image buun-llama-cpp:cpu --model m.gguf -- --ctx-size 4096
+      buildkit bench --image new:tag --profile dflash --model m.gguf --model-draft d.gguf --compare old.json
+    """
+    if bool(url) == bool(image):
+        raise BenchError("give either --url (a running server) or --image (buildkit starts it)")
+    if url:
+        used = [flag for flag, value in (("--model", model), ("--model-draft", model_draft),
+                                         ("--profile", profile_name), ("--gpus", gpus),
+                                         ("--compare-image", compare_image)) if value]
+        if used or server_args:
+            raise BenchError(f"{', '.join(used) or 'llama-server arguments (after --)'}: only with --image "
+                             f"(the server buildkit starts), not with --url")
+    if prompt and prompt_file:
+        raise BenchError("give --prompt or --prompt-file, not both")
+    if prompt_file:
+        prompt = Path(prompt_file).read_text()
+    protocol = Protocol(prompt=prompt or DEFAULT_PROMPT, runs=runs, max_tokens=max_tokens, concurrency=concurrency,
+                        timeout=timeout, ignore_eos=ignore_eos, enable_thinking=thinking, cache_prompt=cache_prompt,
+                        degradation_threshold=degradation_threshold).check()
+    other = load_report(Path(compare_file)) if compare_file else None
+    if other is not None and compare_image:
+        raise BenchError("give --compare or --compare-image, not both")
+    cfg_path = _config_path(config_path)
+
+    # everything is checked before anything starts
+    spec = None
+    if image:
+        profile = get_profile(cfg_path, profile_name) if profile_name else None
+        spec = make_spec(image=image, model=model, model_draft=model_draft, profile=profile,
+                         extra_args=tuple(server_args), gpus=gpus, host_port=None, use_profile_port=False,
+                         bind="127.0.0.1")
+    client = docker_client() if image else None
+    image_id = local_image_id(client, image) if image else None
+    if compare_image:
+        local_image_id(client, compare_image)
+    lock_file = key = None
+    if attach_lock:
+        overrides = {"lock.path": (lock_path, "--lock")} if lock_path else {}
+        cfg = load_config(cfg_path, os.environ, overrides)
+        lock_file = cfg.path_value("lock.path")
+        from buildkit.release.lock import read_lock
+
+        builds = read_lock(lock_file)["builds"]
+        if lock_entry:
+            key = lock_entry
+            if key not in builds:
+                raise BenchError(f"{lock_file} has no entry {key!r} (entries: {', '.join(builds) or 'none'})")
+        elif image:
+            key = find_lock_entry(builds, image, image_id)
+            if key is None:
+                raise BenchError(f"no entry of {lock_file} describes image {image} "
+                                 f"(entries: {', '.join(builds) or 'none'}); name one with --lock-entry")
+        else:
+            raise BenchError("--attach-lock with --url needs --lock-entry KEY (which build is being measured?)")
+
+    def target_of(s: ServerSpec | None, img_id: str | None) -> dict:
+        if s is None:
+            return {}
+        return {"image": s.image, "image_id": img_id, "model": str(s.model),
+                "model_draft": str(s.model_draft) if s.model_draft else None, "profile": s.profile or None,
+                "server_args": list(s.args), "gpus": s.gpus or None}
+
+    def measure(s: ServerSpec | None, img_id: str | None) -> BenchReport:
+        _progress(f"bench {s.image if s else url}: {protocol.runs} runs, max_tokens {protocol.max_tokens}, "
+                  f"concurrency {protocol.concurrency}")
+        if s is None:
+            return run_bench(url, protocol, on_run=lambda r: _progress(_run_line(r)))
+        with served(s, startup_timeout, log=_progress) as srv:
+            return run_bench(srv.url, protocol, target=target_of(s, srv.image_id),
+                             on_run=lambda r: _progress(_run_line(r)))
+
+    report = measure(spec, image_id)
+    if compare_image and not report.error:
+        from dataclasses import replace
+
+        other = measure(replace(spec, image=compare_image), None)
+        other.target["image_id"] = local_image_id(client, compare_image)
+
+    doc = report.to_dict()
+    if other is not None:
+        doc["compare"] = {"base": other.to_dict() if compare_image else {"file": compare_file, "label": other.label},
+                          "rows": compare(other, report)}
+    if output:
+        Path(output).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        click.echo(format_report(report))
+        if other is not None:
+            if compare_image:
+                click.echo(format_report(other))
+            click.echo(format_compare(other, report, "before" if compare_image else Path(compare_file).name, "now"))
+    if attach_lock and report.runs:
+        attach_to_lock(lock_file, key, report)
+        _progress(f"attached the results to {lock_file} entry {key}")
+    if report.interrupted:
+        click.echo(f"error: {report.error} ({len(report.runs)} of {protocol.runs} runs done, kept)", err=True)
+        sys.exit(130)
+    if report.error:
+        raise BenchError(report.error)
+    if compare_image and other is not None and other.error:
+        raise BenchError(f"{compare_image}: {other.error}")
+
+
+@click.command("run", context_settings={"ignore_unknown_options": False})
+@click.option("--profile", "profile_name", help="Runtime profile of buildkit.toml ([profiles.NAME]).")
+@click.option("--image", help="Image to run (default: the profile's image).")
+@click.option("--model", type=click.Path(dir_okay=False), help="Model file (GGUF), mounted read-only "
+                                                                "(default: the profile's model).")
+@click.option("--model-draft", type=click.Path(dir_okay=False), help="Draft model for speculative decoding.")
+@click.option("--gpus", help="docker --gpus value (all, 2, device=0); none = no GPU. Default: the profile's.")
+@click.option("--port", type=int, help="Host port to publish the server on (default: the profile's, else 8080).")
+@click.option("--bind", default="", help="Host address to publish on (default: all).")
+@click.option("--name", default="", help="Container name.")
+@click.option("--detach", "-d", is_flag=True, help="Run in the background (docker run --detach).")
+@click.option("--print", "print_only", is_flag=True, help="Print the docker run command instead of running it.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="buildkit.toml to read (default: ./buildkit.toml, or $LLAMA_BUILDKIT_CONFIG).")
+@click.argument("server_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA-SERVER ARGS...]")
+@handle_errors
+def run(profile_name, image, model, model_draft, gpus, port, bind, name, detach, print_only, config_path,
+        server_args):
+    """Run an image's llama-server with a runtime profile: prints or executes the docker run command.
+
+    \b
+      buildkit run --profile dflash --image buun-llama-cpp:cuda13.1-sm120 --model m.gguf --model-draft d.gguf --print
+    """
+    cfg_path = _config_path(config_path)
+    profile = get_profile(cfg_path, profile_name) if profile_name else None
+    if port is not None and not 0 < port < 65536:
+        raise ConfigError(f"--port must be between 1 and 65535, got {port}")
+    spec = make_spec(image=image, model=model, model_draft=model_draft, profile=profile,
+                     extra_args=tuple(server_args), gpus=gpus, host_port=port, bind=bind, name=name)
+    argv = docker_run_argv(spec, detach=detach)
+    if print_only:
+        click.echo(shlex.join(argv))
+        return
+    if shutil.which("docker") is None:
+        raise BenchError("the docker CLI is not on PATH; use --print and run the command elsewhere")
+    click.echo(f"+ {shlex.join(argv)}", err=True)
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to docker run, which stops the container
+    try:
+        code = subprocess.call(argv, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    finally:
+        signal.signal(signal.SIGINT, old)
+    sys.exit(code)

@@ -1,0 +1,39 @@
+"""`buildkit doctor`: one screen of checks before a long build (see doctor.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from buildkit.cli.options import config_options, handle_errors, resolve
+
+
+@click.command()
+@config_options
+@click.option("--min-free-gb", type=float, default=None,
+              help="Free disk space the build needs, in GB (default: by variant kind, 25 for CUDA, 4 for cpu, "
+                   "more for a matrix).")
+@click.option("--matrix", is_flag=True, help="Check for the whole nightly matrix, not only the configured variant.")
+@click.option("--offline", is_flag=True, help="Do not contact the registry of image.name.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: {ok, checks: [{name, status, detail, fix}]}.")
+@handle_errors
+def doctor(min_free_gb: float | None, matrix: bool, offline: bool, as_json: bool, **kwargs):
+    """Check this machine for the configured build: engine and image store, buildx and builder,
+    free disk space, registry login for image.name, host NVIDIA driver, cross-platform emulation.
+
+    \b
+    Each line is ok, warn or fail, with the fix. The exit code is 1 when any check fails.
+    """
+    from buildkit.flows.doctor import as_json as checks_json, failed, format_checks, run_checks
+
+    cfg = resolve(kwargs)
+    checks = run_checks(cfg, min_free_gb=min_free_gb, matrix=matrix, offline=offline)
+    if as_json:
+        click.echo(json.dumps(checks_json(checks), indent=2))
+    else:
+        for line in format_checks(checks):
+            click.echo(line)
+    if failed(checks):
+        sys.exit(1)

@@ -1,0 +1,103 @@
+"""Shared pieces of the command line: the config options every build command takes, how they
+become a resolved configuration, and the one-line error handling. Command modules import these
+from here (not from cli.py, which imports the command modules)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from buildkit.plan.config import find_config_file, load_config, parse_set_option
+from buildkit.core.errors import BuildkitError
+
+
+# CLI flag -> config key. Each flag overrides buildkit.toml and LLAMA_BUILDKIT_* variables.
+FLAG_KEYS = {
+    "source": "source.url", "commit": "source.commit", "patches": "source.patch_dir",
+    "arch": "build.arch", "cuda": "build.cuda_version", "target": "build.target",
+    "platform": "build.platform", "cpu_level": "build.cpu_level", "vmm": "build.no_vmm", "jobs": "build.jobs",
+    "cmake_arg": "build.cmake_args", "builder": "build.builder", "progress": "build.progress",
+    "cache_from": "build.cache_from", "cache_to": "build.cache_to", "provider": "base.provider",
+    "os_image": "base.os_image", "devel_image": "base.devel_image", "runtime_image": "base.runtime_image",
+    "cuda_root": "base.cuda_root", "image": "image.name", "image_version": "image.version",
+    "cache_dir": "cache.dir", "lock": "lock.path", "provenance": "build.provenance",
+}
+
+
+def config_options(func):
+    """The options shared by every command that resolves a build: each one names its config key."""
+    opts = [
+        click.option("--config", "config_path", type=click.Path(dir_okay=False),
+                     help="buildkit.toml to read (default: ./buildkit.toml, or $LLAMA_BUILDKIT_CONFIG)."),
+        click.option("--source", help="Fork repository: URL, local path or mirror [source.url]."),
+        click.option("--commit", help="Pinned commit, full 40-hex SHA; a branch or tag builds its head "
+                                      "[source.commit]."),
+        click.option("--patches", help="Patch queue folder [source.patch_dir]."),
+        click.option("--arch", help="CUDA architecture or cpu, see `buildkit archs` [build.arch]."),
+        click.option("--cuda", help="CUDA version, MAJOR.MINOR [build.cuda_version]."),
+        click.option("--target", type=click.Choice(["server", "full", "light"]), help="Image target [build.target]."),
+        click.option("--platform", help="buildx platform [build.platform]."),
+        click.option("--cpu-level", help="CPU instruction sets: all (default), x86-64-v2/v3/v4, armv8.2, armv8.6, "
+                                         "native, none [build.cpu_level]."),
+        click.option("--no-vmm/--vmm", "vmm", default=None,
+                     help="GGML_CUDA_NO_VMM on (default) or off; off links the libcuda stub [build.no_vmm]."),
+        click.option("--jobs", type=int, help="Parallel compile jobs, 0 = all cores [build.jobs]."),
+        click.option("--cmake-arg", multiple=True, help="Extra -DNAME=VALUE for CMake, repeatable [build.cmake_args]."),
+        click.option("--provider", type=click.Choice(["nvidia", "wheels"]),
+                     help="CUDA toolkit from NVIDIA images, or from PyPI wheels on --os-image [base.provider]."),
+        click.option("--os-image", help="Debian/Ubuntu base for cpu and provider wheels [base.os_image]."),
+        click.option("--devel-image", help="Build stage image, provider nvidia [base.devel_image]."),
+        click.option("--runtime-image", help="Runtime stage image, provider nvidia [base.runtime_image]."),
+        click.option("--cuda-root", help="Ready CUDA root folder for provider wheels [base.cuda_root]."),
+        click.option("--image", help="Image repository name [image.name]."),
+        click.option("--image-version", help="Version label [image.version]."),
+        click.option("--builder", help="buildx builder [build.builder]."),
+        click.option("--progress", type=click.Choice(["auto", "plain", "tty", "quiet", "rawjson"]),
+                     help="buildx progress output [build.progress]."),
+        click.option("--cache-from", multiple=True, help="buildx --cache-from, repeatable [build.cache_from]."),
+        click.option("--cache-to", multiple=True, help="buildx --cache-to, repeatable [build.cache_to]."),
+        click.option("--provenance/--no-provenance", "provenance", default=None,
+                     help="Attach buildx provenance attestations (off by default: they make digests differ) "
+                          "[build.provenance]."),
+        click.option("--cache-dir", help="Cache folder for git mirrors and CUDA roots [cache.dir]."),
+        click.option("--lock", help="Lock file to write [lock.path]."),
+        click.option("--set", "set_items", multiple=True, metavar="KEY=VALUE",
+                     help="Override any config key, e.g. --set build.jobs=4 (see `buildkit config`)."),
+    ]
+    for opt in reversed(opts):
+        func = opt(func)
+    return func
+
+
+def resolve(kwargs: dict):
+    """Pop the config options out of kwargs and resolve the configuration."""
+    config_path = kwargs.pop("config_path")
+    overrides = parse_set_option(kwargs.pop("set_items"))
+    for flag, key in FLAG_KEYS.items():
+        value = kwargs.pop(flag)
+        if value is None or value == ():
+            continue
+        origin = "--no-vmm/--vmm" if flag == "vmm" else "--" + flag.replace("_", "-")
+        overrides[key] = (list(value) if isinstance(value, tuple) else value, origin)
+    path = find_config_file(config_path, os.environ, Path.cwd())
+    return load_config(path, os.environ, overrides)
+
+
+def handle_errors(func):
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except BuildkitError as exc:
+            from buildkit.source.urlcreds import redact_text
+
+            click.echo(f"error: {redact_text(str(exc))}", err=True)  # a URL's credentials, never
+            sys.exit(1)
+        except KeyboardInterrupt:
+            click.echo("error: interrupted", err=True)
+            sys.exit(130)
+    return wrapper

@@ -1,0 +1,91 @@
+"""The `reproduce` and `diff` commands (registered on the main group at the end of cli.py).
+
+Exit codes: 0 reproduced / identical; 2 the digests differ (the report says where); 1 an error
+(one `error:` line), e.g. a recorded input that is missing or does not match.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+
+import click
+
+from buildkit.cli.options import handle_errors
+
+DIFFERENT = 2
+
+
+@click.command()
+@click.argument("target")
+@click.option("--build", "build_key", metavar="VARIANT/TARGET",
+              help="Which entry of a lock with several builds (e.g. cpu/server).")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="buildkit.toml for the settings a record does not fix (builder, progress, cache folder).")
+@click.option("--patches", help="Patch folder to use (it must hash to the recorded patch set).")
+@click.option("--source", help="Fetch the recorded commit from this URL, path or mirror instead.")
+@click.option("--keep", type=click.Path(file_okay=False), help="Keep the rebuilt OCI archive in this folder.")
+@click.option("--cache", "use_cache", is_flag=True,
+              help="Allow BuildKit's build cache (default: --no-cache, a clean rebuild).")
+@click.option("--provenance", is_flag=True,
+              help="Attach a provenance attestation (it carries invocation ids; the digest then differs).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@handle_errors
+def reproduce(target: str, build_key: str | None, config_path: str | None, patches: str | None,
+              source: str | None, keep: str | None, use_cache: bool, provenance: bool, as_json: bool):
+    """Rebuild TARGET (a buildkit.lock, or an image reference) from its recorded inputs and compare.
+
+    \b
+    Every input is checked first: commit, patch set hash (against the patch files), template hash
+    (against the templates), base image digests, CUDA version and wheels, arch, flags, epoch; a
+    missing or mismatching input is an error, a different tool version a warning. The rebuild is
+    cache-less and goes through the OCI exporter (rewrite-timestamp, no provenance); nothing in the
+    engine or the lock changes. Same manifest digest: "reproduced", exit 0. Otherwise exit 2 and a
+    report of the layers that differ and, inside them, the files (path, size, sha256).
+    """
+    from buildkit.plan.config import find_config_file
+    from buildkit.flows.reproduce import load_record, reproduce as run
+
+    record = load_record(target, build_key)
+    cfg_path = find_config_file(config_path, os.environ, Path.cwd())
+    result = run(record, config_path=cfg_path, source=source, patches=patches,
+                 keep=Path(keep).resolve() if keep else None, use_cache=use_cache, provenance=provenance)
+    if as_json:
+        click.echo(json.dumps({
+            "reproduced": result.reproduced, "recorded": record.image_digest, "rebuilt": result.digest,
+            "origin": record.origin, "warnings": result.warnings, "archive": str(result.archive or ""),
+            "compared_with": result.original, "diff": result.diff.to_json() if result.diff else None,
+        }, indent=2))
+    else:
+        click.echo(result.report())
+    if not result.reproduced:
+        sys.exit(DIFFERENT)
+
+
+@click.command("diff")
+@click.argument("a")
+@click.argument("b")
+@click.option("--platform", default="linux/amd64", show_default=True, help="Platform to pick from an index.")
+@click.option("--no-files", is_flag=True, help="Compare manifests, configs and layer digests only.")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@handle_errors
+def diff(a: str, b: str, platform: str, no_files: bool, as_json: bool):
+    """Compare two images: A and B are OCI archives or layout folders, local engine images or
+    registry references (force one with an oci:, docker: or registry: prefix).
+
+    Exit 0 when the manifest digests are the same, 2 when they differ (with the config fields,
+    layers and files that differ: path, size, sha256, and the ELF sections of differing binaries).
+    """
+    from buildkit.oci.imagediff import diff_images
+    from buildkit.oci.ocilayout import open_image
+
+    with ExitStack() as stack:
+        image_a = open_image(a, stack, platform=platform)
+        image_b = open_image(b, stack, platform=platform)
+        result = diff_images(image_a, image_b, files=not no_files)
+    click.echo(json.dumps(result.to_json(), indent=2) if as_json else result.report())
+    if not result.same:
+        sys.exit(DIFFERENT)

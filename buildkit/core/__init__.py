@@ -1,0 +1,1 @@
+"""What every stage shares: exception types, paths, deadlines, progress output."""

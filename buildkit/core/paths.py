@@ -1,0 +1,33 @@
+"""Where buildkit keeps its caches and finds its bundled templates and patches."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
+
+
+def cache_dir(env: dict[str, str] | None = None) -> Path:
+    """The cache root: $LLAMA_BUILDKIT_CACHE_DIR, else $XDG_CACHE_HOME/llama-buildkit, else ~/.cache/llama-buildkit."""
+    env = os.environ if env is None else env
+    if env.get("LLAMA_BUILDKIT_CACHE_DIR"):
+        return Path(env["LLAMA_BUILDKIT_CACHE_DIR"]).expanduser()
+    xdg = env.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "llama-buildkit"
+
+
+def _bundled(name: str, inside_name: str) -> Path:
+    # In a wheel the top-level folder is shipped inside the package; in a checkout it sits beside it.
+    inside = _PACKAGE_DIR / inside_name
+    return inside if inside.is_dir() else _PACKAGE_DIR.parent / name
+
+
+def templates_dir() -> Path:
+    return _bundled("templates", "templates")
+
+
+def bundled_patches_dir() -> Path:
+    # not buildkit/patches: that name is the patches.py module
+    return _bundled("patches", "bundled_patches")

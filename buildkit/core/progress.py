@@ -1,0 +1,248 @@
+"""What a long build shows of itself: stage lines, the compile's progress, a final summary.
+
+* Stage lines (stderr): `buildkit: fetch ...` when a stage starts and `buildkit: fetch done in 1.2s`
+  when it ends, for fetch, patch, render, build, verify and push.
+* During the compile, CMake's step counter (`[ 42%]`) from buildx's output becomes a line
+  `buildkit: compile 42% after 3m10s, about 4m20s left` at most every STATUS_EVERY seconds (or on a
+  10-point step); the estimate is the last build's time for this variant from the lock when there
+  is one, else a linear extrapolation. When buildx draws its own TTY display, the status goes
+  into the terminal title instead, so it does not tear the display.
+* The summary: the image size and this build's ccache hit rate (the template zeroes ccache's
+  statistics before compiling and prints them after, so the figure is this build's own).
+
+Pure parsing lives here (unit-tested); buildx.py feeds the lines.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+STATUS_EVERY = 30.0  # seconds between two compile status lines
+PERCENT = re.compile(r"\[\s*(\d{1,3})%\]")
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r")
+# ccache 4.x `--show-stats`: "Hits:  12 /  53 (22.64%)" under "Cacheable calls" (the first Hits line)
+CCACHE_HITS = re.compile(r"^\s*(?:#\d+\s+[\d.]+\s+)?Hits:\s+(\d+)\s*/\s*(\d+)")
+# ccache 3.x: "cache hit (direct)  12", "cache miss  41"
+CCACHE3 = re.compile(r"^\s*(?:#\d+\s+[\d.]+\s+)?cache (hit \(direct\)|hit \(preprocessed\)|miss)\s+(\d+)")
+
+
+def duration(seconds: float) -> str:
+    """1.234 -> '1.2s'; 190 -> '3m10s'; 3725 -> '1h02m'."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def strip_ansi(text: str) -> str:
+    return ANSI.sub("", text)
+
+
+def compile_percent(line: str) -> int | None:
+    """The CMake step counter of a build output line: '#12 45.1 [ 42%] Building ...' -> 42."""
+    match = PERCENT.search(line)
+    if not match:
+        return None
+    value = int(match.group(1))
+    return value if 0 <= value <= 100 else None
+
+
+def estimate_left(percent: int, elapsed: float, last_seconds: float | None) -> float | None:
+    """Seconds left of the compile. With the last build's time: what is left of it (at least the
+    linear figure's share when the build already took longer); else linear from the percentage."""
+    if last_seconds and last_seconds > 0:
+        if elapsed < last_seconds:
+            return last_seconds - elapsed
+    if percent <= 0:
+        return None
+    return elapsed * (100 - percent) / percent
+
+
+def ccache_stats(lines: Sequence[str]) -> tuple[int, int] | None:
+    """(hits, cacheable calls) from ccache's --show-stats output in the build log, else None."""
+    for line in lines:
+        match = CCACHE_HITS.match(strip_ansi(line))
+        if match:
+            return int(match.group(1)), int(match.group(2))
+    hits = misses = None
+    for line in lines:
+        match = CCACHE3.match(strip_ansi(line))
+        if match:
+            if match.group(1).startswith("hit"):
+                hits = (hits or 0) + int(match.group(2))
+            else:
+                misses = int(match.group(2))
+    if hits is not None and misses is not None:
+        return hits, hits + misses
+    return None
+
+
+def hit_rate(stats: tuple[int, int] | None, tty: bool = False) -> str:
+    if stats is None and tty:
+        return "not captured (buildx's TTY display keeps no step logs; --progress plain shows it)"
+    if stats is None:
+        return "no compile ran (the compile step came from the layer cache)"
+    hits, total = stats
+    if total == 0:
+        return "0 cacheable compiler calls"
+    return f"{100.0 * hits / total:.0f}% ({hits}/{total} compiler calls)"
+
+
+def size_text(size: int | None) -> str:
+    if size is None:
+        return "unknown"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:.2f} {unit}"
+    return f"{size} B"
+
+
+@dataclass
+class CompileMeter:
+    """Turns buildx output lines into compile status lines (see the module docstring).
+
+    Times count from the start of the buildx run (what the lock's build_seconds measures); the
+    linear extrapolation counts from the first counter line (the compile's own start)."""
+    last_seconds: float | None = None  # the lock's last build time of this variant
+    every: float = STATUS_EVERY
+    clock: object = time.monotonic
+    start: float = field(default=0.0)
+    percent: int | None = None
+    compile_start: float | None = None
+    _shown_at: float = -1e9
+    _shown_percent: int = -100
+
+    def __post_init__(self) -> None:
+        self.start = self.clock()  # type: ignore[operator]
+
+    def feed(self, line: str) -> str | None:
+        """A status text when this line moves the compile on enough to say so, else None."""
+        percent = compile_percent(strip_ansi(line))
+        if percent is None:
+            return None
+        now = self.clock()  # type: ignore[operator]
+        if self.compile_start is None:
+            self.compile_start = now
+        self.percent = percent
+        if percent == self._shown_percent:
+            return None
+        if now - self._shown_at < self.every and percent - self._shown_percent < 10 and percent != 100:
+            return None
+        self._shown_at, self._shown_percent = now, percent
+        return self.status(now)
+
+    def status(self, now: float | None = None) -> str:
+        now = self.clock() if now is None else now  # type: ignore[operator]
+        elapsed = now - self.start
+        percent = self.percent or 0
+        text = f"compile {percent}% at {duration(elapsed)}"
+        if percent >= 100:
+            return text
+        if self.last_seconds and elapsed < self.last_seconds:
+            text += f", about {duration(self.last_seconds - elapsed)} left (last build {duration(self.last_seconds)})"
+        else:
+            left = estimate_left(percent, now - (self.compile_start or now), None)
+            if left is not None:
+                text += f", about {duration(left)} left (extrapolated)"
+        return text
+
+
+class Stages:
+    """Stage lines with elapsed times on a stream (stderr by default)."""
+
+    def __init__(self, stream=None) -> None:
+        self.stream = stream
+        self.times: dict[str, float] = {}
+
+    def _out(self):
+        return sys.stderr if self.stream is None else self.stream
+
+    def say(self, text: str) -> None:
+        out = self._out()
+        out.write(f"buildkit: {text}\n")
+        try:
+            out.flush()
+        except (AttributeError, ValueError):
+            pass
+
+    @contextmanager
+    def stage(self, name: str, detail: str = "") -> Iterator[None]:
+        from buildkit.source.urlcreds import redact_text
+
+        self.say(f"{name} ..." + (f" {redact_text(detail)}" if detail else ""))  # a URL's secret never shows
+        start = time.monotonic()
+        try:
+            yield
+        except BaseException:
+            self.say(f"{name} failed after {duration(time.monotonic() - start)}")
+            raise
+        self.times[name] = self.times.get(name, 0.0) + time.monotonic() - start
+        self.say(f"{name} done in {duration(self.times[name])}")
+
+
+_STAGES = Stages()
+
+
+def stages() -> Stages:
+    """The process's stage reporter (stderr)."""
+    return _STAGES
+
+
+def stage(name: str, detail: str = ""):
+    return _STAGES.stage(name, detail)
+
+
+def image_size(ref: str, docker: str = "docker") -> int | None:
+    """The engine's size of a local image (bytes), None when it cannot tell."""
+    import subprocess
+
+    try:
+        proc = subprocess.run([docker, "image", "inspect", "--format", "{{.Size}}", ref], capture_output=True,
+                              text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = proc.stdout.strip()
+    return int(text) if proc.returncode == 0 and text.isdigit() else None
+
+
+def archive_size(archive) -> int | None:
+    """Compressed size of the image in an OCI archive: config plus layers, as a registry stores it."""
+    from buildkit.core.errors import BuildkitError
+    from buildkit.oci.ocilayout import OciArchive
+
+    if archive is None:
+        return None
+    try:
+        with OciArchive(archive) as layout:
+            image = layout.image(None)
+            return len(image.config_bytes) + sum(d.size for d in image.layers)
+    except (BuildkitError, OSError):
+        return None
+
+
+def summary(variant: str, seconds: float, tag: str | None, packed: int | None, ccache: tuple[int, int] | None,
+            times: dict[str, float] | None = None, tty: bool = False) -> dict:
+    """The facts of the final summary line (and of `build --json`)."""
+    engine = image_size(tag) if tag else None
+    return {"variant": variant, "build_seconds": round(seconds, 1), "image_size": engine,
+            "compressed_size": packed, "ccache_hits": ccache[0] if ccache else None,
+            "ccache_calls": ccache[1] if ccache else None, "tty": tty,
+            "stages": {k: round(v, 1) for k, v in (times or {}).items()}}
+
+
+def summary_line(facts: dict) -> str:
+    ccache = (facts["ccache_hits"], facts["ccache_calls"]) if facts["ccache_calls"] is not None else None
+    size = size_text(facts["image_size"])
+    if facts["compressed_size"] and size_text(facts["compressed_size"]) != size:
+        size += f" ({size_text(facts['compressed_size'])} compressed)"
+    stages_text = ", ".join(f"{k} {duration(v)}" for k, v in facts["stages"].items())
+    return (f"summary: {facts['variant']} built in {duration(facts['build_seconds'])}; image {size}; "
+            f"ccache {hit_rate(ccache, facts.get('tty', False))}" + (f"; stages: {stages_text}" if stages_text else ""))

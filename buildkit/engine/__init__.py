@@ -1,0 +1,1 @@
+"""Everything that talks to the container engine and BuildKit."""

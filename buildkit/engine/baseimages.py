@@ -1,0 +1,169 @@
+"""Base images: which digest each one is, and how it reaches BuildKit.
+
+BuildKit resolves every ``FROM name@digest`` through the registry that the name points at, even
+when the engine holds that exact image; where the machine's resolver fails hard (no DNS, an
+air-gapped site, a name under a registry that does not exist) the build then stops. So:
+
+* an image that its registry has, with the digest the engine has (or that only the registry has),
+  is pinned as ``FROM ref@sha256:...``: BuildKit pulls or reuses it as before;
+* an image that is only in the engine (imported, debootstrapped, loaded from an archive, built
+  here, or pulled once from a registry that cannot be asked now) is exported once with ``docker
+  save`` into an OCI layout under ``<cache>/base-images/<digest>`` and given to the build by
+  content, as the named context ``oci-layout://DIR@sha256:...``; no registry is contacted for it;
+* an image that is neither stops the build before any work, with one line naming the image, what
+  was tried and how to provide it.
+
+Either way the lock, the labels and the build key record the configured name and its digest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from buildkit.core.errors import BaseImageError, BuildkitError
+from buildkit.release.lock import BaseImage
+
+LAYOUT_DIR = "base-images"
+_COMPLETE = ".complete"
+
+
+@dataclass(frozen=True)
+class BaseSource:
+    """A resolved base image: what is recorded (image) and how the build gets it (layout or registry)."""
+
+    image: BaseImage
+    layout: Path | None = None  # OCI layout folder when the image reaches the build by content
+
+    @property
+    def context_name(self) -> str:
+        return f"local-base-{self.image.digest.removeprefix('sha256:')[:12]}"
+
+    @property
+    def from_ref(self) -> str:
+        """What the Dockerfile's FROM line names."""
+        if self.layout is not None:
+            return self.context_name
+        return self.image.ref if "@" in self.image.ref else f"{self.image.ref}@{self.image.digest}"
+
+    def named_context(self) -> tuple[str, str] | None:
+        if self.layout is None:
+            return None
+        return self.context_name, f"oci-layout://{self.layout}@{self.image.digest}"
+
+
+def _engine():
+    try:
+        import docker
+
+        return docker.from_env()
+    except Exception:  # no engine: every image then has to come from its registry
+        return None
+
+
+def local_digest(client, ref: str) -> str:
+    """The engine's digest of ref (its repo digest, else its id); "" when the engine lacks it."""
+    if client is None:
+        return ""
+    try:
+        attrs = client.images.get(ref).attrs
+    except Exception:  # docker-py raises ImageNotFound, APIError or a connection error alike
+        return ""
+    repo_digests = attrs.get("RepoDigests") or []
+    return repo_digests[0].split("@", 1)[1] if repo_digests else attrs.get("Id", "")
+
+
+def engine_digest(ref: str) -> str:
+    """local_digest against the default engine."""
+    return local_digest(_engine(), ref)
+
+
+def registry_digest(ref: str, timeout: float = 10) -> tuple[str, str]:
+    """(digest, "") from ref's registry, or ("", why it could not be had)."""
+    from buildkit.oci.imageref import parse_image_ref
+    from buildkit.oci.registry import client_for
+
+    try:
+        image = parse_image_ref(ref)
+        with client_for(image.registry, retries=1, timeout=timeout) as client:
+            info = client.head_manifest(image.repository, image.reference)
+    except BuildkitError as exc:
+        return "", str(exc)
+    if info is None:
+        return "", f"{image.registry} has no {image.repository}:{image.reference}"
+    return info.digest, ""
+
+
+def export_layout(client, ref: str, digest: str, cache: Path) -> Path:
+    """The OCI layout of the engine's ref under cache (made once per digest, atomically)."""
+    dest = cache / LAYOUT_DIR / digest.replace(":", "-")
+    if (dest / _COMPLETE).is_file():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".export-", dir=dest.parent))
+    try:
+        archive = tmp / "image.tar"
+        try:
+            with open(archive, "wb") as out:
+                for chunk in client.images.get(ref).save(named=True):
+                    out.write(chunk)
+        except Exception as exc:  # docker-py's errors carry the engine's message
+            raise BaseImageError(f"base image {ref}: docker save failed: {exc}") from None
+        layout = tmp / "layout"
+        with tarfile.open(archive) as tar:
+            tar.extractall(layout, filter="data")
+        archive.unlink()
+        digests = layout_digests(layout)
+        if digest not in digests:
+            raise BaseImageError(f"base image {ref}: docker save wrote {', '.join(digests) or 'no manifest'}, "
+                                 f"not {digest}; this engine's store cannot export it by content "
+                                 "(use the containerd image store, or a registry mirror)")
+        (layout / _COMPLETE).write_text(ref + "\n")
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(layout, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def layout_digests(layout: Path) -> list[str]:
+    """The manifest digests an OCI layout's index.json names."""
+    try:
+        index = json.loads((layout / "index.json").read_text())
+        return [m["digest"] for m in index.get("manifests", []) if isinstance(m, dict) and "digest" in m]
+    except (OSError, ValueError, TypeError):
+        return []
+
+
+def _missing(ref: str, why: str) -> BaseImageError:
+    return BaseImageError(
+        f"base image {ref} is not in the engine and its registry cannot provide it ({why}); "
+        f"load it (docker load -i FILE, or docker import), choose one you have (--os-image, "
+        f"--devel-image, --runtime-image), or name it under a mirror registry you can reach")
+
+
+def resolve_base_images(refs: list[str], cache: Path | None = None, *,
+                        ask_registry: bool = True) -> tuple[BaseSource, ...]:
+    """Each distinct ref resolved to a BaseSource. With a cache folder, engine-only images are
+    exported to OCI layouts there; without one (planning only) they are only recorded."""
+    client = _engine()
+    out = []
+    for ref in dict.fromkeys(refs):
+        local = local_digest(client, ref)
+        remote, why = registry_digest(ref, timeout=5 if local else 10) if ask_registry else ("", "not asked")
+        if local and remote != local:
+            layout = export_layout(client, ref, local, cache) if cache is not None else None
+            out.append(BaseSource(BaseImage(ref=ref, digest=local), layout))
+        elif remote:
+            out.append(BaseSource(BaseImage(ref=ref, digest=remote)))
+        elif ask_registry:
+            raise _missing(ref, why)
+        else:
+            out.append(BaseSource(BaseImage(ref=ref, digest="")))
+    return tuple(out)

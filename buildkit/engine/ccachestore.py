@@ -1,0 +1,161 @@
+"""Carry the ccache of each variant from one builder to the next (CI runners are new every run).
+
+The compile step keeps ccache in a BuildKit cache mount (`--mount=type=cache,id=<ccache id>`,
+templates/_build.j2). Cache mounts are never part of an exported layer cache (`--cache-to`), so a
+fresh builder (a new hosted runner, a new node) starts cold although the layers are cached. Two
+small builds move the mount's contents in and out:
+
+* export: a stage that mounts the cache and copies it out, written with `--output type=local`
+  to DIR/<variant>/ (for actions/cache), or pushed as the image REPO:ccache-<variant>;
+* import: a stage that mounts the cache and copies DIR/<variant>/ (a named build context), or
+  the image REPO:ccache-<variant>, into it; `--output type=cacheonly`.
+
+They run on the configured builder (build.builder) with the variant's runtime image as the shell
+(it is needed for the build anyway). A build arg with a fresh value keeps BuildKit from
+answering either step from its cache.
+"""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from buildkit.core.errors import BuildError
+
+CCACHE_TAG_PREFIX = "ccache-"
+
+
+def ccache_id(variant: str) -> str:
+    """The cache mount id of a variant's compile step (plan.make_plan's ccache_id)."""
+    return f"llama-buildkit-ccache-{variant}"
+
+
+@dataclass(frozen=True)
+class CcacheTarget:
+    variant: str
+    cache_id: str
+    base_ref: str  # what the helper stage's FROM names
+    named: tuple[tuple[str, str], ...]  # named contexts for the base (an engine-only image)
+
+
+def export_dockerfile(target: CcacheTarget) -> str:
+    return (f"FROM {target.base_ref} AS dump\n"
+            "ARG NONCE\n"
+            f"RUN --mount=type=cache,id={target.cache_id},target=/ccache \\\n"
+            "    echo \"ccache export $NONCE\" && mkdir -p /out && cp -a /ccache/. /out/ && (du -sh /out || true)\n"
+            "FROM scratch\n"
+            "COPY --from=dump /out/ /\n")
+
+
+def import_dockerfile(target: CcacheTarget) -> str:
+    return (f"FROM {target.base_ref}\n"
+            "ARG NONCE\n"
+            f"RUN --mount=type=cache,id={target.cache_id},target=/ccache --mount=type=bind,from=seed,target=/seed \\\n"
+            "    echo \"ccache import $NONCE\" && cp -a /seed/. /ccache/ && (du -sh /ccache || true)\n")
+
+
+def helper_argv(dockerfile: Path, context: Path, target: CcacheTarget, output: str, *, builder: str = "",
+                seed: str | None = None, docker: str = "docker") -> list[str]:
+    argv = [docker, "buildx", "build"]
+    if builder:
+        argv += ["--builder", builder]
+    argv += ["--progress", "plain", "--provenance=false", "--build-arg", f"NONCE={secrets.token_hex(8)}"]
+    for name, value in target.named:
+        argv += ["--build-context", f"{name}={value}"]
+    if seed is not None:
+        argv += ["--build-context", f"seed={seed}"]
+    argv += ["--output", output, "--file", str(dockerfile), str(context)]
+    return argv
+
+
+def targets_for(cfg) -> list[CcacheTarget]:
+    """One per distinct variant of the nightly matrix."""
+    from buildkit.engine.bake import matrix_variants
+    from buildkit.engine.baseimages import resolve_base_images
+    from buildkit.flows.pipeline import cache_root
+
+    out: dict[str, CcacheTarget] = {}
+    for v in matrix_variants(cfg)[0]:
+        req = v.request
+        if req.variant in out or not req.ccache:
+            continue
+        source, = resolve_base_images([req.runtime_image], cache_root(cfg))
+        named = source.named_context()
+        out[req.variant] = CcacheTarget(req.variant, ccache_id(req.variant), source.from_ref,
+                                        (named,) if named else ())
+    return list(out.values())
+
+
+def _run(argv: Sequence[str], what: str, stream) -> None:
+    proc = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+        last = next((ln for ln in reversed(lines) if "ERROR" in ln), lines[-1] if lines else "no output")
+        raise BuildError(f"{what} failed: {last.strip()}")
+    if stream is not None:
+        stream.write(f"buildkit: {what}: done\n")
+
+
+def export_ccache(targets: Sequence[CcacheTarget], *, dest_dir: Path | None = None, registry_repo: str = "",
+                  builder: str = "", stream=None) -> list[str]:
+    """Copy each variant's cache mount out: to dest_dir/<variant>/ or to registry_repo:ccache-<variant>."""
+    stream = sys.stderr if stream is None else stream
+    done = []
+    for target in targets:
+        with tempfile.TemporaryDirectory(prefix="buildkit-ccache-") as tmp:
+            dockerfile = Path(tmp) / "Dockerfile"
+            dockerfile.write_text(export_dockerfile(target))
+            if registry_repo:
+                where = f"{registry_repo}:{CCACHE_TAG_PREFIX}{target.variant}"
+                output = f"type=image,name={where},push=true,compression=zstd"
+            else:
+                assert dest_dir is not None
+                where = str(dest_dir / target.variant)
+                output = f"type=local,dest={where}"
+            _run(helper_argv(dockerfile, Path(tmp), target, output, builder=builder),
+                 f"ccache export of {target.variant} to {where}", stream)
+        done.append(where)
+    return done
+
+
+def import_ccache(targets: Sequence[CcacheTarget], *, src_dir: Path | None = None, registry_repo: str = "",
+                  builder: str = "", stream=None) -> list[str]:
+    """Copy DIR/<variant>/ (or registry_repo:ccache-<variant>) into each variant's cache mount.
+    A variant with nothing saved is skipped (its first build is cold)."""
+    stream = sys.stderr if stream is None else stream
+    done = []
+    for target in targets:
+        if registry_repo:
+            where = f"{registry_repo}:{CCACHE_TAG_PREFIX}{target.variant}"
+            if not _registry_has(where):
+                stream.write(f"buildkit: no saved ccache for {target.variant} at {where}; its build starts cold\n")
+                continue
+            seed = f"docker-image://{where}"
+        else:
+            assert src_dir is not None
+            folder = src_dir / target.variant
+            if not folder.is_dir() or not any(folder.iterdir()):
+                stream.write(f"buildkit: no saved ccache for {target.variant} in {folder}; its build starts cold\n")
+                continue
+            where, seed = str(folder), str(folder.resolve())
+        with tempfile.TemporaryDirectory(prefix="buildkit-ccache-") as tmp:
+            dockerfile = Path(tmp) / "Dockerfile"
+            dockerfile.write_text(import_dockerfile(target))
+            _run(helper_argv(dockerfile, Path(tmp), target, "type=cacheonly", builder=builder, seed=seed),
+                 f"ccache import of {target.variant} from {where}", stream)
+        done.append(where)
+    return done
+
+
+def _registry_has(ref_text: str) -> bool:
+    from buildkit.oci.imageref import parse_image_ref
+    from buildkit.oci.registry import client_for
+
+    ref = parse_image_ref(ref_text)
+    with client_for(ref.registry) as client:
+        return client.head_manifest(ref.repository, ref.reference) is not None

@@ -1,0 +1,1 @@
+"""Stages wired together: the build pipeline, nightly, reproduce, the CI workflow, doctor."""

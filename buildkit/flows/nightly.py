@@ -1,0 +1,496 @@
+"""`buildkit nightly`: follow the fork's branch, rebuild only what moved, publish nightlies.
+
+1. Resolve the head of `source.branch` with `git ls-remote` (no mirror, no clone).
+2. For every variant of the matrix (see bake.py), find the commit it was last built from. The
+   registry is the truth, the lock a shortcut: one HEAD request for `nightly-<variant>` gives the
+   digest the world sees; if the lock's `nightly` record holds that same digest, its commit and
+   patch-set hash are used (nothing more to ask). Otherwise (a fresh CI runner without the lock,
+   a lock from another machine, an image tagged by hand) the image's labels are read from the
+   registry (`org.opencontainers.image.revision`, `org.llama-buildkit.patch-set`). A variant is up
+   to date when its image exists and was built from the head commit with the current patch queue.
+   So an unchanged night costs one ls-remote plus one registry request per variant (plus the
+   registry's /v2/ probe), and never runs buildx.
+3. Otherwise the variants that are not up to date are built for the head commit (the patch
+   queue applied; one that does not apply fails the night naming the patch, before anything is
+   built or pushed), with `docker buildx bake`, verified, and each pushed on its own with the
+   version `<next patch>-nightly.<YYYYMMDD>` (`.<n>` appended for a second nightly on the same
+   day: immutable tags never move) and the moving tag `nightly-<variant>`. A variant that fails
+   anywhere keeps its previous images and tags and does not stop the others.
+4. The lock gets each published variant's entry, and its `nightly` record (commit, patch set,
+   digest, version per variant) is updated.
+5. A summary (JSON, and Markdown for $GITHUB_STEP_SUMMARY): old and new commit, the changelog
+   (`git log old..new`), each variant's result, digest, tags, build time and whether it was skipped.
+
+`promote` turns a nightly into a release without building: the release tags are put on the
+nightly's digest through the registry API.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as _dt
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import semver
+
+from buildkit.engine.bake import Variant, matrix_variants
+from buildkit.source.changelog import Changelog, Commit  # noqa: F401  (Commit: part of the summary's API)
+from buildkit.plan.config import ResolvedConfig
+from buildkit.core.errors import BuildkitError, ConfigError, LockError, PatchError, RegistryError, SourceError
+from buildkit.oci.imageref import ImageRef, parse_image_ref
+from buildkit.release.lock import _atomic_write, _exclusive, read_lock, write_lock_entry
+from buildkit.source.patches import load_patch_queue
+from buildkit.oci.registry import RegistryClient, client_for
+from buildkit.release.tags import TagSet, next_version, parse_version, release_tags
+from buildkit.source.urlcreds import UrlAuth, redact_text, split_credentials
+
+# The no-op path (ls-remote, lock, one HEAD per variant) imports only what it needs: the build
+# path's modules (pipeline, publish, bake's runner, the source stage) are imported where they are
+# used, which keeps `buildkit nightly` close to its floor when nothing moved. (GitPython itself is
+# imported by ls-remote: every git command goes through gitcmd.py, with its deadline and limits.)
+
+REVISION_LABEL = "org.opencontainers.image.revision"
+PATCH_SET_LABEL = "org.llama-buildkit.patch-set"
+VERSION_LABEL = "org.opencontainers.image.version"
+NIGHTLY_RECORD = "nightly"
+_SCP_LIKE = re.compile(r"[^/]+:")  # top-level key of buildkit.lock
+PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
+
+
+def nightly_tag(key: str) -> str:
+    return f"nightly-{key}"
+
+
+# ---------------------------------------------------------------- the branch head
+
+def ls_remote_head(url: str, branch: str, timeout: float = 120, auth: UrlAuth | None = None) -> str:
+    """The commit refs/heads/<branch> points at, asked of the server; nothing is cloned or fetched.
+    Credentials in url reach git through the environment only (gitcmd.py)."""
+    import git
+
+    from buildkit.source.gitcmd import Git
+
+    if not branch or branch.startswith("-"):
+        raise ConfigError(f"source.branch {branch!r} is not a branch name")
+    url, given = split_credentials(url)
+    auth = auth or given
+    ref = f"refs/heads/{branch}"
+    try:
+        out = Git(auth=auth, timeout=timeout).run("ls-remote", "--", url, ref, what=f"ls-remote of {url}")
+    except git.GitCommandError as err:
+        lines = [ln.strip() for ln in getattr(err, "raw_stderr", "").splitlines() if ln.strip()]
+        lines = [ln.removeprefix("fatal: ") for ln in lines
+                 if not ln.lower().startswith(("please make sure", "and the repository"))]
+        lines = [ln for ln in lines if ln]
+        said = redact_text(lines[-1]) if lines else "no output"
+        raise SourceError(f"cannot ask {url} for its branch {branch} ({said}); "
+                          "check source.url and the network") from None
+    for line in out.splitlines():
+        sha, _, name = line.partition("\t")
+        if name == ref:
+            return sha.strip().lower()
+    raise SourceError(f"{url} has no branch {branch!r} (source.branch)")
+
+
+# ---------------------------------------------------------------- what was built last
+
+@dataclass(frozen=True)
+class Previous:
+    commit: str | None
+    patch_set: str | None
+    digest: str
+    version: str | None
+    known_from: str  # "lock" (the lock holds the registry's digest) or "registry" (image labels)
+
+
+def read_nightly_record(lock_path: Path, url: str, branch: str) -> dict:
+    """The lock's nightly record, if it is about this repository and branch."""
+    try:
+        record = read_lock(lock_path).get(NIGHTLY_RECORD) or {}
+    except LockError:
+        return {}
+    if record.get("url") != url or record.get("branch") != branch:
+        return {}
+    return record
+
+
+def last_built(client: RegistryClient, repo: str, key: str, record: dict | None) -> Previous | None:
+    """What nightly-<key> in the registry was built from; None when there is no such image."""
+    info = client.head_manifest(repo, nightly_tag(key))
+    if info is None:
+        return None
+    if record and record.get("digest") == info.digest:
+        return Previous(record.get("commit"), record.get("patch_set_sha256"), info.digest, record.get("version"),
+                        "lock")
+    from buildkit.release.publish import image_labels
+
+    labels = image_labels(client, repo, info.digest)
+    return Previous(labels.get(REVISION_LABEL), labels.get(PATCH_SET_LABEL), info.digest, labels.get(VERSION_LABEL),
+                    "registry")
+
+
+def is_current(previous: Previous | None, commit: str, patch_set: str) -> bool:
+    return previous is not None and previous.commit == commit and previous.patch_set == patch_set
+
+
+def nightly_version(existing_tags: list[str], keys: list[str], date: str) -> str:
+    """<next patch>-nightly.<date>: the next patch release of the highest of every variant's releases,
+    with .2, .3, ... added when a nightly of that version and day exists already for some variant."""
+    base = max((semver.Version.parse(next_version(existing_tags, key, "patch")) for key in keys),
+               default=semver.Version.parse("0.1.0"))
+    stem = f"{base}-nightly.{date}"
+    tags = set(existing_tags)
+    candidate, n = stem, 1
+    while any(f"{candidate}-{key}" in tags for key in keys):
+        n += 1
+        candidate = f"{stem}.{n}"
+    parse_version(candidate)
+    return candidate
+
+
+def nightly_tags(version: str, commit: str, key: str) -> TagSet:
+    return release_tags(version, commit, key, default_variant=False)
+
+
+# ---------------------------------------------------------------- summary
+
+@dataclass
+class VariantResult:
+    variant: str
+    arch: str
+    cuda_version: str | None
+    target: str
+    status: str  # passed | failed | skipped
+    previous_commit: str | None = None
+    commit: str | None = None  # what the image now in nightly-<variant> was built from
+    digest: str = ""
+    version: str = ""
+    tags: list[str] = field(default_factory=list)
+    changed_tags: list[str] = field(default_factory=list)
+    build_seconds: float | None = None
+    error: str = ""
+    checks: list[dict] = field(default_factory=list)
+    known_from: str | None = None  # where the previous build's commit was read: "lock" or "registry"
+
+    @property
+    def skipped(self) -> bool:
+        return self.status == SKIPPED
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "skipped": self.skipped}
+
+
+@dataclass
+class Summary:
+    repository: str
+    url: str
+    branch: str
+    date: str
+    old_commit: str | None
+    new_commit: str | None
+    up_to_date: bool = False
+    version: str = ""
+    changelog: Changelog | None = None
+    variants: list[VariantResult] = field(default_factory=list)
+    excluded: list[dict] = field(default_factory=list)
+    error: str = ""
+    check_seconds: float = 0.0  # resolving the head and asking the registry
+    seconds: float = 0.0  # the whole run
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and all(v.status != FAILED for v in self.variants)
+
+    def to_dict(self) -> dict:
+        return {
+            "repository": self.repository, "url": self.url, "branch": self.branch, "date": self.date,
+            "ok": self.ok, "up_to_date": self.up_to_date, "old_commit": self.old_commit,
+            "new_commit": self.new_commit, "version": self.version, "error": self.error,
+            "changelog": self.changelog.to_dict() if self.changelog else None,
+            "variants": [v.to_dict() for v in self.variants], "excluded": self.excluded,
+            "check_seconds": round(self.check_seconds, 3), "seconds": round(self.seconds, 3),
+        }
+
+    def headline(self) -> str:
+        if self.error:
+            return f"nightly failed: {self.error}"
+        if self.up_to_date:
+            return (f"up to date: {self.branch} is still at {_short(self.new_commit)} and every variant was built "
+                    f"from it; nothing built ({self.check_seconds:.2f} s)")
+        failed = [v.variant for v in self.variants if v.status == FAILED]
+        built = [v.variant for v in self.variants if v.status == PASSED]
+        if failed:
+            return (f"nightly {self.version}: {len(failed)} of {len(built) + len(failed)} variants failed "
+                    f"({', '.join(failed)})")
+        return f"nightly {self.version}: {len(built)} variants built and pushed from {_short(self.new_commit)}"
+
+    def to_markdown(self) -> str:
+        icon = "✅" if self.ok else "❌"
+        out = [f"## {icon} buildkit nightly of `{self.repository}`", "", self.headline(), "",
+               f"- branch: `{self.branch}` of {self.url}",
+               f"- old commit: `{self.old_commit or 'none'}`",
+               f"- new commit: `{self.new_commit or 'unknown'}`"]
+        if self.version:
+            out.append(f"- version: `{self.version}`")
+        if self.changelog is not None and self.old_commit != self.new_commit:
+            out += ["", f"### Changelog ({len(self.changelog.commits)} commits)", ""]
+            out += [f"- `{c.sha[:12]}` {_md(c.subject)}" for c in self.changelog.commits]
+            if self.changelog.note:
+                out.append(f"- _{_md(self.changelog.note)}_")
+        out += ["", "### Variants", "", "| variant | result | digest | tags | build time | skipped |",
+                "| --- | --- | --- | --- | --- | --- |"]
+        for v in self.variants:
+            result = v.status + (f": {_short_error(v.error)}" if v.error else "")
+            digest = f"`{v.digest[:19]}`" if v.digest else ""
+            tags = " ".join(f"`{t}`" for t in v.tags)
+            took = f"{v.build_seconds:.0f} s" if v.build_seconds is not None else ""
+            out.append(f"| `{v.variant}` | {result} | {digest} | {tags} | {took} | {'yes' if v.skipped else 'no'} |")
+        for ex in self.excluded:
+            out.append(f"| {_md(ex['combination'])} | not in the matrix: {_md(ex['reason'])} | | | | |")
+        return "\n".join(out) + "\n"
+
+
+def _short(sha: str | None) -> str:
+    return sha[:12] if sha else "unknown"
+
+
+def _short_error(text: str, limit: int = 300) -> str:
+    text = _md(text)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _md(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+# ---------------------------------------------------------------- the lock's nightly record
+
+def update_nightly_record(lock_path: Path, url: str, branch: str, key: str, entry: dict) -> None:
+    """Set the record of one variant (atomically, under the lock's writer lock)."""
+    path = lock_path.resolve()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _exclusive(path):
+            data = read_lock(path)
+            record = data.get(NIGHTLY_RECORD) or {}
+            if record.get("url") != url or record.get("branch") != branch:
+                record = {"url": url, "branch": branch, "variants": {}}
+            record.setdefault("variants", {})[key] = entry
+            record["variants"] = dict(sorted(record["variants"].items()))
+            data[NIGHTLY_RECORD] = record
+            _atomic_write(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    except OSError as exc:
+        raise LockError(f"{path}: cannot write the lock file: {exc}") from None
+
+
+# ---------------------------------------------------------------- the run
+
+def patch_dir(cfg: ResolvedConfig) -> Path:
+    """pipeline.patch_dir's rule (tested to agree), without importing the build stages."""
+    if cfg.path is None and cfg.origins["source.patch_dir"] == "default":
+        from buildkit.core.paths import bundled_patches_dir
+
+        return bundled_patches_dir()
+    return cfg.path_value("source.patch_dir")
+
+
+def normalise_url(url: str) -> str:
+    """source.normalise_url's rule (tested to agree), without importing GitPython."""
+    url = split_credentials(url)[0]
+    if "://" in url or _SCP_LIKE.match(url):
+        return url
+    return str(Path(url).expanduser().resolve())
+
+
+def repository_of(cfg: ResolvedConfig) -> ImageRef:
+    repository = parse_image_ref(cfg["image.name"])
+    if repository.tag or repository.digest:
+        raise RegistryError(f"image.name {cfg['image.name']!r} must not carry a tag or digest")
+    return repository
+
+
+def today() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d")
+
+
+def _result_for(variant: Variant, status: str, **fields) -> VariantResult:
+    req = variant.request
+    return VariantResult(variant=variant.key, arch=req.arch.name, cuda_version=req.cuda_version, target=req.target,
+                         status=status, **fields)
+
+
+def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = False, verify: bool = True,
+                stream=None) -> Summary:
+    """One nightly run; failures of the night are in the summary (Summary.ok), not raised."""
+    start = time.monotonic()
+    stream = sys.stderr if stream is None else stream
+    date = date or today()
+    if not (len(date) == 8 and date.isdigit()):
+        raise ConfigError(f"--date {date!r} is not YYYYMMDD")
+    variants, excluded = matrix_variants(cfg)
+    repository = repository_of(cfg)
+    url, branch = normalise_url(cfg["source.url"]), cfg["source.branch"]
+    auth = split_credentials(cfg["source.url"])[1]
+    lock_path = cfg.path_value("lock.path")
+    summary = Summary(repository=repository.name, url=url, branch=branch, date=date, old_commit=None,
+                      new_commit=None, excluded=[{"combination": c, "reason": r} for c, r in excluded])
+    queue = load_patch_queue(patch_dir(cfg))
+    try:
+        head = ls_remote_head(url, branch, auth=auth)
+        summary.new_commit = head
+        record = read_nightly_record(lock_path, url, branch)
+        with client_for(repository.registry) as client:
+            previous = {v.key: last_built(client, repository.repository, v.key,
+                                          (record.get("variants") or {}).get(v.key)) for v in variants}
+            summary.check_seconds = time.monotonic() - start
+            commits = [p.commit for p in previous.values() if p is not None and p.commit]
+            summary.old_commit = collections.Counter(commits).most_common(1)[0][0] if commits else None
+            todo = [v for v in variants if force or not is_current(previous[v.key], head, queue.sha256)]
+            if not todo:
+                summary.up_to_date = True
+                summary.variants = [_result_for(v, SKIPPED, previous_commit=previous[v.key].commit,
+                                                commit=previous[v.key].commit, digest=previous[v.key].digest,
+                                                version=previous[v.key].version or "",
+                                                tags=[nightly_tag(v.key)], known_from=previous[v.key].known_from)
+                                    for v in variants]
+                summary.changelog = Changelog(head, head, ())
+                return summary
+            existing = client.list_tags(repository.repository)
+            summary.version = nightly_version(existing, [v.key for v in variants], date)
+            _build_and_publish(cfg, client, repository, summary, variants, todo, previous, head, queue.sha256,
+                               lock_path, verify=verify, stream=stream)
+    except BuildkitError as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        summary.error = str(exc)
+        done = {v.variant for v in summary.variants}
+        summary.variants += [_result_for(v, FAILED, error="not built: the night failed before this variant")
+                             for v in variants if v.key not in done]
+    finally:
+        summary.seconds = time.monotonic() - start
+    return summary
+
+
+def _build_and_publish(cfg, client, repository, summary: Summary, variants, todo, previous, head, patch_set,
+                       lock_path, *, verify: bool, stream) -> None:
+    from buildkit.engine.bake import build_matrix
+    from buildkit.source.changelog import changelog
+    from buildkit.flows.pipeline import build_options, cache_root, lock_entry
+    from buildkit.release.publish import publish_local_image
+
+    todo_keys = {v.key for v in todo}
+    results: dict[str, VariantResult] = {}
+    for v in variants:
+        if v.key not in todo_keys:
+            p = previous[v.key]
+            results[v.key] = _result_for(v, SKIPPED, previous_commit=p.commit, commit=p.commit, digest=p.digest,
+                                         version=p.version or "", tags=[nightly_tag(v.key)],
+                                         known_from=p.known_from)
+    to_build = [v.with_values("nightly", source__commit=head, image__version=summary.version) for v in todo]
+    with tempfile.TemporaryDirectory(prefix="buildkit-nightly-") as tmp:
+        try:
+            builds, _ = build_matrix(to_build, build_options(cfg), Path(tmp), verify=verify, stream=stream,
+                                     stop_on=(PatchError,))
+        except PatchError as exc:
+            summary.error = f"the patch queue does not apply to {head[:12]}, nothing was built or pushed: {exc}"
+            summary.version = ""  # nothing was published under it
+            summary.changelog = changelog(cache_root(cfg), summary.url, summary.old_commit, head)
+            for v in to_build:
+                p = previous[v.key]
+                results[v.key] = _result_for(v, FAILED, previous_commit=p.commit if p else None,
+                                             error=f"not built: {exc}")
+            summary.variants = [results[v.key] for v in variants]
+            return
+        summary.changelog = changelog(cache_root(cfg), summary.url, summary.old_commit, head)
+        for b in builds:
+            v, p = b.variant, previous[b.variant.key]
+            seconds = b.outcome.seconds if b.outcome else None
+            checks = [asdict(c) for c in b.report.checks] if b.report else []
+            if not b.ok:
+                results[v.key] = _result_for(v, FAILED, previous_commit=p.commit if p else None, error=b.error,
+                                             build_seconds=seconds, checks=checks)
+                continue
+            tags = nightly_tags(summary.version, head, v.key)
+            try:
+                digest, added = publish_local_image(client, repository, b.outcome.result.tags[0], tags,
+                                                    stream=stream)
+                entry = lock_entry(b.prepared, b.outcome.result)
+                entry = replace(entry, version=summary.version, image_digest=digest,
+                                pushed=tuple(f"{repository.name}:{t}" for t in tags.all))
+                write_lock_entry(lock_path, entry)
+                update_nightly_record(lock_path, summary.url, summary.branch, v.key, {
+                    "commit": head, "patch_set_sha256": patch_set, "digest": digest, "version": summary.version,
+                    "date": summary.date})
+            except BuildkitError as exc:
+                results[v.key] = _result_for(v, FAILED, previous_commit=p.commit if p else None,
+                                             error=f"built, not published: {exc}", build_seconds=seconds,
+                                             checks=checks)
+                continue
+            results[v.key] = _result_for(v, PASSED, previous_commit=p.commit if p else None, commit=head,
+                                         digest=digest, version=summary.version, tags=list(tags.all),
+                                         changed_tags=list(added), build_seconds=seconds, checks=checks)
+    summary.variants = [results[v.key] for v in variants]
+
+
+def write_summaries(summary: Summary, json_path: str | None, env=None) -> None:
+    """JSON to json_path ('-' = stdout, done by the caller), Markdown appended to $GITHUB_STEP_SUMMARY."""
+    env = os.environ if env is None else env
+    if json_path and json_path != "-":
+        path = Path(json_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
+    step_summary = env.get("GITHUB_STEP_SUMMARY")
+    if step_summary:
+        with open(step_summary, "a", encoding="utf-8") as fh:
+            fh.write(summary.to_markdown())
+
+
+# ---------------------------------------------------------------- promote
+
+@dataclass(frozen=True)
+class Promotion:
+    repository: str
+    source_tag: str
+    digest: str
+    version: str
+    commit: str
+    nightly_version: str
+    tags: tuple[str, ...]
+    added: tuple[str, ...]
+
+
+def promote(cfg: ResolvedConfig, source_tag: str, version: str) -> Promotion:
+    """Give the image of nightly-<variant> the release tags of version: same digest, nothing built."""
+    from buildkit.release.publish import check_immutable_free, image_labels, point_tags
+
+    tag = source_tag.rsplit(":", 1)[-1] if ":" in source_tag and "/" in source_tag else source_tag
+    if not tag.startswith("nightly-") or tag == "nightly-":
+        raise ConfigError(f"{source_tag!r} is not a nightly tag; promote takes nightly-<variant>, "
+                          "e.g. nightly-cuda13.1-sm120")
+    key = tag[len("nightly-"):]
+    parsed = parse_version(version)
+    if parsed.prerelease and str(parsed.prerelease).startswith("nightly"):
+        raise ConfigError(f"--version {version} is a nightly version; promote to a release (X.Y.Z or X.Y.Z-rc.N)")
+    repository = repository_of(cfg)
+    repo = repository.repository
+    with client_for(repository.registry) as client:
+        info = client.head_manifest(repo, tag)
+        if info is None:
+            raise RegistryError(f"{repository.name}:{tag} does not exist; run buildkit nightly first")
+        labels = image_labels(client, repo, info.digest)
+        commit = labels.get(REVISION_LABEL, "")
+        if len(commit) != 40:
+            raise RegistryError(f"{repository.name}:{tag} has no {REVISION_LABEL} label; not a buildkit image")
+        tags = release_tags(version, commit, key, default_variant=key == cfg["image.default_variant"])
+        check_immutable_free(client, repo, tags, info.digest, force=False)
+        added = point_tags(client, repo, info.digest, tags)
+    return Promotion(repository=repository.name, source_tag=tag, digest=info.digest, version=version,
+                     commit=commit, nightly_version=labels.get(VERSION_LABEL, ""), tags=tags.all,
+                     added=tuple(added))

@@ -1,0 +1,357 @@
+"""The stages wired together: config → source → patches → plan → render (→ build → verify → lock).
+
+`prepare` does everything up to a rendered build context; `build` runs buildx on it, checks
+the image and writes the lock.
+
+Deterministic by default: SOURCE_DATE_EPOCH is the commit's committer time; the base images are
+pinned by digest in the rendered Dockerfile (`FROM ref@sha256:...`) when the digest is one a FROM
+line can name; provenance attestations are off (`build.provenance`, or BuildOptions, turns them
+on); every input that is not already a label is recorded in the label org.llama-buildkit.inputs,
+so `buildkit reproduce IMAGE` can rebuild from a pushed image alone. On an engine with the
+containerd image store the image goes through the OCI exporter with rewrite-timestamp and
+`docker load` (see buildx.py), so the same inputs give the same manifest digest.
+
+Each stage's failure is its own BuildkitError; the build context of a failed preparation is
+removed, and a failed verification removes the image's tags again, so a failure leaves no image
+and no lock change behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterator
+
+from buildkit import __version__
+from buildkit.engine.baseimages import BaseSource, resolve_base_images
+from buildkit.plan.buildkey import build_key
+from buildkit.engine.buildx import (BuildOptions, BuildResult, buildx_argv, check_buildx, image_store, oci_archive_path,
+                     run_build)
+from buildkit.plan.config import ResolvedConfig
+from buildkit.verify.cpuhost import host_cpu_id
+from buildkit.source.cudaroot import ensure_cuda_root, read_manifest, runtime_subset
+from buildkit.core.errors import BuildkitError, ConfigError, CudaRootError, VerifyError
+from buildkit.release.lock import BaseImage, LockEntry, write_lock_entry
+from buildkit.core.paths import bundled_patches_dir, cache_dir
+from buildkit.source.patches import PatchQueue, apply_patches, load_patch_queue
+from buildkit.core.progress import stage
+from buildkit.plan.buildplan import BUILD_KEY_LABEL, LABEL_PREFIX, BuildPlan, BuildRequest, SourceFacts, make_plan, make_request
+from buildkit.plan.render import RenderResult, templates_sha256, write_context
+from buildkit.source.fetch import SourceInfo, export_tree, fetch_source
+from buildkit.source.urlcreds import clean_url
+from buildkit.verify.checks import VerifyReport, verify_image
+
+SHA_LEN = 40
+INPUTS_LABEL = LABEL_PREFIX + "inputs"
+INPUTS_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Prepared:
+    plan: BuildPlan
+    rendered: RenderResult
+    source: SourceInfo
+    patches: PatchQueue
+    cuda_root: Path | None
+    base_images: tuple[BaseImage, ...]
+    build_key: str
+
+
+@dataclass(frozen=True)
+class Built:
+    prepared: Prepared
+    result: BuildResult
+    report: VerifyReport
+    lock_path: Path
+
+
+def cache_root(cfg: ResolvedConfig) -> Path:
+    return Path(cfg["cache.dir"]).expanduser() if cfg["cache.dir"] else cache_dir()
+
+
+def patch_dir(cfg: ResolvedConfig) -> Path:
+    """source.patch_dir relative to buildkit.toml; without a config file, the bundled queue."""
+    if cfg.path is None and cfg.origins["source.patch_dir"] == "default":
+        return bundled_patches_dir()
+    return cfg.path_value("source.patch_dir")
+
+
+def ref_and_pin(cfg: ResolvedConfig) -> tuple[str, str | None]:
+    """What to fetch and what it must resolve to. A full SHA in source.commit is the pin;
+    a branch or tag name there is fetched as is; an empty one means the tracked branch."""
+    commit = cfg["source.commit"].strip()
+    if not commit:
+        return cfg["source.branch"], None
+    is_hex = all(c in "0123456789abcdefABCDEF" for c in commit)
+    if is_hex and len(commit) == SHA_LEN:
+        return commit.lower(), commit.lower()
+    return commit, None  # a branch, tag, or a short SHA the source stage refuses with its message
+
+
+def _fresh_dir(path: Path) -> bool:
+    """Make sure path is an empty folder; True when we created it."""
+    try:
+        if path.exists():
+            if not path.is_dir() or any(path.iterdir()):
+                raise ConfigError(f"{path} exists and is not empty; choose a new --out folder")
+            return False
+        path.mkdir(parents=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the folder {path}: {exc.strerror or exc} "
+                          f"(is a part of the path a file?); choose another --out folder") from None
+    return True
+
+
+def _cuda_contexts(request: BuildRequest, cfg: ResolvedConfig) -> tuple[Path | None, tuple[tuple[str, Path], ...]]:
+    if request.provider != "wheels":
+        return None, ()
+    assert request.cuda_version is not None
+    given = cfg["base.cuda_root"]
+    if given:
+        root = Path(given).expanduser().resolve()
+        if not (root / "bin" / "nvcc").is_file():
+            raise CudaRootError(f"base.cuda_root {root} has no bin/nvcc; point it at a CUDA toolkit folder")
+        key = hashlib.sha256(str(root).encode()).hexdigest()[:12]
+        runtime = runtime_subset(root, cache_root(cfg) / "cuda-root" / f"local-{key}.runtime")
+    else:
+        root = ensure_cuda_root(request.cuda_version, cache_root(cfg), with_cublas=cfg["base.cublas"])
+        runtime = runtime_subset(root)
+    return root, (("cuda-root", root), ("cuda-runtime", runtime))
+
+
+def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] = (),
+            request: BuildRequest | None = None) -> Prepared:
+    """Check the request, fetch, export, patch and render into out_dir (Dockerfile + src/)."""
+    request = request or make_request(cfg)  # an unknown arch or unbuildable CUDA version stops here
+    queue = load_patch_queue(patch_dir(cfg))
+    ref, pin = ref_and_pin(cfg)
+    # base images first: one that cannot be had stops the build before any fetch
+    sources = resolve_base_images([request.devel_image, request.runtime_image], cache_root(cfg))
+    bases = tuple(s.image for s in sources)
+    with stage("fetch", clean_url(cfg["source.url"])):
+        info = fetch_source(cfg["source.url"], ref, pin, cache_root(cfg))
+    created = _fresh_dir(out_dir)
+    try:
+        with stage("fetch", f"export {info.commit[:12]}"):
+            export_tree(info, cache_root(cfg), out_dir / "src")
+        with stage("patch", f"{len(queue.files)} patch(es)"):
+            apply_patches(queue, out_dir / "src")
+        facts = SourceFacts(url=info.url, commit=info.commit, commit_time=info.commit_time,
+                            build_number=info.build_number, patch_set_sha256=queue.sha256,
+                            patch_names=tuple(p.name for p in queue.files))
+        plan = make_plan(request, facts, template_sha256=templates_sha256(), tool_version=__version__,
+                         extra_tags=extra_tags)
+        with stage("render", request.variant):
+            cuda_root, named = _cuda_contexts(request, cfg)
+            named += tuple(c for c in (s.named_context() for s in sources) if c is not None)
+            key = build_key(plan, bases, _cuda_manifest(cuda_root), cpu_host=_cpu_host(request))
+            plan = replace(plan, labels=plan.labels + ((BUILD_KEY_LABEL, key),))
+            plan = with_inputs_label(plan, bases, _cuda_manifest(cuda_root))
+            rendered = write_context(from_plan(plan, sources), out_dir, named)
+    except BaseException:
+        if created:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        else:
+            for child in out_dir.iterdir():
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+        raise
+    return Prepared(plan=plan, rendered=rendered, source=info, patches=queue, cuda_root=cuda_root,
+                    base_images=bases, build_key=key)
+
+
+def _cpu_host(request: BuildRequest) -> str | None:
+    """cpu_level native compiles for the build machine: its CPU is then an input."""
+    return host_cpu_id() if request.cpu_level.native else None
+
+
+def reproducible_exporter(cfg: ResolvedConfig, docker: str = "docker") -> bool:
+    """The OCI exporter path (bit-for-bit digests) is used when `docker load` keeps an archive's bytes:
+    on the containerd image store. build.reproducible = "off" forces the plain --load path."""
+    if cfg["build.reproducible"] == "off":
+        return False
+    return image_store(docker) == "containerd"
+
+
+def build_options(cfg: ResolvedConfig) -> BuildOptions:
+    return BuildOptions(builder=cfg["build.builder"], progress=cfg["build.progress"],
+                        cache_from=tuple(cfg["build.cache_from"]), cache_to=tuple(cfg["build.cache_to"]),
+                        reproducible=reproducible_exporter(cfg),
+                        provenance=cfg["build.provenance"])
+
+
+# --------------------------------------------------------------------------- deterministic inputs
+
+def from_plan(plan: BuildPlan, sources: tuple[BaseSource, ...]) -> BuildPlan:
+    """The plan with each base image replaced by what the FROM line names (ref@digest, or the named
+    context of its OCI layout), for rendering only: labels, lock and build key keep the configured
+    names, and the digests are recorded beside them."""
+    names = {s.image.ref: s.from_ref for s in sources if s.image.digest}
+    req = plan.request
+    devel, runtime = names.get(req.devel_image, req.devel_image), names.get(req.runtime_image, req.runtime_image)
+    if (devel, runtime) == (req.devel_image, req.runtime_image):
+        return plan
+    return replace(plan, request=replace(req, devel_image=devel, runtime_image=runtime))
+
+
+def inputs_record(plan: BuildPlan, bases: tuple[BaseImage, ...], cuda_manifest: dict | None) -> dict:
+    """Every input of a build that its other labels do not already carry (compact, sorted)."""
+    from buildkit.plan.buildkey import cuda_wheel_hashes
+
+    req = plan.request
+    record = {
+        "format": INPUTS_FORMAT,
+        "base_images": [[b.ref, b.digest] for b in bases],
+        "devel_image": req.devel_image,
+        "runtime_image": req.runtime_image,
+        "provider": req.provider,
+        "platform": req.platform,
+        "jobs": req.jobs,
+        "ccache": req.ccache,
+        "no_vmm": req.no_vmm,
+        "cpu_level": req.cpu_level.name,
+        "extra_cmake_args": list(req.extra_cmake_args),
+        "patches": list(plan.source.patch_names),
+        "cuda_wheels": cuda_wheel_hashes(cuda_manifest),
+        "cublas": None,
+    }
+    if req.cpu_level.native:
+        record["cpu_host"] = host_cpu_id()
+    if cuda_manifest is not None and req.provider == "wheels" and "wheels" in cuda_manifest:
+        record["cublas"] = any(str(w.get("package", "")).startswith("nvidia-cublas")
+                               for w in cuda_manifest["wheels"] if isinstance(w, dict))
+    return record
+
+
+def with_inputs_label(plan: BuildPlan, bases: tuple[BaseImage, ...], cuda_manifest: dict | None) -> BuildPlan:
+    labels = tuple((k, v) for k, v in plan.labels if k != INPUTS_LABEL)
+    text = json.dumps(inputs_record(plan, bases, cuda_manifest), sort_keys=True, separators=(",", ":"))
+    return replace(plan, labels=labels + ((INPUTS_LABEL, text),))
+
+
+def _cuda_manifest(root: Path | None) -> dict | None:
+    """The wheels a provider-wheels root was laid out from; a user-given root has none."""
+    if root is None:
+        return None
+    try:
+        return read_manifest(root)
+    except CudaRootError:
+        return {"note": "CUDA root given with base.cuda_root; no wheel manifest"}
+
+
+def _local_image_id(tag: str, fallback: str) -> str:
+    """The engine's id for the loaded image (the config digest on the classic store, the index
+    digest on the containerd store); buildx's metadata only has the former on the classic store."""
+    try:
+        import docker
+
+        return docker.from_env().images.get(tag).id
+    except Exception:
+        return fallback
+
+
+def with_inputs(prepared: Prepared) -> Prepared:
+    """prepared with the org.llama-buildkit.inputs label on its plan."""
+    if any(k == INPUTS_LABEL for k, _ in prepared.plan.labels):
+        return prepared
+    plan = with_inputs_label(prepared.plan, prepared.base_images, _cuda_manifest(prepared.cuda_root))
+    return replace(prepared, plan=plan)
+
+
+def lock_entry(prepared: Prepared, result: BuildResult) -> LockEntry:
+    prepared = with_inputs(prepared)
+    plan, info, req = prepared.plan, prepared.source, prepared.plan.request
+    return LockEntry(
+        source_url=info.url, ref=info.ref, commit=info.commit, build_number=info.build_number,
+        patches=plan.source.patch_names, patch_set_sha256=plan.source.patch_set_sha256,
+        template=req.template, template_sha256=plan.template_sha256,
+        dockerfile_sha256=prepared.rendered.dockerfile_sha256,
+        base_images=prepared.base_images, cuda_version=req.cuda_version,
+        cuda_root=_cuda_manifest(prepared.cuda_root), arch=req.arch.name, cmake_archs=req.arch.cmake_archs,
+        target=req.target, platform=req.platform, no_vmm=req.no_vmm, cmake_args=plan.cmake_args,
+        source_date_epoch=plan.source_date_epoch, tool_version=plan.tool_version, image_name=req.image_name,
+        version=req.version, build_key=prepared.build_key, cpu_level=req.cpu_level.name,
+        image_digest=result.digest,
+        image_id=_local_image_id(result.tags[0], result.config_digest) if result.tags else result.config_digest, tags=result.tags, variant=req.variant,
+        labels=dict(plan.labels), exporter="oci" if result.oci_archive is not None else "load",
+        build_seconds=round(result.seconds, 1),
+    )
+
+
+def _remove_tags(tags: tuple[str, ...]) -> None:
+    try:
+        import docker
+
+        client = docker.from_env()
+        for tag in tags:
+            try:
+                client.images.remove(tag, noprune=False)
+            except Exception:
+                pass
+    except Exception:
+        pass
+
+
+@contextmanager
+def prepared_context(cfg: ResolvedConfig, *, request: BuildRequest | None = None,
+                     extra_tags: tuple[str, ...] = (), work_dir: Path | None = None) -> Iterator[Prepared]:
+    """A rendered build context that lives as long as the with-block."""
+    with tempfile.TemporaryDirectory(prefix="buildkit-context-", dir=work_dir) as tmp:
+        yield prepare(cfg, Path(tmp) / "context", extra_tags=extra_tags, request=request)
+
+
+def last_build_seconds(cfg: ResolvedConfig, request: BuildRequest) -> float | None:
+    """How long the lock's last build of this variant took (None when unknown)."""
+    from buildkit.release.lock import read_lock
+
+    try:
+        entry = read_lock(cfg.path_value("lock.path"))["builds"].get(f"{request.variant}/{request.target}")
+    except Exception:  # no lock, or one this version cannot read: no estimate, not an error
+        return None
+    seconds = (entry or {}).get("build_seconds")
+    return float(seconds) if isinstance(seconds, (int, float)) and seconds > 0 else None
+
+
+def build_prepared(prepared: Prepared, cfg: ResolvedConfig, *, verify: bool = True, stream=None,
+                   options: BuildOptions | None = None) -> Built:
+    """buildx (OCI archive + docker load, or --load), verify, then write the lock."""
+    options = options or build_options(cfg)
+    prepared = with_inputs(prepared)  # a plan re-made after prepare (publish) lacks the inputs label
+    metadata = prepared.rendered.context_dir.parent / "metadata.json"
+    argv = buildx_argv(prepared.plan, prepared.rendered, options, metadata)
+    archive = oci_archive_path(options, metadata) if options.reproducible else None
+    last = last_build_seconds(cfg, prepared.plan.request)
+    with stage("build", f"{prepared.plan.request.variant}" + (f", last build took {last:.0f}s" if last else "")):
+        result = run_build(argv, metadata, prepared.plan.tags, stream=stream, oci_archive=archive,
+                           load=options.load, docker=options.docker, last_seconds=last)
+    report = VerifyReport(image=result.tags[0] if result.tags else "", checks=())
+    if verify:
+        try:
+            roots = [prepared.cuda_root] if prepared.cuda_root else []
+            with stage("verify", result.tags[0]):
+                report = verify_image(prepared.plan, result.tags[0], cuda_roots=roots)
+        except BuildkitError:
+            _remove_tags(result.tags)
+            raise
+        if not report.ok:
+            _remove_tags(result.tags)
+            failed = "; ".join(f"{c.name}: {c.detail}" for c in report.failures())
+            raise VerifyError(f"image {result.tags[0]} failed verification and was removed: {failed}")
+    lock_path = cfg.path_value("lock.path")
+    write_lock_entry(lock_path, lock_entry(prepared, result))
+    return Built(prepared=prepared, result=result, report=report, lock_path=lock_path)
+
+
+def build(cfg: ResolvedConfig, *, extra_tags: tuple[str, ...] = (), verify: bool = True,
+          work_dir: Path | None = None, stream=None, no_cache: bool = False) -> Built:
+    """Prepare, build with buildx, verify, then write the lock. no_cache: build from a clean state
+    (buildx --no-cache)."""
+    request = make_request(cfg)  # refuse a bad request before anything else
+    options = replace(build_options(cfg), no_cache=no_cache)
+    check_buildx(options.docker)
+    with prepared_context(cfg, request=request, extra_tags=extra_tags, work_dir=work_dir) as prepared:
+        return build_prepared(prepared, cfg, verify=verify, stream=stream, options=options)

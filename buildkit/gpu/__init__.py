@@ -1,0 +1,1 @@
+"""Running an image's files on a GPU host without Docker (scripts/gpu_run.py)."""

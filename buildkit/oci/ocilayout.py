@@ -1,0 +1,363 @@
+"""Images as OCI content: an OCI archive or layout folder, an image in the local engine, or in a registry.
+
+Every source gives the same view, an `Image`: the manifest (its digest and bytes), the config
+and the layer descriptors, plus a way to open any blob. That is what `buildkit diff` and
+`buildkit reproduce` compare, whatever the two images are.
+
+* `OciArchive`: a tar written by `buildx --output type=oci` (or `docker save` on the containerd
+  store), or a folder in OCI image layout (oci-layout, index.json, blobs/sha256/...).
+* An engine image is read through `docker save` into a temporary archive (on the containerd
+  store that archive holds the stored bytes, so the manifest digest is the image's).
+* A registry image is read with our registry client; blobs are streamed to temporary files.
+
+`push_layout` puts an image of an archive into a registry byte for byte (blobs first, then the
+manifest), so the registry digest is the archive's manifest digest on any engine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import tarfile
+import tempfile
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Callable
+
+from buildkit.core.errors import BuildkitError, ImageSourceError
+
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+INDEX_TYPES = (OCI_INDEX, DOCKER_MANIFEST_LIST)
+MANIFEST_TYPES = (OCI_MANIFEST, DOCKER_MANIFEST)
+ATTESTATION = "attestation-manifest"
+
+
+def sha256_digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def json_document(body: bytes | str, where: str, what: str, error: type = ImageSourceError) -> dict:
+    """A JSON object (an index, manifest or image config) read from an untrusted source; one line naming
+    where and what otherwise."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise error(f"{where}: the {what} is not JSON") from None
+    if not isinstance(doc, dict):
+        raise error(f"{where}: the {what} must be a JSON object, got {type(doc).__name__}")
+    for key, kind, expect in (("manifests", list, "a list"), ("layers", list, "a list"), ("config", dict, "an object"),
+                              ("mediaType", str, "a string"), ("rootfs", dict, "an object"),
+                              ("history", list, "a list")):
+        if key in doc and not isinstance(doc[key], kind):
+            raise error(f"{where}: the {what}'s {key!r} must be {expect}, got {type(doc[key]).__name__}")
+    return doc
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    media_type: str
+    digest: str
+    size: int
+    annotations: dict = field(default_factory=dict, compare=False)
+    platform: dict = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Descriptor":
+        ok = (isinstance(data, dict) and isinstance(data.get("digest"), str) and ":" in data["digest"]
+              and isinstance(data.get("mediaType", ""), str) and isinstance(data.get("annotations") or {}, dict)
+              and isinstance(data.get("platform") or {}, dict))
+        try:
+            if ok:
+                return cls(media_type=data.get("mediaType", ""), digest=data["digest"],
+                           size=int(data.get("size", 0)), annotations=data.get("annotations") or {},
+                           platform=data.get("platform") or {})
+        except (TypeError, ValueError):
+            pass
+        raise ImageSourceError(f"malformed descriptor (expected an object with mediaType, a digest and a "
+                               f"size): {json.dumps(data, default=str)[:120]}")
+
+
+@dataclass
+class Image:
+    """One platform's image: manifest, config and layers, and how to open its blobs."""
+    source: str  # what the user named
+    manifest_digest: str
+    manifest_bytes: bytes
+    manifest: dict
+    config_digest: str
+    config_bytes: bytes
+    config: dict
+    layers: list[Descriptor]
+    open_blob: Callable[[str], IO[bytes]]  # digest -> readable binary file (caller closes)
+    media_type: str = OCI_MANIFEST
+
+    @property
+    def labels(self) -> dict[str, str]:
+        inner = self.config.get("config") or {}
+        labels = inner.get("Labels") if isinstance(inner, dict) else None
+        return labels if isinstance(labels, dict) else {}
+
+    @property
+    def history(self) -> list[dict]:
+        """The history entries that made a layer, in layer order."""
+        return [h for h in self.config.get("history") or [] if not h.get("empty_layer")]
+
+    @property
+    def diff_ids(self) -> list[str]:
+        return list((self.config.get("rootfs") or {}).get("diff_ids") or [])
+
+
+def _platform_matches(platform: dict, wanted: str | None) -> bool:
+    if not wanted:
+        return True
+    parts = wanted.split("/")
+    got = [platform.get("os", ""), platform.get("architecture", "")]
+    if len(parts) > 2:
+        got.append(platform.get("variant", ""))
+    return got == parts
+
+
+def select_manifest(read: Callable[[str], bytes], index: dict, platform: str | None, where: str) -> Descriptor:
+    """The image manifest an index stands for: nested indexes are followed, attestation manifests
+    skipped, several entries for one digest (one per tag) counted once."""
+    seen: dict[str, Descriptor] = {}
+    for entry in index.get("manifests") or []:
+        desc = Descriptor.from_json(entry)
+        if desc.annotations.get("vnd.docker.reference.type") == ATTESTATION:
+            continue
+        if desc.media_type in INDEX_TYPES:
+            nested = json_document(read(desc.digest), where, f"index {desc.digest[:19]}")
+            desc = select_manifest(read, nested, platform, where)
+        elif desc.platform and not _platform_matches(desc.platform, platform):
+            continue
+        seen.setdefault(desc.digest, desc)
+    if not seen:
+        raise ImageSourceError(f"{where}: no image manifest{f' for {platform}' if platform else ''} in the index")
+    if len(seen) > 1:
+        raise ImageSourceError(f"{where}: the index holds {len(seen)} different images; name one by digest "
+                               f"({', '.join(d[:19] for d in seen)})")
+    return next(iter(seen.values()))
+
+
+def image_from(source: str, read: Callable[[str], bytes], open_blob: Callable[[str], IO[bytes]],
+               manifest_desc: Descriptor) -> Image:
+    body = read(manifest_desc.digest)
+    if sha256_digest(body) != manifest_desc.digest:
+        raise ImageSourceError(f"{source}: manifest {manifest_desc.digest[:19]} does not match its digest")
+    manifest = json_document(body, source, f"manifest {manifest_desc.digest[:19]}")
+    if "config" not in manifest:
+        raise ImageSourceError(f"{source}: the manifest {manifest_desc.digest[:19]} has no config")
+    config_desc = Descriptor.from_json(manifest["config"])
+    config_bytes = read(config_desc.digest)
+    config = json_document(config_bytes, source, "image config")
+    return Image(source=source, manifest_digest=manifest_desc.digest, manifest_bytes=body, manifest=manifest,
+                 config_digest=config_desc.digest, config_bytes=config_bytes, config=config,
+                 layers=[Descriptor.from_json(x) for x in manifest.get("layers") or []], open_blob=open_blob,
+                 media_type=manifest.get("mediaType") or manifest_desc.media_type or OCI_MANIFEST)
+
+
+class OciArchive:
+    """An OCI image layout, as a tar archive or as a folder."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._tar: tarfile.TarFile | None = None
+        self._members: dict[str, tarfile.TarInfo] = {}
+        if self.path.is_dir():
+            if not (self.path / "index.json").is_file():
+                raise ImageSourceError(f"{self.path}: a folder without index.json is not an OCI layout")
+        elif self.path.is_file():
+            try:
+                self._tar = tarfile.open(self.path, "r:")
+            except tarfile.TarError as exc:
+                raise ImageSourceError(f"{self.path}: not a tar archive ({exc})") from None
+            for member in self._tar.getmembers():
+                self._members[member.name.lstrip("./")] = member
+            if "index.json" not in self._members:
+                raise ImageSourceError(f"{self.path}: no index.json; not an OCI archive")
+        else:
+            raise ImageSourceError(f"{self.path}: no such file or folder")
+
+    def close(self) -> None:
+        if self._tar is not None:
+            self._tar.close()
+
+    def __enter__(self) -> "OciArchive":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _name(self, digest: str) -> str:
+        algo, _, hexpart = digest.partition(":")
+        return f"blobs/{algo}/{hexpart}"
+
+    def open_path(self, name: str) -> IO[bytes]:
+        if self._tar is None:
+            try:
+                return open(self.path / name, "rb")
+            except OSError:
+                raise ImageSourceError(f"{self.path}: {name} is missing") from None
+        member = self._members.get(name)
+        fh = self._tar.extractfile(member) if member is not None else None
+        if fh is None:
+            raise ImageSourceError(f"{self.path}: {name} is missing")
+        return fh
+
+    def open_blob(self, digest: str) -> IO[bytes]:
+        return self.open_path(self._name(digest))
+
+    def read_blob(self, digest: str) -> bytes:
+        with self.open_blob(digest) as fh:
+            return fh.read()
+
+    def index(self) -> dict:
+        with self.open_path("index.json") as fh:
+            return json_document(fh.read(), str(self.path), "index.json")
+
+    def image(self, platform: str | None = "linux/amd64", source: str | None = None) -> Image:
+        where = source or str(self.path)
+        desc = select_manifest(self.read_blob, self.index(), platform, where)
+        return image_from(where, self.read_blob, self.open_blob, desc)
+
+    def manifest_digest(self, platform: str | None = "linux/amd64") -> str:
+        return select_manifest(self.read_blob, self.index(), platform, str(self.path)).digest
+
+
+# --------------------------------------------------------------------------- opening any image
+
+def _looks_like_path(spec: str) -> bool:
+    return spec.startswith(("/", "./", "../", "~")) or spec.endswith((".tar", ".oci"))
+
+
+def engine_has(ref: str, docker: str = "docker") -> bool:
+    try:
+        proc = subprocess.run([docker, "image", "inspect", "--format", "{{.Id}}", ref], capture_output=True,
+                              text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
+
+
+def save_from_engine(ref: str, dest: Path, docker: str = "docker") -> Path:
+    """`docker save REF` into dest (an OCI archive on the containerd store)."""
+    try:
+        proc = subprocess.run([docker, "save", "--output", str(dest), ref], capture_output=True, text=True,
+                              timeout=3600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ImageSourceError(f"docker save {ref} failed: {exc}") from None
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ImageSourceError(f"docker save {ref} failed: {last}")
+    return dest
+
+
+class _RegistryBlobs:
+    """Blobs of one registry repository, fetched once each into a temporary folder."""
+
+    def __init__(self, client, repo: str, tmp: Path) -> None:
+        self.client, self.repo, self.tmp = client, repo, tmp
+
+    def path(self, digest: str) -> Path:
+        target = self.tmp / digest.replace(":", "-")
+        if not target.exists():
+            self.client.download_blob(self.repo, digest, target)
+        return target
+
+    def open_blob(self, digest: str) -> IO[bytes]:
+        return open(self.path(digest), "rb")
+
+    def read(self, digest: str) -> bytes:
+        return self.path(digest).read_bytes()
+
+
+def _open_registry(ref_text: str, stack: ExitStack, tmp: Path, platform: str | None) -> Image:
+    from buildkit.oci.imageref import parse_image_ref
+    from buildkit.oci.registry import client_for
+
+    ref = parse_image_ref(ref_text)
+    client = stack.enter_context(client_for(ref.registry))
+    body, media_type, digest = client.get_manifest(ref.repository, ref.reference)
+    blobs = _RegistryBlobs(client, ref.repository, tmp)
+    manifests: dict[str, bytes] = {digest: body}
+
+    def read_manifest(d: str) -> bytes:
+        if d not in manifests:
+            manifests[d] = client.get_manifest(ref.repository, d)[0]
+        return manifests[d]
+
+    doc = json_document(body, ref_text, "manifest")
+    if media_type in INDEX_TYPES or "manifests" in doc:
+        desc = select_manifest(read_manifest, doc, platform, ref_text)
+        read_manifest(desc.digest)
+    else:
+        desc = Descriptor(media_type=media_type, digest=digest, size=len(body))
+
+    def read_blob_or_manifest(d: str) -> bytes:
+        return manifests[d] if d in manifests else blobs.read(d)
+
+    return image_from(ref_text, read_blob_or_manifest, blobs.open_blob, desc)
+
+
+def open_image(spec: str, stack: ExitStack, *, platform: str | None = "linux/amd64",
+               docker: str = "docker") -> Image:
+    """An image from `oci:PATH`, `docker:REF` (local engine), `registry:REF`, or, without a prefix,
+    an existing path, then an image the engine has, then a registry reference."""
+    kind, _, rest = spec.partition(":")
+    if kind in ("oci", "docker", "registry") and rest:
+        forced, target = kind, rest
+    else:
+        forced, target = "", spec
+    tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="buildkit-image-")))
+    if forced == "oci" or (not forced and (Path(target).expanduser().exists() or _looks_like_path(target))):
+        archive = stack.enter_context(OciArchive(Path(target).expanduser()))
+        return archive.image(platform, source=spec)
+    if forced == "docker" or (not forced and engine_has(target, docker)):
+        saved = save_from_engine(target, tmp / "saved.tar", docker)
+        archive = stack.enter_context(OciArchive(saved))
+        return archive.image(platform, source=spec)
+    try:
+        return _open_registry(target, stack, tmp, platform)
+    except BuildkitError as exc:
+        if forced:
+            raise
+        raise ImageSourceError(f"{spec}: not a file, not an image in the local engine, and the registry "
+                               f"cannot give it ({exc})") from None
+
+
+# --------------------------------------------------------------------------- pushing an archive
+
+def push_layout(client, repo: str, image: Image, tags: list[str] | tuple[str, ...]) -> str:
+    """Upload the image's blobs (skipping those the registry has) and put its manifest, byte for
+    byte, under every tag; returns the manifest digest (the archive's)."""
+    if not tags:
+        raise ImageSourceError("push_layout needs at least one tag")
+    blobs = [(image.config_digest, len(image.config_bytes))] + [(d.digest, d.size) for d in image.layers]
+    for digest, size in dict(blobs).items():
+        if client.blob_exists(repo, digest):
+            continue
+        with image.open_blob(digest) as fh:
+            client.upload_blob(repo, digest, fh, size)
+    for tag in tags:
+        got = client.put_manifest(repo, tag, image.manifest_bytes, image.media_type)
+        if got != image.manifest_digest:
+            raise ImageSourceError(f"the registry stored {got} for {repo}:{tag}, not {image.manifest_digest}")
+    return image.manifest_digest
+
+
+def copy_blob(src: IO[bytes], dest: IO[bytes]) -> str:
+    """Copy and hash; returns the sha256 digest of what was copied."""
+    digest = hashlib.sha256()
+    while chunk := src.read(1 << 20):
+        digest.update(chunk)
+        dest.write(chunk)
+    return "sha256:" + digest.hexdigest()
+
+
+__all__ = ["Descriptor", "Image", "OciArchive", "copy_blob", "open_image", "push_layout", "save_from_engine",
+           "select_manifest", "sha256_digest"]

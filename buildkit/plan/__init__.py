@@ -1,0 +1,1 @@
+"""Planning (pure): the arch catalogue, CPU levels, config, profiles, the build plan, its key, rendering."""

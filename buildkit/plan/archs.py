@@ -1,0 +1,97 @@
+"""The architecture catalogue: which CUDA architectures buildkit builds and what each needs.
+
+Pure data and pure functions; `buildkit archs` prints the table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from buildkit.core.errors import ArchError
+
+
+@dataclass(frozen=True)
+class Arch:
+    name: str  # what users type: sm_120, cpu
+    cmake_archs: str | None  # CMAKE_CUDA_ARCHITECTURES; None for cpu
+    elf_arch: str | None  # what cuobjdump --list-elf shows for it (sm_120a); None for cpu
+    min_cuda: tuple[int, int] | None  # oldest CUDA toolkit that can build it; None for cpu
+    cuda13: bool  # still supported by CUDA 13
+    gpus: str  # example GPUs
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.cmake_archs is not None
+
+    @property
+    def number(self) -> str:
+        """120 for sm_120; 'cpu' for cpu (used in tags: cuda13.1-sm120)."""
+        return self.name.removeprefix("sm_")
+
+
+# sm_120/sm_121 map to 12Xa: llama.cpp rewrites 12X to 12Xa itself; plain 12X would lose the
+# Blackwell FP4 (MXFP4/NVFP4) kernels that need the arch-specific feature set.
+ARCHS: dict[str, Arch] = {
+    a.name: a
+    for a in (
+        Arch("sm_75", "75-real", "sm_75", (10, 0), True, "Turing: RTX 20xx, T4, GTX 16xx"),
+        Arch("sm_80", "80-real", "sm_80", (11, 0), True, "Ampere datacenter: A100, A30"),
+        Arch("sm_86", "86-real", "sm_86", (11, 1), True, "Ampere: RTX 30xx, A10, A40, RTX A6000"),
+        Arch("sm_89", "89-real", "sm_89", (11, 8), True, "Ada: RTX 40xx, L4, L40S"),
+        Arch("sm_90", "90-real", "sm_90", (11, 8), True, "Hopper: H100, H200, GH200"),
+        Arch("sm_100", "100-real", "sm_100", (12, 8), True, "Blackwell datacenter: B200, GB200"),
+        Arch("sm_120", "120a-real", "sm_120a", (12, 8), True,
+             "Blackwell: RTX 50xx (desktop and laptop), RTX PRO 6000"),
+        Arch("sm_121", "121a-real", "sm_121a", (12, 9), True, "Blackwell: DGX Spark (GB10)"),
+        Arch("cpu", None, None, None, True, "no GPU: CPU-only image"),
+    )
+}
+
+
+def parse_cuda_version(text: str) -> tuple[int, int]:
+    """'13.1' -> (13, 1). Raises ArchError for anything that is not MAJOR.MINOR."""
+    parts = str(text).strip().split(".")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        raise ArchError(f"CUDA version {text!r} is not of the form MAJOR.MINOR (for example 13.1)")
+    return int(parts[0]), int(parts[1])
+
+
+def get_arch(name: str) -> Arch:
+    """The catalogue entry for `name`; accepts sm_120, sm120, 120 and CPU, in any case."""
+    key = str(name).strip().lower()
+    if key.isdigit():
+        key = "sm_" + key
+    elif key.startswith("sm") and not key.startswith("sm_"):
+        key = "sm_" + key[2:]
+    try:
+        return ARCHS[key]
+    except KeyError:
+        raise ArchError(f"unknown arch {name!r}; choose one of: {', '.join(ARCHS)}") from None
+
+
+def check_cuda_support(arch: Arch, cuda_version: str) -> None:
+    """Refuse an arch that the CUDA version cannot build, naming the minimum (or the maximum)."""
+    if not arch.is_cuda:
+        return
+    version = parse_cuda_version(cuda_version)
+    assert arch.min_cuda is not None
+    if version < arch.min_cuda:
+        need = ".".join(map(str, arch.min_cuda))
+        raise ArchError(f"{arch.name} needs CUDA {need} or newer; CUDA {cuda_version} cannot build it "
+                        f"(use --cuda {need} or later)")
+    if version >= (13, 0) and not arch.cuda13:
+        raise ArchError(f"{arch.name} is not supported by CUDA 13; use --cuda 12.9 or older")
+
+
+def arch_table() -> list[dict[str, str]]:
+    """Rows for `buildkit archs`."""
+    rows = []
+    for a in ARCHS.values():
+        rows.append({
+            "arch": a.name,
+            "cmake": a.cmake_archs or "-",
+            "min CUDA": ".".join(map(str, a.min_cuda)) if a.min_cuda else "-",
+            "CUDA 13": "yes" if a.cuda13 else "no",
+            "GPUs": a.gpus,
+        })
+    return rows

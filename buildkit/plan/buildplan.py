@@ -1,0 +1,216 @@
+"""Planning (pure): what to build, as data.
+
+Two steps. `make_request` checks the resolved config before any work is done (unknown arch,
+an arch the CUDA version cannot build, a malformed image name or CMake flag all stop here).
+`make_plan` adds what only the source and the patch queue know (commit, epoch, hashes) and
+derives CMake flags, labels and tags. Nothing here touches git, Docker or the network.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from buildkit.plan.archs import Arch, check_cuda_support, get_arch, parse_cuda_version
+from buildkit.plan.config import ResolvedConfig
+from buildkit.plan.cpulevels import CpuLevel, cmake_flags as cpu_cmake_flags, get_level, variant_suffix
+from buildkit.core.errors import ConfigError
+from buildkit.release.tags import build_tags, check_repository, variant
+
+LABEL_PREFIX = "org.llama-buildkit."
+BUILD_KEY_LABEL = LABEL_PREFIX + "build-key"
+
+# What may reach a shell line or a FROM line. Values are also shell-quoted in the templates.
+IMAGE_REF_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$")
+PLATFORM_RE = re.compile(r"^[a-z0-9]+/[a-z0-9_]+(?:/[a-z0-9]+)?$")
+VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z.+-]*$")
+CMAKE_ARG_RE = re.compile(r"^-D[A-Za-z_][A-Za-z0-9_]*(?::[A-Z]+)?=[A-Za-z0-9_.,;:/+=@%-]*$")
+SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+
+TARGET_BINARIES = {"server": ("llama-server",), "light": ("llama-cli",), "full": ()}  # () = everything
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """The config, checked: everything known before touching the source."""
+    arch: Arch
+    cuda_version: str | None  # None for cpu
+    provider: str  # nvidia | wheels | cpu
+    template: str
+    devel_image: str
+    runtime_image: str
+    target: str
+    platform: str
+    jobs: int
+    no_vmm: bool
+    ccache: bool
+    cpu_level: CpuLevel
+    extra_cmake_args: tuple[str, ...]
+    image_name: str
+    version: str
+    title: str
+    licenses: str
+    variant: str
+
+
+@dataclass(frozen=True)
+class SourceFacts:
+    """What the plan needs from the source and patch stages."""
+    url: str
+    commit: str
+    commit_time: int
+    build_number: int
+    patch_set_sha256: str
+    patch_names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    request: BuildRequest
+    source: SourceFacts
+    template_sha256: str
+    tool_version: str
+    cmake_args: tuple[str, ...]
+    build_targets: tuple[str, ...]
+    labels: tuple[tuple[str, str], ...]
+    tags: tuple[str, ...]
+    ccache_id: str
+
+    @property
+    def source_date_epoch(self) -> int:
+        return self.source.commit_time
+
+    @property
+    def arch(self) -> Arch:
+        return self.request.arch
+
+
+def _check_image_ref(name: str, value: str) -> str:
+    if not IMAGE_REF_RE.match(value):
+        raise ConfigError(f"{name} {value!r} is not a valid image reference")
+    return value
+
+
+def make_request(cfg: ResolvedConfig) -> BuildRequest:
+    arch = get_arch(cfg["build.arch"])
+    cuda_version: str | None = None
+    if arch.is_cuda:
+        cuda_version = cfg["build.cuda_version"]
+        parse_cuda_version(cuda_version)
+        check_cuda_support(arch, cuda_version)
+        provider = cfg["base.provider"]
+    else:
+        provider = "cpu"
+    if provider == "nvidia":
+        devel = cfg["base.devel_image"].replace("{cuda_version}", cuda_version or "")
+        runtime = cfg["base.runtime_image"].replace("{cuda_version}", cuda_version or "")
+    else:
+        devel = runtime = cfg["base.os_image"]
+    _check_image_ref("base image", devel)
+    _check_image_ref("base image", runtime)
+    platform = cfg["build.platform"]
+    if not PLATFORM_RE.match(platform):
+        raise ConfigError(f"build.platform {platform!r} is not of the form os/arch (linux/amd64)")
+    cpu_level = get_level(cfg["build.cpu_level"], platform)
+    jobs = cfg["build.jobs"]
+    if jobs < 0:
+        raise ConfigError(f"build.jobs must be 0 (all cores) or more, got {jobs}")
+    for arg in cfg["build.cmake_args"]:
+        if not CMAKE_ARG_RE.match(arg):
+            raise ConfigError(f"build.cmake_args: {arg!r} is not of the form -DNAME=VALUE "
+                              "(value without spaces, quotes or shell characters)")
+    version = cfg["image.version"]
+    if not VERSION_RE.match(version):
+        raise ConfigError(f"image.version {version!r} is not a valid version")
+    for key in ("image.title", "image.licenses"):
+        if any(ch in cfg[key] for ch in "\n\r\0"):
+            raise ConfigError(f"{key} must be a single line")
+    return BuildRequest(
+        arch=arch, cuda_version=cuda_version, provider=provider,
+        template="cuda.Dockerfile.j2" if arch.is_cuda else "cpu.Dockerfile.j2",
+        devel_image=devel, runtime_image=runtime, target=cfg["build.target"], platform=platform,
+        jobs=jobs, no_vmm=cfg["build.no_vmm"], ccache=cfg["build.ccache"], cpu_level=cpu_level,
+        extra_cmake_args=tuple(cfg["build.cmake_args"]),
+        image_name=check_repository(cfg["image.name"]), version=version,
+        title=cfg["image.title"], licenses=cfg["image.licenses"],
+        variant=variant(arch, cuda_version) + variant_suffix(cpu_level, arch.is_cuda),
+    )
+
+
+def cmake_args(request: BuildRequest, source: SourceFacts) -> tuple[str, ...]:
+    """The -D flags; the same for real llama.cpp and the bundled example fork."""
+    args = [
+        "-DCMAKE_BUILD_TYPE=Release",
+        # the CPU backend: every instruction-set flag explicit (cpulevels.py), since ggml's defaults
+        # change with SOURCE_DATE_EPOCH
+        *cpu_cmake_flags(request.cpu_level, request.platform),
+        "-DLLAMA_BUILD_TESTS=OFF",
+        "-DLLAMA_BUILD_EXAMPLES=OFF",
+        # No web UI: the assets are not in every tree, and LLAMA_USE_PREBUILT_UI (default ON in
+        # current llama.cpp) downloads them at build time, which makes the image depend on the network.
+        "-DLLAMA_BUILD_UI=OFF",
+        "-DLLAMA_USE_PREBUILT_UI=OFF",
+        "-DLLAMA_BUILD_WEBUI=OFF",  # the older name of LLAMA_BUILD_UI, still read by older forks
+        "-DLLAMA_CURL=OFF",
+        "-DLLAMA_OPENSSL=ON",
+        f"-DLLAMA_BUILD_COMMIT={source.commit}",
+        f"-DLLAMA_BUILD_NUMBER={source.build_number}",
+    ]
+    if request.arch.is_cuda:
+        args += [
+            "-DGGML_CUDA=ON",
+            f"-DCMAKE_CUDA_ARCHITECTURES={request.arch.cmake_archs}",
+            f"-DGGML_CUDA_NO_VMM={'ON' if request.no_vmm else 'OFF'}",
+        ]
+        if not request.no_vmm:
+            # libggml-cuda then needs libcuda.so.1: link against the toolkit's stub, and let the
+            # executables link although the real driver library only exists at run time.
+            args.append("-DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined")
+    return tuple(args) + request.extra_cmake_args
+
+
+def oci_created(epoch: int) -> str:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def labels(request: BuildRequest, source: SourceFacts, flags: tuple[str, ...],
+           template_sha256: str, tool_version: str) -> tuple[tuple[str, str], ...]:
+    oci = "org.opencontainers.image."
+    return (
+        (oci + "source", source.url),
+        (oci + "revision", source.commit),
+        (oci + "version", request.version),
+        (oci + "created", oci_created(source.commit_time)),
+        (oci + "title", request.title),
+        (oci + "licenses", request.licenses),
+        (LABEL_PREFIX + "arch", request.arch.name),
+        (LABEL_PREFIX + "cuda-version", request.cuda_version or "none"),
+        (LABEL_PREFIX + "variant", request.variant),
+        (LABEL_PREFIX + "target", request.target),
+        (LABEL_PREFIX + "cpu-level", request.cpu_level.name),
+        (LABEL_PREFIX + "flags", " ".join(flags)),
+        (LABEL_PREFIX + "build-number", str(source.build_number)),
+        (LABEL_PREFIX + "patch-set", source.patch_set_sha256),
+        (LABEL_PREFIX + "template", template_sha256),
+        (LABEL_PREFIX + "tool-version", tool_version),
+    )
+
+
+def make_plan(request: BuildRequest, source: SourceFacts, *, template_sha256: str,
+              tool_version: str, extra_tags: tuple[str, ...] = ()) -> BuildPlan:
+    if not SHA_RE.match(source.commit):
+        raise ConfigError(f"commit {source.commit!r} is not a full 40-hex SHA")
+    flags = cmake_args(request, source)
+    return BuildPlan(
+        request=request,
+        source=source,
+        template_sha256=template_sha256,
+        tool_version=tool_version,
+        cmake_args=flags,
+        build_targets=TARGET_BINARIES[request.target],
+        labels=labels(request, source, flags, template_sha256, tool_version),
+        tags=build_tags(request.image_name, request.variant, source.commit, extra_tags),
+        # per arch and CUDA version, shared by the CPU levels: their objects outside ggml-cpu are the same
+        ccache_id=f"llama-buildkit-ccache-{variant(request.arch, request.cuda_version)}",
+    )

@@ -1,0 +1,252 @@
+"""buildkit.toml, LLAMA_BUILDKIT_* variables and CLI overrides, merged into one resolved config.
+
+Precedence, lowest first: built-in default < buildkit.toml < environment < command line.
+Every key is declared once in KEYS with its type; the file is checked against that schema
+(unknown keys and wrong types are one clear error each), and `buildkit config` shows each
+value with where it came from.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from buildkit.plan.cpulevels import LEVELS as CPU_LEVELS
+from buildkit.core.errors import ConfigError
+
+SCHEMA_VERSION = 1
+CONFIG_FILE = "buildkit.toml"
+ENV_PREFIX = "LLAMA_BUILDKIT_"
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str  # dotted: section.key
+    type: type  # str, bool, int or list (of str)
+    default: Any
+    help: str
+    choices: tuple[str, ...] = ()
+
+    @property
+    def env_var(self) -> str:
+        return ENV_PREFIX + self.name.upper().replace(".", "_")
+
+
+KEYS: tuple[Key, ...] = (
+    Key("source.url", str, "https://github.com/spiritbuun/buun-llama-cpp",
+        "git repository of the fork: URL or local path (a mirror works too)"),
+    Key("source.branch", str, "master", "branch the fork is tracked on"),
+    Key("source.commit", str, "905483277823858fdec17ff5c3750451cb1b7cdc",
+        "pinned commit: a full 40-hex SHA (or a branch/tag name to build whatever it points at)"),
+    Key("source.patch_dir", str, "patches", "patch queue, relative to buildkit.toml"),
+    Key("image.name", str, "buun-llama-cpp", "image repository name, optionally with a registry host"),
+    Key("image.version", str, "0.1.0", "version written to the org.opencontainers.image.version label"),
+    Key("image.title", str, "buun-llama-cpp", "org.opencontainers.image.title"),
+    Key("image.default_variant", str, "cuda13.1-sm120",
+        "the variant that also gets the bare version, MAJOR.MINOR and latest tags when published"),
+    Key("image.licenses", str, "MIT", "org.opencontainers.image.licenses"),
+    Key("build.arch", str, "sm_120", "CUDA architecture (see `buildkit archs`) or cpu"),
+    Key("build.cuda_version", str, "13.1", "CUDA toolkit version, MAJOR.MINOR"),
+    Key("build.target", str, "server", "image target", ("server", "full", "light")),
+    Key("build.platform", str, "linux/amd64", "buildx --platform"),
+    Key("build.no_vmm", bool, True,
+        "build with GGML_CUDA_NO_VMM=ON (no libcuda.so.1 dependency); off links against the libcuda stub"),
+    Key("build.cpu_level", str, "all",
+        "CPU instruction sets: all (every variant, the best loaded at start-up), x86-64-v2/v3/v4, armv8.2, "
+        "armv8.6, native (this machine; not reproducible elsewhere) or none (baseline, for benchmarks)",
+        tuple(CPU_LEVELS)),
+    Key("build.jobs", int, 0, "parallel compile jobs inside the build (0 = all cores of the builder)"),
+    Key("build.ccache", bool, True, "compile through ccache kept in a BuildKit cache mount (per arch and CUDA version)"),
+    Key("build.reproducible", str, "auto",
+        "auto: on the containerd image store export through an OCI archive with rewrite-timestamp (same "
+        "inputs, same digest); off: plain --load", ("auto", "off")),
+    Key("build.provenance", bool, False, "attach buildx provenance attestations (they carry invocation ids)"),
+    Key("build.cmake_args", list, [], "extra -DNAME=VALUE flags for CMake"),
+    Key("build.builder", str, "", "buildx builder name (empty = the current one)"),
+    Key("build.progress", str, "auto", "buildx --progress", ("auto", "plain", "tty", "quiet", "rawjson")),
+    Key("build.cache_from", list, [], "buildx --cache-from entries"),
+    Key("build.cache_to", list, [], "buildx --cache-to entries"),
+    Key("base.provider", str, "nvidia",
+        "where the CUDA toolkit comes from: nvidia (NVIDIA's cuda images) or wheels (os_image plus "
+        "NVIDIA's PyPI wheels, no NVIDIA image needed)", ("nvidia", "wheels")),
+    Key("base.devel_image", str, "docker.io/nvidia/cuda:{cuda_version}.0-devel-ubuntu24.04",
+        "build stage image for provider nvidia ({cuda_version} is replaced)"),
+    Key("base.runtime_image", str, "docker.io/nvidia/cuda:{cuda_version}.0-runtime-ubuntu24.04",
+        "runtime stage image for provider nvidia ({cuda_version} is replaced)"),
+    Key("base.os_image", str, "docker.io/library/ubuntu:24.04",
+        "Debian or Ubuntu image for the cpu variant and for provider wheels"),
+    Key("base.cuda_root", str, "",
+        "provider wheels: a ready CUDA root folder to use instead of downloading the wheels"),
+    Key("base.cublas", bool, True,
+        "provider wheels: include cuBLAS (llama.cpp links it; a fork that does not may turn it off)"),
+    Key("matrix.archs", list, ["sm_120"], "nightly/bake: the architectures of the build matrix"),
+    Key("matrix.cuda_versions", list, ["13.1"], "nightly/bake: the CUDA versions of the build matrix"),
+    Key("matrix.targets", list, ["server"], "nightly/bake: the image targets of the build matrix"),
+    Key("cache.dir", str, "", "cache folder for git mirrors and CUDA roots (empty = XDG cache)"),
+    Key("lock.path", str, "buildkit.lock", "lock file written after a successful build"),
+)
+
+KEY_BY_NAME: dict[str, Key] = {k.name: k for k in KEYS}
+# Tables whose keys are names the user chooses; their own modules read and validate them.
+FREE_FORM_SECTIONS = ("profiles",)
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+@dataclass(frozen=True)
+class ResolvedConfig:
+    values: Mapping[str, Any]
+    origins: Mapping[str, str]
+    path: Path | None  # the buildkit.toml read, if any
+    base_dir: Path = field(default_factory=Path.cwd)  # relative paths resolve against this
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def path_value(self, name: str) -> Path:
+        return (self.base_dir / self.values[name]).resolve()
+
+
+def _type_name(value: Any) -> str:
+    return {bool: "boolean", int: "integer", float: "float", str: "string", list: "list",
+            dict: "table"}.get(type(value), type(value).__name__)
+
+
+def _suggest(name: str) -> str:
+    close = difflib.get_close_matches(name, KEY_BY_NAME, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _check_value(key: Key, value: Any, where: str) -> Any:
+    """Type-check a value from buildkit.toml."""
+    ok = isinstance(value, key.type) and not (key.type is int and isinstance(value, bool))
+    if key.type is list:
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if not ok:
+        want = {str: "a string", bool: "true or false", int: "an integer", list: "a list of strings"}[key.type]
+        raise ConfigError(f"{where}: {key.name} must be {want}, got {_type_name(value)} {value!r}")
+    return _check_choice(key, value, where)
+
+
+def _check_choice(key: Key, value: Any, where: str) -> Any:
+    if key.choices and value not in key.choices:
+        raise ConfigError(f"{where}: {key.name} must be one of {', '.join(key.choices)}, got {value!r}")
+    return value
+
+
+def parse_text(key: Key, text: str, where: str) -> Any:
+    """Convert a string from the environment or the command line to the key's type."""
+    if key.type is bool:
+        low = text.strip().lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+        raise ConfigError(f"{where}: {key.name} must be true or false, got {text!r}")
+    if key.type is int:
+        try:
+            return int(text)
+        except ValueError:
+            raise ConfigError(f"{where}: {key.name} must be an integer, got {text!r}") from None
+    if key.type is list:
+        return [part.strip() for part in text.split(",") if part.strip()]
+    return _check_choice(key, text, where)
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    """buildkit.toml as TOML, or one ConfigError line naming the file (missing, a folder, not UTF-8,
+    not TOML, unreadable)."""
+    try:
+        with Path(path).open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a folder; --config (or LLAMA_BUILDKIT_CONFIG) names a buildkit.toml file") \
+            from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: the file is not UTF-8 text (byte {exc.start})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {str(exc).splitlines()[0]}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config file: {exc.strerror or exc}") from None
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """Read and schema-check buildkit.toml; returns {dotted key: value}."""
+    data = load_toml(path)
+    where = str(path)
+    version = data.pop("schema_version", None)
+    if version is None:
+        raise ConfigError(f"{where}: schema_version is missing (add `schema_version = {SCHEMA_VERSION}`)")
+    if version != SCHEMA_VERSION:
+        raise ConfigError(f"{where}: schema_version {version!r} is not supported "
+                          f"(this buildkit reads schema {SCHEMA_VERSION})")
+    flat: dict[str, Any] = {}
+    for section, table in data.items():
+        if section in FREE_FORM_SECTIONS:
+            continue  # read and checked by its own module
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where}: unknown key {section!r}{_suggest(section)}; "
+                              f"settings live in tables such as [source] and [build]")
+        for name, value in table.items():
+            dotted = f"{section}.{name}"
+            key = KEY_BY_NAME.get(dotted)
+            if key is None:
+                raise ConfigError(f"{where}: unknown key {dotted!r}{_suggest(dotted)}")
+            flat[dotted] = _check_value(key, value, where)
+    return flat
+
+
+def find_config_file(explicit: str | None, env: Mapping[str, str], cwd: Path) -> Path | None:
+    """--config, else $LLAMA_BUILDKIT_CONFIG, else ./buildkit.toml if present."""
+    chosen = explicit or env.get(ENV_PREFIX + "CONFIG")
+    if chosen:
+        return Path(chosen)
+    candidate = cwd / CONFIG_FILE
+    return candidate if candidate.is_file() else None
+
+
+def load_config(path: Path | None, env: Mapping[str, str] | None = None,
+                overrides: Mapping[str, tuple[Any, str]] | None = None,
+                cwd: Path | None = None) -> ResolvedConfig:
+    """Merge defaults, the file, LLAMA_BUILDKIT_* variables and CLI overrides.
+
+    `overrides` maps a dotted key to (value, origin), origin being the flag that set it; a string
+    value is parsed like an environment value.
+    """
+    env = os.environ if env is None else env
+    cwd = Path.cwd() if cwd is None else cwd
+    values = {k.name: k.default for k in KEYS}
+    origins = {k.name: "default" for k in KEYS}
+    if path is not None:
+        for name, value in read_config_file(path).items():
+            values[name], origins[name] = value, f"{path.name}"
+    for key in KEYS:
+        if key.env_var in env:
+            values[key.name] = parse_text(key, env[key.env_var], key.env_var)
+            origins[key.name] = f"env {key.env_var}"
+    for name, (value, origin) in (overrides or {}).items():
+        key = KEY_BY_NAME.get(name)
+        if key is None:
+            raise ConfigError(f"{origin}: unknown key {name!r}{_suggest(name)}")
+        values[name] = parse_text(key, value, origin) if isinstance(value, str) else _check_value(key, value, origin)
+        origins[name] = origin
+    base_dir = path.resolve().parent if path is not None else cwd
+    return ResolvedConfig(values=values, origins=origins, path=path, base_dir=base_dir)
+
+
+def parse_set_option(items: tuple[str, ...]) -> dict[str, tuple[str, str]]:
+    """--set KEY=VALUE pairs into overrides."""
+    out: dict[str, tuple[str, str]] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, for example --set build.jobs=4")
+        out[name.strip()] = (value, f"--set {name.strip()}")
+    return out

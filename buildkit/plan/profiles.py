@@ -1,0 +1,277 @@
+"""Runtime profiles: named llama-server set-ups in buildkit.toml, and the container that serves one.
+
+A profile is a `[profiles.NAME]` table of buildkit.toml (config.py leaves those tables to this
+module). It holds the llama-server arguments that make an image useful, e.g. the DFlash set-up:
+
+    [profiles.dflash]
+    description = "DFlash speculative decoding"
+    gpus = "all"
+    needs_draft = true
+    model = "models/target.gguf"           # optional; host path, relative to buildkit.toml
+    model_draft = "models/draft.gguf"      # optional; --model / --model-draft override both
+    args = ["--spec-type", "dflash", "--n-gpu-layers", "99", ...]
+
+Everything is checked before anything starts: unknown keys (with the key meant), wrong types,
+arguments buildkit sets itself (model, draft model, host, port), missing model files.
+
+`ServerSpec` is one container to run: image, model files (each mounted read-only at
+/models/...), llama-server arguments, GPUs and port. `docker_run_argv(spec)` is the `docker run`
+command `buildkit run` prints or executes; `container_kwargs(spec)` is the same container for
+docker-py (`buildkit bench --image`). Both are pure.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from buildkit.core.errors import ConfigError
+
+CONTAINER_PORT = 8080
+MODEL_DIR = "/models"
+
+
+@dataclass(frozen=True)
+class ProfileKey:
+    name: str
+    type: type
+    help: str
+
+
+PROFILE_KEYS: tuple[ProfileKey, ...] = (
+    ProfileKey("description", str, "one line saying what the profile is for"),
+    ProfileKey("args", list, "llama-server arguments, a list of strings"),
+    ProfileKey("model", str, "model file on the host (relative to buildkit.toml); --model overrides it"),
+    ProfileKey("model_draft", str, "draft model file on the host; --model-draft overrides it"),
+    ProfileKey("needs_draft", bool, "the profile cannot run without a draft model (speculative decoding)"),
+    ProfileKey("gpus", str, "docker --gpus value (all, 2, device=0,1); empty or none = no GPU"),
+    ProfileKey("port", int, "host port `buildkit run` publishes (default 8080)"),
+    ProfileKey("image", str, "image to run when --image is not given"),
+)
+_KEY_BY_NAME = {k.name: k for k in PROFILE_KEYS}
+
+# llama-server options buildkit sets itself from the profile's other keys and the command line.
+_RESERVED = {
+    "-m": "model", "--model": "model", "-md": "model_draft", "--model-draft": "model_draft",
+    "--spec-draft-model": "model_draft", "--host": None, "--port": "port",
+}
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    args: tuple[str, ...] = ()
+    description: str = ""
+    model: Path | None = None  # resolved against buildkit.toml's folder
+    model_draft: Path | None = None
+    needs_draft: bool = False
+    gpus: str = ""
+    port: int = CONTAINER_PORT
+    image: str = ""
+    source: str = ""  # "buildkit.toml [profiles.NAME]", for messages
+
+
+def _type_name(value: Any) -> str:
+    return {bool: "boolean", int: "integer", float: "float", str: "string", list: "list",
+            dict: "table"}.get(type(value), type(value).__name__)
+
+
+def _check_args(args: list[str], where: str) -> None:
+    for arg in args:
+        flag = arg.split("=", 1)[0]
+        if flag in _RESERVED:
+            key = _RESERVED[flag]
+            hint = f"use {key} = ... in the profile or the command-line option" if key else "buildkit sets it"
+            raise ConfigError(f"{where}: args must not contain {flag} ({hint})")
+
+
+def parse_profile(name: str, table: Any, where: str, base_dir: Path) -> Profile:
+    """Validate one [profiles.NAME] table; `where` names it in messages."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: must be a table ([profiles.{name}]), got {_type_name(table)}")
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        spec = _KEY_BY_NAME.get(key)
+        if spec is None:
+            close = difflib.get_close_matches(key, _KEY_BY_NAME, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else f" (keys: {', '.join(_KEY_BY_NAME)})"
+            raise ConfigError(f"{where}: unknown key {key!r}{hint}")
+        ok = isinstance(value, spec.type) and not (spec.type is int and isinstance(value, bool))
+        if spec.type is list:
+            ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        if not ok:
+            want = {str: "a string", bool: "true or false", int: "an integer", list: "a list of strings"}[spec.type]
+            raise ConfigError(f"{where}: {key} must be {want}, got {_type_name(value)} {value!r}")
+        values[key] = value
+    if "port" in values and not 0 < values["port"] < 65536:
+        raise ConfigError(f"{where}: port must be between 1 and 65535, got {values['port']}")
+    _check_args(values.get("args", []), where)
+    for key in ("model", "model_draft"):
+        if values.get(key):
+            values[key] = (base_dir / Path(values[key]).expanduser()).resolve()
+        else:
+            values.pop(key, None)
+    gpus = values.get("gpus", "")
+    values["gpus"] = "" if gpus.strip().lower() in ("", "none") else gpus.strip()
+    values["args"] = tuple(values.get("args", ()))
+    return Profile(name=name, source=where, **values)
+
+
+def read_profiles(path: Path | None) -> dict[str, Profile]:
+    """Every profile of buildkit.toml (none when there is no config file)."""
+    if path is None:
+        return {}
+    from buildkit.plan.config import load_toml
+
+    data = load_toml(path)
+    table = data.get("profiles", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: profiles must be tables such as [profiles.dflash], got {_type_name(table)}")
+    base_dir = Path(path).resolve().parent
+    return {name: parse_profile(name, body, f"{path} [profiles.{name}]", base_dir) for name, body in table.items()}
+
+
+def get_profile(path: Path | None, name: str) -> Profile:
+    profiles = read_profiles(path)
+    if name not in profiles:
+        where = str(path) if path else "no buildkit.toml found"
+        known = f"profiles: {', '.join(sorted(profiles))}" if profiles else "it defines no [profiles.NAME] table"
+        close = difflib.get_close_matches(name, profiles, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"unknown profile {name!r} ({where}: {known}){hint}")
+    return profiles[name]
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """One llama-server container: what `buildkit run` starts and `buildkit bench --image` measures."""
+
+    image: str
+    model: Path
+    model_draft: Path | None = None
+    args: tuple[str, ...] = ()  # llama-server arguments after the model options
+    gpus: str = ""  # docker --gpus value; empty = no GPU
+    host_port: int | None = CONTAINER_PORT  # None = any free port
+    bind: str = ""  # host address the port is published on; empty = all
+    name: str = ""
+    labels: tuple[tuple[str, str], ...] = field(default=())
+    profile: str = ""
+
+    @property
+    def model_in_container(self) -> str:
+        return f"{MODEL_DIR}/{self.model.name}"
+
+    @property
+    def draft_in_container(self) -> str | None:
+        return f"{MODEL_DIR}/draft/{self.model_draft.name}" if self.model_draft else None
+
+    def mounts(self) -> list[tuple[str, str]]:
+        """(host path, container path), both read-only."""
+        out = [(str(self.model), self.model_in_container)]
+        if self.model_draft:
+            out.append((str(self.model_draft), self.draft_in_container))
+        return out
+
+
+def make_spec(*, image: str | None, model: str | Path | None, model_draft: str | Path | None = None,
+              profile: Profile | None = None, extra_args: tuple[str, ...] = (), gpus: str | None = None,
+              host_port: int | None = None, use_profile_port: bool = True, bind: str = "", name: str = "",
+              labels: tuple[tuple[str, str], ...] = ()) -> ServerSpec:
+    """Merge the profile with the command line and check that every file is there."""
+    where = profile.source if profile else "the command line"
+    image = image or (profile.image if profile else "")
+    if not image:
+        raise ConfigError(f"no image to run: pass --image REF{' or set image = in ' + where if profile else ''}")
+    model_path = Path(model).expanduser().resolve() if model else (profile.model if profile else None)
+    draft_path = Path(model_draft).expanduser().resolve() if model_draft else (profile.model_draft if profile else None)
+    if model_path is None:
+        raise ConfigError(f"no model: pass --model FILE{' or set model = in ' + where if profile else ''}")
+    if profile and profile.needs_draft and draft_path is None:
+        raise ConfigError(f"profile {profile.name!r} needs a draft model: pass --model-draft FILE "
+                          f"or set model_draft = in {where}")
+    for what, path in (("model", model_path), ("draft model", draft_path)):
+        if path is not None and not path.is_file():
+            raise ConfigError(f"{what} file {path} does not exist" if not path.exists()
+                              else f"{what} {path} is not a file")
+    _check_args(list(extra_args), "extra llama-server arguments")
+    gpu_value = (profile.gpus if profile else "") if gpus is None else gpus
+    gpu_value = "" if gpu_value.strip().lower() in ("", "none") else gpu_value.strip()
+    gpu_device_requests(gpu_value)  # a malformed value stops here, before anything starts
+    port = host_port
+    if port is None and use_profile_port:
+        port = profile.port if profile else CONTAINER_PORT
+    return ServerSpec(image=image, model=model_path, model_draft=draft_path,
+                      args=tuple(profile.args if profile else ()) + tuple(extra_args), gpus=gpu_value,
+                      host_port=port, bind=bind, name=name, labels=labels,
+                      profile=profile.name if profile else "")
+
+
+def server_command(spec: ServerSpec) -> list[str]:
+    """llama-server's arguments inside the container (the image's entrypoint is llama-server)."""
+    cmd = ["--host", "0.0.0.0", "--port", str(CONTAINER_PORT), "--model", spec.model_in_container]
+    if spec.model_draft:
+        cmd += ["--model-draft", spec.draft_in_container]
+    return cmd + list(spec.args)
+
+
+def docker_run_argv(spec: ServerSpec, *, detach: bool = False, remove: bool = True) -> list[str]:
+    """The `docker run` command for spec."""
+    argv = ["docker", "run"]
+    if remove:
+        argv.append("--rm")
+    if detach:
+        argv.append("--detach")
+    if spec.name:
+        argv += ["--name", spec.name]
+    for key, value in spec.labels:
+        argv += ["--label", f"{key}={value}"]
+    if spec.gpus:
+        argv += ["--gpus", spec.gpus]
+    published = f"{spec.host_port}:{CONTAINER_PORT}" if spec.host_port else str(CONTAINER_PORT)
+    argv += ["--publish", f"{spec.bind}:{published}" if spec.bind else published]
+    for host, inside in spec.mounts():
+        argv += ["--volume", f"{host}:{inside}:ro"]
+    return argv + [spec.image] + server_command(spec)
+
+
+def gpu_device_requests(gpus: str) -> list[dict]:
+    """docker --gpus VALUE as Engine API DeviceRequests (what the docker CLI sends)."""
+    if not gpus:
+        return []
+    value = gpus.strip()
+    if value == "all":
+        return [{"Driver": "", "Count": -1, "DeviceIDs": None, "Capabilities": [["gpu"]], "Options": {}}]
+    if value.isdigit():
+        return [{"Driver": "", "Count": int(value), "DeviceIDs": None, "Capabilities": [["gpu"]], "Options": {}}]
+    if value.startswith("device="):
+        ids = [d for d in value.split("=", 1)[1].strip("\"'").split(",") if d]
+        return [{"Driver": "", "Count": 0, "DeviceIDs": ids, "Capabilities": [["gpu"]], "Options": {}}]
+    raise ConfigError(f"--gpus {gpus!r}: expected all, a count, device=ID[,ID...] or none")
+
+
+def container_kwargs(spec: ServerSpec) -> dict:
+    """Keyword arguments for docker-py's containers.create()/run() for spec (detached, not auto-removed:
+    the caller stops and removes the container itself)."""
+    import docker.types
+
+    port = spec.host_port if spec.host_port else None
+    kwargs = {
+        "image": spec.image,
+        "command": server_command(spec),
+        "detach": True,
+        "ports": {f"{CONTAINER_PORT}/tcp": (spec.bind, port) if spec.bind else port},
+        # a list of mounts, not a volumes dict: the same file may be both model and draft
+        "mounts": [docker.types.Mount(target=inside, source=host, type="bind", read_only=True)
+                   for host, inside in spec.mounts()],
+        "labels": dict(spec.labels),
+    }
+    if spec.name:
+        kwargs["name"] = spec.name
+    requests = gpu_device_requests(spec.gpus)
+    if requests:
+        kwargs["device_requests"] = [docker.types.DeviceRequest(
+            driver=r["Driver"], count=r["Count"], device_ids=r["DeviceIDs"], capabilities=r["Capabilities"],
+            options=r["Options"]) for r in requests]
+    return kwargs

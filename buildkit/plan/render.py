@@ -1,0 +1,103 @@
+"""Render the Dockerfile for a plan from the Jinja templates in templates/ (StrictUndefined).
+
+Every value that reaches a FROM or RUN line was validated by the plan; values inside RUN
+lines are additionally shell-quoted with the `sh` filter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from buildkit.core.errors import RenderError
+from buildkit.core.paths import templates_dir
+from buildkit.plan.buildplan import BuildPlan
+
+
+@dataclass(frozen=True)
+class RenderResult:
+    context_dir: Path  # holds Dockerfile and src/
+    dockerfile: Path
+    dockerfile_sha256: str
+    named_contexts: tuple[tuple[str, Path | str], ...] = ()  # --build-context NAME=DIR or NAME=oci-layout://...
+
+
+def templates_sha256(directory: Path | None = None) -> str:
+    """Hash of every template file (name and content), so any template change changes it."""
+    directory = directory or templates_dir()
+    digest = hashlib.sha256()
+    for path in sorted(directory.glob("*.j2")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _environment(directory: Path) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(directory)),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=False,
+        lstrip_blocks=False,
+    )
+    env.filters["sh"] = lambda value: shlex.quote(str(value))
+    return env
+
+
+def template_context(plan: BuildPlan) -> dict[str, object]:
+    req = plan.request
+    return {
+        "tool_version": plan.tool_version,
+        "variant": req.variant,
+        "target": req.target,
+        "arch": req.arch.name,
+        "cmake_archs": req.arch.cmake_archs,
+        "cuda_version": req.cuda_version,
+        "provider": req.provider,
+        "devel_image": req.devel_image,
+        "runtime_image": req.runtime_image,
+        "no_vmm": req.no_vmm,
+        "jobs": req.jobs if req.jobs > 0 else "$(nproc)",
+        "cmake_args": plan.cmake_args,
+        "build_targets": plan.build_targets,
+        "ccache": plan.request.ccache,
+        "ccache_id": plan.ccache_id,
+    }
+
+
+def render_dockerfile(plan: BuildPlan, directory: Path | None = None) -> str:
+    env = _environment(directory or templates_dir())
+    try:
+        text = env.get_template(plan.request.template).render(template_context(plan))
+    except jinja2.TemplateError as exc:
+        raise RenderError(f"template {plan.request.template}: {exc}") from None
+    # Collapse the blank lines left by Jinja tags.
+    lines, blank = [], False
+    for line in text.splitlines():
+        if not line.strip():
+            if not blank and lines:
+                lines.append("")
+            blank = True
+            continue
+        lines.append(line.rstrip())
+        blank = False
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_context(plan: BuildPlan, context_dir: Path,
+                  named_contexts: tuple[tuple[str, Path | str], ...] = ()) -> RenderResult:
+    """Write Dockerfile into context_dir (which already holds the patched tree under src/)."""
+    text = render_dockerfile(plan)
+    dockerfile = context_dir / "Dockerfile"
+    dockerfile.write_text(text)
+    (context_dir / ".dockerignore").write_text("Dockerfile\n.dockerignore\n")
+    return RenderResult(
+        context_dir=context_dir,
+        dockerfile=dockerfile,
+        dockerfile_sha256=hashlib.sha256(text.encode()).hexdigest(),
+        named_contexts=named_contexts,
+    )

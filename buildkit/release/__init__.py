@@ -1,0 +1,1 @@
+"""The lock, tag names, versions and publishing."""

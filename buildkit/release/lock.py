@@ -1,0 +1,200 @@
+"""buildkit.lock: every input of a successful build, the input a later `reproduce` uses.
+
+One JSON document holding one entry per variant and target (`cuda13.1-sm120/server`), so the
+builds of a matrix share a lock. Written atomically (temporary file in the same folder, fsync,
+rename) under an exclusive lock, so a crash or a concurrent build never leaves half a file.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import tempfile
+from contextlib import contextmanager
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Iterator
+
+from buildkit.core.errors import LockError
+
+LOCK_VERSION = 1
+
+
+@dataclass(frozen=True)
+class BaseImage:
+    ref: str
+    digest: str  # repo digest where known, else the local image id, else ""
+
+
+@dataclass(frozen=True)
+class LockEntry:
+    source_url: str
+    ref: str
+    commit: str
+    build_number: int
+    patches: tuple[str, ...]
+    patch_set_sha256: str
+    template: str
+    template_sha256: str
+    dockerfile_sha256: str
+    base_images: tuple[BaseImage, ...]
+    cuda_version: str | None
+    cuda_root: dict | None  # wheel manifest of provider wheels, else None
+    arch: str
+    cmake_archs: str | None
+    target: str
+    platform: str
+    no_vmm: bool
+    cmake_args: tuple[str, ...]
+    source_date_epoch: int
+    tool_version: str
+    image_name: str
+    image_digest: str
+    image_id: str
+    tags: tuple[str, ...]
+    variant: str
+    version: str = ""
+    build_key: str = ""  # hash of every input; the registry tag bk-<key>-<variant> finds the build again
+    pushed: tuple[str, ...] = ()  # full references this build was published under
+    labels: dict = field(default_factory=dict)  # the image's labels: with the fields above, every input of `reproduce`
+    exporter: str = ""  # "oci" (reproducible: OCI exporter, rewrite-timestamp) or "load" (plain --load)
+    cpu_level: str = ""  # build.cpu_level (cpulevels.py); "" in locks written before it existed
+    bench: dict | None = None  # `buildkit bench --attach-lock` results for this image; a rebuild clears them
+    build_seconds: float = 0.0  # wall time of the buildx run (the next build's progress estimate)
+
+    @property
+    def key(self) -> str:
+        return f"{self.variant}/{self.target}"
+
+
+def _kind(value) -> str:
+    return {bool: "true/false", int: "a number", float: "a number", str: "a string", list: "a list",
+            dict: "an object", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+# What each field of an entry must be: a JSON type check per field of LockEntry (by its annotation).
+_STR, _INT, _BOOL, _STRS, _DICT = "a string", "an integer", "true or false", "a list of strings", "an object"
+_EXPECT = {"str": _STR, "int": _INT, "bool": _BOOL, "tuple[str, ...]": _STRS, "dict": _DICT,
+           "str | None": _STR + " or null", "dict | None": _DICT + " or null", "int | None": _INT + " or null",
+           "tuple[BaseImage, ...]": "a list of {ref, digest} objects"}
+
+
+def _valid(expect: str, value) -> bool:
+    if expect.endswith(" or null") and value is None:
+        return True
+    base = expect.removesuffix(" or null")
+    if base == _STR:
+        return isinstance(value, str)
+    if base == _INT:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if base == _BOOL:
+        return isinstance(value, bool)
+    if base == _STRS:
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if base == _DICT:
+        return isinstance(value, dict)
+    return (isinstance(value, list) and all(isinstance(b, dict) and set(b) == {"ref", "digest"}
+                                            and all(isinstance(v, str) for v in b.values()) for b in value))
+
+
+def check_entry(data, where: str, complete: bool = True) -> None:
+    """LockError naming where, the key and what was expected, unless data is a well-formed entry
+    (complete: with every key that has no default; else only the keys it has are checked)."""
+    if not isinstance(data, dict):
+        raise LockError(f"{where}: expected an object, got {_kind(data)}")
+    known = {f.name: f for f in fields(LockEntry)}
+    for name in data:
+        if complete and name not in known:  # (a lock from a newer buildkit is still read and written)
+            raise LockError(f"{where}: unknown key {name!r}")
+    for name, spec in known.items():
+        if name not in data:
+            if complete and spec.default is MISSING and spec.default_factory is MISSING:
+                raise LockError(f"{where}: the key {name!r} is missing")
+            continue
+        expect = _EXPECT.get(str(spec.type))
+        if expect is not None and not _valid(expect, data[name]):
+            raise LockError(f"{where}.{name}: expected {expect}, got {_kind(data[name])}")
+
+
+def check_lock(data, path: Path) -> dict:
+    """The lock document, checked: version, builds (an object of entries), each entry's keys and types."""
+    if not isinstance(data, dict):
+        raise LockError(f"{path}: expected a JSON object with lock_version and builds, got {_kind(data)}")
+    if data.get("lock_version") != LOCK_VERSION:
+        raise LockError(f"{path}: lock_version: expected {LOCK_VERSION}, got {data.get('lock_version')!r:.40}"
+                        f" (not a buildkit lock of version {LOCK_VERSION})")
+    builds = data.get("builds")
+    if not isinstance(builds, dict):
+        raise LockError(f"{path}: builds: expected an object of variant/target entries, got {_kind(builds)}")
+    for key, entry in builds.items():
+        check_entry(entry, f"{path}: builds[{key!r}]", complete=False)  # users of an entry need its keys
+    nightly = data.get("nightly")
+    if nightly is not None and not isinstance(nightly, dict):
+        raise LockError(f"{path}: nightly: expected an object, got {_kind(nightly)}")
+    return data
+
+
+def entry_from_dict(data: dict, where: str = "lock entry") -> LockEntry:
+    """A LockEntry from its JSON form (as read_lock returns it)."""
+    check_entry(data, where)
+    try:
+        fields = dict(data)
+        fields["base_images"] = tuple(BaseImage(**b) for b in fields.get("base_images", ()))
+        for name in ("patches", "cmake_args", "tags", "pushed"):
+            fields[name] = tuple(fields.get(name, ()))
+        return LockEntry(**fields)
+    except TypeError as exc:
+        raise LockError(f"a lock entry does not have the expected fields: {exc}") from None
+
+
+@contextmanager
+def _exclusive(path: Path) -> Iterator[None]:
+    """Serialise writers of the lock: flock on its folder, so no extra file is left behind."""
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def read_lock(path: Path) -> dict:
+    """The whole lock document; an empty one when the file does not exist."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {"lock_version": LOCK_VERSION, "builds": {}}
+    except IsADirectoryError:
+        raise LockError(f"{path}: is a folder, not a lock file") from None
+    except (OSError, ValueError) as exc:
+        raise LockError(f"{path}: cannot read the lock file (it is left as it is): "
+                        f"{str(exc).splitlines()[0][:200]}") from None
+    return check_lock(data, path)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_lock_entry(path: Path, entry: LockEntry) -> None:
+    """Add or replace the entry for entry.key, keeping the others."""
+    path = path.resolve()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _exclusive(path):
+            data = read_lock(path)
+            data["builds"][entry.key] = asdict(entry)
+            data["builds"] = dict(sorted(data["builds"].items()))
+            _atomic_write(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    except OSError as exc:
+        raise LockError(f"{path}: cannot write the lock file: {exc}") from None

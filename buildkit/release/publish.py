@@ -1,0 +1,364 @@
+"""Publishing: build key, skip what the registry already has, versions, push, tags by digest.
+
+The order is what makes a failed push safe to run again:
+1. The build key (hash of every input) is computed before building. If the registry already
+   has `bk-<key>-<variant>`, nothing is built: the missing moving tags are pointed at that digest
+   through the registry API, in seconds.
+2. Otherwise the image is built and verified locally first (never publish an unverified image),
+   or reused when the engine already holds an image with that build key (a previous run that
+   failed while pushing), keeping that image's version.
+3. One immutable tag is pushed: a fresh build with the reproducible exporter pushes its OCI
+   archive, the bytes verify checked, through the registry API (ocilayout.push_layout, with the
+   credentials `docker login` stored), so the registry's digest is the archive's and the lock's;
+   an image taken from the engine (or built on the classic store) goes with `docker push`. Every
+   other tag is added by putting that manifest under it, so all tags point at one digest. The
+   build-key tag goes last: it marks a complete publication. With load=False (--no-load) the
+   image does not stay in the engine.
+An immutable tag that already points at another digest stops the publication before anything is
+pushed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from buildkit.engine.buildx import BuildResult, check_buildx
+from buildkit.plan.config import ResolvedConfig
+from buildkit.core.errors import ConfigError, ImageSourceError, LockError, RegistryError
+from buildkit.oci.imageref import ImageRef, parse_image_ref
+from buildkit.release.lock import entry_from_dict, read_lock, write_lock_entry
+from buildkit.flows.pipeline import Prepared, _remove_tags, build_options, build_prepared, lock_entry, prepared_context
+from buildkit.core.progress import stage
+from buildkit.plan.buildplan import BUILD_KEY_LABEL, make_plan, make_request
+from buildkit.oci.registry import RegistryClient, client_for
+from buildkit.release.tags import TagSet, build_key_tag, next_version, parse_version, release_tags
+
+VERSION_LABEL = "org.opencontainers.image.version"
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    repository: str  # registry/name
+    version: str
+    digest: str
+    tags: tuple[str, ...]  # every tag of this build, now pointing at digest
+    added: tuple[str, ...]  # tags this run created or moved
+    origin: str  # "built", "engine" (an image with this build key was already loaded) or "registry"
+    build_key: str
+
+
+def default_variant(cfg: ResolvedConfig) -> str:
+    return cfg["image.default_variant"]
+
+
+def _labels_of(client: RegistryClient, repo: str, digest: str) -> dict[str, str]:
+    """Labels of an image in the registry: manifest (or the first image of an index) → config.
+    Everything read is checked: a registry's answer is untrusted input."""
+    from buildkit.oci.ocilayout import Descriptor, json_document
+
+    where = f"registry {client.host}: {repo}@{digest[:19]}"
+    body, media_type, _ = client.get_manifest(repo, digest)
+    manifest = json_document(body, where, "manifest", RegistryError)
+    try:
+        if "manifests" in manifest:
+            images = [Descriptor.from_json(m) for m in manifest["manifests"]]
+            images = [d for d in images if d.annotations.get("vnd.docker.reference.type") != "attestation-manifest"]
+            if not images:
+                return {}
+            manifest = json_document(client.get_manifest(repo, images[0].digest)[0], where, "manifest", RegistryError)
+        if "config" not in manifest:
+            raise RegistryError(f"{where}: the manifest has no config")
+        config_digest = Descriptor.from_json(manifest["config"]).digest
+    except ImageSourceError as exc:
+        raise RegistryError(f"{where}: {exc}") from None
+    config = json_document(client.get_blob(repo, config_digest), where, "image config", RegistryError)
+    inner = config.get("config") or {}
+    labels = inner.get("Labels") if isinstance(inner, dict) else None
+    if not isinstance(labels, dict):
+        return {}
+    return {k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def _first_come(tag: str) -> bool:
+    """sha-<commit>-<variant> names a commit, not one build of it: a later build of the same commit
+    (other patches, another template) leaves it on the first image instead of failing."""
+    return tag.startswith("sha-")
+
+
+def point_tags(client: RegistryClient, repo: str, digest: str, tags: TagSet, *, force: bool = False) -> list[str]:
+    """Make every tag point at digest; refuse to move an immutable one. Returns the tags changed."""
+    body, media_type, _ = client.get_manifest(repo, digest)
+    changed: list[str] = []
+    for tag in tags.all:
+        current = client.head_manifest(repo, tag)
+        if current is not None and current.digest == digest:
+            continue
+        if current is not None and _first_come(tag):
+            continue
+        if current is not None and tag in tags.immutable and not (force and tag.startswith("bk-")):
+            raise RegistryError(f"{repo}:{tag} already points at {current.digest}, not {digest}; "
+                                "immutable tags are never moved (choose another --version)")
+        client.put_manifest(repo, tag, body, media_type)
+        changed.append(tag)
+    return changed
+
+
+def check_immutable_free(client: RegistryClient, repo: str, tags: TagSet, allowed_digest: str | None,
+                         *, force: bool) -> None:
+    """Before building: no immutable tag of the new build may exist with another digest."""
+    for tag in tags.immutable:
+        if (force and tag.startswith("bk-")) or _first_come(tag):
+            continue
+        current = client.head_manifest(repo, tag)
+        if current is not None and current.digest != allowed_digest:
+            raise RegistryError(f"{repo}:{tag} already exists with digest {current.digest}; immutable tags are "
+                                "never overwritten (use --version to choose another version, or --bump)")
+
+
+def docker_push(ref: str, stream=None) -> None:
+    """Push one tag with the docker CLI: the engine uploads the blobs with the user's credentials."""
+    stream = sys.stderr if stream is None else stream
+    proc = subprocess.run(["docker", "push", ref], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    stream.write(proc.stdout)
+    if proc.returncode != 0:
+        last = [ln for ln in proc.stdout.strip().splitlines() if ln.strip()][-1:] or ["no output"]
+        raise RegistryError(f"docker push {ref} failed: {last[0].strip()}")
+
+
+def _local_image_with_key(key: str, repository: str | None = None):
+    """(image, its version label) for an image in the engine built with this key, else (None, None).
+
+    With repository, only an image tagged in that repository counts: reproducible builds give the
+    same key (and digest) to the same inputs in another project, whose version label is not ours."""
+    import docker
+
+    try:
+        images = docker.from_env().images.list(filters={"label": f"{BUILD_KEY_LABEL}={key}"})
+    except Exception:
+        return None, None
+    if repository is not None:
+        images = [i for i in images if any(t.rsplit(":", 1)[0] == repository for t in (i.tags or ()))]
+    # A nightly of the same inputs carries a nightly version label: it is not this release's image.
+    images = [i for i in images if not is_nightly_version((i.labels or {}).get(VERSION_LABEL, ""))]
+    if not images:
+        return None, None
+    return images[0], (images[0].labels or {}).get(VERSION_LABEL)
+
+
+def is_nightly_version(version: str) -> bool:
+    """0.4.1-nightly.20261130 (what `buildkit nightly` publishes)."""
+    try:
+        prerelease = parse_version(version).prerelease
+    except Exception:
+        return False
+    return bool(prerelease) and str(prerelease).split(".")[0] == "nightly"
+
+
+def _tag_locally(image, repository: ImageRef, tags: tuple[str, ...]) -> None:
+    for tag in tags:
+        image.tag(repository.name, tag)
+
+
+def publish_built(client: RegistryClient, repository: ImageRef, digest: str, tags: TagSet, *, force: bool,
+                  stream=None) -> list[str]:
+    """Push the local image under its first immutable tag, then put every other tag on that digest."""
+    first = f"{repository.name}:{tags.immutable[0]}"
+    docker_push(first, stream)
+    pushed = client.head_manifest(repository.repository, tags.immutable[0])
+    if pushed is None or (digest and pushed.digest != digest):
+        got = pushed.digest if pushed else "nothing"
+        raise RegistryError(f"after docker push, {first} is {got}, not the built digest {digest}")
+    return [tags.immutable[0]] + _point_the_rest(client, repository, pushed.digest, tags, force=force)
+
+
+def _point_the_rest(client: RegistryClient, repository: ImageRef, digest: str, tags: TagSet, *,
+                    force: bool) -> list[str]:
+    """Every tag after the first immutable one onto digest; the build-key tag last."""
+    ordered = TagSet(immutable=tags.immutable[1:], moving=tags.moving)
+    key_tags = tuple(t for t in ordered.immutable if t.startswith("bk-"))
+    body_tags = TagSet(immutable=tuple(t for t in ordered.immutable if not t.startswith("bk-")),
+                       moving=ordered.moving)
+    changed = point_tags(client, repository.repository, digest, body_tags, force=force)
+    changed += point_tags(client, repository.repository, digest, TagSet(key_tags, ()), force=force)
+    return changed
+
+
+def publish_archive(client: RegistryClient, repository: ImageRef, archive: Path, built_digest: str,
+                    tags: TagSet, *, force: bool) -> tuple[str, list[str]]:
+    """Push the OCI archive the build wrote (the bytes verify checked) through the registry API:
+    its blobs, then its manifest byte for byte under the first immutable tag, then every other tag
+    on that digest. The digest in the registry is the archive's, which is the lock's."""
+    from buildkit.oci.ocilayout import OciArchive, push_layout
+
+    with OciArchive(archive) as layout:
+        image = layout.image(None)
+        if built_digest and image.manifest_digest != built_digest:
+            raise RegistryError(f"the archive {archive} holds {image.manifest_digest}, not the built {built_digest}")
+        digest = push_layout(client, repository.repository, image, [tags.immutable[0]])
+    return digest, [tags.immutable[0]] + _point_the_rest(client, repository, digest, tags, force=force)
+
+
+def _repository(request_image_name: str) -> ImageRef:
+    repository = parse_image_ref(request_image_name)
+    if repository.tag or repository.digest:
+        raise RegistryError(f"image.name {request_image_name!r} must not carry a tag or digest")
+    return repository
+
+
+def _reuse_published(client: RegistryClient, repository: ImageRef, key: str, variant: str, commit: str,
+                     is_default: bool) -> tuple[str, str, TagSet, list[str]] | None:
+    """When the registry has the build key's tag: point the missing tags at it; (digest, version, tags, added)."""
+    existing = client.head_manifest(repository.repository, build_key_tag(key, variant))
+    if existing is None:
+        return None
+    version = _labels_of(client, repository.repository, existing.digest).get(VERSION_LABEL, "")
+    tags = release_tags(version, commit, variant, default_variant=is_default, build_key=key)
+    added = point_tags(client, repository.repository, existing.digest, tags)
+    return existing.digest, version, tags, added
+
+
+def _push_image(client: RegistryClient, repository: ImageRef, image, local_digest: str, tags: TagSet, *,
+                force: bool, stream=None) -> tuple[str, list[str]]:
+    """Tag the local image, push it, put every tag on its digest; (registry digest, tags changed)."""
+    _tag_locally(image, repository, tags.immutable[:1])
+    added = publish_built(client, repository, local_digest, tags, force=force, stream=stream)
+    return client.head_manifest(repository.repository, tags.immutable[0]).digest, added
+
+
+def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str = "patch",
+                   force: bool = False, verify: bool = True, stream=None, load: bool = True) -> PublishResult:
+    """`buildkit build --push`. With the reproducible exporter the OCI archive itself is pushed
+    (publish_archive); load=False keeps the image out of the engine: never loaded without verify,
+    else loaded for the checks only and its tags removed after the push."""
+    request = make_request(cfg)
+    if version is not None:
+        parse_version(version)
+    repository = _repository(request.image_name)
+    options = build_options(cfg)
+    if not load and not options.reproducible:
+        raise ConfigError("--no-load needs the OCI exporter (the containerd image store, build.reproducible "
+                          "= auto): without it the image reaches the registry through the engine")
+    check_buildx(options.docker)
+    is_default = request.variant == default_variant(cfg)
+    variant, repo = request.variant, repository.repository
+    with client_for(repository.registry) as client, prepared_context(cfg, request=request) as prepared:
+        key, commit = prepared.build_key, prepared.source.commit
+        reused = None if force else _reuse_published(client, repository, key, variant, commit, is_default)
+        if reused is not None:
+            digest, version, tags, added = reused
+            _record(cfg, prepared, repository, tags, version, digest)
+            return PublishResult(repository.name, version, digest, tags.all, tuple(added), origin="registry",
+                                 build_key=key)
+        local, local_version = (None, None) if force else _local_image_with_key(key, request.image_name)
+        if local is not None and version and local_version != version:
+            local = local_version = None  # the engine's copy carries another version label: build anew
+        version = local_version or version or next_version(client.list_tags(repo), variant, bump)
+        tags = release_tags(version, commit, variant, default_variant=is_default, build_key=key)
+        check_immutable_free(client, repo, tags, local.id if local is not None else None, force=force)
+        prepared = replace(prepared, plan=_with_version(prepared, version))
+        if local is None:
+            build_opts = replace(options, load=load or verify)  # verify runs the image in the engine
+            result = build_prepared(prepared, cfg, verify=verify, stream=stream, options=build_opts).result
+            origin = "built"
+            if result.oci_archive is not None:
+                with stage("push", f"{repository.name}:{tags.immutable[0]} (the built OCI archive)"):
+                    digest, added = publish_archive(client, repository, result.oci_archive, result.digest, tags,
+                                                    force=force)
+                if not load:
+                    _remove_tags(result.tags)
+                    result = replace(result, tags=())
+                elif result.tags:  # the engine's copy gets the release tag too, as `docker push` gave it
+                    _tag_locally(__import__("docker").from_env().images.get(result.tags[0]), repository,
+                                 tags.immutable[:1])
+            else:
+                local = __import__("docker").from_env().images.get(result.tags[0])
+                with stage("push", f"{repository.name}:{tags.immutable[0]} (docker push)"):
+                    digest, added = _push_image(client, repository, local, result.digest, tags, force=force,
+                                                stream=stream)
+        else:
+            result = BuildResult(digest=local.id, config_digest=local.id, tags=tuple(local.tags), seconds=0.0)
+            origin = "engine"
+            with stage("push", f"{repository.name}:{tags.immutable[0]} (docker push)"):
+                digest, added = _push_image(client, repository, local, result.digest, tags, force=force,
+                                            stream=stream)
+        _record(cfg, prepared, repository, tags, version, digest, result)
+        return PublishResult(repository.name, version, digest, tags.all, tuple(added), origin=origin, build_key=key)
+
+
+def push_local(cfg: ResolvedConfig, *, force: bool = False, stream=None) -> PublishResult:
+    """`buildkit push`: publish the image of the lock's entry for this variant, already in the engine."""
+    import docker
+
+    request = make_request(cfg)
+    repository = _repository(request.image_name)
+    lock_path = cfg.path_value("lock.path")
+    entry = read_lock(lock_path)["builds"].get(f"{request.variant}/{request.target}")
+    if entry is None:
+        raise LockError(f"{lock_path} has no build of {request.variant}/{request.target}; run buildkit build first")
+    entry_from_dict(entry, f"{lock_path}: builds[{request.variant + '/' + request.target!r}]")  # every key there
+    try:
+        image = docker.from_env().images.get(entry["image_id"])
+    except Exception:
+        raise RegistryError(f"the image {entry['image_id'][:19]} of {request.variant} is not in the local engine; "
+                            "run buildkit build again") from None
+    key, version, commit = entry["build_key"], entry["version"], entry["commit"]
+    is_default = request.variant == default_variant(cfg)
+    with client_for(repository.registry) as client:
+        reused = None if force else _reuse_published(client, repository, key, request.variant, commit, is_default)
+        if reused is not None:
+            digest, version, tags, added = reused
+        else:
+            tags = release_tags(version, commit, request.variant, default_variant=is_default, build_key=key)
+            check_immutable_free(client, repository.repository, tags, image.id, force=force)
+            digest, added = _push_image(client, repository, image, image.id, tags, force=force, stream=stream)
+    entry.update(image_digest=digest, pushed=[f"{repository.name}:{t}" for t in tags.all])
+    write_lock_entry(lock_path, entry_from_dict(entry))
+    return PublishResult(repository.name, version, digest, tags.all, tuple(added),
+                         origin="registry" if reused is not None else "engine", build_key=key)
+
+
+def _with_version(prepared: Prepared, version: str):
+    """The plan again with the publication's version (its label); the build key is unchanged."""
+    plan = prepared.plan
+    new = make_plan(replace(plan.request, version=version), plan.source, template_sha256=plan.template_sha256,
+                    tool_version=plan.tool_version, extra_tags=tuple(t.split(":", 1)[1] for t in plan.tags[2:]))
+    return replace(new, labels=new.labels + ((BUILD_KEY_LABEL, prepared.build_key),))
+
+
+def _record(cfg: ResolvedConfig, prepared: Prepared, repository: ImageRef, tags: TagSet, version: str,
+            digest: str, result: BuildResult | None = None) -> None:
+    """The lock entry of a publication; a build found in the registry has no local image."""
+    result = result or BuildResult(digest=digest, config_digest="", tags=(), seconds=0.0)
+    entry = replace(lock_entry(prepared, result), version=version, image_digest=digest,
+                    pushed=tuple(f"{repository.name}:{t}" for t in tags.all))
+    write_lock_entry(cfg.path_value("lock.path"), entry)
+
+
+def tags_for(cfg: ResolvedConfig, version: str, commit: str) -> TagSet:
+    """`buildkit tags`: the tags a build of this version and commit gets (without the build key)."""
+    request = make_request(cfg)
+    return release_tags(version, commit, request.variant, default_variant=request.variant == default_variant(cfg))
+
+
+def image_labels(client: RegistryClient, repo: str, digest: str) -> dict[str, str]:
+    """The labels of the image at digest in the registry (for nightly and promote)."""
+    return _labels_of(client, repo, digest)
+
+
+def publish_local_image(client: RegistryClient, repository: ImageRef, image_id: str, tags: TagSet, *,
+                        force: bool = False, stream=None) -> tuple[str, list[str]]:
+    """Publish an image the engine already holds (by id or tag), under tags: refuse if an immutable
+    tag points elsewhere, push the first immutable tag, put the others on its digest.
+    Returns (registry digest, tags changed). Used by `buildkit nightly` for each baked variant."""
+    import docker
+
+    try:
+        image = docker.from_env().images.get(image_id)
+    except Exception:
+        raise RegistryError(f"the image {image_id[:19]} is not in the local engine") from None
+    check_immutable_free(client, repository.repository, tags, image.id, force=force)
+    return _push_image(client, repository, image, image.id, tags, force=force, stream=stream)

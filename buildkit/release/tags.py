@@ -1,0 +1,129 @@
+"""Image tag names (pure). The full semver scheme for publishing builds on these names."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import semver
+
+from buildkit.plan.archs import Arch
+from buildkit.core.errors import ConfigError
+
+# Docker's tag grammar: [A-Za-z0-9_][A-Za-z0-9_.-]{0,127}
+TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+# repository: lowercase path components, optional registry host[:port]
+REPOSITORY_RE = re.compile(
+    r"^(?:[A-Za-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+    r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
+
+
+def variant(arch: Arch, cuda_version: str | None) -> str:
+    """cuda13.1-sm120 for a CUDA arch, cpu for the CPU image."""
+    if not arch.is_cuda:
+        return "cpu"
+    return f"cuda{cuda_version}-sm{arch.number}"
+
+
+def check_tag(tag: str) -> str:
+    if not TAG_RE.match(tag):
+        raise ConfigError(f"tag {tag!r} is not a valid Docker tag "
+                          "(letters, digits, '_', '.', '-'; at most 128 characters; no '+')")
+    return tag
+
+
+def check_repository(name: str) -> str:
+    if not REPOSITORY_RE.match(name):
+        raise ConfigError(f"image name {name!r} is not a valid repository name "
+                          "(lowercase letters, digits and separators, optionally registry/...)")
+    return name
+
+
+def build_tags(repository: str, variant_name: str, commit: str, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Tags a local build gets: <variant>, sha-<7>-<variant>, plus any extra tags asked for."""
+    check_repository(repository)
+    names = [variant_name, f"sha-{commit[:7]}-{variant_name}", *extra]
+    seen: list[str] = []
+    for name in names:
+        if name not in seen:
+            seen.append(check_tag(name))
+    return tuple(f"{repository}:{name}" for name in seen)
+
+
+@dataclass(frozen=True)
+class TagSet:
+    """The tags of one published build. Immutable tags must never move to another digest."""
+    immutable: tuple[str, ...]
+    moving: tuple[str, ...]
+
+    @property
+    def all(self) -> tuple[str, ...]:
+        return self.immutable + self.moving
+
+
+def parse_version(text: str) -> semver.Version:
+    try:
+        return semver.Version.parse(text)
+    except (ValueError, TypeError):
+        raise ConfigError(f"version {text!r} is not semver (MAJOR.MINOR.PATCH[-PRERELEASE])") from None
+
+
+def build_key_tag(build_key: str, variant_name: str) -> str:
+    """The tag under which a build with these exact inputs is found again in the registry."""
+    return f"bk-{build_key[:24]}-{variant_name}"
+
+
+def release_tags(version: str, commit: str, variant_name: str, *, default_variant: bool,
+                 build_key: str | None = None) -> TagSet:
+    """The tag scheme (cf. docker/metadata-action's semver rules, per variant):
+
+    immutable: V-<variant>, sha-<7>-<variant> (and the build-key tag);
+    moving: <major>.<minor>-<variant>, <major>-<variant> (not while major is 0), <variant>;
+    the default variant also gets V, <major>.<minor>, <major> (not while 0) and latest.
+    A prerelease gets only V-<variant> and, for nightlies, nightly-<variant>: never latest.
+    Every tag is checked against Docker's grammar (so a '+build' suffix is refused).
+    """
+    v = parse_version(version)
+    immutable = [f"{v}-{variant_name}"]
+    moving: list[str] = []
+    if v.prerelease:
+        if str(v.prerelease).split(".")[0] == "nightly":
+            moving.append(f"nightly-{variant_name}")
+    else:
+        immutable.append(f"sha-{commit[:7]}-{variant_name}")
+        moving.append(f"{v.major}.{v.minor}-{variant_name}")
+        if v.major > 0:
+            moving.append(f"{v.major}-{variant_name}")
+        moving.append(variant_name)
+        if default_variant:
+            immutable.append(str(v))
+            moving.append(f"{v.major}.{v.minor}")
+            if v.major > 0:
+                moving.append(str(v.major))
+            moving.append("latest")
+    if build_key:
+        immutable.append(build_key_tag(build_key, variant_name))
+    return TagSet(immutable=tuple(check_tag(t) for t in immutable), moving=tuple(check_tag(t) for t in moving))
+
+
+BUMPS = ("patch", "minor", "major")
+
+
+def next_version(existing_tags: list[str], variant_name: str, bump: str = "patch") -> str:
+    """Bump the highest release V of `V-<variant>` tags; 0.1.0 when there is none."""
+    if bump not in BUMPS:
+        raise ConfigError(f"--bump must be one of {', '.join(BUMPS)}, got {bump!r}")
+    suffix = f"-{variant_name}"
+    found = []
+    for tag in existing_tags:
+        if tag.endswith(suffix):
+            try:
+                v = semver.Version.parse(tag[: -len(suffix)])
+            except ValueError:
+                continue
+            if not v.prerelease and not v.build:
+                found.append(v)
+    if not found:
+        return "0.1.0"
+    highest = max(found)
+    return str({"patch": highest.bump_patch, "minor": highest.bump_minor, "major": highest.bump_major}[bump]())

@@ -1,0 +1,1 @@
+"""The source stage: git (through GitPython), the pinned commit, patches, the CUDA root from wheels."""

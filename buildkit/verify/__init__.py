@@ -1,0 +1,1 @@
+"""Checks on a built image: binaries, instructions, libraries."""

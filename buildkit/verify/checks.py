@@ -1,0 +1,323 @@
+"""Smoke checks on a built image (docker-py runs and inspects; nothing is built here).
+
+1. `llama-server --version` (or llama-cli for the light target) runs inside the image and
+   reports the pinned commit. This catches a runtime stage that forgot one of llama.cpp's
+   shared libraries or a system library they link (OpenSSL, OpenMP).
+2. CUDA images: the architectures inside libggml-cuda.so, listed by `cuobjdump --list-elf`
+   where a cuobjdump is available, are exactly the requested one.
+3. CUDA images with NO_VMM: libggml-cuda.so does not need libcuda.so.1.
+4. The CPU backend (build.cpu_level, see cpulevels.py): /app/lib holds exactly the libraries of
+   the level (every libggml-cpu-<variant>.so for `all`, one libggml-cpu.so otherwise); each one's
+   disassembly (objdump) holds the vector code of its level and none above it (no ymm in x64, zmm
+   in skylakex); and `-lv 10 --list-devices` in the image, on this machine, loads the variant that ggml's
+   own score picks for this CPU.
+
+A check that cannot run here (no cuobjdump; a VMM build that needs the driver library to
+start) is reported as skipped with the reason, never as passed.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from buildkit.verify import cpucode
+
+from buildkit.plan import cpulevels
+from buildkit.verify.cpuhost import cpu_flags, host_cpu_flags, host_platform_arch
+from buildkit.core.errors import VerifyError
+from buildkit.plan.buildplan import BuildPlan
+
+PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
+ELF_ARCH_RE = re.compile(r"\b(sm_\d+[af]?)\b")
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    image: str
+    checks: tuple[Check, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.status != FAILED for c in self.checks)
+
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if c.status == FAILED]
+
+
+def _docker_client():
+    import docker  # imported here: no work, and no Docker needed, at import time
+
+    try:
+        client = docker.from_env()
+        client.ping()
+    except Exception as exc:  # docker-py raises several types for "no engine"
+        raise VerifyError(f"cannot reach the Docker engine to verify the image: {exc}") from None
+    return client
+
+
+def _run(client, image: str, entrypoint: list[str], args: list[str]) -> tuple[int, str]:
+    container = client.containers.create(image, entrypoint=entrypoint, command=args, network_disabled=True)
+    try:
+        container.start()
+        result = container.wait(timeout=120)
+        output = container.logs(stdout=True, stderr=True).decode(errors="replace")
+        return int(result.get("StatusCode", 1)), output
+    finally:
+        container.remove(force=True)
+
+
+def _copy_out(client, image: str, path: str, dest: Path) -> None:
+    """Copy `path` (a folder) out of the image into dest, symlinks kept."""
+    container = client.containers.create(image, entrypoint=["/bin/true"])
+    try:
+        stream, _ = container.get_archive(path)
+        data = io.BytesIO(b"".join(stream))
+    finally:
+        container.remove(force=True)
+    with tarfile.open(fileobj=data) as tar:
+        tar.extractall(dest, filter="data")
+
+
+def check_version(client, plan: BuildPlan, image: str) -> Check:
+    binary = "/app/llama-cli" if plan.request.target == "light" else "/app/llama-server"
+    code, output = _run(client, image, [binary], ["--version"])
+    text = output.strip()
+    missing = re.search(r"error while loading shared libraries: ([^:]+)", text)
+    if missing:
+        return Check("version", FAILED, f"{binary} cannot start: shared library {missing.group(1)} "
+                                        "is missing from the runtime stage")
+    commit = plan.source.commit
+    if code != 0:
+        return Check("version", FAILED, f"{binary} --version exited {code}: {text.splitlines()[-1:]}")
+    if commit not in text and commit[:7] not in text:
+        return Check("version", FAILED, f"{binary} --version does not report commit {commit[:12]}: "
+                                        f"{text.splitlines()[:1]}")
+    line = next((ln for ln in text.splitlines() if ln.startswith("version:")), text.splitlines()[0])
+    return Check("version", PASSED, line.strip())
+
+
+def find_cuobjdump(extra_dirs: list[Path] = ()) -> str | None:
+    """cuobjdump from PATH, $CUDA_HOME, the given CUDA roots, or /usr/local/cuda."""
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    candidates = [Path(os.environ["CUDA_HOME"]) / "bin"] if os.environ.get("CUDA_HOME") else []
+    candidates += [Path(d) / "bin" for d in extra_dirs] + [Path("/usr/local/cuda/bin")]
+    for directory in candidates:
+        path = directory / "cuobjdump"
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path)
+    return None
+
+
+def needed_libraries(path: Path) -> list[str]:
+    """DT_NEEDED entries of an ELF shared library."""
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+
+    with path.open("rb") as fh:
+        elf = ELFFile(fh)
+        needed: list[str] = []
+        for section in elf.iter_sections():
+            if isinstance(section, DynamicSection):
+                needed += [tag.needed for tag in section.iter_tags() if tag.entry.d_tag == "DT_NEEDED"]
+        return needed
+
+
+def elf_archs(cuobjdump: str, library: Path) -> set[str]:
+    proc = subprocess.run([cuobjdump, "--list-elf", str(library)], capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise VerifyError(f"cuobjdump --list-elf {library.name} failed: {proc.stderr.strip()[:200]}")
+    return set(ELF_ARCH_RE.findall(proc.stdout))
+
+
+def _cuda_library(lib_dir: Path) -> Path | None:
+    candidates = sorted(p for p in lib_dir.rglob("libggml-cuda.so*") if p.is_file() and not p.is_symlink())
+    return candidates[0] if candidates else None
+
+
+def check_cuda_library(client, plan: BuildPlan, image: str, cuda_roots: list[Path]) -> list[Check]:
+    checks: list[Check] = []
+    with tempfile.TemporaryDirectory(prefix="buildkit-verify-") as tmp:
+        _copy_out(client, image, "/app/lib", Path(tmp))
+        library = _cuda_library(Path(tmp))
+        if library is None:
+            return [Check("cuda-library", FAILED, "libggml-cuda.so is not in /app/lib of the image")]
+        needed = needed_libraries(library)
+        needs_driver = "libcuda.so.1" in needed
+        if plan.request.no_vmm and needs_driver:
+            checks.append(Check("no-vmm", FAILED, f"{library.name} needs libcuda.so.1 although built with "
+                                                  "GGML_CUDA_NO_VMM=ON"))
+        elif plan.request.no_vmm:
+            checks.append(Check("no-vmm", PASSED, f"{library.name} does not need libcuda.so.1"))
+        else:
+            checks.append(Check("vmm", PASSED if needs_driver else FAILED,
+                                f"{library.name} {'needs' if needs_driver else 'does not need'} libcuda.so.1 "
+                                "(VMM build, linked against the stub)"))
+        cuobjdump = find_cuobjdump(cuda_roots)
+        expected = {plan.arch.elf_arch}
+        if cuobjdump is None:
+            checks.append(Check("cuda-archs", SKIPPED, "no cuobjdump on this machine (PATH, CUDA_HOME, "
+                                                       "/usr/local/cuda); install nvidia-cuda-cuobjdump"))
+        else:
+            found = elf_archs(cuobjdump, library)
+            status = PASSED if found == expected else FAILED
+            checks.append(Check("cuda-archs", status, f"cuobjdump lists {', '.join(sorted(found)) or 'nothing'}; "
+                                                      f"expected {', '.join(sorted(expected))}"))
+    return checks
+
+
+CPU_LIB_RE = re.compile(r"^libggml-cpu(?:-(?P<variant>[A-Za-z0-9_.]+))?\.so(?P<version>\.[0-9.]+)?$")
+LOADED_RE = re.compile(r"loaded CPU backend from (?P<path>\S+)")
+
+
+def cpu_libraries(lib_dir: Path) -> dict[str, Path]:
+    """{variant name ('' for plain libggml-cpu.so): file} of the CPU backends in a copied /app/lib."""
+    found: dict[str, Path] = {}
+    for path in sorted(lib_dir.rglob("libggml-cpu*.so*")):
+        match = CPU_LIB_RE.match(path.name)
+        if match and path.is_file() and not path.is_symlink():
+            found[match.group("variant") or ""] = path
+    return found
+
+
+def expected_backends(plan: BuildPlan) -> tuple[str, ...]:
+    """Variant names the level must bring ('' = one plain libggml-cpu.so)."""
+    level = plan.request.cpu_level
+    if level.all_variants:
+        return cpulevels.REQUIRED_VARIANTS.get(cpulevels.platform_arch(plan.request.platform), ())
+    return ("",)
+
+
+def backend_class(plan: BuildPlan, variant: str, host: set[str]) -> str | None:
+    """The SIMD class a backend must show; None when it cannot be known (an unknown variant)."""
+    platform, level = plan.request.platform, plan.request.cpu_level
+    if variant:
+        features = cpulevels.variants_for(platform).get(variant)
+        return None if features is None else cpulevels.simd_class(features, platform)
+    if level.native:
+        return cpulevels.simd_class(tuple(sorted(host)), platform)
+    return cpulevels.simd_class(cpulevels.level_features(level), platform)
+
+
+def engine_arch(client) -> str:
+    """The engine machine's architecture as a platform name (amd64, arm64)."""
+    try:
+        arch = str(client.version().get("Arch", ""))
+    except Exception:
+        arch = ""
+    return arch or host_platform_arch()
+
+
+def engine_cpu_flags(client, image: str) -> set[str]:
+    """The CPU flags of the machine the engine runs on (the image's own /proc/cpuinfo), else this one's."""
+    code, output = _run(client, image, ["/bin/cat"], ["/proc/cpuinfo"])
+    return (cpu_flags(output) if code == 0 else set()) or host_cpu_flags()
+
+
+def check_cpu_backends(client, plan: BuildPlan, image: str, *, can_start: bool = True) -> list[Check]:
+    """can_start False: the image's binaries cannot run here (a VMM build without the driver)."""
+    platform, level = plan.request.platform, plan.request.cpu_level
+    arch = cpulevels.platform_arch(platform)
+    host = cpulevels.host_features(engine_cpu_flags(client, image), platform) if arch == engine_arch(client) else set()
+    with tempfile.TemporaryDirectory(prefix="buildkit-verify-") as tmp:
+        _copy_out(client, image, "/app/lib", Path(tmp))
+        libs = cpu_libraries(Path(tmp))
+        names = sorted(libs)
+        shown = ", ".join(libs[n].name for n in names) or "none"
+        missing = [v for v in expected_backends(plan) if v not in libs]
+        extra = [n for n in names if (n == "") == level.all_variants]
+        if missing or extra:
+            what = [f"missing {', '.join(f'libggml-cpu-{v}.so' if v else 'libggml-cpu.so' for v in missing)}"] \
+                if missing else []
+            what += [f"unexpected {', '.join(libs[n].name for n in extra)}"] if extra else []
+            return [Check("cpu-backends", FAILED, f"cpu level {level.name}: /app/lib holds {shown}; {'; '.join(what)}")]
+        checks = [Check("cpu-backends", PASSED, f"cpu level {level.name}: {shown}")]
+        objdump = cpucode.find_objdump(arch)
+        if objdump is None:
+            checks.append(Check("cpu-code", SKIPPED, f"no objdump for {arch} code on this machine; install binutils"))
+        else:
+            checks.append(_check_code(plan, libs, objdump, host))
+    if can_start:
+        checks.append(check_cpu_loaded(client, plan, image, names, host))
+    else:
+        checks.append(Check("cpu-load", SKIPPED, "the image's binaries need the NVIDIA driver's libcuda.so.1 to start"))
+    return checks
+
+
+def _check_code(plan: BuildPlan, libs: dict[str, Path], objdump: str, host: set[str]) -> Check:
+    bad, good = [], []
+    for name, path in sorted(libs.items()):
+        wanted = backend_class(plan, name, host)
+        counts = cpucode.disassembly_counts(objdump, path)
+        label = name or path.name
+        if wanted is None:
+            good.append(f"{label}: {cpucode.summary(counts)} (variant unknown to buildkit, not judged)")
+            continue
+        why = cpucode.problems(wanted, counts)
+        (bad if why else good).append(f"{label} ({wanted}): {'; '.join(why) if why else cpucode.summary(counts)}")
+    if bad:
+        return Check("cpu-code", FAILED, "CPU backend without the code of its level: " + " | ".join(bad))
+    return Check("cpu-code", PASSED, " | ".join(good))
+
+
+def check_cpu_loaded(client, plan: BuildPlan, image: str, names: list[str], host: set[str]) -> Check:
+    """`-lv 10 --list-devices` loads the backends (ggml_backend_load_all) and logs which CPU backend it loaded."""
+    platform, level = plan.request.platform, plan.request.cpu_level
+    if cpulevels.platform_arch(platform) != engine_arch(client):
+        return Check("cpu-load", SKIPPED, f"{platform} image on a {engine_arch(client)} engine (emulated)")
+    if not level.backend_dl:
+        return Check("cpu-load", SKIPPED, "cpu level native links libggml-cpu; nothing is chosen at start-up")
+    if level.all_variants:
+        expected = cpulevels.best_variant([n for n in names if n], host, platform)
+        if expected is None:
+            return Check("cpu-load", SKIPPED, "no variant in the image runs on this machine's CPU")
+        want = f"libggml-cpu-{expected}.so"
+    else:
+        need = cpulevels.level_features(level)
+        lacking = [f for f in need if f not in host]
+        if lacking:
+            return Check("cpu-load", SKIPPED, f"this machine lacks {', '.join(lacking)}: the {level.name} backend "
+                                              "cannot load here")
+        want = "libggml-cpu.so"
+    binary = "/app/llama-cli" if plan.request.target == "light" else "/app/llama-server"
+    # llama.cpp logs the loaded backend file only at a high verbosity; -lv is parsed before --list-devices
+    code, output = _run(client, image, [binary], ["-lv", "10", "--list-devices"])
+    match = LOADED_RE.search(output)
+    if match is None:
+        return Check("cpu-load", FAILED, f"{binary} --list-devices (exit {code}) loaded no CPU backend: "
+                                         f"{output.strip().splitlines()[-3:]}")
+    loaded = match.group("path")
+    if Path(loaded).name != want:
+        return Check("cpu-load", FAILED, f"loaded {loaded}; this machine's best is {want}")
+    return Check("cpu-load", PASSED, f"loaded {loaded} (the best for this CPU)")
+
+
+def verify_image(plan: BuildPlan, image: str, *, cuda_roots: list[Path] = ()) -> VerifyReport:
+    client = _docker_client()
+    checks: list[Check] = []
+    if plan.arch.is_cuda:
+        checks += check_cuda_library(client, plan, image, list(cuda_roots))
+    vmm_needs_driver = any(c.name == "vmm" and c.status == PASSED for c in checks)
+    checks += check_cpu_backends(client, plan, image, can_start=not vmm_needs_driver)
+    if vmm_needs_driver:
+        checks.append(Check("version", SKIPPED, "a VMM build needs the NVIDIA driver's libcuda.so.1 to start; "
+                                                "no driver here"))
+    else:
+        checks.append(check_version(client, plan, image))
+    return VerifyReport(image=image, checks=tuple(checks))

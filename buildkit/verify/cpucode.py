@@ -1,0 +1,85 @@
+"""Which vector instructions a CPU backend library holds: its disassembly (binutils objdump),
+counted per instruction-set class. The counting is pure (tested on text); running objdump is the edge.
+
+Classes (x86-64): sse42 (SSSE3/SSE4 integer ops such as pshufb, pmaddubsw, ptest), avx (any ymm
+register), avx2 (integer ops on ymm: vpmaddubsw, vpshufb, vpbroadcast*, ...; AVX1 has no 256-bit
+integer ops), avx512 (any zmm register). arm64: neon (vector registers v0.16b ...), sve (z0.s ...).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from buildkit.core.errors import VerifyError
+
+SIGNATURES: dict[str, re.Pattern[str]] = {
+    "sse42": re.compile(r"\t(?:pshufb|pmaddubsw|pmulld|ptest|pmov[sz]x\w+|pblendvb|pcmpgtq|pminsd|pmaxsd)\s"),
+    "avx": re.compile(r"%ymm"),
+    "avx2": re.compile(r"\t(?:vpmaddubsw|vpmaddwd|vpshufb|vpbroadcast[bwdq]|vpermq|vpermd|vpaddd|vpaddw|"
+                       r"vpsubb|vpsignb|vpabsb|vpsllw|vpsrlw|vpand|vpor|vpmulld|vpcmpeqb)\s[^\n]*%ymm"),
+    "avx512": re.compile(r"%zmm"),
+    "neon": re.compile(r"\bv\d+\.(?:16b|8b|8h|4h|4s|2s|2d)\b"),
+    "sve": re.compile(r"\bz\d+\.[bhsd]\b"),
+}
+# What a class promises: the class itself is required; the wider registers above it must be absent
+# (code the CPU of that level could not run).
+ABOVE = {"baseline": ("avx", "avx512"), "sse42": ("avx", "avx512"), "avx": ("avx512",), "avx2": ("avx512",),
+         "avx512": (), "neon": (), "sve": ()}
+REQUIRED = {"baseline": (), "sse42": ("sse42",), "avx": ("avx",), "avx2": ("avx2",),
+            "avx512": ("avx512",), "neon": ("neon",), "sve": ("sve",)}
+
+
+def count_lines(lines) -> dict[str, int]:
+    """Instruction lines matching each class's signature."""
+    counts = {name: 0 for name in SIGNATURES}
+    for line in lines:
+        if "\t" not in line:
+            continue  # labels, section headers
+        for name, pattern in SIGNATURES.items():
+            if pattern.search(line):
+                counts[name] += 1
+    return counts
+
+
+def problems(simd_class: str, counts: dict[str, int]) -> list[str]:
+    """Why a library of `simd_class` does not hold the code of that class (empty: it does)."""
+    out = [f"no {need} instructions" for need in REQUIRED[simd_class] if counts.get(need, 0) == 0]
+    out += [f"{counts[above]} {above} instructions (above its level)" for above in ABOVE[simd_class]
+            if counts.get(above, 0) > 0]
+    return out
+
+
+def summary(counts: dict[str, int]) -> str:
+    shown = [f"{name} {n}" for name, n in counts.items() if n]
+    return ", ".join(shown) or "no vector instructions"
+
+
+def find_objdump(platform_arch: str) -> str | None:
+    """An objdump that can disassemble the platform's code (binutils; binutils-multiarch for arm64 on x86)."""
+    for name in ("objdump", "x86_64-linux-gnu-objdump", "aarch64-linux-gnu-objdump"):
+        path = shutil.which(name)
+        if path is None:
+            continue
+        if platform_arch == "arm64" and "aarch64" not in name:
+            info = subprocess.run([path, "-i"], capture_output=True, text=True, timeout=30).stdout
+            if "aarch64" not in info:
+                continue
+        if platform_arch == "amd64" and "aarch64" in name:
+            continue
+        return path
+    return None
+
+
+def disassembly_counts(objdump: str, library: Path) -> dict[str, int]:
+    """objdump -d of the library's code sections, streamed and counted."""
+    proc = subprocess.Popen([objdump, "-d", "--no-show-raw-insn", str(library)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, errors="replace")
+    assert proc.stdout is not None
+    counts = count_lines(proc.stdout)
+    err = proc.stderr.read() if proc.stderr else ""
+    if proc.wait() != 0:
+        raise VerifyError(f"objdump -d {library.name} failed: {err.strip()[:200]}")
+    return counts
