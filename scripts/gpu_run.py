@@ -269,11 +269,16 @@ def cmd_run(args) -> int:
     env = dict(os.environ, LD_LIBRARY_PATH=str(farm))
     env.pop("LLAMA_ARG_HOST", None)
     log = out / "server.log"
+    # Images built with GGML_BACKEND_DL (every CPU level but `native`) dlopen their backends
+    # (libggml-cpu-*.so, libggml-cuda.so) from GGML_BACKEND_DIR=/app/lib, then the executable's folder,
+    # then the working directory. /app/lib does not exist here, so the server runs in the bundle's app/lib.
+    backend_dir = folder / "app" / "lib" if (folder / "app" / "lib").is_dir() else folder / "app"
+    summary["server_cwd"] = str(backend_dir)
     say(f"\n$ LD_LIBRARY_PATH={farm} {' '.join(argv)}")
     summary["server_argv"] = argv
     started = time.monotonic()
     with open(log, "wb") as log_fh:
-        proc = subprocess.Popen(argv, stdout=log_fh, stderr=subprocess.STDOUT, cwd=folder / "app", env=env)
+        proc = subprocess.Popen(argv, stdout=log_fh, stderr=subprocess.STDOUT, cwd=backend_dir, env=env)
     try:
         ready = None
         while time.monotonic() - started < args.startup_timeout:
