@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from buildkit import cpulevels  # noqa: E402
+from buildkit.plan import cpulevels  # noqa: E402
 
 FORK_MESSAGE = "fork: DFlash speculative decoding"  # as the e2e fixtures: same SHAs, shared layer cache
 IMAGE = "buildkit-bench/cpu-levels"
