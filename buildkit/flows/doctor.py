@@ -238,7 +238,7 @@ def _existing(path: Path) -> Path:
 def check_registry(image_name: str, *, env=None, timeout: float = 10) -> Check:
     """The registry of image.name answers and lets the stored credentials read the repository."""
     from buildkit.core.errors import AuthError, RegistryError
-    from buildkit.oci.imageref import parse_image_ref
+    from buildkit.oci.imageref import names_registry, parse_image_ref
     from buildkit.oci.registry import client_for
 
     try:
@@ -246,9 +246,7 @@ def check_registry(image_name: str, *, env=None, timeout: float = 10) -> Check:
     except BuildkitError as exc:
         return Check("registry", FAIL, str(exc), "set image.name to [registry/]repository, e.g. "
                      "ghcr.io/you/buun-llama-cpp")
-    first = image_name.split("/", 1)[0]
-    explicit = "/" in image_name and ("." in first or ":" in first or first == "localhost")
-    if not explicit:
+    if not names_registry(image_name):
         return Check("registry", WARN, f"image.name {image_name!r} names no registry (it would go to Docker Hub "
                      "as docker.io/" + ref.repository + "); not contacted",
                      "to publish, set image.name to REGISTRY/REPOSITORY (ghcr.io/you/name, localhost:5000/name)")
