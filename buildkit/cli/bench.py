@@ -13,7 +13,7 @@ from buildkit.bench.benchmark import (DEFAULT_MAX_TOKENS, DEFAULT_PROMPT, DEFAUL
                         BenchReport, Protocol, attach_to_lock, compare, docker_client, find_lock_entry,
                         format_compare, format_report, load_report, local_image_id, run_bench, served)
 from buildkit.cli.options import handle_errors
-from buildkit.plan.config import find_config_file, load_config
+from buildkit.plan.config import find_config_file, load_config, read_document
 from buildkit.core.errors import BenchError
 from buildkit.plan.profiles import ServerSpec, get_profile, make_spec
 
@@ -115,9 +115,11 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
     cfg_path = _config_path(config_path)
 
     # everything is checked before anything starts
-    spec = None
+    spec = document = None  # buildkit.toml, parsed once if a profile or the lock needs it
     if image:
-        profile = get_profile(cfg_path, profile_name) if profile_name else None
+        if profile_name:
+            document = read_document(cfg_path)
+        profile = get_profile(document, profile_name) if profile_name else None
         spec = make_spec(image=image, model=model, model_draft=model_draft, profile=profile,
                          extra_args=tuple(server_args), gpus=gpus, host_port=None, use_profile_port=False,
                          bind="127.0.0.1")
@@ -128,7 +130,7 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
     lock_file = key = None
     if attach_lock:
         overrides = {"lock.path": (lock_path, "--lock")} if lock_path else {}
-        cfg = load_config(cfg_path, os.environ, overrides)
+        cfg = load_config(document if document is not None else cfg_path, os.environ, overrides)
         lock_file = cfg.path_value("lock.path")
         from buildkit.release.lock import read_lock
 

@@ -13,6 +13,7 @@ import click
 from buildkit.cli.bench import _config_path
 from buildkit.cli.options import handle_errors
 from buildkit.core.errors import BenchError, ConfigError
+from buildkit.plan.config import read_document
 from buildkit.plan.profiles import docker_run_argv, get_profile, make_spec
 
 
@@ -39,8 +40,7 @@ def run(profile_name, image, model, model_draft, gpus, port, bind, name, detach,
     \b
       buildkit run --profile dflash --image buun-llama-cpp:cuda13.1-sm120 --model m.gguf --model-draft d.gguf --print
     """
-    cfg_path = _config_path(config_path)
-    profile = get_profile(cfg_path, profile_name) if profile_name else None
+    profile = get_profile(read_document(_config_path(config_path)), profile_name) if profile_name else None
     if port is not None and not 0 < port < 65536:
         raise ConfigError(f"--port must be between 1 and 65535, got {port}")
     spec = make_spec(image=image, model=model, model_draft=model_draft, profile=profile,
