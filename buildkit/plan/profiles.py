@@ -2,7 +2,8 @@
 
 A profile is a `[profiles.NAME]` table of buildkit.toml (config.py leaves those tables to this
 module, and hands over the document it parsed: the file is read once). Its keys are declared as
-schema fields and checked by plan/schema.py, like the settings. It holds the llama-server arguments that make an image useful, e.g. the DFlash set-up:
+schema fields and checked by plan/schema.py, like the settings. It holds the llama-server
+arguments that make an image useful, e.g. the DFlash set-up:
 
     [profiles.dflash]
     description = "DFlash speculative decoding"
