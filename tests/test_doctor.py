@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from buildkit.flows.doctor import (FAIL, OK, WARN, Variant, judge_driver, judge_emulation, parse_nvidia_smi,
-                             required_gb, version_tuple)
+from buildkit.flows.diskcheck import required_gb
+from buildkit.flows.doctorcheck import FAIL, OK, WARN, Variant, version_tuple
+from buildkit.flows.platformcheck import judge_driver, judge_emulation, parse_nvidia_smi
 from cliutil import buildkit_env
 
 CUDA131 = Variant("cuda13.1-sm120", (13, 1), "sm_120", "linux/amd64")

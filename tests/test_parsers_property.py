@@ -16,7 +16,7 @@ from buildkit.core.errors import BuildkitError
 from buildkit.oci.imageref import parse_image_ref
 from buildkit.release.lock import entry_from_dict, read_lock
 from buildkit.plan.buildplan import LABEL_PREFIX
-from buildkit.oci.registry import parse_www_authenticate
+from buildkit.oci.registryauth import parse_www_authenticate
 from buildkit.flows.reproduce import INPUTS_LABEL, from_labels
 from buildkit.release.tags import check_repository, check_tag, next_version, parse_version, release_tags
 from buildkit.source.urlcreds import redact_text, split_credentials

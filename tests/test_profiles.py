@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from buildkit.cli.main import main
-from buildkit.plan.config import load_config
+from buildkit.plan.config import load_config, read_document
 from buildkit.core.errors import ConfigError
 from buildkit.plan.profiles import (container_kwargs, docker_run_argv, get_profile, gpu_device_requests, make_spec,
                                read_profiles, server_command)
@@ -52,7 +52,7 @@ def write(tmp_path: Path, body: str) -> Path:
 
 
 def test_profiles_parse_and_models_resolve_against_the_config_file(project):
-    profiles = read_profiles(project / "buildkit.toml")
+    profiles = read_profiles(read_document(project / "buildkit.toml"))
     assert set(profiles) == {"dflash", "cpu"}
     dflash = profiles["dflash"]
     assert dflash.model == (project / "models" / "target.gguf").resolve()
@@ -66,8 +66,16 @@ def test_the_core_config_still_reads_a_file_with_profiles(project):
     assert cfg["build.arch"] == "cpu"
 
 
+def test_profiles_come_from_the_document_the_config_parsed(project):
+    """buildkit.toml is parsed once: the profiles are read from the resolved config's document."""
+    cfg = load_config(project / "buildkit.toml", env={})
+    (project / "buildkit.toml").write_text("not = [toml")
+    assert set(read_profiles(cfg.document)) == {"dflash", "cpu"}
+    assert get_profile(cfg.document, "dflash").model == (project / "models" / "target.gguf").resolve()
+
+
 def test_the_projects_own_buildkit_toml_has_a_valid_dflash_profile():
-    profile = get_profile(ROOT / "buildkit.toml", "dflash")
+    profile = get_profile(read_document(ROOT / "buildkit.toml"), "dflash")
     assert "--spec-type" in profile.args and "dflash" in profile.args and profile.needs_draft
     assert '{"enable_thinking": false}' in profile.args
     load_config(ROOT / "buildkit.toml", env={})  # and the core config is still valid
@@ -90,20 +98,20 @@ def test_the_projects_own_buildkit_toml_has_a_valid_dflash_profile():
 ])
 def test_profile_errors_are_one_clear_line(tmp_path, body, message):
     with pytest.raises(ConfigError) as err:
-        read_profiles(write(tmp_path, body))
+        read_profiles(read_document(write(tmp_path, body)))
     assert message in str(err.value)
     assert "\n" not in str(err.value)
 
 
 def test_unknown_profile_names_the_ones_there(project):
     with pytest.raises(ConfigError, match=r"unknown profile 'dflsh' .*profiles: cpu, dflash\); did you mean 'dflash'"):
-        get_profile(project / "buildkit.toml", "dflsh")
+        get_profile(read_document(project / "buildkit.toml"), "dflsh")
     with pytest.raises(ConfigError, match="no buildkit.toml found"):
-        get_profile(None, "dflash")
+        get_profile(read_document(None), "dflash")
 
 
 def test_spec_checks_models_and_the_draft_a_profile_needs(project):
-    dflash = get_profile(project / "buildkit.toml", "dflash")
+    dflash = get_profile(read_document(project / "buildkit.toml"), "dflash")
     with pytest.raises(ConfigError, match="profile 'dflash' needs a draft model: pass --model-draft FILE"):
         make_spec(image="img", model=None, profile=dflash)
     with pytest.raises(ConfigError, match=r"draft model file .*missing.gguf does not exist"):
@@ -125,7 +133,7 @@ def test_spec_checks_models_and_the_draft_a_profile_needs(project):
 
 
 def test_docker_run_argv_of_the_dflash_profile(project):
-    dflash = get_profile(project / "buildkit.toml", "dflash")
+    dflash = get_profile(read_document(project / "buildkit.toml"), "dflash")
     spec = make_spec(image="buun-llama-cpp:cuda13.1-sm120", model=None, model_draft=project / "draft.gguf",
                      profile=dflash)
     argv = docker_run_argv(spec)
@@ -144,7 +152,7 @@ def test_docker_run_argv_of_the_dflash_profile(project):
 
 
 def test_argv_without_gpu_detached_on_one_address(project):
-    cpu = get_profile(project / "buildkit.toml", "cpu")
+    cpu = get_profile(read_document(project / "buildkit.toml"), "cpu")
     spec = make_spec(image=None, model=project / "draft.gguf", profile=cpu, bind="127.0.0.1", name="srv",
                      gpus="none")
     argv = docker_run_argv(spec, detach=True)
@@ -154,7 +162,7 @@ def test_argv_without_gpu_detached_on_one_address(project):
 
 
 def test_container_kwargs_match_the_argv(project):
-    dflash = get_profile(project / "buildkit.toml", "dflash")
+    dflash = get_profile(read_document(project / "buildkit.toml"), "dflash")
     spec = make_spec(image="img", model=None, model_draft=project / "draft.gguf", profile=dflash, host_port=None,
                      use_profile_port=False, bind="127.0.0.1", labels=(("a", "b"),))
     kw = container_kwargs(spec)

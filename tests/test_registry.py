@@ -22,8 +22,9 @@ import requests
 from buildkit.oci.credentials import Credentials, config_path, lookup_credentials
 from buildkit.core.errors import AuthError, RegistryError
 from buildkit.oci.imageref import ImageRef, parse_image_ref
-from buildkit.oci.registry import (ACCEPT_MANIFESTS, CERTS_D_ENV, MANIFEST_TYPES, RegistryClient, client_for,
-                               is_loopback, parse_www_authenticate)
+from buildkit.oci.registry import ACCEPT_MANIFESTS, MANIFEST_TYPES, RegistryClient, client_for
+from buildkit.oci.registryauth import parse_www_authenticate
+from buildkit.oci.registryhttp import CERTS_D_ENV, is_loopback
 from registryserver import RegistryServer
 
 DIGEST = "sha256:" + "ab" * 32

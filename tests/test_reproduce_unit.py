@@ -13,7 +13,7 @@ from buildkit.release.lock import BaseImage
 from buildkit.engine.baseimages import BaseSource
 from buildkit.flows.pipeline import INPUTS_LABEL, from_plan, inputs_record
 from buildkit.plan.render import RenderResult, render_dockerfile
-from buildkit.flows.reproduce import _repo_of, from_labels, from_lock, overrides_for, select_entry
+from buildkit.flows.reproduce import from_labels, from_lock, overrides_for, select_entry
 from test_plan_render import plan_for
 
 DIGEST = "sha256:" + "ab" * 32
@@ -105,12 +105,6 @@ def test_registry_bases_are_pinned_by_digest_and_local_ones_named_by_content(tmp
     assert BaseSource(BaseImage("a@" + DIGEST, DIGEST)).from_ref == "a@" + DIGEST
     # an unresolved base (planning without an engine) is left as configured
     assert from_plan(plan, (BaseSource(BaseImage("example.org/debian:bookworm", "")),)) == plan
-
-
-def test_repo_of():
-    assert _repo_of("buildkit-test/debian:bookworm") == "buildkit-test/debian"
-    assert _repo_of("127.0.0.1:5000/team/tiny:cpu") == "127.0.0.1:5000/team/tiny"
-    assert _repo_of("127.0.0.1:5000/team/tiny@" + DIGEST) == "127.0.0.1:5000/team/tiny"
 
 
 def test_inputs_record_is_plain_json():

@@ -1,13 +1,9 @@
-"""The `buildkit bench` and `buildkit run` commands (registered in cli.py)."""
+"""The `buildkit bench` command (registered in cli/main.py)."""
 
 from __future__ import annotations
 
 import json
 import os
-import shlex
-import shutil
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,9 +13,9 @@ from buildkit.bench.benchmark import (DEFAULT_MAX_TOKENS, DEFAULT_PROMPT, DEFAUL
                         BenchReport, Protocol, attach_to_lock, compare, docker_client, find_lock_entry,
                         format_compare, format_report, load_report, local_image_id, run_bench, served)
 from buildkit.cli.options import handle_errors
-from buildkit.plan.config import find_config_file, load_config
-from buildkit.core.errors import BenchError, ConfigError
-from buildkit.plan.profiles import ServerSpec, docker_run_argv, get_profile, make_spec
+from buildkit.plan.config import find_config_file, load_config, read_document
+from buildkit.core.errors import BenchError
+from buildkit.plan.profiles import ServerSpec, get_profile, make_spec
 
 
 def _config_path(config_path: str | None) -> Path | None:
@@ -119,9 +115,11 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
     cfg_path = _config_path(config_path)
 
     # everything is checked before anything starts
-    spec = None
+    spec = document = None  # buildkit.toml, parsed once if a profile or the lock needs it
     if image:
-        profile = get_profile(cfg_path, profile_name) if profile_name else None
+        if profile_name:
+            document = read_document(cfg_path)
+        profile = get_profile(document, profile_name) if profile_name else None
         spec = make_spec(image=image, model=model, model_draft=model_draft, profile=profile,
                          extra_args=tuple(server_args), gpus=gpus, host_port=None, use_profile_port=False,
                          bind="127.0.0.1")
@@ -132,7 +130,7 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
     lock_file = key = None
     if attach_lock:
         overrides = {"lock.path": (lock_path, "--lock")} if lock_path else {}
-        cfg = load_config(cfg_path, os.environ, overrides)
+        cfg = load_config(document if document is not None else cfg_path, os.environ, overrides)
         lock_file = cfg.path_value("lock.path")
         from buildkit.release.lock import read_lock
 
@@ -196,47 +194,3 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
         raise BenchError(report.error)
     if compare_image and other is not None and other.error:
         raise BenchError(f"{compare_image}: {other.error}")
-
-
-@click.command("run", context_settings={"ignore_unknown_options": False})
-@click.option("--profile", "profile_name", help="Runtime profile of buildkit.toml ([profiles.NAME]).")
-@click.option("--image", help="Image to run (default: the profile's image).")
-@click.option("--model", type=click.Path(dir_okay=False), help="Model file (GGUF), mounted read-only "
-                                                                "(default: the profile's model).")
-@click.option("--model-draft", type=click.Path(dir_okay=False), help="Draft model for speculative decoding.")
-@click.option("--gpus", help="docker --gpus value (all, 2, device=0); none = no GPU. Default: the profile's.")
-@click.option("--port", type=int, help="Host port to publish the server on (default: the profile's, else 8080).")
-@click.option("--bind", default="", help="Host address to publish on (default: all).")
-@click.option("--name", default="", help="Container name.")
-@click.option("--detach", "-d", is_flag=True, help="Run in the background (docker run --detach).")
-@click.option("--print", "print_only", is_flag=True, help="Print the docker run command instead of running it.")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False),
-              help="buildkit.toml to read (default: ./buildkit.toml, or $LLAMA_BUILDKIT_CONFIG).")
-@click.argument("server_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA-SERVER ARGS...]")
-@handle_errors
-def run(profile_name, image, model, model_draft, gpus, port, bind, name, detach, print_only, config_path,
-        server_args):
-    """Run an image's llama-server with a runtime profile: prints or executes the docker run command.
-
-    \b
-      buildkit run --profile dflash --image buun-llama-cpp:cuda13.1-sm120 --model m.gguf --model-draft d.gguf --print
-    """
-    cfg_path = _config_path(config_path)
-    profile = get_profile(cfg_path, profile_name) if profile_name else None
-    if port is not None and not 0 < port < 65536:
-        raise ConfigError(f"--port must be between 1 and 65535, got {port}")
-    spec = make_spec(image=image, model=model, model_draft=model_draft, profile=profile,
-                     extra_args=tuple(server_args), gpus=gpus, host_port=port, bind=bind, name=name)
-    argv = docker_run_argv(spec, detach=detach)
-    if print_only:
-        click.echo(shlex.join(argv))
-        return
-    if shutil.which("docker") is None:
-        raise BenchError("the docker CLI is not on PATH; use --print and run the command elsewhere")
-    click.echo(f"+ {shlex.join(argv)}", err=True)
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to docker run, which stops the container
-    try:
-        code = subprocess.call(argv, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    finally:
-        signal.signal(signal.SIGINT, old)
-    sys.exit(code)

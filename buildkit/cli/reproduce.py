@@ -1,4 +1,4 @@
-"""The `reproduce` and `diff` commands (registered on the main group at the end of cli.py).
+"""The `reproduce` command (registered in cli/main.py).
 
 Exit codes: 0 reproduced / identical; 2 the digests differ (the report says where); 1 an error
 (one `error:` line), e.g. a recorded input that is missing or does not match.
@@ -9,14 +9,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-from contextlib import ExitStack
 from pathlib import Path
 
 import click
 
+from buildkit.cli.diff import DIFFERENT
 from buildkit.cli.options import handle_errors
-
-DIFFERENT = 2
 
 
 @click.command()
@@ -62,30 +60,4 @@ def reproduce(target: str, build_key: str | None, config_path: str | None, patch
     else:
         click.echo(result.report())
     if not result.reproduced:
-        sys.exit(DIFFERENT)
-
-
-@click.command("diff")
-@click.argument("a")
-@click.argument("b")
-@click.option("--platform", default="linux/amd64", show_default=True, help="Platform to pick from an index.")
-@click.option("--no-files", is_flag=True, help="Compare manifests, configs and layer digests only.")
-@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
-@handle_errors
-def diff(a: str, b: str, platform: str, no_files: bool, as_json: bool):
-    """Compare two images: A and B are OCI archives or layout folders, local engine images or
-    registry references (force one with an oci:, docker: or registry: prefix).
-
-    Exit 0 when the manifest digests are the same, 2 when they differ (with the config fields,
-    layers and files that differ: path, size, sha256, and the ELF sections of differing binaries).
-    """
-    from buildkit.oci.imagediff import diff_images
-    from buildkit.oci.ocilayout import open_image
-
-    with ExitStack() as stack:
-        image_a = open_image(a, stack, platform=platform)
-        image_b = open_image(b, stack, platform=platform)
-        result = diff_images(image_a, image_b, files=not no_files)
-    click.echo(json.dumps(result.to_json(), indent=2) if as_json else result.report())
-    if not result.same:
         sys.exit(DIFFERENT)

@@ -44,6 +44,7 @@ from buildkit.plan.archs import check_cuda_support, get_arch
 from buildkit.engine.buildx import last_error_line
 from buildkit.plan.config import ResolvedConfig
 from buildkit.core.errors import ArchError, BuildError, ConfigError
+from buildkit.oci.imageref import tag_of
 from buildkit.plan.buildplan import BuildRequest, make_request
 
 if TYPE_CHECKING:
@@ -501,7 +502,7 @@ def matrix_document(variants: Sequence[Variant], prepared: dict, options: BuildO
         p = prepared[variant.key]
         argv = buildx_argv(p.plan, p.rendered, options, work_dir / variant.target_name / "metadata.json")
         target = bake_target_from_argv(argv)
-        extra = tuple(t.split(":", 1)[1] for t in p.plan.tags[2:])
+        extra = tuple(tag_of(t) for t in p.plan.tags[2:])
         tags = list(build_tags(variant.request.image_name, variant.key, p.source.commit, extra))
         targets[variant.target_name] = retag(target, tags)
     return bake_document(targets)

@@ -44,7 +44,7 @@ from buildkit.engine.bake import Variant, matrix_variants
 from buildkit.source.changelog import Changelog, Commit  # noqa: F401  (Commit: part of the summary's API)
 from buildkit.plan.config import ResolvedConfig
 from buildkit.core.errors import BuildkitError, ConfigError, LockError, PatchError, RegistryError, SourceError
-from buildkit.oci.imageref import ImageRef, parse_image_ref
+from buildkit.oci.imageref import ImageRef, parse_image_ref, tag_of
 from buildkit.release.lock import _atomic_write, _exclusive, read_lock, write_lock_entry
 from buildkit.source.patches import load_patch_queue
 from buildkit.oci.registry import RegistryClient, client_for
@@ -470,7 +470,7 @@ def promote(cfg: ResolvedConfig, source_tag: str, version: str) -> Promotion:
     """Give the image of nightly-<variant> the release tags of version: same digest, nothing built."""
     from buildkit.release.publish import check_immutable_free, image_labels, point_tags
 
-    tag = source_tag.rsplit(":", 1)[-1] if ":" in source_tag and "/" in source_tag else source_tag
+    tag = (tag_of(source_tag) or "") if "/" in source_tag else source_tag  # a reference: its tag
     if not tag.startswith("nightly-") or tag == "nightly-":
         raise ConfigError(f"{source_tag!r} is not a nightly tag; promote takes nightly-<variant>, "
                           "e.g. nightly-cuda13.1-sm120")

@@ -36,6 +36,7 @@ from buildkit.engine.buildx import BuildOptions, buildx_argv, check_buildx, run_
 from buildkit.plan.config import ResolvedConfig, load_config
 from buildkit.core.errors import BuildkitError, ReproduceError
 from buildkit.oci.imagediff import ImageDiff, diff_images
+from buildkit.oci.imageref import name_of
 from buildkit.release.lock import BaseImage, read_lock
 from buildkit.oci.ocilayout import OciArchive, engine_has, open_image
 from buildkit.source.patches import load_patch_queue
@@ -229,13 +230,6 @@ def from_labels(labels: Mapping[str, str], where: str, *, image_digest: str, ori
     )
 
 
-def _repo_of(ref: str) -> str:
-    """The repository part of a reference (no tag, no digest)."""
-    name = ref.split("@", 1)[0]
-    last = name.rsplit("/", 1)[-1]
-    return name.rsplit(":", 1)[0] if ":" in last else name
-
-
 def select_entry(builds: Mapping[str, dict], key: str | None, path: Path) -> tuple[str, dict]:
     if key:
         if key not in builds:
@@ -263,7 +257,7 @@ def from_lock(path: Path, key: str | None = None) -> Recorded:
     digest = _need(entry, "image_digest", where, "image digest")
     originals = [f"docker:{entry['image_id']}"] if entry.get("image_id") else []
     for ref in entry.get("pushed") or ():
-        spec = f"registry:{_repo_of(ref)}@{digest}"
+        spec = f"registry:{name_of(ref)}@{digest}"
         if spec not in originals:
             originals.append(spec)
     rec = from_labels(labels, where, image_digest=digest, originals=tuple(originals))
@@ -364,7 +358,7 @@ def check_inputs(rec: Recorded, cfg: ResolvedConfig, stream=None) -> list[str]:
                              f"one{recorded} to {rec.patch_set_sha256[:12]}; point --patches at the recorded patches")
     for base in rec.base_images:
         now = engine_digest(base.ref)
-        if now != base.digest and not engine_has(f"{_repo_of(base.ref)}@{base.digest}"):
+        if now != base.digest and not engine_has(f"{name_of(base.ref)}@{base.digest}"):
             raise ReproduceError(f"base image {base.ref} is {now or 'not in the engine'}, the recorded build used "
                                  f"{base.digest}; make that digest available (docker pull {base.ref}@{base.digest})")
     return warnings

@@ -16,13 +16,13 @@ from buildkit.plan.archs import Arch, check_cuda_support, get_arch, parse_cuda_v
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.cpulevels import CpuLevel, cmake_flags as cpu_cmake_flags, get_level, variant_suffix
 from buildkit.core.errors import ConfigError
+from buildkit.oci.imageref import InvalidReference, parse_image_ref
 from buildkit.release.tags import build_tags, check_repository, variant
 
 LABEL_PREFIX = "org.llama-buildkit."
 BUILD_KEY_LABEL = LABEL_PREFIX + "build-key"
 
 # What may reach a shell line or a FROM line. Values are also shell-quoted in the templates.
-IMAGE_REF_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$")
 PLATFORM_RE = re.compile(r"^[a-z0-9]+/[a-z0-9_]+(?:/[a-z0-9]+)?$")
 VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z.+-]*$")
 CMAKE_ARG_RE = re.compile(r"^-D[A-Za-z_][A-Za-z0-9_]*(?::[A-Z]+)?=[A-Za-z0-9_.,;:/+=@%-]*$")
@@ -87,8 +87,11 @@ class BuildPlan:
 
 
 def _check_image_ref(name: str, value: str) -> str:
-    if not IMAGE_REF_RE.match(value):
-        raise ConfigError(f"{name} {value!r} is not a valid image reference")
+    """value, as written, when it is an image reference by the grammar the build and registry use."""
+    try:
+        parse_image_ref(value)
+    except InvalidReference as exc:
+        raise ConfigError(f"{name} {value!r} is not a valid image reference ({exc.why})") from None
     return value
 
 

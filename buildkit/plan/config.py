@@ -2,21 +2,23 @@
 
 Precedence, lowest first: built-in default < buildkit.toml < environment < command line.
 Every key is declared once in KEYS with its type; the file is checked against that schema
-(unknown keys and wrong types are one clear error each), and `buildkit config` shows each
-value with where it came from.
+(plan/schema.py, which checks the [profiles.NAME] tables too: unknown keys and wrong types are one
+clear error each), and `buildkit config` shows each value with where it came from. The file is
+parsed once (read_document); the resolved config keeps the document, so profiles.py reads its
+tables from it instead of parsing the file again.
 """
 
 from __future__ import annotations
 
-import difflib
 import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-from buildkit.plan.cpulevels import LEVELS as CPU_LEVELS
 from buildkit.core.errors import ConfigError
+from buildkit.plan.cpulevels import LEVELS as CPU_LEVELS
+from buildkit.plan.schema import check_choice, check_table, check_value, suggestion
 
 SCHEMA_VERSION = 1
 CONFIG_FILE = "buildkit.toml"
@@ -30,6 +32,7 @@ class Key:
     default: Any
     help: str
     choices: tuple[str, ...] = ()
+    rule: Callable[[Any], str | None] | None = None  # a further check (schema.Field); none of ours has one
 
     @property
     def env_var(self) -> str:
@@ -99,11 +102,19 @@ _FALSE = {"0", "false", "no", "off"}
 
 
 @dataclass(frozen=True)
+class ConfigDocument:
+    """buildkit.toml parsed once: its path (None when there is no file) and its TOML tables, unchecked."""
+    path: Path | None
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class ResolvedConfig:
     values: Mapping[str, Any]
     origins: Mapping[str, str]
     path: Path | None  # the buildkit.toml read, if any
     base_dir: Path = field(default_factory=Path.cwd)  # relative paths resolve against this
+    document: ConfigDocument = field(default_factory=lambda: ConfigDocument(None))  # for [profiles.NAME]
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
@@ -112,31 +123,8 @@ class ResolvedConfig:
         return (self.base_dir / self.values[name]).resolve()
 
 
-def _type_name(value: Any) -> str:
-    return {bool: "boolean", int: "integer", float: "float", str: "string", list: "list",
-            dict: "table"}.get(type(value), type(value).__name__)
-
-
 def _suggest(name: str) -> str:
-    close = difflib.get_close_matches(name, KEY_BY_NAME, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def _check_value(key: Key, value: Any, where: str) -> Any:
-    """Type-check a value from buildkit.toml."""
-    ok = isinstance(value, key.type) and not (key.type is int and isinstance(value, bool))
-    if key.type is list:
-        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
-    if not ok:
-        want = {str: "a string", bool: "true or false", int: "an integer", list: "a list of strings"}[key.type]
-        raise ConfigError(f"{where}: {key.name} must be {want}, got {_type_name(value)} {value!r}")
-    return _check_choice(key, value, where)
-
-
-def _check_choice(key: Key, value: Any, where: str) -> Any:
-    if key.choices and value not in key.choices:
-        raise ConfigError(f"{where}: {key.name} must be one of {', '.join(key.choices)}, got {value!r}")
-    return value
+    return suggestion(name, KEY_BY_NAME)
 
 
 def parse_text(key: Key, text: str, where: str) -> Any:
@@ -155,7 +143,7 @@ def parse_text(key: Key, text: str, where: str) -> Any:
             raise ConfigError(f"{where}: {key.name} must be an integer, got {text!r}") from None
     if key.type is list:
         return [part.strip() for part in text.split(",") if part.strip()]
-    return _check_choice(key, text, where)
+    return check_choice(key, text, where)
 
 
 def load_toml(path: Path) -> dict[str, Any]:
@@ -177,10 +165,17 @@ def load_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: cannot read the config file: {exc.strerror or exc}") from None
 
 
-def read_config_file(path: Path) -> dict[str, Any]:
-    """Read and schema-check buildkit.toml; returns {dotted key: value}."""
-    data = load_toml(path)
-    where = str(path)
+def read_document(path: Path | None) -> ConfigDocument:
+    """buildkit.toml parsed (an empty document when there is none), not yet checked."""
+    return ConfigDocument(path, load_toml(path) if path is not None else {})
+
+
+def read_config_file(path: Path | ConfigDocument) -> dict[str, Any]:
+    """Schema-check the settings of buildkit.toml (read here unless already a document);
+    returns {dotted key: value}."""
+    document = path if isinstance(path, ConfigDocument) else read_document(path)
+    data = dict(document.data)
+    where = str(document.path)
     version = data.pop("schema_version", None)
     if version is None:
         raise ConfigError(f"{where}: schema_version is missing (add `schema_version = {SCHEMA_VERSION}`)")
@@ -194,12 +189,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
         if not isinstance(table, dict):
             raise ConfigError(f"{where}: unknown key {section!r}{_suggest(section)}; "
                               f"settings live in tables such as [source] and [build]")
-        for name, value in table.items():
-            dotted = f"{section}.{name}"
-            key = KEY_BY_NAME.get(dotted)
-            if key is None:
-                raise ConfigError(f"{where}: unknown key {dotted!r}{_suggest(dotted)}")
-            flat[dotted] = _check_value(key, value, where)
+        flat.update(check_table(table, KEY_BY_NAME, where, prefix=f"{section}."))
     return flat
 
 
@@ -212,20 +202,23 @@ def find_config_file(explicit: str | None, env: Mapping[str, str], cwd: Path) ->
     return candidate if candidate.is_file() else None
 
 
-def load_config(path: Path | None, env: Mapping[str, str] | None = None,
+def load_config(path: Path | ConfigDocument | None, env: Mapping[str, str] | None = None,
                 overrides: Mapping[str, tuple[Any, str]] | None = None,
                 cwd: Path | None = None) -> ResolvedConfig:
-    """Merge defaults, the file, LLAMA_BUILDKIT_* variables and CLI overrides.
+    """Merge defaults, the file (a path, or the document read from it already), LLAMA_BUILDKIT_*
+    variables and CLI overrides.
 
     `overrides` maps a dotted key to (value, origin), origin being the flag that set it; a string
     value is parsed like an environment value.
     """
+    document = path if isinstance(path, ConfigDocument) else read_document(path)
+    path = document.path
     env = os.environ if env is None else env
     cwd = Path.cwd() if cwd is None else cwd
     values = {k.name: k.default for k in KEYS}
     origins = {k.name: "default" for k in KEYS}
     if path is not None:
-        for name, value in read_config_file(path).items():
+        for name, value in read_config_file(document).items():
             values[name], origins[name] = value, f"{path.name}"
     for key in KEYS:
         if key.env_var in env:
@@ -235,10 +228,10 @@ def load_config(path: Path | None, env: Mapping[str, str] | None = None,
         key = KEY_BY_NAME.get(name)
         if key is None:
             raise ConfigError(f"{origin}: unknown key {name!r}{_suggest(name)}")
-        values[name] = parse_text(key, value, origin) if isinstance(value, str) else _check_value(key, value, origin)
+        values[name] = parse_text(key, value, origin) if isinstance(value, str) else check_value(key, value, origin)
         origins[name] = origin
     base_dir = path.resolve().parent if path is not None else cwd
-    return ResolvedConfig(values=values, origins=origins, path=path, base_dir=base_dir)
+    return ResolvedConfig(values=values, origins=origins, path=path, base_dir=base_dir, document=document)
 
 
 def parse_set_option(items: tuple[str, ...]) -> dict[str, tuple[str, str]]:

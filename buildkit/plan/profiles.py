@@ -1,7 +1,9 @@
 """Runtime profiles: named llama-server set-ups in buildkit.toml, and the container that serves one.
 
 A profile is a `[profiles.NAME]` table of buildkit.toml (config.py leaves those tables to this
-module). It holds the llama-server arguments that make an image useful, e.g. the DFlash set-up:
+module, and hands over the document it parsed: the file is read once). Its keys are declared as
+schema fields and checked by plan/schema.py, like the settings. It holds the llama-server
+arguments that make an image useful, e.g. the DFlash set-up:
 
     [profiles.dflash]
     description = "DFlash speculative decoding"
@@ -28,35 +30,46 @@ from pathlib import Path
 from typing import Any
 
 from buildkit.core.errors import ConfigError
+from buildkit.plan.config import ConfigDocument
+from buildkit.plan.schema import Field, check_table, type_name
 
 CONTAINER_PORT = 8080
 MODEL_DIR = "/models"
 
-
-@dataclass(frozen=True)
-class ProfileKey:
-    name: str
-    type: type
-    help: str
-
-
-PROFILE_KEYS: tuple[ProfileKey, ...] = (
-    ProfileKey("description", str, "one line saying what the profile is for"),
-    ProfileKey("args", list, "llama-server arguments, a list of strings"),
-    ProfileKey("model", str, "model file on the host (relative to buildkit.toml); --model overrides it"),
-    ProfileKey("model_draft", str, "draft model file on the host; --model-draft overrides it"),
-    ProfileKey("needs_draft", bool, "the profile cannot run without a draft model (speculative decoding)"),
-    ProfileKey("gpus", str, "docker --gpus value (all, 2, device=0,1); empty or none = no GPU"),
-    ProfileKey("port", int, "host port `buildkit run` publishes (default 8080)"),
-    ProfileKey("image", str, "image to run when --image is not given"),
-)
-_KEY_BY_NAME = {k.name: k for k in PROFILE_KEYS}
 
 # llama-server options buildkit sets itself from the profile's other keys and the command line.
 _RESERVED = {
     "-m": "model", "--model": "model", "-md": "model_draft", "--model-draft": "model_draft",
     "--spec-draft-model": "model_draft", "--host": None, "--port": "port",
 }
+
+
+def _reserved_arg(args: list[str]) -> str | None:
+    """What is wrong with llama-server arguments that hold one buildkit sets itself (None: nothing)."""
+    for arg in args:
+        flag = arg.split("=", 1)[0]
+        if flag in _RESERVED:
+            key = _RESERVED[flag]
+            hint = f"use {key} = ... in the profile or the command-line option" if key else "buildkit sets it"
+            return f"must not contain {flag} ({hint})"
+    return None
+
+
+def _port_range(port: int) -> str | None:
+    return None if 0 < port < 65536 else f"must be between 1 and 65535, got {port}"
+
+
+PROFILE_KEYS: tuple[Field, ...] = (
+    Field("description", str, "one line saying what the profile is for"),
+    Field("args", list, "llama-server arguments, a list of strings", rule=_reserved_arg),
+    Field("model", str, "model file on the host (relative to buildkit.toml); --model overrides it"),
+    Field("model_draft", str, "draft model file on the host; --model-draft overrides it"),
+    Field("needs_draft", bool, "the profile cannot run without a draft model (speculative decoding)"),
+    Field("gpus", str, "docker --gpus value (all, 2, device=0,1); empty or none = no GPU"),
+    Field("port", int, "host port `buildkit run` publishes (default 8080)", rule=_port_range),
+    Field("image", str, "image to run when --image is not given"),
+)
+_KEY_BY_NAME = {k.name: k for k in PROFILE_KEYS}
 
 
 @dataclass(frozen=True)
@@ -73,41 +86,17 @@ class Profile:
     source: str = ""  # "buildkit.toml [profiles.NAME]", for messages
 
 
-def _type_name(value: Any) -> str:
-    return {bool: "boolean", int: "integer", float: "float", str: "string", list: "list",
-            dict: "table"}.get(type(value), type(value).__name__)
-
-
 def _check_args(args: list[str], where: str) -> None:
-    for arg in args:
-        flag = arg.split("=", 1)[0]
-        if flag in _RESERVED:
-            key = _RESERVED[flag]
-            hint = f"use {key} = ... in the profile or the command-line option" if key else "buildkit sets it"
-            raise ConfigError(f"{where}: args must not contain {flag} ({hint})")
+    problem = _reserved_arg(args)
+    if problem:
+        raise ConfigError(f"{where}: args {problem}")
 
 
 def parse_profile(name: str, table: Any, where: str, base_dir: Path) -> Profile:
     """Validate one [profiles.NAME] table; `where` names it in messages."""
     if not isinstance(table, dict):
-        raise ConfigError(f"{where}: must be a table ([profiles.{name}]), got {_type_name(table)}")
-    values: dict[str, Any] = {}
-    for key, value in table.items():
-        spec = _KEY_BY_NAME.get(key)
-        if spec is None:
-            close = difflib.get_close_matches(key, _KEY_BY_NAME, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else f" (keys: {', '.join(_KEY_BY_NAME)})"
-            raise ConfigError(f"{where}: unknown key {key!r}{hint}")
-        ok = isinstance(value, spec.type) and not (spec.type is int and isinstance(value, bool))
-        if spec.type is list:
-            ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
-        if not ok:
-            want = {str: "a string", bool: "true or false", int: "an integer", list: "a list of strings"}[spec.type]
-            raise ConfigError(f"{where}: {key} must be {want}, got {_type_name(value)} {value!r}")
-        values[key] = value
-    if "port" in values and not 0 < values["port"] < 65536:
-        raise ConfigError(f"{where}: port must be between 1 and 65535, got {values['port']}")
-    _check_args(values.get("args", []), where)
+        raise ConfigError(f"{where}: must be a table ([profiles.{name}]), got {type_name(table)}")
+    values = check_table(table, _KEY_BY_NAME, where, list_known=True)
     for key in ("model", "model_draft"):
         if values.get(key):
             values[key] = (base_dir / Path(values[key]).expanduser()).resolve()
@@ -119,22 +108,22 @@ def parse_profile(name: str, table: Any, where: str, base_dir: Path) -> Profile:
     return Profile(name=name, source=where, **values)
 
 
-def read_profiles(path: Path | None) -> dict[str, Profile]:
-    """Every profile of buildkit.toml (none when there is no config file)."""
+def read_profiles(document: ConfigDocument) -> dict[str, Profile]:
+    """Every profile of the parsed buildkit.toml (none when there is no config file)."""
+    path = document.path
     if path is None:
         return {}
-    from buildkit.plan.config import load_toml
-
-    data = load_toml(path)
-    table = data.get("profiles", {})
+    table = document.data.get("profiles", {})
     if not isinstance(table, dict):
-        raise ConfigError(f"{path}: profiles must be tables such as [profiles.dflash], got {_type_name(table)}")
+        raise ConfigError(f"{path}: profiles must be tables such as [profiles.dflash], got {type_name(table)}")
     base_dir = Path(path).resolve().parent
     return {name: parse_profile(name, body, f"{path} [profiles.{name}]", base_dir) for name, body in table.items()}
 
 
-def get_profile(path: Path | None, name: str) -> Profile:
-    profiles = read_profiles(path)
+def get_profile(document: ConfigDocument, name: str) -> Profile:
+    """The profile NAME of the parsed buildkit.toml (config.read_document, or ResolvedConfig.document)."""
+    profiles = read_profiles(document)
+    path = document.path
     if name not in profiles:
         where = str(path) if path else "no buildkit.toml found"
         known = f"profiles: {', '.join(sorted(profiles))}" if profiles else "it defines no [profiles.NAME] table"

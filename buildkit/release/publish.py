@@ -29,7 +29,7 @@ from pathlib import Path
 from buildkit.engine.buildx import BuildResult, check_buildx
 from buildkit.plan.config import ResolvedConfig
 from buildkit.core.errors import ConfigError, ImageSourceError, LockError, RegistryError
-from buildkit.oci.imageref import ImageRef, parse_image_ref
+from buildkit.oci.imageref import ImageRef, name_of, parse_image_ref, tag_of
 from buildkit.release.lock import entry_from_dict, read_lock, write_lock_entry
 from buildkit.flows.pipeline import Prepared, _remove_tags, build_options, build_prepared, lock_entry, prepared_context
 from buildkit.core.progress import stage
@@ -141,7 +141,7 @@ def _local_image_with_key(key: str, repository: str | None = None):
     except Exception:
         return None, None
     if repository is not None:
-        images = [i for i in images if any(t.rsplit(":", 1)[0] == repository for t in (i.tags or ()))]
+        images = [i for i in images if any(name_of(t) == repository for t in (i.tags or ()))]
     # A nightly of the same inputs carries a nightly version label: it is not this release's image.
     images = [i for i in images if not is_nightly_version((i.labels or {}).get(VERSION_LABEL, ""))]
     if not images:
@@ -325,7 +325,7 @@ def _with_version(prepared: Prepared, version: str):
     """The plan again with the publication's version (its label); the build key is unchanged."""
     plan = prepared.plan
     new = make_plan(replace(plan.request, version=version), plan.source, template_sha256=plan.template_sha256,
-                    tool_version=plan.tool_version, extra_tags=tuple(t.split(":", 1)[1] for t in plan.tags[2:]))
+                    tool_version=plan.tool_version, extra_tags=tuple(tag_of(t) for t in plan.tags[2:]))
     return replace(new, labels=new.labels + ((BUILD_KEY_LABEL, prepared.build_key),))
 
 

@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import semver
 
-from buildkit.plan.archs import Arch
 from buildkit.core.errors import ConfigError
-
-# Docker's tag grammar: [A-Za-z0-9_][A-Za-z0-9_.-]{0,127}
-TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-# repository: lowercase path components, optional registry host[:port]
-REPOSITORY_RE = re.compile(
-    r"^(?:[A-Za-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-    r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
+from buildkit.oci.imageref import InvalidReference, is_tag, parse_repository
+from buildkit.plan.archs import Arch
 
 
 def variant(arch: Arch, cuda_version: str | None) -> str:
@@ -26,16 +19,19 @@ def variant(arch: Arch, cuda_version: str | None) -> str:
 
 
 def check_tag(tag: str) -> str:
-    if not TAG_RE.match(tag):
+    if not is_tag(tag):
         raise ConfigError(f"tag {tag!r} is not a valid Docker tag "
                           "(letters, digits, '_', '.', '-'; at most 128 characters; no '+')")
     return tag
 
 
 def check_repository(name: str) -> str:
-    if not REPOSITORY_RE.match(name):
-        raise ConfigError(f"image name {name!r} is not a valid repository name "
-                          "(lowercase letters, digits and separators, optionally registry/...)")
+    """image.name, as written, when it is `[registry/]repository` by the grammar publish uses too."""
+    try:
+        parse_repository(name)
+    except InvalidReference as exc:
+        raise ConfigError(f"image name {name!r} is not a valid repository name ({exc.why}; "
+                          "lowercase letters, digits and separators, optionally registry/...)") from None
     return name
 
 

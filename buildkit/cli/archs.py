@@ -1,0 +1,24 @@
+"""`buildkit archs`: the architectures buildkit can build."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from buildkit.plan.archs import arch_table
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def archs(as_json: bool):
+    """List the architectures buildkit can build, with CMake string and minimum CUDA."""
+    rows = arch_table()
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    cols = list(rows[0])
+    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in cols}
+    click.echo("  ".join(c.ljust(widths[c]) for c in cols).rstrip())
+    for row in rows:
+        click.echo("  ".join(row[c].ljust(widths[c]) for c in cols).rstrip())

@@ -1,0 +1,82 @@
+"""`buildkit bake`: build the matrix with docker buildx bake."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+
+from buildkit.cli.options import config_options, handle_errors, resolve
+
+
+@click.command()
+@config_options
+@click.option("--print", "print_only", is_flag=True,
+              help="Render every variant into a kept folder and print docker-bake.json instead of building.")
+@click.option("--file", "bake_path", type=click.Path(dir_okay=False),
+              help="Also write the bake file to this path.")
+@click.option("--no-verify", is_flag=True, help="Skip the smoke checks on the built images.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the result as JSON: {lock, variants: [{variant, status, image, digest, seconds, error}]}.")
+@handle_errors
+def bake(print_only: bool, bake_path: str | None, no_verify: bool, as_json: bool, **kwargs):
+    """Build the matrix (matrix.archs x matrix.cuda_versions x matrix.targets) with docker buildx bake.
+
+    One bake target per variant, so BuildKit builds them in parallel and a multi-node builder
+    (--builder) spreads them. Each image is verified and locked; a failing variant does not stop
+    the others, and the exit code is 1 if any failed.
+    """
+    from buildkit.engine.bake import build_matrix, matrix_document, matrix_variants, prepare_matrix, write_bake_file
+    from buildkit.core.errors import BuildkitError
+    from buildkit.release.lock import write_lock_entry
+    from buildkit.flows.pipeline import build_options, cache_root, lock_entry
+
+    cfg = resolve(kwargs)
+    variants, excluded = matrix_variants(cfg)
+    for combination, reason in excluded:
+        click.echo(f"left out of the matrix: {combination}: {reason}", err=True)
+    options = build_options(cfg)
+    if print_only:
+        base = cache_root(cfg) / "contexts"
+        base.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix="bake-", dir=base))
+        prepared, errors = prepare_matrix(variants, work)
+        if errors:
+            raise BuildkitError("; ".join(f"{k}: {e}" for k, e in errors.items()))
+        document = matrix_document(variants, prepared, options, work)
+        path = write_bake_file(Path(bake_path) if bake_path else work / "docker-bake.json", document)
+        click.echo(json.dumps(document, indent=2))
+        click.echo(f"# written to {path}; build it with: docker buildx bake --file {path}"
+                   f"{' --builder ' + options.builder if options.builder else ''}", err=True)
+        return
+    with tempfile.TemporaryDirectory(prefix="buildkit-bake-") as tmp:
+        builds, bake_file = build_matrix(variants, options, Path(tmp), verify=not no_verify)
+        if bake_path and bake_file:
+            Path(bake_path).write_text(bake_file.read_text())
+        lock_path = cfg.path_value("lock.path")
+        failed = 0
+        rows = []
+        for b in builds:
+            seconds = round(b.outcome.seconds, 1) if b.outcome else None
+            if not b.ok:
+                failed += 1
+                rows.append({"variant": b.variant.key, "status": "failed", "image": None, "digest": None,
+                             "seconds": seconds, "error": b.error})
+                if not as_json:
+                    click.echo(f"{b.variant.key}: failed: {b.error}")
+                continue
+            result = b.outcome.result
+            write_lock_entry(lock_path, lock_entry(b.prepared, result))
+            rows.append({"variant": b.variant.key, "status": "built", "image": result.tags[0] if result.tags else None,
+                         "digest": result.digest or result.config_digest, "seconds": seconds, "error": ""})
+            if not as_json:
+                click.echo(f"{b.variant.key}: built {result.tags[0]} ({result.digest or result.config_digest})")
+    if as_json:
+        click.echo(json.dumps({"lock": str(lock_path), "ok": not failed, "variants": rows,
+                               "excluded": [{"combination": c, "reason": r} for c, r in excluded]}, indent=2))
+    else:
+        click.echo(f"lock: {lock_path}")
+    sys.exit(1 if failed else 0)

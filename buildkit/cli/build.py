@@ -1,0 +1,106 @@
+"""`buildkit build`: fetch, patch, render, build, verify and lock one variant (or publish it with --push)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import click
+
+from buildkit.cli.options import config_options, handle_errors, resolve
+from buildkit.cli.output import echo_published
+from buildkit.core.errors import ConfigError
+
+
+VERSION_OPTIONS = [
+    click.option("--version", "version", help="Semver version to publish (X.Y.Z[-pre]); sets the version label."),
+    click.option("--bump", type=click.Choice(["patch", "minor", "major"]), default="patch", show_default=True,
+                 help="With --push and no --version: bump the highest X.Y.Z-<variant> tag in the registry."),
+    click.option("--force", is_flag=True, help="With --push: rebuild even if the registry has this build key."),
+]
+
+
+def version_options(func):
+    for opt in reversed(VERSION_OPTIONS):
+        func = opt(func)
+    return func
+
+
+@click.command()
+@config_options
+@version_options
+@click.option("--tag", "extra_tags", multiple=True, help="Extra local tag (the part after ':'), repeatable.")
+@click.option("--push", is_flag=True,
+              help="Publish to the registry in image.name: skip the build if the registry has its build key, "
+                   "else build, verify and push every tag (see `buildkit tags`).")
+@click.option("--print", "print_only", is_flag=True,
+              help="Render into a kept folder and print the exact buildx command instead of building.")
+@click.option("--no-verify", is_flag=True, help="Skip the smoke checks on the built image.")
+@click.option("--no-load", is_flag=True,
+              help="With --push: push the built OCI archive and keep no image in the engine (loaded for the "
+                   "checks only; never with --no-verify).")
+@click.option("--no-preflight", is_flag=True,
+              help="Skip the engine and disk checks run before anything else (`buildkit doctor` has them all).")
+@click.option("--min-free-gb", type=float, default=None,
+              help="Free disk space the preflight check asks for (default: 25 GB for CUDA, 4 GB for cpu).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the result as JSON on stdout (progress and buildx's output stay on stderr).")
+@handle_errors
+def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_only: bool, no_verify: bool,
+          no_load: bool, no_preflight: bool, min_free_gb: float | None, as_json: bool, **kwargs):
+    """Fetch the pinned commit, patch, render, build with buildx, verify and write the lock."""
+    from buildkit.engine.buildx import buildx_argv
+    from buildkit.flows.pipeline import build as run_pipeline, build_options, cache_root, prepare
+
+    if version:
+        kwargs["image_version"] = version
+    cfg = resolve(kwargs)
+    if no_load and not push:
+        raise ConfigError("--no-load goes with --push (a build without --push is for the engine)")
+    if print_only:
+        import tempfile
+
+        base = cache_root(cfg) / "contexts"
+        base.mkdir(parents=True, exist_ok=True)
+        out = Path(tempfile.mkdtemp(prefix="render-", dir=base))
+        prepared = prepare(cfg, out / "context", extra_tags=extra_tags)
+        click.echo(shlex.join(buildx_argv(prepared.plan, prepared.rendered, build_options(cfg),
+                                          out / "metadata.json")))
+        return
+    if not no_preflight:
+        from buildkit.flows.doctor import preflight
+
+        preflight(cfg, min_free_gb=min_free_gb, echo=lambda line: click.echo(line, err=True))
+    if push:
+        from buildkit.release.publish import build_and_push
+
+        published = build_and_push(cfg, version=version, bump=bump, force=force, verify=not no_verify,
+                                   load=not no_load)
+        what = {"built": "built, verified and pushed",
+                "engine": "pushed the image with this build key already in the engine, nothing built",
+                "registry": "already published (the registry has this build key), nothing built"}[published.origin]
+        echo_published(published, f"{what}: {published.repository}@{published.digest} version {published.version}",
+                       as_json)
+        return
+    from buildkit.core.progress import stages, summary, summary_line
+
+    built = run_pipeline(cfg, extra_tags=extra_tags, verify=not no_verify)
+    facts = summary(built.prepared.plan.request.variant, built.result.seconds,
+                    built.result.tags[0] if built.result.tags else None, built.result.compressed_size,
+                    built.result.ccache, stages().times, built.result.tty)
+    if as_json:
+        click.echo(json.dumps({
+            "image": built.result.tags[0] if built.result.tags else None, "digest": built.result.digest,
+            "image_id": built.result.config_digest, "tags": list(built.result.tags),
+            "commit": built.prepared.source.commit, "build_key": built.prepared.build_key,
+            "lock": str(built.lock_path), "verify": [vars(c) for c in built.report.checks],
+            "summary": facts}, indent=2))
+        return
+    for check in built.report.checks:
+        click.echo(f"verify {check.name}: {check.status}: {check.detail}")
+    click.echo(f"built {built.result.tags[0]} ({built.result.digest or built.result.config_digest}) "
+               f"from {built.prepared.source.commit} in {built.result.seconds:.0f}s")
+    click.echo(f"tags: {' '.join(built.result.tags)}")
+    click.echo(f"lock: {built.lock_path}")
+    click.echo(summary_line(facts))

@@ -1,0 +1,78 @@
+"""`buildkit ci github`: generate CI configuration that runs buildkit."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import click
+
+from buildkit.cli.options import config_options, handle_errors, resolve
+
+
+@click.group()
+def ci():
+    """Generate CI configuration that runs buildkit."""
+
+
+@ci.command("github")
+@config_options
+@click.option("--out", "out_path", type=click.Path(dir_okay=False),
+              help="Workflow file to write [default: .github/workflows/buildkit-nightly.yml].")
+@click.option("--cron", default=None, help="Schedule, 5-field cron in UTC [default: 17 3 * * *].")
+@click.option("--username-secret", default="REGISTRY_USERNAME", show_default=True,
+              help="Name of the secret holding the registry user (GITHUB_TOKEN: use the workflow's actor).")
+@click.option("--password-secret", default="REGISTRY_PASSWORD", show_default=True,
+              help="Name of the secret holding the registry password or token.")
+@click.option("--python", "python_version", default="3.11", show_default=True, help="Python for the runner.")
+@click.option("--install", "install_spec", default=None,
+              help="What pip installs on the runner, verbatim [default: git+URL@REF, see --buildkit-repo].")
+@click.option("--buildkit-repo", default=None, metavar="URL",
+              help="Git repository of buildkit for the runner's pip install [default: the one this buildkit was "
+                   "installed from with pip install git+URL@REF].")
+@click.option("--buildkit-ref", default=None, metavar="REF",
+              help="Tag or commit of --buildkit-repo [default: v<this version>, or the installed commit].")
+@click.option("--runner", default=None,
+              help="runs-on label [default: ubuntu-latest; ubuntu-24.04-arm when build.platform is linux/arm64].")
+@click.option("--layer-cache", type=click.Choice(["gha", "registry", "none"]), default="gha", show_default=True,
+              help="Where BuildKit's layer cache is kept between runs: the GitHub Actions cache, or "
+                   "<image.name>:buildcache-<variant> tags in the registry.")
+@click.option("--no-ccache", is_flag=True, help="Do not carry the ccache from run to run.")
+@click.option("--no-free-disk", is_flag=True, help="Leave out the step that frees disk space on the runner.")
+@click.option("--force", is_flag=True, help="Overwrite a workflow file that differs.")
+@click.option("--stdout", "to_stdout", is_flag=True, help="Print the workflow instead of writing it.")
+@handle_errors
+def github(out_path, cron, username_secret, password_secret, python_version, install_spec, buildkit_repo,
+           buildkit_ref, runner, layer_cache, no_ccache, no_free_disk, force, to_stdout, **kwargs):
+    """Write the GitHub Actions workflow running `buildkit nightly` daily and on demand.
+
+    Run it at the root of the repository that holds buildkit.toml: --config is kept as a path
+    relative to here, and --image is passed on to the nightly.
+    """
+    from buildkit.flows.ciworkflow import (DEFAULT_CRON, DEFAULT_PATH, WorkflowOptions, check_cron, config_in_repo,
+                             install_spec as default_install, render_workflow, runner_for, write_workflow)
+    from buildkit.flows.nightly import repository_of
+
+    cfg = resolve(kwargs)
+    check_cron(cron or DEFAULT_CRON)
+    repository = repository_of(cfg)
+    options = WorkflowOptions(registry=repository.registry, cron=cron or DEFAULT_CRON,
+                              username_secret=username_secret, password_secret=password_secret,
+                              python_version=python_version,
+                              install=install_spec or default_install(buildkit_repo, buildkit_ref),
+                              runner=runner or runner_for(cfg["build.platform"]), layer_cache=layer_cache,
+                              cache_ref=repository.name if layer_cache == "registry" else "",
+                              ccache=not no_ccache, free_disk=not no_free_disk)
+    if cfg.origins["image.name"] == "--image":
+        options = replace(options, image=cfg["image.name"])
+    if cfg.path is not None:
+        options = replace(options, config=config_in_repo(cfg.path, Path.cwd()))
+    text = render_workflow(options)
+    if to_stdout:
+        click.echo(text, nl=False)
+        return
+    path = Path(out_path) if out_path else DEFAULT_PATH
+    what = write_workflow(path, text, force=force)
+    click.echo(f"{what} {path}: daily at '{options.cron}' (UTC) and on workflow_dispatch; "
+               f"set the secrets {username_secret} and {password_secret}"
+               if username_secret != "GITHUB_TOKEN" else f"{what} {path}")

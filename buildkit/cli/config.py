@@ -1,0 +1,31 @@
+"""`buildkit config`: the resolved configuration and where each value came from."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from buildkit.cli.options import config_options, handle_errors, resolve
+from buildkit.plan.config import KEYS
+
+
+@click.command("config")
+@config_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: {key: {value, origin}}.")
+@handle_errors
+def config_cmd(as_json: bool, **kwargs):
+    """Print the resolved configuration and where each value came from."""
+    from buildkit.source.urlcreds import redact_url
+
+    cfg = resolve(kwargs)
+    shown = {k.name: redact_url(cfg[k.name]) if isinstance(cfg[k.name], str) else cfg[k.name] for k in KEYS}
+    if as_json:
+        click.echo(json.dumps({k.name: {"value": shown[k.name], "origin": cfg.origins[k.name]} for k in KEYS},
+                              indent=2))
+        return
+    click.echo(f"# config file: {cfg.path if cfg.path else 'none (defaults)'}")
+    width = max(len(k.name) for k in KEYS)
+    for key in KEYS:
+        value = json.dumps(shown[key.name]) if not isinstance(shown[key.name], str) else shown[key.name]
+        click.echo(f"{key.name.ljust(width)}  {value}    ({cfg.origins[key.name]}; {key.env_var})")

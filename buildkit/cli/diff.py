@@ -1,0 +1,42 @@
+"""The `diff` command: compare two images (registered in cli/main.py).
+
+Exit codes: 0 identical; 2 the digests differ (the report says where); 1 an error (one `error:` line).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import ExitStack
+
+import click
+
+from buildkit.cli.options import handle_errors
+
+DIFFERENT = 2  # exit code of diff and reproduce when the digests differ
+
+
+@click.command("diff")
+@click.argument("a")
+@click.argument("b")
+@click.option("--platform", default="linux/amd64", show_default=True, help="Platform to pick from an index.")
+@click.option("--no-files", is_flag=True, help="Compare manifests, configs and layer digests only.")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@handle_errors
+def diff(a: str, b: str, platform: str, no_files: bool, as_json: bool):
+    """Compare two images: A and B are OCI archives or layout folders, local engine images or
+    registry references (force one with an oci:, docker: or registry: prefix).
+
+    Exit 0 when the manifest digests are the same, 2 when they differ (with the config fields,
+    layers and files that differ: path, size, sha256, and the ELF sections of differing binaries).
+    """
+    from buildkit.oci.imagediff import diff_images
+    from buildkit.oci.ocilayout import open_image
+
+    with ExitStack() as stack:
+        image_a = open_image(a, stack, platform=platform)
+        image_b = open_image(b, stack, platform=platform)
+        result = diff_images(image_a, image_b, files=not no_files)
+    click.echo(json.dumps(result.to_json(), indent=2) if as_json else result.report())
+    if not result.same:
+        sys.exit(DIFFERENT)

@@ -1,0 +1,23 @@
+"""`buildkit promote`: give a nightly the release tags of a version, nothing rebuilt."""
+
+from __future__ import annotations
+
+import click
+
+from buildkit.cli.options import config_options, handle_errors, resolve
+from buildkit.cli.output import echo_published
+
+
+@click.command()
+@config_options
+@click.argument("nightly_tag", metavar="nightly-<variant>")
+@click.option("--version", "version", required=True, help="Release version X.Y.Z to give the nightly.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@handle_errors
+def promote(nightly_tag: str, version: str, as_json: bool, **kwargs):
+    """Turn a nightly into a release: its digest gets the release tags of VERSION, nothing is rebuilt."""
+    from buildkit.flows.nightly import promote as run_promote
+
+    done = run_promote(resolve(kwargs), nightly_tag, version)
+    echo_published(done, f"promoted {done.repository}:{done.source_tag} ({done.nightly_version or 'no version label'}, "
+                         f"{done.commit[:12]}) to {version}: {done.repository}@{done.digest}", as_json)

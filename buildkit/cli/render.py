@@ -1,0 +1,29 @@
+"""`buildkit render`: fetch, patch and render a build context without building."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import click
+
+from buildkit.cli.options import config_options, handle_errors, resolve
+
+
+@click.command()
+@config_options
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Folder to write the Dockerfile and build context into (new or empty).")
+@handle_errors
+def render(out_dir: str, **kwargs):
+    """Fetch, patch and render the Dockerfile and build context without building."""
+    from buildkit.engine.buildx import buildx_argv
+    from buildkit.flows.pipeline import build_options, prepare
+
+    cfg = resolve(kwargs)
+    prepared = prepare(cfg, Path(out_dir))
+    argv = buildx_argv(prepared.plan, prepared.rendered, build_options(cfg),
+                       Path(out_dir).resolve().parent / "metadata.json")
+    click.echo(f"rendered {prepared.rendered.dockerfile} for {prepared.plan.request.variant} "
+               f"at {prepared.source.commit}")
+    click.echo("build it with:\n  " + shlex.join(argv))

@@ -1,0 +1,46 @@
+"""What one check of `buildkit doctor` gives (Check), what it knows of a variant (Variant), and the
+helpers the checks share: running a tool with a bound, its last line, version numbers."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass
+from typing import Sequence
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str  # ok, warn or fail
+    detail: str
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """What doctor needs to know of one variant of the build."""
+    name: str
+    cuda: tuple[int, int] | None  # None for cpu
+    arch: str  # sm_120 or cpu
+    platform: str  # linux/amd64
+
+
+def run_tool(argv: Sequence[str], timeout: float = 30) -> subprocess.CompletedProcess | None:
+    try:
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else "no output"
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    """'26.1.5+dfsg1' -> (26, 1, 5); '580.65.06' -> (580, 65, 6); '' -> ()."""
+    match = re.match(r"v?(\d+(?:\.\d+)*)", text.strip())
+    return tuple(int(p) for p in match.group(1).split(".")) if match else ()

@@ -1,0 +1,131 @@
+"""doctor's checks of the host against the platform built: the NVIDIA driver (with `nvidia-smi`) against
+the CUDA version's minimum and the GPU against the arch, and, for a platform other than the host's, a
+binfmt_misc handler (QEMU) or a builder node of that platform."""
+
+from __future__ import annotations
+
+import platform as host_platform
+import shutil
+from pathlib import Path
+from typing import Sequence
+
+from buildkit.flows.doctorcheck import FAIL, OK, WARN, Check, Variant, last_line, run_tool, version_tuple
+
+# Minimum host driver per CUDA major, NVIDIA's "CUDA Toolkit 11.x, 12.x, and 13.x Minimum Required
+# Driver Versions" table (docs.nvidia.com/deploy/cuda-compatibility, minor version compatibility):
+# CUDA 13.x needs >= 580, CUDA 12.x >= 525, CUDA 11.x >= 450. A newer driver always works.
+MIN_DRIVER = {13: 580, 12: 525, 11: 450}
+
+BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
+# buildx platform arch -> binfmt_misc handler name (what tonistiigi/binfmt and qemu-user-static register)
+QEMU_NAMES = {"arm64": "qemu-aarch64", "amd64": "qemu-x86_64", "arm": "qemu-arm", "ppc64le": "qemu-ppc64le",
+              "s390x": "qemu-s390x", "riscv64": "qemu-riscv64", "386": "qemu-i386"}
+HOST_ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64", "ppc64le": "ppc64le",
+             "s390x": "s390x", "riscv64": "riscv64"}
+
+
+def min_driver(cuda: tuple[int, int]) -> int | None:
+    return MIN_DRIVER.get(cuda[0])
+
+
+def parse_nvidia_smi(text: str) -> list[tuple[str, str, str]]:
+    """`nvidia-smi --query-gpu=driver_version,name,compute_cap --format=csv,noheader` rows."""
+    rows = []
+    for line in text.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 3 and version_tuple(parts[0]):
+            rows.append((parts[0], parts[1], parts[2]))
+    return rows
+
+
+def judge_driver(rows: Sequence[tuple[str, str, str]], variants: Sequence[Variant]) -> Check:
+    """Pure: the host's GPUs and driver against the CUDA variants to be run here."""
+    cuda_variants = [v for v in variants if v.cuda is not None]
+    if not rows:
+        return Check("driver", WARN, "nvidia-smi found no GPU", "check the driver: `nvidia-smi`")
+    driver = rows[0][0]
+    gpus = ", ".join(f"{name} (sm_{cap.replace('.', '')})" for _, name, cap in rows)
+    detail = f"driver {driver}; {gpus}"
+    if not cuda_variants:
+        return Check("driver", OK, detail + "; cpu variant: no driver needed")
+    too_old = []
+    for v in cuda_variants:
+        need = min_driver(v.cuda)  # type: ignore[arg-type]
+        if need is not None and version_tuple(driver)[:1] < (need,):
+            too_old.append((f"{v.cuda[0]}.{v.cuda[1]}", need))  # type: ignore[index]
+    if too_old:
+        need = max(n for _, n in too_old)
+        versions = ", ".join(sorted({c for c, _ in too_old}))
+        return Check("driver", FAIL, f"{detail}; CUDA {versions} needs driver >= {need}",
+                     f"install NVIDIA driver {need} or newer on this host, or build with an older --cuda "
+                     "(CUDA 12.x runs on >= 525)")
+    caps = {"sm_" + cap.replace(".", "") for _, _, cap in rows}
+    archs = {v.arch for v in cuda_variants}
+    if caps and not caps & archs:
+        return Check("driver", WARN, f"{detail}; the image is built for {', '.join(sorted(archs))}: on this GPU it "
+                     "stops with \"no kernel image is available\"",
+                     f"build with --arch {sorted(caps)[0]} to run it here")
+    return Check("driver", OK, detail)
+
+
+def check_driver(variants: Sequence[Variant]) -> Check:
+    if not any(v.cuda for v in variants):
+        return Check("driver", OK, "cpu variant: no GPU driver needed")
+    if shutil.which("nvidia-smi") is None:
+        need = sorted({min_driver(v.cuda) for v in variants if v.cuda and min_driver(v.cuda)})
+        return Check("driver", OK, "no nvidia-smi here: fine for building; the host that runs the image needs "
+                     f"driver >= {need[-1] if need else '?'}")
+    proc = run_tool(["nvidia-smi", "--query-gpu=driver_version,name,compute_cap", "--format=csv,noheader"])
+    if proc is None or proc.returncode != 0:
+        why = "timed out" if proc is None else last_line(proc.stderr or proc.stdout)
+        return Check("driver", WARN, f"nvidia-smi failed: {why}", "check the NVIDIA driver installation")
+    return judge_driver(parse_nvidia_smi(proc.stdout), variants)
+
+
+def binfmt_handlers(root: Path = BINFMT_DIR) -> list[str] | None:
+    """The enabled binfmt_misc handlers; None when binfmt_misc is not mounted."""
+    try:
+        entries = [p for p in root.iterdir() if p.name not in ("register", "status")]
+    except OSError:
+        return None
+    if not (root / "register").exists():
+        return None
+    enabled = []
+    for entry in entries:
+        try:
+            if entry.read_text().startswith("enabled"):
+                enabled.append(entry.name)
+        except OSError:
+            continue
+    return sorted(enabled)
+
+
+def judge_emulation(platforms: Sequence[str], host_arch: str, handlers: list[str] | None,
+                    builder_platforms: Sequence[str]) -> Check:
+    """Pure: can every wanted platform be built here (natively, by the builder, or through QEMU)?"""
+    shown = "binfmt_misc not mounted" if handlers is None else \
+        f"binfmt handlers: {', '.join(handlers) if handlers else 'none'}"
+    missing = []
+    for plat in platforms:
+        arch = plat.split("/")[1] if "/" in plat else plat
+        if arch == host_arch:
+            continue
+        if any(bp.startswith(plat) for bp in builder_platforms):
+            continue
+        if handlers and QEMU_NAMES.get(arch) in handlers:
+            continue
+        missing.append(plat)
+    detail = f"host {host_arch}; builds {', '.join(platforms)}; {shown}"
+    if missing:
+        arches = ",".join(p.split("/")[-1] for p in missing)
+        return Check("emulation", FAIL, detail + f"; nothing here can run {', '.join(missing)}",
+                     f"`docker run --privileged --rm tonistiigi/binfmt --install {arches}` (QEMU; a CUDA build "
+                     "under emulation takes many hours), or a builder with a native node: "
+                     "`docker buildx create --append --name B ssh://arm64-host`")
+    return Check("emulation", OK, detail)
+
+
+def check_emulation(variants: Sequence[Variant], builder_platforms: Sequence[str]) -> Check:
+    host = HOST_ARCH.get(host_platform.machine(), host_platform.machine())
+    platforms = sorted({v.platform for v in variants})
+    return judge_emulation(platforms, host, binfmt_handlers(), builder_platforms)

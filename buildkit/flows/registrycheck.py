@@ -1,0 +1,35 @@
+"""doctor's registry check: the registry of image.name answers and accepts the `docker login` credentials."""
+
+from __future__ import annotations
+
+from buildkit.core.errors import BuildkitError
+from buildkit.flows.doctorcheck import FAIL, OK, WARN, Check
+
+
+def check_registry(image_name: str, *, env=None, timeout: float = 10) -> Check:
+    """The registry of image.name answers and lets the stored credentials read the repository."""
+    from buildkit.core.errors import AuthError, RegistryError
+    from buildkit.oci.imageref import names_registry, parse_image_ref
+    from buildkit.oci.registry import client_for
+
+    try:
+        ref = parse_image_ref(image_name)
+    except BuildkitError as exc:
+        return Check("registry", FAIL, str(exc), "set image.name to [registry/]repository, e.g. "
+                     "ghcr.io/you/buun-llama-cpp")
+    if not names_registry(image_name):
+        return Check("registry", WARN, f"image.name {image_name!r} names no registry (it would go to Docker Hub "
+                     "as docker.io/" + ref.repository + "); not contacted",
+                     "to publish, set image.name to REGISTRY/REPOSITORY (ghcr.io/you/name, localhost:5000/name)")
+    try:
+        with client_for(ref.registry, env, timeout=timeout, retries=0) as client:
+            who = client.credentials.describe() if client.credentials else "anonymous"
+            client.list_tags(ref.repository)
+    except AuthError as exc:
+        return Check("registry", FAIL, str(exc), f"`docker login {ref.registry}` with a user that may push to "
+                     f"{ref.repository} (buildkit reads the credentials docker stores)")
+    except RegistryError as exc:
+        return Check("registry", FAIL, str(exc), f"check that {ref.registry} is up and reachable from here "
+                     "(proxy, TLS CA in /etc/docker/certs.d/HOST/ca.crt); `buildkit build` without --push "
+                     "does not need it")
+    return Check("registry", OK, f"{ref.registry} answers; {ref.repository} readable as {who}")

@@ -1,0 +1,131 @@
+"""The pieces of a registry request that are not the client's state (pure, but for reading certs.d):
+which hosts are loopback and where their TLS files live, the checks of repository names and
+references, and the one-line texts of a failed answer or connection."""
+
+from __future__ import annotations
+
+import email.utils
+import hashlib
+import ipaddress
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import requests
+
+from buildkit.core.errors import RegistryError
+from buildkit.oci.imageref import DIGEST, REPOSITORY, TAG
+
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+CERTS_D_ENV = "LLAMA_BUILDKIT_DOCKER_CERTS_D"
+DEFAULT_CERTS_D = "/etc/docker/certs.d"
+
+
+def is_loopback(host: str) -> bool:
+    """host or host:port names this machine (127.0.0.0/8, ::1, localhost)."""
+    name = host
+    if name.startswith("["):
+        name = name[1:name.find("]")] if "]" in name else name[1:]
+    elif name.count(":") == 1:
+        name = name.split(":", 1)[0]
+    if name.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def certs_dir(host: str, env: Mapping[str, str] | None = None) -> Path:
+    """Docker's certs.d folder for host[:port]."""
+    env = os.environ if env is None else env
+    return Path(env.get(CERTS_D_ENV) or DEFAULT_CERTS_D) / host
+
+
+def ca_for(host: str) -> str | bool:
+    """requests' `verify` for host: its certs.d CA when there is one, else the system's CAs."""
+    ca = certs_dir(host) / "ca.crt"
+    return str(ca) if ca.is_file() else True
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def error_detail(resp: requests.Response) -> str:
+    """`CODE: message` from a registry error body (distribution's {"errors": [...]}), if any."""
+    try:
+        data = resp.json()
+    except ValueError:
+        return ""
+    errors = data.get("errors") if isinstance(data, dict) else None
+    if not isinstance(errors, list):
+        return ""
+    parts = []
+    for err in errors[:3]:
+        if isinstance(err, dict):
+            code, message = str(err.get("code") or ""), str(err.get("message") or "")
+            parts.append(f"{code}: {message}" if code and message else code or message)
+    return one_line("; ".join(p for p in parts if p))
+
+
+def status_text(resp: requests.Response) -> str:
+    text = f"{resp.status_code}"
+    if resp.reason:
+        text += f" {resp.reason}"
+    detail = error_detail(resp)
+    return f"{text} ({detail})" if detail else text
+
+
+def describe_connection_error(exc: Exception, timeout: float) -> str:
+    if isinstance(exc, requests.Timeout):
+        return f"no answer within {timeout:g} s"
+    text = str(exc)
+    for needle, said in (("Connection refused", "connection refused"),
+                         ("Connection reset", "connection reset by the server"),
+                         ("RemoteDisconnected", "connection closed by the server without an answer"),
+                         ("Connection aborted", "connection closed by the server"),
+                         ("Name or service not known", "host name not found"),
+                         ("Temporary failure in name resolution", "host name lookup failed"),
+                         ("No route to host", "no route to host"),
+                         ("Network is unreachable", "network unreachable")):
+        if needle in text:
+            return said
+    if isinstance(exc, requests.exceptions.ChunkedEncodingError):
+        return "connection broken while reading the answer"
+    return f"connection failed ({type(exc).__name__})"
+
+
+def retry_after(resp: requests.Response) -> float | None:
+    value = resp.headers.get("Retry-After", "").strip()
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def check_repo(repo: str) -> None:
+    if not isinstance(repo, str) or not REPOSITORY.fullmatch(repo):
+        raise RegistryError(f"invalid repository name {repo!r}")
+
+
+def check_reference(reference: str) -> None:
+    if not isinstance(reference, str) or not (TAG.fullmatch(reference) or DIGEST.fullmatch(reference)):
+        raise RegistryError(f"invalid tag or digest {reference!r}")
+
+
+def ref_text(repo: str, reference: str) -> str:
+    return f"{repo}@{reference}" if ":" in reference else f"{repo}:{reference}"
+
+
+def sha256_digest(body: bytes) -> str:
+    return "sha256:" + hashlib.sha256(body).hexdigest()
