@@ -75,7 +75,7 @@ def helper_argv(dockerfile: Path, context: Path, target: CcacheTarget, output: s
 
 def targets_for(cfg) -> list[CcacheTarget]:
     """One per distinct variant of the nightly matrix."""
-    from buildkit.engine.bake import matrix_variants
+    from buildkit.plan.matrix import matrix_variants
     from buildkit.engine.baseimages import resolve_base_images
     from buildkit.flows.pipeline import cache_root
 

@@ -1,7 +1,7 @@
 """`buildkit nightly`: follow the fork's branch, rebuild only what moved, publish nightlies.
 
 1. Resolve the head of `source.branch` with `git ls-remote` (no mirror, no clone).
-2. For every variant of the matrix (see bake.py), find the commit it was last built from. The
+2. For every variant of the matrix (see plan/matrix.py), find the commit it was last built from. The
    registry is the truth, the lock a shortcut: one HEAD request for `nightly-<variant>` gives the
    digest the world sees; if the lock's `nightly` record holds that same digest, its commit and
    patch-set hash are used (nothing more to ask). Otherwise (a fresh CI runner without the lock,
@@ -40,7 +40,7 @@ from pathlib import Path
 
 import semver
 
-from buildkit.engine.bake import Variant, matrix_variants
+from buildkit.plan.matrix import Variant, matrix_variants
 from buildkit.source.changelog import Changelog, Commit  # noqa: F401  (Commit: part of the summary's API)
 from buildkit.plan.config import ResolvedConfig
 from buildkit.core.errors import BuildkitError, ConfigError, LockError, PatchError, RegistryError, SourceError
@@ -380,7 +380,7 @@ def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = F
 
 def _build_and_publish(cfg, client, repository, summary: Summary, variants, todo, previous, head, patch_set,
                        lock_path, *, verify: bool, stream) -> None:
-    from buildkit.engine.bake import build_matrix
+    from buildkit.flows.matrix import build_matrix
     from buildkit.source.changelog import changelog
     from buildkit.flows.pipeline import build_options, cache_root, lock_entry
     from buildkit.release.publish import publish_local_image

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 import tarfile
 import tempfile
 from contextlib import ExitStack
@@ -236,25 +235,20 @@ def _looks_like_path(spec: str) -> bool:
 
 
 def engine_has(ref: str, docker: str = "docker") -> bool:
-    try:
-        proc = subprocess.run([docker, "image", "inspect", "--format", "{{.Id}}", ref], capture_output=True,
-                              text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return proc.returncode == 0
+    """Whether the engine holds ref (the engine is below no one here: imported when asked)."""
+    from buildkit.engine.api import get_engine
+
+    return get_engine(docker).image_id(ref) is not None
 
 
 def save_from_engine(ref: str, dest: Path, docker: str = "docker") -> Path:
-    """`docker save REF` into dest (an OCI archive on the containerd store)."""
+    """The engine's `save` of REF into dest (an OCI archive on the containerd store)."""
+    from buildkit.engine.api import EngineError, get_engine
+
     try:
-        proc = subprocess.run([docker, "save", "--output", str(dest), ref], capture_output=True, text=True,
-                              timeout=3600)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ImageSourceError(f"docker save {ref} failed: {exc}") from None
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ImageSourceError(f"docker save {ref} failed: {last}")
-    return dest
+        return get_engine(docker).save(ref, dest)
+    except EngineError as exc:
+        raise ImageSourceError(str(exc)) from None
 
 
 class _RegistryBlobs:
