@@ -68,7 +68,7 @@ def promote(nightly_tag: str, version: str, as_json: bool, **kwargs):
     """Turn a nightly into a release: its digest gets the release tags of VERSION, nothing is rebuilt."""
     from dataclasses import asdict
 
-    from buildkit.flows.nightly import promote as run_promote
+    from buildkit.release.promote import promote as run_promote
 
     done = run_promote(resolve(kwargs), nightly_tag, version)
     if as_json:

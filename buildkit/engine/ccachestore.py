@@ -17,8 +17,8 @@ answering either step from its cache.
 
 from __future__ import annotations
 
+import io
 import secrets
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -92,9 +92,13 @@ def targets_for(cfg) -> list[CcacheTarget]:
 
 
 def _run(argv: Sequence[str], what: str, stream) -> None:
-    proc = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if proc.returncode != 0:
-        lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    """A helper build, quiet unless it fails; it runs in the engine turn like every build."""
+    from buildkit.engine.api import get_engine
+
+    lines: list[str] = []
+    finished = get_engine(argv[0]).stream(argv, lines.append, stream=io.StringIO())
+    if finished.code != 0:
+        lines = [ln for ln in lines if ln.strip()]
         last = next((ln for ln in reversed(lines) if "ERROR" in ln), lines[-1] if lines else "no output")
         raise BuildError(f"{what} failed: {last.strip()}")
     if stream is not None:

@@ -21,8 +21,7 @@
 5. A summary (JSON, and Markdown for $GITHUB_STEP_SUMMARY): old and new commit, the changelog
    (`git log old..new`), each variant's result, digest, tags, build time and whether it was skipped.
 
-`promote` turns a nightly into a release without building: the release tags are put on the
-nightly's digest through the registry API.
+`promote` (release/promote.py) turns a nightly into a release without building.
 """
 
 from __future__ import annotations
@@ -450,47 +449,3 @@ def write_summaries(summary: Summary, json_path: str | None, env=None) -> None:
     if step_summary:
         with open(step_summary, "a", encoding="utf-8") as fh:
             fh.write(summary.to_markdown())
-
-
-# ---------------------------------------------------------------- promote
-
-@dataclass(frozen=True)
-class Promotion:
-    repository: str
-    source_tag: str
-    digest: str
-    version: str
-    commit: str
-    nightly_version: str
-    tags: tuple[str, ...]
-    added: tuple[str, ...]
-
-
-def promote(cfg: ResolvedConfig, source_tag: str, version: str) -> Promotion:
-    """Give the image of nightly-<variant> the release tags of version: same digest, nothing built."""
-    from buildkit.release.publish import check_immutable_free, image_labels, point_tags
-
-    tag = source_tag.rsplit(":", 1)[-1] if ":" in source_tag and "/" in source_tag else source_tag
-    if not tag.startswith("nightly-") or tag == "nightly-":
-        raise ConfigError(f"{source_tag!r} is not a nightly tag; promote takes nightly-<variant>, "
-                          "e.g. nightly-cuda13.1-sm120")
-    key = tag[len("nightly-"):]
-    parsed = parse_version(version)
-    if parsed.prerelease and str(parsed.prerelease).startswith("nightly"):
-        raise ConfigError(f"--version {version} is a nightly version; promote to a release (X.Y.Z or X.Y.Z-rc.N)")
-    repository = repository_of(cfg)
-    repo = repository.repository
-    with client_for(repository.registry) as client:
-        info = client.head_manifest(repo, tag)
-        if info is None:
-            raise RegistryError(f"{repository.name}:{tag} does not exist; run buildkit nightly first")
-        labels = image_labels(client, repo, info.digest)
-        commit = labels.get(REVISION_LABEL, "")
-        if len(commit) != 40:
-            raise RegistryError(f"{repository.name}:{tag} has no {REVISION_LABEL} label; not a buildkit image")
-        tags = release_tags(version, commit, key, default_variant=key == cfg["image.default_variant"])
-        check_immutable_free(client, repo, tags, info.digest, force=False)
-        added = point_tags(client, repo, info.digest, tags)
-    return Promotion(repository=repository.name, source_tag=tag, digest=info.digest, version=version,
-                     commit=commit, nightly_version=labels.get(VERSION_LABEL, ""), tags=tags.all,
-                     added=tuple(added))
