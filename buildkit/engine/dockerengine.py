@@ -233,7 +233,9 @@ class DockerEngine(Engine):
         with tarfile.open(fileobj=data) as tar:
             tar.extractall(dest, filter="data")
 
-    def start(self, spec: ContainerSpec) -> str:
+    @staticmethod
+    def create_kwargs(spec: ContainerSpec) -> dict:
+        """docker-py's containers.create() keyword arguments for spec (detached, not auto-removed)."""
         import docker.types
 
         from buildkit.plan.profiles import gpu_device_requests
@@ -253,6 +255,10 @@ class DockerEngine(Engine):
             kwargs["device_requests"] = [docker.types.DeviceRequest(
                 driver=r["Driver"], count=r["Count"], device_ids=r["DeviceIDs"], capabilities=r["Capabilities"],
                 options=r["Options"]) for r in requests]
+        return kwargs
+
+    def start(self, spec: ContainerSpec) -> str:
+        kwargs = self.create_kwargs(spec)
         client = self.client()
         container = None
         try:
@@ -266,7 +272,9 @@ class DockerEngine(Engine):
         return container.id
 
     def _container(self, container: str):
-        client = self.client()
+        client = self._client_or_none()
+        if client is None:
+            return None
         try:
             return client.containers.get(container)
         except self._errors:
