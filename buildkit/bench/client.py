@@ -169,7 +169,10 @@ def stream_chat(ep: Endpoint, body: dict, timeout: float) -> RequestResult:
                 timings = data["timings"]
     except StreamError:
         raise
-    except Exception as exc:
+    except (OSError, http.client.HTTPException, ValueError, AttributeError) as exc:
+        # what reading a stream that fails (or that the watchdog shuts under the reader) raises:
+        # socket errors and time-outs, http.client's own errors, a bad chunk length or encoding
+        # (ValueError), and a connection whose socket is already gone (AttributeError)
         if not watchdog.expired and not isinstance(exc, (socket.timeout, TimeoutError)):
             raise _stream_error(exc, ep, received()) from None
         raise StreamError(f"no complete answer from {ep.chat_url} within {timeout:g}s (--timeout); "
