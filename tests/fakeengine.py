@@ -39,6 +39,13 @@ class FakeEngine(Engine):
     def image_store(self) -> str:
         return "containerd"
 
+    def info(self) -> dict:
+        self.ping()
+        return {"ServerVersion": "26.1.5", "DriverStatus": [["driver-type", "io.containerd.snapshotter.v1"]]}
+
+    def inspect_builder(self, name: str = "") -> str:
+        return f"Name: {name or 'default'}\nDriver: docker\nStatus: running\nPlatforms: linux/amd64\n"
+
     def arch(self) -> str:
         return "amd64"
 

@@ -92,6 +92,14 @@ class Engine(abc.ABC):
         """"containerd", "classic", or "" when it cannot be asked."""
 
     @abc.abstractmethod
+    def info(self) -> dict:
+        """The engine's own description (Docker: `docker info`); EngineError saying why not."""
+
+    @abc.abstractmethod
+    def inspect_builder(self, name: str = "") -> str:
+        """The builder's description ('Key: value' lines of `docker buildx inspect`); EngineError."""
+
+    @abc.abstractmethod
     def arch(self) -> str:
         """The engine machine's architecture as a platform name (amd64, arm64); "" when unknown."""
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import io
+import json
 import re
 import shutil
 import subprocess
@@ -114,6 +115,32 @@ class DockerEngine(Engine):
         if proc.returncode != 0:
             return ""
         return "containerd" if CONTAINERD_SNAPSHOTTER in proc.stdout else "classic"
+
+    def info(self) -> dict:
+        if shutil.which(self.docker) is None:
+            raise EngineError(f"the docker CLI ({self.docker!r}) is not on PATH")
+        try:
+            proc = subprocess.run([self.docker, "info", "--format", "{{json .}}"], capture_output=True, text=True,
+                                  timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            raise EngineError("`docker info` did not answer within 30 s") from None
+        try:
+            info = json.loads(proc.stdout or "null")
+        except ValueError:
+            info = None
+        if proc.returncode != 0 or not isinstance(info, dict) or not info.get("ServerVersion"):
+            raise EngineError(_last_line(proc.stderr or proc.stdout))
+        return info
+
+    def inspect_builder(self, name: str = "") -> str:
+        try:
+            proc = subprocess.run([self.docker, "buildx", "inspect"] + ([name] if name else []),
+                                  capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            raise EngineError("timed out") from None
+        if proc.returncode != 0:
+            raise EngineError(_last_line(proc.stderr or proc.stdout))
+        return proc.stdout
 
     def arch(self) -> str:
         client = self._client_or_none()

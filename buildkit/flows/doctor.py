@@ -95,18 +95,12 @@ def version_tuple(text: str) -> tuple[int, ...]:
 
 def engine_info(docker: str = "docker") -> tuple[dict | None, str]:
     """(docker info as a dict, "") when the engine answers, else (None, why)."""
-    if shutil.which(docker) is None:
-        return None, f"the docker CLI ({docker!r}) is not on PATH"
-    proc = _run([docker, "info", "--format", "{{json .}}"], timeout=30)
-    if proc is None:
-        return None, "`docker info` did not answer within 30 s"
+    from buildkit.engine.api import EngineError, get_engine
+
     try:
-        info = json.loads(proc.stdout or "null")
-    except ValueError:
-        info = None
-    if proc.returncode != 0 or not isinstance(info, dict) or not info.get("ServerVersion"):
-        return None, _last_line(proc.stderr or proc.stdout)
-    return info, ""
+        return get_engine(docker).info(), ""
+    except EngineError as exc:
+        return None, str(exc)
 
 
 def check_engine(info: dict | None, why: str) -> Check:
@@ -137,15 +131,17 @@ def check_buildx_and_builder(builder: str, docker: str = "docker") -> tuple[Chec
         return Check("buildx", FAIL, str(exc), "install the docker-buildx plugin "
                      f"({'.'.join(map(str, MIN_BUILDX))} or newer): the docker-buildx package, or "
                      "https://github.com/docker/buildx/releases into ~/.docker/cli-plugins/"), []
-    argv = [docker, "buildx", "inspect"] + ([builder] if builder else [])
-    proc = _run(argv, timeout=60)
+    from buildkit.engine.api import EngineError, get_engine
+
     shown = builder or "the current builder"
-    if proc is None or proc.returncode != 0:
-        why = "timed out" if proc is None else _last_line(proc.stderr or proc.stdout)
+    try:
+        described = get_engine(docker).inspect_builder(builder)
+    except EngineError as exc:
+        why = str(exc)
         return Check("buildx", FAIL, f"buildx {'.'.join(map(str, version))}; {shown}: {why}",
                      "list the builders with `docker buildx ls`; create one with `docker buildx create --name "
                      f"{builder or 'NAME'} [--driver docker-container]`, or leave build.builder empty"), []
-    fields = dict(_inspect_fields(proc.stdout))
+    fields = dict(_inspect_fields(described))
     platforms = [p.strip().rstrip("*") for p in fields.get("Platforms", "").split(",") if p.strip()]
     name = fields.get("Name", builder or "default")
     driver = fields.get("Driver", "?")
