@@ -200,21 +200,6 @@ def stage(name: str, detail: str = ""):
     return _STAGES.stage(name, detail)
 
 
-def archive_size(archive) -> int | None:
-    """Compressed size of the image in an OCI archive: config plus layers, as a registry stores it."""
-    from buildkit.core.errors import BuildkitError
-    from buildkit.oci.ocilayout import OciArchive
-
-    if archive is None:
-        return None
-    try:
-        with OciArchive(archive) as layout:
-            image = layout.image(None)
-            return len(image.config_bytes) + sum(d.size for d in image.layers)
-    except (BuildkitError, OSError):
-        return None
-
-
 def summary(variant: str, seconds: float, size: int | None, packed: int | None, ccache: tuple[int, int] | None,
             times: dict[str, float] | None = None, tty: bool = False) -> dict:
     """The facts of the final summary line (and of `build --json`); size is the engine's size of

@@ -142,7 +142,7 @@ def run_build(argv: list[str], metadata_file: Path, tags: Sequence[str], *, stre
     When stream is a terminal (and --progress auto/tty), buildx runs on a pseudo-terminal and draws
     its own display; otherwise its plain output is piped through, with a compile status line now and
     then (progress.CompileMeter; last_seconds, the lock's last build time, makes the estimate)."""
-    from buildkit.core.progress import CompileMeter, archive_size, ccache_stats
+    from buildkit.core.progress import CompileMeter, ccache_stats
 
     stream = sys.stderr if stream is None else stream
     engine = get_engine(docker)
@@ -202,3 +202,18 @@ def _archive_digest(archive: Path, reported: str) -> str:
     if reported and reported != digest:
         raise BuildError(f"buildx reported digest {reported} but its archive holds {digest}")
     return digest
+
+
+def archive_size(archive) -> int | None:
+    """Compressed size of the image in an OCI archive: config plus layers, as a registry stores it."""
+    from buildkit.core.errors import BuildkitError
+    from buildkit.oci.ocilayout import OciArchive
+
+    if archive is None:
+        return None
+    try:
+        with OciArchive(archive) as layout:
+            image = layout.image(None)
+            return len(image.config_bytes) + sum(d.size for d in image.layers)
+    except (BuildkitError, OSError):
+        return None

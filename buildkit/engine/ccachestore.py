@@ -73,24 +73,6 @@ def helper_argv(dockerfile: Path, context: Path, target: CcacheTarget, output: s
     return argv
 
 
-def targets_for(cfg) -> list[CcacheTarget]:
-    """One per distinct variant of the nightly matrix."""
-    from buildkit.plan.matrix import matrix_variants
-    from buildkit.engine.baseimages import resolve_base_images
-    from buildkit.flows.pipeline import cache_root
-
-    out: dict[str, CcacheTarget] = {}
-    for v in matrix_variants(cfg)[0]:
-        req = v.request
-        if req.variant in out or not req.ccache:
-            continue
-        source, = resolve_base_images([req.runtime_image], cache_root(cfg))
-        named = source.named_context()
-        out[req.variant] = CcacheTarget(req.variant, ccache_id(req.variant), source.from_ref,
-                                        (named,) if named else ())
-    return list(out.values())
-
-
 def _run(argv: Sequence[str], what: str, stream) -> None:
     """A helper build, quiet unless it fails; it runs in the engine turn like every build."""
     from buildkit.engine.api import get_engine

@@ -6,7 +6,7 @@ and the layer descriptors, plus a way to open any blob. That is what `buildkit d
 
 * `OciArchive`: a tar written by `buildx --output type=oci` (or `docker save` on the containerd
   store), or a folder in OCI image layout (oci-layout, index.json, blobs/sha256/...).
-* An engine image is read through `docker save` into a temporary archive (on the containerd
+* An engine image is read through the engine's `save` (`docker save`) into a temporary archive (on the containerd
   store that archive holds the stored bytes, so the manifest digest is the image's).
 * A registry image is read with our registry client; blobs are streamed to temporary files.
 
@@ -23,7 +23,7 @@ import tempfile
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO, Callable, Protocol
 
 from buildkit.core.errors import BuildkitError, ImageSourceError
 
@@ -234,21 +234,12 @@ def _looks_like_path(spec: str) -> bool:
     return spec.startswith(("/", "./", "../", "~")) or spec.endswith((".tar", ".oci"))
 
 
-def engine_has(ref: str, docker: str = "docker") -> bool:
-    """Whether the engine holds ref (the engine is below no one here: imported when asked)."""
-    from buildkit.engine.api import get_engine
+class EngineImages(Protocol):
+    """What opening an engine's image needs of the engine (engine/api.Engine has both)."""
 
-    return get_engine(docker).image_id(ref) is not None
+    def image_id(self, ref: str) -> str | None: ...
 
-
-def save_from_engine(ref: str, dest: Path, docker: str = "docker") -> Path:
-    """The engine's `save` of REF into dest (an OCI archive on the containerd store)."""
-    from buildkit.engine.api import EngineError, get_engine
-
-    try:
-        return get_engine(docker).save(ref, dest)
-    except EngineError as exc:
-        raise ImageSourceError(str(exc)) from None
+    def save(self, ref: str, dest: Path) -> Path: ...
 
 
 class _RegistryBlobs:
@@ -299,9 +290,10 @@ def _open_registry(ref_text: str, stack: ExitStack, tmp: Path, platform: str | N
 
 
 def open_image(spec: str, stack: ExitStack, *, platform: str | None = "linux/amd64",
-               docker: str = "docker") -> Image:
-    """An image from `oci:PATH`, `docker:REF` (local engine), `registry:REF`, or, without a prefix,
-    an existing path, then an image the engine has, then a registry reference."""
+               engine: EngineImages | None = None) -> Image:
+    """An image from `oci:PATH`, `docker:REF` (the engine's), `registry:REF`, or, without a prefix,
+    an existing path, then an image the engine has, then a registry reference. Without an engine
+    (get_engine() is what the flows pass) no engine image is looked at."""
     kind, _, rest = spec.partition(":")
     if kind in ("oci", "docker", "registry") and rest:
         forced, target = kind, rest
@@ -311,8 +303,13 @@ def open_image(spec: str, stack: ExitStack, *, platform: str | None = "linux/amd
     if forced == "oci" or (not forced and (Path(target).expanduser().exists() or _looks_like_path(target))):
         archive = stack.enter_context(OciArchive(Path(target).expanduser()))
         return archive.image(platform, source=spec)
-    if forced == "docker" or (not forced and engine_has(target, docker)):
-        saved = save_from_engine(target, tmp / "saved.tar", docker)
+    if forced == "docker" or (not forced and engine is not None and engine.image_id(target) is not None):
+        if engine is None:
+            raise ImageSourceError(f"{spec}: no engine to read it from")
+        try:
+            saved = engine.save(target, tmp / "saved.tar")
+        except BuildkitError as exc:  # the engine's EngineError, its own message
+            raise ImageSourceError(str(exc)) from None
         archive = stack.enter_context(OciArchive(saved))
         return archive.image(platform, source=spec)
     try:
@@ -353,5 +350,5 @@ def copy_blob(src: IO[bytes], dest: IO[bytes]) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-__all__ = ["Descriptor", "Image", "OciArchive", "copy_blob", "open_image", "push_layout", "save_from_engine",
+__all__ = ["Descriptor", "Image", "OciArchive", "copy_blob", "open_image", "push_layout",
            "select_manifest", "sha256_digest"]
