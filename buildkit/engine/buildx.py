@@ -31,7 +31,6 @@ from buildkit.plan.buildplan import BuildPlan
 from buildkit.plan.render import RenderResult
 
 
-
 @dataclass(frozen=True)
 class BuildOptions:
     """How to run buildx, as opposed to what to build (the plan)."""
