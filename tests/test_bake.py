@@ -11,8 +11,9 @@ from pathlib import Path
 import docker
 import pytest
 
-from buildkit.engine.bake import (bake_target_from_argv, bake_target_name, matrix_variants, retag, run_bake, target_tags,
-                           write_bake_file)
+from buildkit.engine.bake import run_bake
+from buildkit.engine.bakefile import bake_target_from_argv, retag, target_tags, write_bake_file
+from buildkit.plan.matrix import bake_target_name, matrix_variants
 from buildkit.engine.buildx import BuildOptions
 from buildkit.plan.config import load_config
 from buildkit.core.errors import ArchError, BuildError, ConfigError

@@ -9,7 +9,8 @@ import pytest
 from buildkit.source.changelog import changelog
 from buildkit.core.errors import ConfigError, SourceError
 from buildkit.flows.nightly import (FAILED, PASSED, SKIPPED, Previous, Summary, VariantResult, is_current,
-                              ls_remote_head, nightly_tags, nightly_version, promote, write_summaries)
+                              ls_remote_head, nightly_tags, nightly_version, write_summaries)
+from buildkit.release.promote import promote
 from buildkit.source.changelog import Changelog, Commit
 from buildkit.plan.config import load_config
 from buildkit.source.fetch import fetch_source

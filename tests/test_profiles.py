@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from buildkit.cli.main import main
 from buildkit.plan.config import load_config, read_document
 from buildkit.core.errors import ConfigError
-from buildkit.plan.profiles import (container_kwargs, docker_run_argv, get_profile, gpu_device_requests, make_spec,
+from buildkit.plan.profiles import (docker_run_argv, get_profile, gpu_device_requests, make_spec,
                                read_profiles, server_command)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -159,6 +159,13 @@ def test_argv_without_gpu_detached_on_one_address(project):
     assert "--gpus" not in argv
     assert argv[:8] == ["docker", "run", "--rm", "--detach", "--name", "srv", "--publish", "127.0.0.1:9000:8080"]
     assert argv[argv.index("buildkit-test/llama-server:cpu") + 1:][-2:] == ["--ctx-size", "4096"]
+
+
+def container_kwargs(spec):
+    from buildkit.bench.container import container_spec
+    from buildkit.engine.dockerengine import DockerEngine
+
+    return DockerEngine.create_kwargs(container_spec(spec))
 
 
 def test_container_kwargs_match_the_argv(project):

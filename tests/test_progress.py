@@ -92,7 +92,7 @@ def test_buildx_output_on_a_terminal_passes_through_a_pseudo_terminal_byte_for_b
     import pty
     import sys
 
-    from buildkit.engine.buildx import _lines_from_pty, _popen_tty, wants_tty
+    from buildkit.engine.runner import _lines_from_pty, _popen_tty, wants_tty
 
     master, slave = pty.openpty()  # our "terminal"
     with open(slave, "w", closefd=True) as terminal:

@@ -29,7 +29,9 @@ def bake(print_only: bool, bake_path: str | None, no_verify: bool, as_json: bool
     (--builder) spreads them. Each image is verified and locked; a failing variant does not stop
     the others, and the exit code is 1 if any failed.
     """
-    from buildkit.engine.bake import build_matrix, matrix_document, matrix_variants, prepare_matrix, write_bake_file
+    from buildkit.engine.bakefile import write_bake_file
+    from buildkit.flows.matrix import build_matrix, matrix_document, prepare_matrix
+    from buildkit.plan.matrix import matrix_variants
     from buildkit.core.errors import BuildkitError
     from buildkit.release.lock import write_lock_entry
     from buildkit.flows.pipeline import build_options, cache_root, lock_entry

@@ -85,9 +85,12 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
         return
     from buildkit.core.progress import stages, summary, summary_line
 
+    from buildkit.engine.api import get_engine
+
     built = run_pipeline(cfg, extra_tags=extra_tags, verify=not no_verify)
     facts = summary(built.prepared.plan.request.variant, built.result.seconds,
-                    built.result.tags[0] if built.result.tags else None, built.result.compressed_size,
+                    get_engine().image_size(built.result.tags[0]) if built.result.tags else None,
+                    built.result.compressed_size,
                     built.result.ccache, stages().times, built.result.tty)
     if as_json:
         click.echo(json.dumps({

@@ -45,7 +45,8 @@ def ccache():
 @handle_errors
 def export_cmd(folder, registry_repo, **kwargs):
     """Copy each variant's ccache out of the builder."""
-    from buildkit.engine.ccachestore import export_ccache, targets_for
+    from buildkit.engine.ccachestore import export_ccache
+    from buildkit.flows.ccache import targets_for
 
     _check(folder, registry_repo)
     cfg = resolve(kwargs)
@@ -60,7 +61,8 @@ def export_cmd(folder, registry_repo, **kwargs):
 @handle_errors
 def import_cmd(folder, registry_repo, **kwargs):
     """Copy each variant's saved ccache into the builder (a variant with none saved is skipped)."""
-    from buildkit.engine.ccachestore import import_ccache, targets_for
+    from buildkit.engine.ccachestore import import_ccache
+    from buildkit.flows.ccache import targets_for
 
     _check(folder, registry_repo)
     cfg = resolve(kwargs)

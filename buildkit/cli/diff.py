@@ -31,11 +31,12 @@ def diff(a: str, b: str, platform: str, no_files: bool, as_json: bool):
     layers and files that differ: path, size, sha256, and the ELF sections of differing binaries).
     """
     from buildkit.oci.imagediff import diff_images
+    from buildkit.engine.api import get_engine
     from buildkit.oci.ocilayout import open_image
 
     with ExitStack() as stack:
-        image_a = open_image(a, stack, platform=platform)
-        image_b = open_image(b, stack, platform=platform)
+        image_a = open_image(a, stack, platform=platform, engine=get_engine())
+        image_b = open_image(b, stack, platform=platform, engine=get_engine())
         result = diff_images(image_a, image_b, files=not no_files)
     click.echo(json.dumps(result.to_json(), indent=2) if as_json else result.report())
     if not result.same:

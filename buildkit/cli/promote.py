@@ -16,7 +16,7 @@ from buildkit.cli.output import echo_published
 @handle_errors
 def promote(nightly_tag: str, version: str, as_json: bool, **kwargs):
     """Turn a nightly into a release: its digest gets the release tags of VERSION, nothing is rebuilt."""
-    from buildkit.flows.nightly import promote as run_promote
+    from buildkit.release.promote import promote as run_promote
 
     done = run_promote(resolve(kwargs), nightly_tag, version)
     echo_published(done, f"promoted {done.repository}:{done.source_tag} ({done.nightly_version or 'no version label'}, "

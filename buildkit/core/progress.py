@@ -200,39 +200,11 @@ def stage(name: str, detail: str = ""):
     return _STAGES.stage(name, detail)
 
 
-def image_size(ref: str, docker: str = "docker") -> int | None:
-    """The engine's size of a local image (bytes), None when it cannot tell."""
-    import subprocess
-
-    try:
-        proc = subprocess.run([docker, "image", "inspect", "--format", "{{.Size}}", ref], capture_output=True,
-                              text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    text = proc.stdout.strip()
-    return int(text) if proc.returncode == 0 and text.isdigit() else None
-
-
-def archive_size(archive) -> int | None:
-    """Compressed size of the image in an OCI archive: config plus layers, as a registry stores it."""
-    from buildkit.core.errors import BuildkitError
-    from buildkit.oci.ocilayout import OciArchive
-
-    if archive is None:
-        return None
-    try:
-        with OciArchive(archive) as layout:
-            image = layout.image(None)
-            return len(image.config_bytes) + sum(d.size for d in image.layers)
-    except (BuildkitError, OSError):
-        return None
-
-
-def summary(variant: str, seconds: float, tag: str | None, packed: int | None, ccache: tuple[int, int] | None,
+def summary(variant: str, seconds: float, size: int | None, packed: int | None, ccache: tuple[int, int] | None,
             times: dict[str, float] | None = None, tty: bool = False) -> dict:
-    """The facts of the final summary line (and of `build --json`)."""
-    engine = image_size(tag) if tag else None
-    return {"variant": variant, "build_seconds": round(seconds, 1), "image_size": engine,
+    """The facts of the final summary line (and of `build --json`); size is the engine's size of
+    the image (Engine.image_size)."""
+    return {"variant": variant, "build_seconds": round(seconds, 1), "image_size": size,
             "compressed_size": packed, "ccache_hits": ccache[0] if ccache else None,
             "ccache_calls": ccache[1] if ccache else None, "tty": tty,
             "stages": {k: round(v, 1) for k, v in (times or {}).items()}}

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from buildkit.core.errors import BaseImageError, BuildkitError
+from buildkit.engine.api import Engine, EngineError, get_engine
 from buildkit.release.lock import BaseImage
 
 LAYOUT_DIR = "base-images"
@@ -57,30 +58,18 @@ class BaseSource:
         return self.context_name, f"oci-layout://{self.layout}@{self.image.digest}"
 
 
-def _engine():
-    try:
-        import docker
-
-        return docker.from_env()
-    except Exception:  # no engine: every image then has to come from its registry
-        return None
-
-
-def local_digest(client, ref: str) -> str:
-    """The engine's digest of ref (its repo digest, else its id); "" when the engine lacks it."""
-    if client is None:
+def local_digest(engine: Engine, ref: str) -> str:
+    """The engine's digest of ref (its repo digest, else its id); "" when the engine lacks it (or
+    there is no engine: every image then has to come from its registry)."""
+    info = engine.image(ref)
+    if info is None:
         return ""
-    try:
-        attrs = client.images.get(ref).attrs
-    except Exception:  # docker-py raises ImageNotFound, APIError or a connection error alike
-        return ""
-    repo_digests = attrs.get("RepoDigests") or []
-    return repo_digests[0].split("@", 1)[1] if repo_digests else attrs.get("Id", "")
+    return info.repo_digests[0].split("@", 1)[1] if info.repo_digests else info.id
 
 
 def engine_digest(ref: str) -> str:
-    """local_digest against the default engine."""
-    return local_digest(_engine(), ref)
+    """local_digest against the engine in use."""
+    return local_digest(get_engine(), ref)
 
 
 def registry_digest(ref: str, timeout: float = 10) -> tuple[str, str]:
@@ -99,7 +88,7 @@ def registry_digest(ref: str, timeout: float = 10) -> tuple[str, str]:
     return info.digest, ""
 
 
-def export_layout(client, ref: str, digest: str, cache: Path) -> Path:
+def export_layout(engine: Engine, ref: str, digest: str, cache: Path) -> Path:
     """The OCI layout of the engine's ref under cache (made once per digest, atomically)."""
     dest = cache / LAYOUT_DIR / digest.replace(":", "-")
     if (dest / _COMPLETE).is_file():
@@ -109,11 +98,9 @@ def export_layout(client, ref: str, digest: str, cache: Path) -> Path:
     try:
         archive = tmp / "image.tar"
         try:
-            with open(archive, "wb") as out:
-                for chunk in client.images.get(ref).save(named=True):
-                    out.write(chunk)
-        except Exception as exc:  # docker-py's errors carry the engine's message
-            raise BaseImageError(f"base image {ref}: docker save failed: {exc}") from None
+            engine.save(ref, archive)
+        except EngineError as exc:  # the engine's own message
+            raise BaseImageError(f"base image {ref}: {exc}") from None
         layout = tmp / "layout"
         with tarfile.open(archive) as tar:
             tar.extractall(layout, filter="data")
@@ -152,13 +139,13 @@ def resolve_base_images(refs: list[str], cache: Path | None = None, *,
                         ask_registry: bool = True) -> tuple[BaseSource, ...]:
     """Each distinct ref resolved to a BaseSource. With a cache folder, engine-only images are
     exported to OCI layouts there; without one (planning only) they are only recorded."""
-    client = _engine()
+    engine = get_engine()
     out = []
     for ref in dict.fromkeys(refs):
-        local = local_digest(client, ref)
+        local = local_digest(engine, ref)
         remote, why = registry_digest(ref, timeout=5 if local else 10) if ask_registry else ("", "not asked")
         if local and remote != local:
-            layout = export_layout(client, ref, local, cache) if cache is not None else None
+            layout = export_layout(engine, ref, local, cache) if cache is not None else None
             out.append(BaseSource(BaseImage(ref=ref, digest=local), layout))
         elif remote:
             out.append(BaseSource(BaseImage(ref=ref, digest=remote)))

@@ -17,8 +17,8 @@ answering either step from its cache.
 
 from __future__ import annotations
 
+import io
 import secrets
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -73,28 +73,14 @@ def helper_argv(dockerfile: Path, context: Path, target: CcacheTarget, output: s
     return argv
 
 
-def targets_for(cfg) -> list[CcacheTarget]:
-    """One per distinct variant of the nightly matrix."""
-    from buildkit.engine.bake import matrix_variants
-    from buildkit.engine.baseimages import resolve_base_images
-    from buildkit.flows.pipeline import cache_root
-
-    out: dict[str, CcacheTarget] = {}
-    for v in matrix_variants(cfg)[0]:
-        req = v.request
-        if req.variant in out or not req.ccache:
-            continue
-        source, = resolve_base_images([req.runtime_image], cache_root(cfg))
-        named = source.named_context()
-        out[req.variant] = CcacheTarget(req.variant, ccache_id(req.variant), source.from_ref,
-                                        (named,) if named else ())
-    return list(out.values())
-
-
 def _run(argv: Sequence[str], what: str, stream) -> None:
-    proc = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if proc.returncode != 0:
-        lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    """A helper build, quiet unless it fails; it runs in the engine turn like every build."""
+    from buildkit.engine.api import get_engine
+
+    lines: list[str] = []
+    finished = get_engine(argv[0]).stream(argv, lines.append, stream=io.StringIO())
+    if finished.code != 0:
+        lines = [ln for ln in lines if ln.strip()]
         last = next((ln for ln in reversed(lines) if "ERROR" in ln), lines[-1] if lines else "no output")
         raise BuildError(f"{what} failed: {last.strip()}")
     if stream is not None:

@@ -48,7 +48,7 @@ def variants_of(cfg, matrix: bool = False) -> list[Variant]:
 
     if not matrix:
         return [_variant(make_request(cfg))]
-    from buildkit.engine.bake import matrix_variants
+    from buildkit.plan.matrix import matrix_variants
 
     return [_variant(v.request) for v in matrix_variants(cfg)[0]]
 

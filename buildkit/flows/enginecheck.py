@@ -5,30 +5,23 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from typing import Iterable
 
 from buildkit.core.errors import BuildError
 from buildkit.engine.buildx import MIN_BUILDX, check_buildx
-from buildkit.flows.doctorcheck import FAIL, OK, WARN, Check, last_line, run_tool, version_tuple
+from buildkit.flows.doctorcheck import FAIL, OK, WARN, Check, version_tuple
 
 MIN_ENGINE = (23, 0)  # BuildKit as the default builder, `docker buildx` integration
 
 
 def engine_info(docker: str = "docker") -> tuple[dict | None, str]:
     """(docker info as a dict, "") when the engine answers, else (None, why)."""
-    if shutil.which(docker) is None:
-        return None, f"the docker CLI ({docker!r}) is not on PATH"
-    proc = run_tool([docker, "info", "--format", "{{json .}}"], timeout=30)
-    if proc is None:
-        return None, "`docker info` did not answer within 30 s"
+    from buildkit.engine.api import EngineError, get_engine
+
     try:
-        info = json.loads(proc.stdout or "null")
-    except ValueError:
-        info = None
-    if proc.returncode != 0 or not isinstance(info, dict) or not info.get("ServerVersion"):
-        return None, last_line(proc.stderr or proc.stdout)
-    return info, ""
+        return get_engine(docker).info(), ""
+    except EngineError as exc:
+        return None, str(exc)
 
 
 def check_engine(info: dict | None, why: str) -> Check:
@@ -59,55 +52,17 @@ def check_buildx_and_builder(builder: str, docker: str = "docker") -> tuple[Chec
         return Check("buildx", FAIL, str(exc), "install the docker-buildx plugin "
                      f"({'.'.join(map(str, MIN_BUILDX))} or newer): the docker-buildx package, or "
                      "https://github.com/docker/buildx/releases into ~/.docker/cli-plugins/"), []
-    argv = [docker, "buildx", "inspect"] + ([builder] if builder else [])
-    proc = run_tool(argv, timeout=60)
+    from buildkit.engine.api import EngineError, get_engine
+
     shown = builder or "the current builder"
-    if proc is None or proc.returncode != 0:
-        why = "timed out" if proc is None else last_line(proc.stderr or proc.stdout)
-        return Check("buildx", FAIL, f"buildx {'.'.join(map(str, version))}; {shown}: {why}",
-                     "list the builders with `docker buildx ls`; create one with `docker buildx create --name "
-                     f"{builder or 'NAME'} [--driver docker-container]`, or leave build.builder empty"), []
-    fields = dict(_inspect_fields(proc.stdout))
-    platforms = [p.strip().rstrip("*") for p in fields.get("Platforms", "").split(",") if p.strip()]
-    name = fields.get("Name", builder or "default")
-    driver = fields.get("Driver", "?")
-    status = fields.get("Status", "")
-    detail = f"buildx {'.'.join(map(str, version))}; builder {name} (driver {driver}" + \
-        (f", {status}" if status else "") + ")"
-    if status and status not in ("running", "inactive"):
-        return Check("buildx", FAIL, detail, f"`docker buildx inspect --bootstrap {name}`, or remove and "
-                     "re-create the builder"), platforms
-    return Check("buildx", OK, detail), platforms
-
-
-def _inspect_fields(text: str) -> Iterable[tuple[str, str]]:
-    """`docker buildx inspect` output: 'Key: value' lines (the first of each key wins)."""
-    seen: set[str] = set()
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        key = key.strip()
-        if sep and key and key not in seen and not line.startswith(" "):
-            seen.add(key)
-            yield key, value.strip()
-
-
-def check_buildx_and_builder(builder: str, docker: str = "docker") -> tuple[Check, list[str]]:
-    """The buildx check, and the builder's platforms (for the emulation check)."""
     try:
-        version = check_buildx(docker)
-    except BuildError as exc:
-        return Check("buildx", FAIL, str(exc), "install the docker-buildx plugin "
-                     f"({'.'.join(map(str, MIN_BUILDX))} or newer): the docker-buildx package, or "
-                     "https://github.com/docker/buildx/releases into ~/.docker/cli-plugins/"), []
-    argv = [docker, "buildx", "inspect"] + ([builder] if builder else [])
-    proc = run_tool(argv, timeout=60)
-    shown = builder or "the current builder"
-    if proc is None or proc.returncode != 0:
-        why = "timed out" if proc is None else last_line(proc.stderr or proc.stdout)
+        described = get_engine(docker).inspect_builder(builder)
+    except EngineError as exc:
+        why = str(exc)
         return Check("buildx", FAIL, f"buildx {'.'.join(map(str, version))}; {shown}: {why}",
                      "list the builders with `docker buildx ls`; create one with `docker buildx create --name "
                      f"{builder or 'NAME'} [--driver docker-container]`, or leave build.builder empty"), []
-    fields = dict(_inspect_fields(proc.stdout))
+    fields = dict(_inspect_fields(described))
     platforms = [p.strip().rstrip("*") for p in fields.get("Platforms", "").split(",") if p.strip()]
     name = fields.get("Name", builder or "default")
     driver = fields.get("Driver", "?")
@@ -129,5 +84,3 @@ def _inspect_fields(text: str) -> Iterable[tuple[str, str]]:
         if sep and key and key not in seen and not line.startswith(" "):
             seen.add(key)
             yield key, value.strip()
-
-

@@ -1,7 +1,7 @@
 """`buildkit nightly`: follow the fork's branch, rebuild only what moved, publish nightlies.
 
 1. Resolve the head of `source.branch` with `git ls-remote` (no mirror, no clone).
-2. For every variant of the matrix (see bake.py), find the commit it was last built from. The
+2. For every variant of the matrix (see plan/matrix.py), find the commit it was last built from. The
    registry is the truth, the lock a shortcut: one HEAD request for `nightly-<variant>` gives the
    digest the world sees; if the lock's `nightly` record holds that same digest, its commit and
    patch-set hash are used (nothing more to ask). Otherwise (a fresh CI runner without the lock,
@@ -21,8 +21,7 @@
 5. A summary (JSON, and Markdown for $GITHUB_STEP_SUMMARY): old and new commit, the changelog
    (`git log old..new`), each variant's result, digest, tags, build time and whether it was skipped.
 
-`promote` turns a nightly into a release without building: the release tags are put on the
-nightly's digest through the registry API.
+`promote` (release/promote.py) turns a nightly into a release without building.
 """
 
 from __future__ import annotations
@@ -30,21 +29,22 @@ from __future__ import annotations
 import collections
 import datetime as _dt
 import json
-import os
 import re
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import semver
 
-from buildkit.engine.bake import Variant, matrix_variants
+from buildkit.plan.matrix import Variant, matrix_variants
+from buildkit.flows.nightlysummary import (FAILED, PASSED, SKIPPED, Summary, VariantResult,  # noqa: F401
+                                          write_summaries)  # (re-exported: the summary's API)
 from buildkit.source.changelog import Changelog, Commit  # noqa: F401  (Commit: part of the summary's API)
 from buildkit.plan.config import ResolvedConfig
 from buildkit.core.errors import BuildkitError, ConfigError, LockError, PatchError, RegistryError, SourceError
-from buildkit.oci.imageref import ImageRef, parse_image_ref, tag_of
+from buildkit.oci.imageref import ImageRef, parse_image_ref
 from buildkit.release.lock import _atomic_write, _exclusive, read_lock, write_lock_entry
 from buildkit.source.patches import load_patch_queue
 from buildkit.oci.registry import RegistryClient, client_for
@@ -61,7 +61,6 @@ PATCH_SET_LABEL = "org.llama-buildkit.patch-set"
 VERSION_LABEL = "org.opencontainers.image.version"
 NIGHTLY_RECORD = "nightly"
 _SCP_LIKE = re.compile(r"[^/]+:")  # top-level key of buildkit.lock
-PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 
 
 def nightly_tag(key: str) -> str:
@@ -157,117 +156,6 @@ def nightly_version(existing_tags: list[str], keys: list[str], date: str) -> str
 
 def nightly_tags(version: str, commit: str, key: str) -> TagSet:
     return release_tags(version, commit, key, default_variant=False)
-
-
-# ---------------------------------------------------------------- summary
-
-@dataclass
-class VariantResult:
-    variant: str
-    arch: str
-    cuda_version: str | None
-    target: str
-    status: str  # passed | failed | skipped
-    previous_commit: str | None = None
-    commit: str | None = None  # what the image now in nightly-<variant> was built from
-    digest: str = ""
-    version: str = ""
-    tags: list[str] = field(default_factory=list)
-    changed_tags: list[str] = field(default_factory=list)
-    build_seconds: float | None = None
-    error: str = ""
-    checks: list[dict] = field(default_factory=list)
-    known_from: str | None = None  # where the previous build's commit was read: "lock" or "registry"
-
-    @property
-    def skipped(self) -> bool:
-        return self.status == SKIPPED
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "skipped": self.skipped}
-
-
-@dataclass
-class Summary:
-    repository: str
-    url: str
-    branch: str
-    date: str
-    old_commit: str | None
-    new_commit: str | None
-    up_to_date: bool = False
-    version: str = ""
-    changelog: Changelog | None = None
-    variants: list[VariantResult] = field(default_factory=list)
-    excluded: list[dict] = field(default_factory=list)
-    error: str = ""
-    check_seconds: float = 0.0  # resolving the head and asking the registry
-    seconds: float = 0.0  # the whole run
-
-    @property
-    def ok(self) -> bool:
-        return not self.error and all(v.status != FAILED for v in self.variants)
-
-    def to_dict(self) -> dict:
-        return {
-            "repository": self.repository, "url": self.url, "branch": self.branch, "date": self.date,
-            "ok": self.ok, "up_to_date": self.up_to_date, "old_commit": self.old_commit,
-            "new_commit": self.new_commit, "version": self.version, "error": self.error,
-            "changelog": self.changelog.to_dict() if self.changelog else None,
-            "variants": [v.to_dict() for v in self.variants], "excluded": self.excluded,
-            "check_seconds": round(self.check_seconds, 3), "seconds": round(self.seconds, 3),
-        }
-
-    def headline(self) -> str:
-        if self.error:
-            return f"nightly failed: {self.error}"
-        if self.up_to_date:
-            return (f"up to date: {self.branch} is still at {_short(self.new_commit)} and every variant was built "
-                    f"from it; nothing built ({self.check_seconds:.2f} s)")
-        failed = [v.variant for v in self.variants if v.status == FAILED]
-        built = [v.variant for v in self.variants if v.status == PASSED]
-        if failed:
-            return (f"nightly {self.version}: {len(failed)} of {len(built) + len(failed)} variants failed "
-                    f"({', '.join(failed)})")
-        return f"nightly {self.version}: {len(built)} variants built and pushed from {_short(self.new_commit)}"
-
-    def to_markdown(self) -> str:
-        icon = "✅" if self.ok else "❌"
-        out = [f"## {icon} buildkit nightly of `{self.repository}`", "", self.headline(), "",
-               f"- branch: `{self.branch}` of {self.url}",
-               f"- old commit: `{self.old_commit or 'none'}`",
-               f"- new commit: `{self.new_commit or 'unknown'}`"]
-        if self.version:
-            out.append(f"- version: `{self.version}`")
-        if self.changelog is not None and self.old_commit != self.new_commit:
-            out += ["", f"### Changelog ({len(self.changelog.commits)} commits)", ""]
-            out += [f"- `{c.sha[:12]}` {_md(c.subject)}" for c in self.changelog.commits]
-            if self.changelog.note:
-                out.append(f"- _{_md(self.changelog.note)}_")
-        out += ["", "### Variants", "", "| variant | result | digest | tags | build time | skipped |",
-                "| --- | --- | --- | --- | --- | --- |"]
-        for v in self.variants:
-            result = v.status + (f": {_short_error(v.error)}" if v.error else "")
-            digest = f"`{v.digest[:19]}`" if v.digest else ""
-            tags = " ".join(f"`{t}`" for t in v.tags)
-            took = f"{v.build_seconds:.0f} s" if v.build_seconds is not None else ""
-            out.append(f"| `{v.variant}` | {result} | {digest} | {tags} | {took} | {'yes' if v.skipped else 'no'} |")
-        for ex in self.excluded:
-            out.append(f"| {_md(ex['combination'])} | not in the matrix: {_md(ex['reason'])} | | | | |")
-        return "\n".join(out) + "\n"
-
-
-def _short(sha: str | None) -> str:
-    return sha[:12] if sha else "unknown"
-
-
-def _short_error(text: str, limit: int = 300) -> str:
-    text = _md(text)
-    return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-def _md(text: str) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
 
 
 # ---------------------------------------------------------------- the lock's nightly record
@@ -380,7 +268,7 @@ def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = F
 
 def _build_and_publish(cfg, client, repository, summary: Summary, variants, todo, previous, head, patch_set,
                        lock_path, *, verify: bool, stream) -> None:
-    from buildkit.engine.bake import build_matrix
+    from buildkit.flows.matrix import build_matrix
     from buildkit.source.changelog import changelog
     from buildkit.flows.pipeline import build_options, cache_root, lock_entry
     from buildkit.release.publish import publish_local_image
@@ -437,60 +325,3 @@ def _build_and_publish(cfg, client, repository, summary: Summary, variants, todo
                                          digest=digest, version=summary.version, tags=list(tags.all),
                                          changed_tags=list(added), build_seconds=seconds, checks=checks)
     summary.variants = [results[v.key] for v in variants]
-
-
-def write_summaries(summary: Summary, json_path: str | None, env=None) -> None:
-    """JSON to json_path ('-' = stdout, done by the caller), Markdown appended to $GITHUB_STEP_SUMMARY."""
-    env = os.environ if env is None else env
-    if json_path and json_path != "-":
-        path = Path(json_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
-    step_summary = env.get("GITHUB_STEP_SUMMARY")
-    if step_summary:
-        with open(step_summary, "a", encoding="utf-8") as fh:
-            fh.write(summary.to_markdown())
-
-
-# ---------------------------------------------------------------- promote
-
-@dataclass(frozen=True)
-class Promotion:
-    repository: str
-    source_tag: str
-    digest: str
-    version: str
-    commit: str
-    nightly_version: str
-    tags: tuple[str, ...]
-    added: tuple[str, ...]
-
-
-def promote(cfg: ResolvedConfig, source_tag: str, version: str) -> Promotion:
-    """Give the image of nightly-<variant> the release tags of version: same digest, nothing built."""
-    from buildkit.release.publish import check_immutable_free, image_labels, point_tags
-
-    tag = (tag_of(source_tag) or "") if "/" in source_tag else source_tag  # a reference: its tag
-    if not tag.startswith("nightly-") or tag == "nightly-":
-        raise ConfigError(f"{source_tag!r} is not a nightly tag; promote takes nightly-<variant>, "
-                          "e.g. nightly-cuda13.1-sm120")
-    key = tag[len("nightly-"):]
-    parsed = parse_version(version)
-    if parsed.prerelease and str(parsed.prerelease).startswith("nightly"):
-        raise ConfigError(f"--version {version} is a nightly version; promote to a release (X.Y.Z or X.Y.Z-rc.N)")
-    repository = repository_of(cfg)
-    repo = repository.repository
-    with client_for(repository.registry) as client:
-        info = client.head_manifest(repo, tag)
-        if info is None:
-            raise RegistryError(f"{repository.name}:{tag} does not exist; run buildkit nightly first")
-        labels = image_labels(client, repo, info.digest)
-        commit = labels.get(REVISION_LABEL, "")
-        if len(commit) != 40:
-            raise RegistryError(f"{repository.name}:{tag} has no {REVISION_LABEL} label; not a buildkit image")
-        tags = release_tags(version, commit, key, default_variant=key == cfg["image.default_variant"])
-        check_immutable_free(client, repo, tags, info.digest, force=False)
-        added = point_tags(client, repo, info.digest, tags)
-    return Promotion(repository=repository.name, source_tag=tag, digest=info.digest, version=version,
-                     commit=commit, nightly_version=labels.get(VERSION_LABEL, ""), tags=tags.all,
-                     added=tuple(added))

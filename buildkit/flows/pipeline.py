@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Iterator
 
 from buildkit import __version__
+from buildkit.engine.api import get_engine
 from buildkit.engine.baseimages import BaseSource, resolve_base_images
 from buildkit.plan.buildkey import build_key
 from buildkit.engine.buildx import (BuildOptions, BuildResult, buildx_argv, check_buildx, image_store, oci_archive_path,
@@ -35,7 +36,7 @@ from buildkit.engine.buildx import (BuildOptions, BuildResult, buildx_argv, chec
 from buildkit.plan.config import ResolvedConfig
 from buildkit.verify.cpuhost import host_cpu_id
 from buildkit.source.cudaroot import ensure_cuda_root, read_manifest, runtime_subset
-from buildkit.core.errors import BuildkitError, ConfigError, CudaRootError, VerifyError
+from buildkit.core.errors import BuildkitError, ConfigError, CudaRootError
 from buildkit.release.lock import BaseImage, LockEntry, write_lock_entry
 from buildkit.core.paths import bundled_patches_dir, cache_dir
 from buildkit.source.patches import PatchQueue, apply_patches, load_patch_queue
@@ -44,7 +45,8 @@ from buildkit.plan.buildplan import BUILD_KEY_LABEL, LABEL_PREFIX, BuildPlan, Bu
 from buildkit.plan.render import RenderResult, templates_sha256, write_context
 from buildkit.source.fetch import SourceInfo, export_tree, fetch_source
 from buildkit.source.urlcreds import clean_url
-from buildkit.verify.checks import VerifyReport, verify_image
+from buildkit.verify.checks import VerifyReport
+from buildkit.verify.gate import verified_or_removed
 
 SHA_LEN = 40
 INPUTS_LABEL = LABEL_PREFIX + "inputs"
@@ -246,12 +248,7 @@ def _cuda_manifest(root: Path | None) -> dict | None:
 def _local_image_id(tag: str, fallback: str) -> str:
     """The engine's id for the loaded image (the config digest on the classic store, the index
     digest on the containerd store); buildx's metadata only has the former on the classic store."""
-    try:
-        import docker
-
-        return docker.from_env().images.get(tag).id
-    except Exception:
-        return fallback
+    return get_engine().image_id(tag) or fallback
 
 
 def with_inputs(prepared: Prepared) -> Prepared:
@@ -282,20 +279,6 @@ def lock_entry(prepared: Prepared, result: BuildResult) -> LockEntry:
     )
 
 
-def _remove_tags(tags: tuple[str, ...]) -> None:
-    try:
-        import docker
-
-        client = docker.from_env()
-        for tag in tags:
-            try:
-                client.images.remove(tag, noprune=False)
-            except Exception:
-                pass
-    except Exception:
-        pass
-
-
 @contextmanager
 def prepared_context(cfg: ResolvedConfig, *, request: BuildRequest | None = None,
                      extra_tags: tuple[str, ...] = (), work_dir: Path | None = None) -> Iterator[Prepared]:
@@ -310,7 +293,7 @@ def last_build_seconds(cfg: ResolvedConfig, request: BuildRequest) -> float | No
 
     try:
         entry = read_lock(cfg.path_value("lock.path"))["builds"].get(f"{request.variant}/{request.target}")
-    except Exception:  # no lock, or one this version cannot read: no estimate, not an error
+    except BuildkitError:  # no lock, or one this version cannot read (LockError): no estimate, not an error
         return None
     seconds = (entry or {}).get("build_seconds")
     return float(seconds) if isinstance(seconds, (int, float)) and seconds > 0 else None
@@ -330,17 +313,8 @@ def build_prepared(prepared: Prepared, cfg: ResolvedConfig, *, verify: bool = Tr
                            load=options.load, docker=options.docker, last_seconds=last)
     report = VerifyReport(image=result.tags[0] if result.tags else "", checks=())
     if verify:
-        try:
-            roots = [prepared.cuda_root] if prepared.cuda_root else []
-            with stage("verify", result.tags[0]):
-                report = verify_image(prepared.plan, result.tags[0], cuda_roots=roots)
-        except BuildkitError:
-            _remove_tags(result.tags)
-            raise
-        if not report.ok:
-            _remove_tags(result.tags)
-            failed = "; ".join(f"{c.name}: {c.detail}" for c in report.failures())
-            raise VerifyError(f"image {result.tags[0]} failed verification and was removed: {failed}")
+        with stage("verify", result.tags[0]):
+            report = verified_or_removed(prepared.plan, result.tags, prepared.cuda_root)
     lock_path = cfg.path_value("lock.path")
     write_lock_entry(lock_path, lock_entry(prepared, result))
     return Built(prepared=prepared, result=result, report=report, lock_path=lock_path)

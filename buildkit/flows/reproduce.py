@@ -38,7 +38,8 @@ from buildkit.core.errors import BuildkitError, ReproduceError
 from buildkit.oci.imagediff import ImageDiff, diff_images
 from buildkit.oci.imageref import name_of
 from buildkit.release.lock import BaseImage, read_lock
-from buildkit.oci.ocilayout import OciArchive, engine_has, open_image
+from buildkit.engine.api import get_engine
+from buildkit.oci.ocilayout import OciArchive, open_image
 from buildkit.source.patches import load_patch_queue
 from buildkit.flows.pipeline import INPUTS_LABEL, _cuda_manifest, patch_dir, prepare
 from buildkit.plan.buildplan import BUILD_KEY_LABEL, LABEL_PREFIX, make_request
@@ -283,7 +284,7 @@ def from_lock(path: Path, key: str | None = None) -> Recorded:
 def from_image(spec: str, platform: str = "linux/amd64") -> Recorded:
     """A record from the labels of an image (registry reference, local engine image or OCI archive)."""
     with ExitStack() as stack:
-        image = open_image(spec, stack, platform=platform)
+        image = open_image(spec, stack, platform=platform, engine=get_engine())
         return from_labels(image.labels, f"image {spec}", image_digest=image.manifest_digest,
                            originals=(spec,))
 
@@ -358,7 +359,7 @@ def check_inputs(rec: Recorded, cfg: ResolvedConfig, stream=None) -> list[str]:
                              f"one{recorded} to {rec.patch_set_sha256[:12]}; point --patches at the recorded patches")
     for base in rec.base_images:
         now = engine_digest(base.ref)
-        if now != base.digest and not engine_has(f"{name_of(base.ref)}@{base.digest}"):
+        if now != base.digest and get_engine().image_id(f"{name_of(base.ref)}@{base.digest}") is None:
             raise ReproduceError(f"base image {base.ref} is {now or 'not in the engine'}, the recorded build used "
                                  f"{base.digest}; make that digest available (docker pull {base.ref}@{base.digest})")
     return warnings
@@ -431,7 +432,7 @@ def compare_with_original(rec: Recorded, archive: Path) -> tuple[ImageDiff | Non
     for spec in rec.originals:
         with ExitStack() as stack:
             try:
-                original = open_image(spec, stack, platform=rec.platform)
+                original = open_image(spec, stack, platform=rec.platform, engine=get_engine())
             except BuildkitError as exc:
                 tried.append(f"{spec}: {exc}")
                 continue

@@ -124,8 +124,8 @@ def _stop_group(proc: subprocess.Popen) -> None:
         pass
     try:
         proc.communicate(timeout=5)
-    except Exception:  # noqa: BLE001
-        pass
+    except (subprocess.TimeoutExpired, OSError, ValueError):
+        pass  # killed already; its pipes may be closed (ValueError) or it may not be reapable yet
 
 
 def run_helper(name: str, server_url: str, env: Mapping[str, str] | None = None,

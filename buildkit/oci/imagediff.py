@@ -15,6 +15,7 @@ import gzip
 import hashlib
 import io
 import json
+import struct
 import tarfile
 import zlib
 from dataclasses import asdict, dataclass, field
@@ -205,9 +206,11 @@ def elf_sections(data: bytes) -> dict[str, str] | None:
     """sha256 of every ELF section's bytes, None when data is not ELF."""
     if not data.startswith(b"\x7fELF"):
         return None
-    try:
-        from elftools.elf.elffile import ELFFile
+    from elftools.common.exceptions import ELFError
+    from elftools.construct import ConstructError
+    from elftools.elf.elffile import ELFFile
 
+    try:
         elf = ELFFile(io.BytesIO(data))
         out = {}
         for section in elf.iter_sections():
@@ -215,7 +218,8 @@ def elf_sections(data: bytes) -> dict[str, str] | None:
                 continue
             out[section.name or f"#{section['sh_offset']}"] = hashlib.sha256(section.data()).hexdigest()
         return out
-    except Exception:
+    except (ELFError, ConstructError, ValueError, KeyError, IndexError, struct.error):
+        # a file that starts like ELF but does not parse: not compared by section
         return None
 
 

@@ -6,7 +6,7 @@ and the layer descriptors, plus a way to open any blob. That is what `buildkit d
 
 * `OciArchive`: a tar written by `buildx --output type=oci` (or `docker save` on the containerd
   store), or a folder in OCI image layout (oci-layout, index.json, blobs/sha256/...).
-* An engine image is read through `docker save` into a temporary archive (on the containerd
+* An engine image is read through the engine's `save` (`docker save`) into a temporary archive (on the containerd
   store that archive holds the stored bytes, so the manifest digest is the image's).
 * A registry image is read with our registry client; blobs are streamed to temporary files.
 
@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 import tarfile
 import tempfile
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO, Callable, Protocol
 
 from buildkit.core.errors import BuildkitError, ImageSourceError
 
@@ -235,26 +234,12 @@ def _looks_like_path(spec: str) -> bool:
     return spec.startswith(("/", "./", "../", "~")) or spec.endswith((".tar", ".oci"))
 
 
-def engine_has(ref: str, docker: str = "docker") -> bool:
-    try:
-        proc = subprocess.run([docker, "image", "inspect", "--format", "{{.Id}}", ref], capture_output=True,
-                              text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return proc.returncode == 0
+class EngineImages(Protocol):
+    """What opening an engine's image needs of the engine (engine/api.Engine has both)."""
 
+    def image_id(self, ref: str) -> str | None: ...
 
-def save_from_engine(ref: str, dest: Path, docker: str = "docker") -> Path:
-    """`docker save REF` into dest (an OCI archive on the containerd store)."""
-    try:
-        proc = subprocess.run([docker, "save", "--output", str(dest), ref], capture_output=True, text=True,
-                              timeout=3600)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ImageSourceError(f"docker save {ref} failed: {exc}") from None
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ImageSourceError(f"docker save {ref} failed: {last}")
-    return dest
+    def save(self, ref: str, dest: Path) -> Path: ...
 
 
 class _RegistryBlobs:
@@ -305,9 +290,10 @@ def _open_registry(ref_text: str, stack: ExitStack, tmp: Path, platform: str | N
 
 
 def open_image(spec: str, stack: ExitStack, *, platform: str | None = "linux/amd64",
-               docker: str = "docker") -> Image:
-    """An image from `oci:PATH`, `docker:REF` (local engine), `registry:REF`, or, without a prefix,
-    an existing path, then an image the engine has, then a registry reference."""
+               engine: EngineImages | None = None) -> Image:
+    """An image from `oci:PATH`, `docker:REF` (the engine's), `registry:REF`, or, without a prefix,
+    an existing path, then an image the engine has, then a registry reference. Without an engine
+    (get_engine() is what the flows pass) no engine image is looked at."""
     kind, _, rest = spec.partition(":")
     if kind in ("oci", "docker", "registry") and rest:
         forced, target = kind, rest
@@ -317,8 +303,13 @@ def open_image(spec: str, stack: ExitStack, *, platform: str | None = "linux/amd
     if forced == "oci" or (not forced and (Path(target).expanduser().exists() or _looks_like_path(target))):
         archive = stack.enter_context(OciArchive(Path(target).expanduser()))
         return archive.image(platform, source=spec)
-    if forced == "docker" or (not forced and engine_has(target, docker)):
-        saved = save_from_engine(target, tmp / "saved.tar", docker)
+    if forced == "docker" or (not forced and engine is not None and engine.image_id(target) is not None):
+        if engine is None:
+            raise ImageSourceError(f"{spec}: no engine to read it from")
+        try:
+            saved = engine.save(target, tmp / "saved.tar")
+        except BuildkitError as exc:  # the engine's EngineError, its own message
+            raise ImageSourceError(str(exc)) from None
         archive = stack.enter_context(OciArchive(saved))
         return archive.image(platform, source=spec)
     try:
@@ -359,5 +350,5 @@ def copy_blob(src: IO[bytes], dest: IO[bytes]) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-__all__ = ["Descriptor", "Image", "OciArchive", "copy_blob", "open_image", "push_layout", "save_from_engine",
+__all__ = ["Descriptor", "Image", "OciArchive", "copy_blob", "open_image", "push_layout",
            "select_manifest", "sha256_digest"]

@@ -18,8 +18,8 @@ arguments buildkit sets itself (model, draft model, host, port), missing model f
 
 `ServerSpec` is one container to run: image, model files (each mounted read-only at
 /models/...), llama-server arguments, GPUs and port. `docker_run_argv(spec)` is the `docker run`
-command `buildkit run` prints or executes; `container_kwargs(spec)` is the same container for
-docker-py (`buildkit bench --image`). Both are pure.
+command `buildkit run` prints or executes; bench/container.py's `container_spec(spec)` is the same
+container for the engine seam (`buildkit bench --image`). Both are pure.
 """
 
 from __future__ import annotations
@@ -238,29 +238,3 @@ def gpu_device_requests(gpus: str) -> list[dict]:
         ids = [d for d in value.split("=", 1)[1].strip("\"'").split(",") if d]
         return [{"Driver": "", "Count": 0, "DeviceIDs": ids, "Capabilities": [["gpu"]], "Options": {}}]
     raise ConfigError(f"--gpus {gpus!r}: expected all, a count, device=ID[,ID...] or none")
-
-
-def container_kwargs(spec: ServerSpec) -> dict:
-    """Keyword arguments for docker-py's containers.create()/run() for spec (detached, not auto-removed:
-    the caller stops and removes the container itself)."""
-    import docker.types
-
-    port = spec.host_port if spec.host_port else None
-    kwargs = {
-        "image": spec.image,
-        "command": server_command(spec),
-        "detach": True,
-        "ports": {f"{CONTAINER_PORT}/tcp": (spec.bind, port) if spec.bind else port},
-        # a list of mounts, not a volumes dict: the same file may be both model and draft
-        "mounts": [docker.types.Mount(target=inside, source=host, type="bind", read_only=True)
-                   for host, inside in spec.mounts()],
-        "labels": dict(spec.labels),
-    }
-    if spec.name:
-        kwargs["name"] = spec.name
-    requests = gpu_device_requests(spec.gpus)
-    if requests:
-        kwargs["device_requests"] = [docker.types.DeviceRequest(
-            driver=r["Driver"], count=r["Count"], device_ids=r["DeviceIDs"], capabilities=r["Capabilities"],
-            options=r["Options"]) for r in requests]
-    return kwargs

@@ -21,17 +21,16 @@ pushed.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from buildkit.engine.api import ImageInfo, get_engine
 from buildkit.engine.buildx import BuildResult, check_buildx
 from buildkit.plan.config import ResolvedConfig
 from buildkit.core.errors import ConfigError, ImageSourceError, LockError, RegistryError
 from buildkit.oci.imageref import ImageRef, name_of, parse_image_ref, tag_of
 from buildkit.release.lock import entry_from_dict, read_lock, write_lock_entry
-from buildkit.flows.pipeline import Prepared, _remove_tags, build_options, build_prepared, lock_entry, prepared_context
+from buildkit.flows.pipeline import Prepared, build_options, build_prepared, lock_entry, prepared_context
 from buildkit.core.progress import stage
 from buildkit.plan.buildplan import BUILD_KEY_LABEL, make_plan, make_request
 from buildkit.oci.registry import RegistryClient, client_for
@@ -120,13 +119,8 @@ def check_immutable_free(client: RegistryClient, repo: str, tags: TagSet, allowe
 
 
 def docker_push(ref: str, stream=None) -> None:
-    """Push one tag with the docker CLI: the engine uploads the blobs with the user's credentials."""
-    stream = sys.stderr if stream is None else stream
-    proc = subprocess.run(["docker", "push", ref], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    stream.write(proc.stdout)
-    if proc.returncode != 0:
-        last = [ln for ln in proc.stdout.strip().splitlines() if ln.strip()][-1:] or ["no output"]
-        raise RegistryError(f"docker push {ref} failed: {last[0].strip()}")
+    """Push one tag with the engine: it uploads the blobs with the user's credentials."""
+    get_engine().push(ref, stream=stream)
 
 
 def _local_image_with_key(key: str, repository: str | None = None):
@@ -134,12 +128,7 @@ def _local_image_with_key(key: str, repository: str | None = None):
 
     With repository, only an image tagged in that repository counts: reproducible builds give the
     same key (and digest) to the same inputs in another project, whose version label is not ours."""
-    import docker
-
-    try:
-        images = docker.from_env().images.list(filters={"label": f"{BUILD_KEY_LABEL}={key}"})
-    except Exception:
-        return None, None
+    images = get_engine().images_with_label(BUILD_KEY_LABEL, key)
     if repository is not None:
         images = [i for i in images if any(name_of(t) == repository for t in (i.tags or ()))]
     # A nightly of the same inputs carries a nightly version label: it is not this release's image.
@@ -149,18 +138,25 @@ def _local_image_with_key(key: str, repository: str | None = None):
     return images[0], (images[0].labels or {}).get(VERSION_LABEL)
 
 
+def _local_image(ref: str) -> ImageInfo:
+    image = get_engine().image(ref)
+    if image is None:
+        raise RegistryError(f"the image {ref[:19]} is not in the local engine")
+    return image
+
+
 def is_nightly_version(version: str) -> bool:
     """0.4.1-nightly.20261130 (what `buildkit nightly` publishes)."""
     try:
         prerelease = parse_version(version).prerelease
-    except Exception:
+    except ConfigError:
         return False
     return bool(prerelease) and str(prerelease).split(".")[0] == "nightly"
 
 
-def _tag_locally(image, repository: ImageRef, tags: tuple[str, ...]) -> None:
+def _tag_locally(image: ImageInfo, repository: ImageRef, tags: tuple[str, ...]) -> None:
     for tag in tags:
-        image.tag(repository.name, tag)
+        get_engine().tag(image.id, f"{repository.name}:{tag}")
 
 
 def publish_built(client: RegistryClient, repository: ImageRef, digest: str, tags: TagSet, *, force: bool,
@@ -269,13 +265,12 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
                     digest, added = publish_archive(client, repository, result.oci_archive, result.digest, tags,
                                                     force=force)
                 if not load:
-                    _remove_tags(result.tags)
+                    get_engine().untag(result.tags)
                     result = replace(result, tags=())
                 elif result.tags:  # the engine's copy gets the release tag too, as `docker push` gave it
-                    _tag_locally(__import__("docker").from_env().images.get(result.tags[0]), repository,
-                                 tags.immutable[:1])
+                    _tag_locally(_local_image(result.tags[0]), repository, tags.immutable[:1])
             else:
-                local = __import__("docker").from_env().images.get(result.tags[0])
+                local = _local_image(result.tags[0])
                 with stage("push", f"{repository.name}:{tags.immutable[0]} (docker push)"):
                     digest, added = _push_image(client, repository, local, result.digest, tags, force=force,
                                                 stream=stream)
@@ -291,8 +286,6 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
 
 def push_local(cfg: ResolvedConfig, *, force: bool = False, stream=None) -> PublishResult:
     """`buildkit push`: publish the image of the lock's entry for this variant, already in the engine."""
-    import docker
-
     request = make_request(cfg)
     repository = _repository(request.image_name)
     lock_path = cfg.path_value("lock.path")
@@ -300,11 +293,10 @@ def push_local(cfg: ResolvedConfig, *, force: bool = False, stream=None) -> Publ
     if entry is None:
         raise LockError(f"{lock_path} has no build of {request.variant}/{request.target}; run buildkit build first")
     entry_from_dict(entry, f"{lock_path}: builds[{request.variant + '/' + request.target!r}]")  # every key there
-    try:
-        image = docker.from_env().images.get(entry["image_id"])
-    except Exception:
+    image = get_engine().image(entry["image_id"])
+    if image is None:
         raise RegistryError(f"the image {entry['image_id'][:19]} of {request.variant} is not in the local engine; "
-                            "run buildkit build again") from None
+                            "run buildkit build again")
     key, version, commit = entry["build_key"], entry["version"], entry["commit"]
     is_default = request.variant == default_variant(cfg)
     with client_for(repository.registry) as client:
@@ -354,11 +346,6 @@ def publish_local_image(client: RegistryClient, repository: ImageRef, image_id: 
     """Publish an image the engine already holds (by id or tag), under tags: refuse if an immutable
     tag points elsewhere, push the first immutable tag, put the others on its digest.
     Returns (registry digest, tags changed). Used by `buildkit nightly` for each baked variant."""
-    import docker
-
-    try:
-        image = docker.from_env().images.get(image_id)
-    except Exception:
-        raise RegistryError(f"the image {image_id[:19]} is not in the local engine") from None
+    image = _local_image(image_id)
     check_immutable_free(client, repository.repository, tags, image.id, force=force)
     return _push_image(client, repository, image, image.id, tags, force=force, stream=stream)

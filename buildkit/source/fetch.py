@@ -48,12 +48,9 @@ does not know falls back to fetching all branches and tags; a commit still missi
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import re
 import tarfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -61,6 +58,7 @@ from urllib.parse import urlsplit
 import git
 
 from buildkit.core.errors import SourceError
+from buildkit.core.filelock import file_lock
 from buildkit.source.gitcmd import Git
 from buildkit.source.urlcreds import UrlAuth, redact_text, split_credentials
 
@@ -117,7 +115,7 @@ def fetch_source(url: str, ref: str, pin: str | None, cache_dir: Path) -> Source
     content_dir = mirror_dir(cache_dir, url)
     history_dir = content_dir.with_name(content_dir.stem + ".history.git")
     packs = content_dir.with_suffix(".packs")  # git appends every pack it receives here
-    with _locked(content_dir.with_suffix(".lock")):
+    with file_lock(content_dir.with_suffix(".lock")):
         packs.unlink(missing_ok=True)
         content = _open_mirror(content_dir, url, packs, auth)
         history = _open_mirror(history_dir, url, packs, auth)
@@ -165,17 +163,6 @@ def _check_pin(pin: str | None) -> str | None:
     if not _FULL_SHA.fullmatch(pin):
         raise SourceError(f"the pin {pin!r} is not a full 40-hex commit SHA")
     return pin.lower()
-
-
-@contextmanager
-def _locked(lock_path: Path) -> Iterator[None]:
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _git(git_dir: Path, auth: UrlAuth | None = None, **env: str) -> Git:

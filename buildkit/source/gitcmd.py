@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -102,8 +103,8 @@ def stop_group(proc, grace: float = STOP_GRACE) -> None:
                 time.sleep(0.05)
     try:
         proc.wait(timeout=grace)
-    except Exception:
-        pass
+    except subprocess.TimeoutExpired:
+        pass  # a process SIGKILL did not end is the kernel's to reap; we do not wait longer
 
 
 def _say(line: str) -> None:

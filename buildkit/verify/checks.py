@@ -1,4 +1,4 @@
-"""Smoke checks on a built image (docker-py runs and inspects; nothing is built here).
+"""Smoke checks on a built image (the engine runs and copies out: engine/api.py; nothing is built here).
 
 1. `llama-server --version` (or llama-cli for the light target) runs inside the image and
    reports the pinned commit. This catches a runtime stage that forgot one of llama.cpp's
@@ -18,12 +18,10 @@ start) is reported as skipped with the reason, never as passed.
 
 from __future__ import annotations
 
-import io
 import os
 import re
 import shutil
 import subprocess
-import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +31,7 @@ from buildkit.verify import cpucode
 from buildkit.plan import cpulevels
 from buildkit.verify.cpuhost import cpu_flags, host_cpu_flags, host_platform_arch
 from buildkit.core.errors import VerifyError
+from buildkit.engine.api import Engine, EngineError, get_engine
 from buildkit.plan.buildplan import BuildPlan
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
@@ -59,43 +58,18 @@ class VerifyReport:
         return [c for c in self.checks if c.status == FAILED]
 
 
-def _docker_client():
-    import docker  # imported here: no work, and no Docker needed, at import time
-
+def _engine() -> Engine:
+    engine = get_engine()
     try:
-        client = docker.from_env()
-        client.ping()
-    except Exception as exc:  # docker-py raises several types for "no engine"
-        raise VerifyError(f"cannot reach the Docker engine to verify the image: {exc}") from None
-    return client
+        engine.ping()
+    except EngineError as exc:
+        raise VerifyError(f"cannot verify the image: {exc}") from None
+    return engine
 
 
-def _run(client, image: str, entrypoint: list[str], args: list[str]) -> tuple[int, str]:
-    container = client.containers.create(image, entrypoint=entrypoint, command=args, network_disabled=True)
-    try:
-        container.start()
-        result = container.wait(timeout=120)
-        output = container.logs(stdout=True, stderr=True).decode(errors="replace")
-        return int(result.get("StatusCode", 1)), output
-    finally:
-        container.remove(force=True)
-
-
-def _copy_out(client, image: str, path: str, dest: Path) -> None:
-    """Copy `path` (a folder) out of the image into dest, symlinks kept."""
-    container = client.containers.create(image, entrypoint=["/bin/true"])
-    try:
-        stream, _ = container.get_archive(path)
-        data = io.BytesIO(b"".join(stream))
-    finally:
-        container.remove(force=True)
-    with tarfile.open(fileobj=data) as tar:
-        tar.extractall(dest, filter="data")
-
-
-def check_version(client, plan: BuildPlan, image: str) -> Check:
+def check_version(engine, plan: BuildPlan, image: str) -> Check:
     binary = "/app/llama-cli" if plan.request.target == "light" else "/app/llama-server"
-    code, output = _run(client, image, [binary], ["--version"])
+    code, output = engine.run(image, [binary], ["--version"])
     text = output.strip()
     missing = re.search(r"error while loading shared libraries: ([^:]+)", text)
     if missing:
@@ -151,10 +125,10 @@ def _cuda_library(lib_dir: Path) -> Path | None:
     return candidates[0] if candidates else None
 
 
-def check_cuda_library(client, plan: BuildPlan, image: str, cuda_roots: list[Path]) -> list[Check]:
+def check_cuda_library(engine, plan: BuildPlan, image: str, cuda_roots: list[Path]) -> list[Check]:
     checks: list[Check] = []
     with tempfile.TemporaryDirectory(prefix="buildkit-verify-") as tmp:
-        _copy_out(client, image, "/app/lib", Path(tmp))
+        engine.copy_out(image, "/app/lib", Path(tmp))
         library = _cuda_library(Path(tmp))
         if library is None:
             return [Check("cuda-library", FAILED, "libggml-cuda.so is not in /app/lib of the image")]
@@ -215,28 +189,24 @@ def backend_class(plan: BuildPlan, variant: str, host: set[str]) -> str | None:
     return cpulevels.simd_class(cpulevels.level_features(level), platform)
 
 
-def engine_arch(client) -> str:
+def engine_arch(engine: Engine) -> str:
     """The engine machine's architecture as a platform name (amd64, arm64)."""
-    try:
-        arch = str(client.version().get("Arch", ""))
-    except Exception:
-        arch = ""
-    return arch or host_platform_arch()
+    return engine.arch() or host_platform_arch()
 
 
-def engine_cpu_flags(client, image: str) -> set[str]:
+def engine_cpu_flags(engine, image: str) -> set[str]:
     """The CPU flags of the machine the engine runs on (the image's own /proc/cpuinfo), else this one's."""
-    code, output = _run(client, image, ["/bin/cat"], ["/proc/cpuinfo"])
+    code, output = engine.run(image, ["/bin/cat"], ["/proc/cpuinfo"])
     return (cpu_flags(output) if code == 0 else set()) or host_cpu_flags()
 
 
-def check_cpu_backends(client, plan: BuildPlan, image: str, *, can_start: bool = True) -> list[Check]:
+def check_cpu_backends(engine, plan: BuildPlan, image: str, *, can_start: bool = True) -> list[Check]:
     """can_start False: the image's binaries cannot run here (a VMM build without the driver)."""
     platform, level = plan.request.platform, plan.request.cpu_level
     arch = cpulevels.platform_arch(platform)
-    host = cpulevels.host_features(engine_cpu_flags(client, image), platform) if arch == engine_arch(client) else set()
+    host = cpulevels.host_features(engine_cpu_flags(engine, image), platform) if arch == engine_arch(engine) else set()
     with tempfile.TemporaryDirectory(prefix="buildkit-verify-") as tmp:
-        _copy_out(client, image, "/app/lib", Path(tmp))
+        engine.copy_out(image, "/app/lib", Path(tmp))
         libs = cpu_libraries(Path(tmp))
         names = sorted(libs)
         shown = ", ".join(libs[n].name for n in names) or "none"
@@ -254,7 +224,7 @@ def check_cpu_backends(client, plan: BuildPlan, image: str, *, can_start: bool =
         else:
             checks.append(_check_code(plan, libs, objdump, host))
     if can_start:
-        checks.append(check_cpu_loaded(client, plan, image, names, host))
+        checks.append(check_cpu_loaded(engine, plan, image, names, host))
     else:
         checks.append(Check("cpu-load", SKIPPED, "the image's binaries need the NVIDIA driver's libcuda.so.1 to start"))
     return checks
@@ -276,11 +246,11 @@ def _check_code(plan: BuildPlan, libs: dict[str, Path], objdump: str, host: set[
     return Check("cpu-code", PASSED, " | ".join(good))
 
 
-def check_cpu_loaded(client, plan: BuildPlan, image: str, names: list[str], host: set[str]) -> Check:
+def check_cpu_loaded(engine, plan: BuildPlan, image: str, names: list[str], host: set[str]) -> Check:
     """`-lv 10 --list-devices` loads the backends (ggml_backend_load_all) and logs which CPU backend it loaded."""
     platform, level = plan.request.platform, plan.request.cpu_level
-    if cpulevels.platform_arch(platform) != engine_arch(client):
-        return Check("cpu-load", SKIPPED, f"{platform} image on a {engine_arch(client)} engine (emulated)")
+    if cpulevels.platform_arch(platform) != engine_arch(engine):
+        return Check("cpu-load", SKIPPED, f"{platform} image on a {engine_arch(engine)} engine (emulated)")
     if not level.backend_dl:
         return Check("cpu-load", SKIPPED, "cpu level native links libggml-cpu; nothing is chosen at start-up")
     if level.all_variants:
@@ -297,7 +267,7 @@ def check_cpu_loaded(client, plan: BuildPlan, image: str, names: list[str], host
         want = "libggml-cpu.so"
     binary = "/app/llama-cli" if plan.request.target == "light" else "/app/llama-server"
     # llama.cpp logs the loaded backend file only at a high verbosity; -lv is parsed before --list-devices
-    code, output = _run(client, image, [binary], ["-lv", "10", "--list-devices"])
+    code, output = engine.run(image, [binary], ["-lv", "10", "--list-devices"])
     match = LOADED_RE.search(output)
     if match is None:
         return Check("cpu-load", FAILED, f"{binary} --list-devices (exit {code}) loaded no CPU backend: "
@@ -309,15 +279,15 @@ def check_cpu_loaded(client, plan: BuildPlan, image: str, names: list[str], host
 
 
 def verify_image(plan: BuildPlan, image: str, *, cuda_roots: list[Path] = ()) -> VerifyReport:
-    client = _docker_client()
+    engine = _engine()
     checks: list[Check] = []
     if plan.arch.is_cuda:
-        checks += check_cuda_library(client, plan, image, list(cuda_roots))
+        checks += check_cuda_library(engine, plan, image, list(cuda_roots))
     vmm_needs_driver = any(c.name == "vmm" and c.status == PASSED for c in checks)
-    checks += check_cpu_backends(client, plan, image, can_start=not vmm_needs_driver)
+    checks += check_cpu_backends(engine, plan, image, can_start=not vmm_needs_driver)
     if vmm_needs_driver:
         checks.append(Check("version", SKIPPED, "a VMM build needs the NVIDIA driver's libcuda.so.1 to start; "
                                                 "no driver here"))
     else:
-        checks.append(check_version(client, plan, image))
+        checks.append(check_version(engine, plan, image))
     return VerifyReport(image=image, checks=tuple(checks))

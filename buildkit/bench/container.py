@@ -1,0 +1,188 @@
+"""The server container of `bench --image`: started through the engine (engine/api.py), waited for,
+and always stopped and removed, also on Ctrl-C, SIGTERM and failures."""
+
+from __future__ import annotations
+
+import http.client
+import signal
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from buildkit.bench.client import endpoint
+from buildkit.bench.protocol import BENCH_LABEL
+from buildkit.core.deadline import Deadline, shut
+from buildkit.core.errors import BenchError
+from buildkit.engine.api import ContainerSpec, Engine, EngineError, Mount, get_engine
+from buildkit.plan.profiles import CONTAINER_PORT, ServerSpec, server_command
+
+
+@dataclass(frozen=True)
+class Served:
+    url: str
+    container_id: str
+    container_name: str
+    image_id: str
+    startup_s: float
+
+
+def container_spec(spec: ServerSpec) -> ContainerSpec:
+    """The container that serves spec (the same one `buildkit run` prints as `docker run`): the model
+    read-only, the port published on spec.bind (any free host port unless spec.host_port)."""
+    port = spec.host_port if spec.host_port else None
+    return ContainerSpec(image=spec.image, command=tuple(server_command(spec)), name=spec.name,
+                         labels=dict(spec.labels), ports={CONTAINER_PORT: (spec.bind, port)},
+                         mounts=tuple(Mount(source=str(host), target=inside) for host, inside in spec.mounts()),
+                         gpus=spec.gpus)
+
+
+def _last_log_line(engine: Engine, container: str) -> str:
+    lines = [ln.strip() for ln in engine.logs(container, tail=40).splitlines() if ln.strip()]
+    for ln in lines:  # the first error line names the cause; the later ones say that it stopped
+        low = ln.lower()
+        if "error" in low or "failed" in low or "exception" in low:
+            return ln
+    return lines[-1] if lines else ""
+
+
+def _health(url: str) -> int | None:
+    ep = endpoint(url)
+    conn = http.client.HTTPConnection(ep.host, ep.port, timeout=2)
+    try:
+        with Deadline(2, lambda: shut(conn.sock)) as deadline:  # 2 s for the whole probe
+            conn.request("GET", ep.prefix + "/health")
+            resp = conn.getresponse()
+            resp.read(1 << 16)
+        return None if deadline.expired else resp.status
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+
+
+def _check_running(engine: Engine, container: str):
+    """The container's state; BenchError with the server's own error line when it has stopped."""
+    state = engine.state(container)
+    if state is None or state.status in ("exited", "dead"):
+        code = state.exit_code if state is not None else None
+        last = _last_log_line(engine, container)
+        raise BenchError(f"the server container exited (code {code}) before it was ready"
+                         + (f": {last}" if last else ""))
+    return state
+
+
+def wait_ready(url: str, engine: Engine, container: str, timeout: float, interval: float = 0.25) -> float:
+    """Seconds until /health says 200; BenchError when the container exits or time runs out."""
+    from buildkit.core.deadline import say_waiting
+
+    start = time.monotonic()
+    noticed = False
+    while True:
+        _check_running(engine, container)
+        if _health(url) == 200:
+            return time.monotonic() - start
+        if not noticed and time.monotonic() - start > 10:
+            say_waiting(f"waiting for the server to answer {url}/health (up to {timeout:g} s, --startup-timeout)")
+            noticed = True
+        if time.monotonic() - start > timeout:
+            last = _last_log_line(engine, container)
+            raise BenchError(f"the server did not answer {url}/health within {timeout:g}s (--startup-timeout)"
+                             + (f"; last log line: {last}" if last else ""))
+        time.sleep(interval)
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt like Ctrl-C, so the container is removed either way."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+@contextmanager
+def _no_interrupts() -> Iterator[None]:
+    """Ignore Ctrl-C and SIGTERM while cleaning up (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def docker_client() -> Engine:
+    """The engine, once it answered (BenchError otherwise)."""
+    engine = get_engine()
+    try:
+        engine.ping()
+    except EngineError as exc:
+        raise BenchError(str(exc)) from None
+    return engine
+
+
+def local_image_id(engine: Engine, ref: str) -> str:
+    image_id = engine.image_id(ref)
+    if image_id is None:
+        raise BenchError(f"image {ref} is not in the local engine (bench never pulls; build or pull it first)")
+    return image_id
+
+
+@contextmanager
+def served(spec: ServerSpec, startup_timeout: float = 300.0,
+           log: Callable[[str], None] | None = None) -> Iterator[Served]:
+    """Start spec's container (model read-only, port on 127.0.0.1), wait for /health, yield, then always
+    stop and remove it: on success, failure, Ctrl-C and SIGTERM."""
+    from dataclasses import replace
+
+    log = log or (lambda msg: None)
+    engine = docker_client()
+    image_id = local_image_id(engine, spec.image)
+    cspec = container_spec(spec)
+    name = cspec.name or f"buildkit-bench-{uuid.uuid4().hex[:10]}"
+    cspec = replace(cspec, name=name, labels={**cspec.labels, BENCH_LABEL: "1"})
+    container = None
+    with _sigterm_as_interrupt():
+        try:
+            try:
+                container = engine.start(cspec)
+            except EngineError as exc:
+                raise BenchError(str(exc)) from None
+            state = engine.state(container)
+            host_port = state.ports.get(CONTAINER_PORT) if state is not None else None
+            if host_port is None:
+                _check_running(engine, container)
+                last = _last_log_line(engine, container)
+                raise BenchError(f"the server container has no published port (status {state.status if state else '?'})"
+                                 + (f": {last}" if last else ""))
+            url = f"http://127.0.0.1:{host_port}"
+            log(f"started container {name} ({spec.image}) on {url}")
+            startup = wait_ready(url, engine, container, startup_timeout)
+            log(f"server ready after {startup:.1f}s")
+            yield Served(url=url, container_id=container, container_name=name, image_id=image_id,
+                         startup_s=startup)
+        finally:
+            if container is not None:
+                with _no_interrupts():
+                    engine.stop(container, timeout=5)
+                    try:
+                        removed = engine.remove(container)
+                    except EngineError as exc:
+                        log(f"warning: could not remove container {name}: {exc}")
+                    else:
+                        if removed:
+                            log(f"removed container {name}")

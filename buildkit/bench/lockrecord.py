@@ -1,0 +1,39 @@
+"""A bench report kept with its build in buildkit.lock."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from buildkit.bench.results import BenchReport
+from buildkit.core.errors import LockError
+
+
+def find_lock_entry(builds: dict, image_ref: str, image_id: str | None = None) -> str | None:
+    """The key of the lock entry describing image_ref (by tag, else by image id or digest)."""
+    wanted = {image_ref, image_ref.removeprefix("docker.io/"), image_ref.removeprefix("docker.io/library/")}
+    for key, entry in builds.items():
+        tags = set(entry.get("tags") or ()) | set(entry.get("pushed") or ())
+        if wanted & tags:
+            return key
+    if image_id:
+        for key, entry in builds.items():
+            if image_id in (entry.get("image_id"), entry.get("image_digest")):
+                return key
+    return None
+
+
+def attach_to_lock(lock_path: Path, key: str, report: BenchReport) -> None:
+    """builds[key]["bench"] = the report, written atomically under the lock's writer lock."""
+    from buildkit.release.lock import _atomic_write, _exclusive, read_lock
+
+    path = Path(lock_path).resolve()
+    try:
+        with _exclusive(path):
+            data = read_lock(path)
+            if key not in data["builds"]:
+                raise LockError(f"{path} has no entry {key!r}")
+            data["builds"][key]["bench"] = report.to_dict()
+            _atomic_write(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    except OSError as exc:
+        raise LockError(f"{path}: cannot write the lock file: {exc}") from None

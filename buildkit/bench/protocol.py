@@ -1,0 +1,59 @@
+"""The bench protocol: what every run asks of the server (see benchmark.py for the why)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from buildkit.core.errors import BenchError
+
+
+DEFAULT_PROMPT = (
+    "Write a complete Space Invaders game in a single HTML file with inline CSS and JavaScript: "
+    "a player cannon that moves with the arrow keys and fires with the space bar, rows of invaders "
+    "that march sideways and step down, shields, a score, three lives and a game-over screen."
+)
+DEFAULT_RUNS = 3
+DEFAULT_MAX_TOKENS = 800
+DEFAULT_TIMEOUT = 600.0
+DEGRADATION_THRESHOLD = 0.7  # last run slower than this fraction of the first: degraded
+REPORT_VERSION = 1
+BENCH_LABEL = "org.llama-buildkit.bench"  # on every container bench starts
+
+
+@dataclass(frozen=True)
+class Protocol:
+    prompt: str = DEFAULT_PROMPT
+    runs: int = DEFAULT_RUNS
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    concurrency: int = 1
+    timeout: float = DEFAULT_TIMEOUT  # seconds, for each request from sending it to its last byte
+    temperature: float = 0.0
+    ignore_eos: bool = True
+    enable_thinking: bool = False
+    cache_prompt: bool = False  # off: every run processes the whole prompt, so prompt tok/s compare too
+    degradation_threshold: float = DEGRADATION_THRESHOLD
+
+    def check(self) -> "Protocol":
+        for name in ("runs", "max_tokens", "concurrency"):
+            if getattr(self, name) < 1:
+                raise BenchError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if not self.timeout > 0:
+            raise BenchError(f"--timeout must be more than 0 seconds, got {self.timeout:g}")
+        if not 0 < self.degradation_threshold <= 1:
+            raise BenchError(f"the degradation threshold must be in (0, 1], got {self.degradation_threshold:g}")
+        if not self.prompt.strip():
+            raise BenchError("the prompt is empty")
+        return self
+
+    def body(self) -> dict:
+        """The /v1/chat/completions request of every run."""
+        return {
+            "messages": [{"role": "user", "content": self.prompt}],
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "ignore_eos": self.ignore_eos,
+            "cache_prompt": self.cache_prompt,
+            "chat_template_kwargs": {"enable_thinking": self.enable_thinking},
+        }

@@ -1,0 +1,180 @@
+"""Results of a benchmark: per request, per run, the statistics over runs, and the report (JSON)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
+from pathlib import Path
+
+from buildkit import __version__
+from buildkit.bench.protocol import DEGRADATION_THRESHOLD, REPORT_VERSION, Protocol
+from buildkit.core.errors import BenchError
+
+
+@dataclass(frozen=True)
+class RequestResult:
+    """One streamed chat completion."""
+
+    tokens: int  # generated tokens: usage.completion_tokens, else timings.predicted_n, else content chunks
+    tokens_source: str  # usage | timings | chunks
+    chunks: int  # content chunks received
+    wall_s: float  # from sending the request to the last byte
+    ttft_s: float | None  # to the first content chunk
+    finish_reason: str | None
+    prompt_tokens: int | None = None
+    prompt_tps: float | None = None  # server timings.prompt_per_second
+    predicted_tps: float | None = None  # server timings.predicted_per_second
+    draft_n: int | None = None
+    draft_accepted: int | None = None
+    server_build: str = ""  # system_fingerprint, llama.cpp's build info
+
+    @property
+    def client_tps(self) -> float:
+        return self.tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One run: `concurrency` identical requests sent at once."""
+
+    run: int
+    tokens: int
+    wall_s: float
+    client_tps: float  # all tokens of the run / its wall time
+    ttft_s: float | None
+    finish_reason: str | None
+    prompt_tokens: int | None
+    prompt_tps: float | None  # mean over the run's requests
+    predicted_tps: float | None  # mean over the run's requests (per stream)
+    draft_n: int | None
+    draft_accepted: int | None
+    requests: tuple[RequestResult, ...] = ()
+
+    @property
+    def acceptance(self) -> float | None:
+        if not self.draft_n:
+            return None
+        return (self.draft_accepted or 0) / self.draft_n
+
+    def to_dict(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "requests"}
+        out["acceptance"] = self.acceptance
+        if len(self.requests) > 1:
+            out["requests"] = [dict(asdict(r), client_tps=r.client_tps) for r in self.requests]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RunResult":
+        names = {f.name for f in fields(cls)} - {"requests"}
+        return cls(**{k: data.get(k) for k in names})
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def combine(run: int, requests: list[RequestResult]) -> RunResult:
+    def present(name: str) -> list:
+        return [getattr(r, name) for r in requests if getattr(r, name) is not None]
+
+    tokens = sum(r.tokens for r in requests)
+    wall = max(r.wall_s for r in requests)
+    drafts, accepted = present("draft_n"), present("draft_accepted")
+    return RunResult(
+        run=run, tokens=tokens, wall_s=wall, client_tps=tokens / wall if wall > 0 else 0.0,
+        ttft_s=_mean(present("ttft_s")), finish_reason=requests[0].finish_reason,
+        prompt_tokens=requests[0].prompt_tokens, prompt_tps=_mean(present("prompt_tps")),
+        predicted_tps=_mean(present("predicted_tps")), draft_n=sum(drafts) if drafts else None,
+        draft_accepted=sum(accepted) if accepted else None, requests=tuple(requests))
+
+
+def stats(values: list[float | None]) -> dict | None:
+    """mean, min and max of the values that are there (None when there is none)."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    return {"mean": statistics.fmean(present), "min": min(present), "max": max(present)}
+
+
+def degradation(runs: list[RunResult], threshold: float = DEGRADATION_THRESHOLD) -> tuple[float | None, bool]:
+    """(last run's client tokens/s / the first's, degraded?); needs two runs."""
+    if len(runs) < 2 or not runs[0].client_tps:
+        return None, False
+    ratio = runs[-1].client_tps / runs[0].client_tps
+    return ratio, ratio < threshold
+
+
+def summarize(runs: list[RunResult], runs_asked: int, threshold: float = DEGRADATION_THRESHOLD) -> dict:
+    ratio, degraded = degradation(runs, threshold)
+    return {
+        "runs_done": len(runs),
+        "runs_asked": runs_asked,
+        "tokens": sum(r.tokens for r in runs),
+        "client_tps": stats([r.client_tps for r in runs]),
+        "predicted_tps": stats([r.predicted_tps for r in runs]),
+        "prompt_tps": stats([r.prompt_tps for r in runs]),
+        "wall_s": stats([r.wall_s for r in runs]),
+        "ttft_s": stats([r.ttft_s for r in runs]),
+        "acceptance": stats([r.acceptance for r in runs]),
+        "last_vs_first": ratio,
+        "degraded": degraded,
+        "degradation_threshold": threshold,
+    }
+
+
+@dataclass
+class BenchReport:
+    target: dict  # url, image, image_id, model, model_draft, profile, server_args, gpus, server_build
+    protocol: Protocol
+    runs: list[RunResult] = field(default_factory=list)
+    error: str | None = None
+    interrupted: bool = False
+    started: str = field(default_factory=lambda: datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+    @property
+    def label(self) -> str:
+        return self.target.get("image") or self.target.get("url") or "?"
+
+    def summary(self) -> dict:
+        return summarize(self.runs, self.protocol.runs, self.protocol.degradation_threshold)
+
+    def to_dict(self) -> dict:
+        return {
+            "report_version": REPORT_VERSION,
+            "tool": f"buildkit {__version__}",
+            "started": self.started,
+            "target": self.target,
+            "protocol": asdict(self.protocol),
+            "runs": [r.to_dict() for r in self.runs],
+            "summary": self.summary(),
+            "error": self.error,
+            "interrupted": self.interrupted,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "report") -> "BenchReport":
+        try:
+            if data.get("report_version") != REPORT_VERSION:
+                raise ValueError(f"report_version {data.get('report_version')!r} is not {REPORT_VERSION}")
+            names = {f.name for f in fields(Protocol)}
+            protocol = Protocol(**{k: v for k, v in data["protocol"].items() if k in names})
+            runs = [RunResult.from_dict(r) for r in data["runs"]]
+            return cls(target=dict(data["target"]), protocol=protocol, runs=runs, error=data.get("error"),
+                       interrupted=bool(data.get("interrupted")), started=data.get("started", ""))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise BenchError(f"{where}: not a buildkit bench report ({exc})") from None
+
+
+def load_report(path: Path) -> BenchReport:
+    """A report written by `buildkit bench --json` or `--output`."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise BenchError(f"{path}: no such file") from None
+    except (OSError, ValueError) as exc:
+        raise BenchError(f"{path}: cannot read a bench report: {exc}") from None
+    if not isinstance(data, dict):
+        raise BenchError(f"{path}: not a buildkit bench report (not a JSON object)")
+    return BenchReport.from_dict(data, str(path))

@@ -1,0 +1,207 @@
+"""The seam to the container engine: everything buildkit asks of an engine, and which engine answers.
+
+repo2docker's `ContainerEngine` idea: a small interface the flows call, one implementation per
+engine. `DockerEngine` (dockerengine.py: the docker CLI, argv lists, and docker-py where a
+structured answer is wanted) is the only one today; a remote engine, or the in-memory fake the
+unit tests use, implements the same methods. Nothing outside buildkit/engine/ talks to Docker.
+
+    engine = get_engine()              # the engine of this process (DockerEngine by default)
+    with use_engine(fake): ...         # tests, and later a remote engine
+
+Builds themselves (`docker buildx build` / `bake`) run through `Engine.stream`, which always
+holds the engine turn (runner.engine_turn: shared for builds, exclusive for --no-cache).
+
+Errors: a method that cannot do its job raises EngineError (a BuildkitError) with the engine's
+own message; `untag` is best effort (cleanup) and never raises; the lookups (`image`,
+`image_id`) answer None when the engine does not have the image or cannot be reached.
+"""
+
+from __future__ import annotations
+
+import abc
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, ContextManager, Iterator, Sequence
+
+from buildkit.core.errors import BuildkitError
+
+
+class EngineError(BuildkitError):
+    """The engine could not do what was asked (its own message is kept)."""
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """What buildkit reads of an image in the engine."""
+    id: str
+    tags: tuple[str, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)
+    repo_digests: tuple[str, ...] = ()
+    size: int | None = None
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str
+    target: str
+    read_only: bool = True
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """A detached container (not auto-removed: the caller stops and removes it)."""
+    image: str
+    command: tuple[str, ...] = ()
+    name: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    ports: dict[int, tuple[str, int | None]] = field(default_factory=dict)  # container port -> (bind, host)
+    mounts: tuple[Mount, ...] = ()
+    gpus: str = ""  # docker --gpus value
+
+
+@dataclass(frozen=True)
+class ContainerState:
+    status: str  # created, running, exited, dead, ...
+    exit_code: int | None
+    ports: dict[int, int]  # container port -> published host port
+
+
+@dataclass(frozen=True)
+class Finished:
+    """How a streamed engine command ended."""
+    code: int
+    seconds: float
+    tty: bool
+
+
+class Engine(abc.ABC):
+    """Every talk to the engine. Implementations: DockerEngine; tests' FakeEngine."""
+
+    # ------------------------------------------------------------ engine
+    @abc.abstractmethod
+    def ping(self) -> None:
+        """EngineError when the engine cannot be reached."""
+
+    @abc.abstractmethod
+    def buildx_version(self) -> tuple[int, int, int]:
+        """The builder's version; EngineError when missing or unusable."""
+
+    @abc.abstractmethod
+    def image_store(self) -> str:
+        """"containerd", "classic", or "" when it cannot be asked."""
+
+    @abc.abstractmethod
+    def info(self) -> dict:
+        """The engine's own description (Docker: `docker info`); EngineError saying why not."""
+
+    @abc.abstractmethod
+    def inspect_builder(self, name: str = "") -> str:
+        """The builder's description ('Key: value' lines of `docker buildx inspect`); EngineError."""
+
+    @abc.abstractmethod
+    def arch(self) -> str:
+        """The engine machine's architecture as a platform name (amd64, arm64); "" when unknown."""
+
+    # ------------------------------------------------------------ builds
+    @abc.abstractmethod
+    def turn(self, exclusive: bool, stream=None) -> ContextManager[None]:
+        """The engine turn (a --no-cache build runs alone); re-entrant within one process."""
+
+    @abc.abstractmethod
+    def stream(self, argv: Sequence[str], on_line: Callable[[str], None], *, stream,
+               exclusive: bool = False, tty: bool = False, write_lock=None) -> Finished:
+        """Run a build command (buildx build/bake), holding the engine turn; each output line goes
+        to on_line (and, without tty, to stream, under write_lock when given)."""
+
+    # ------------------------------------------------------------ images
+    @abc.abstractmethod
+    def image(self, ref: str) -> ImageInfo | None:
+        """The image ref names (tag, id or digest reference); None when the engine lacks it."""
+
+    def image_id(self, ref: str) -> str | None:
+        info = self.image(ref)
+        return info.id if info is not None else None
+
+    def image_size(self, ref: str) -> int | None:
+        info = self.image(ref)
+        return info.size if info is not None else None
+
+    @abc.abstractmethod
+    def images_with_label(self, key: str, value: str) -> list[ImageInfo]:
+        """Images carrying label key=value (none when the engine cannot be asked)."""
+
+    @abc.abstractmethod
+    def load(self, archive: Path, tags: Sequence[str], *, stream=None) -> None:
+        """Load an archive (its image names become tags) and check that every tag arrived."""
+
+    @abc.abstractmethod
+    def tag(self, ref: str, new: str) -> None:
+        """Give the image ref the tag new (repository:tag)."""
+
+    @abc.abstractmethod
+    def untag(self, tags: Sequence[str]) -> None:
+        """Remove these tags (an image left without tags goes); best effort, never raises."""
+
+    @abc.abstractmethod
+    def push(self, ref: str, *, stream=None) -> None:
+        """Push one tag with the engine's own credentials."""
+
+    @abc.abstractmethod
+    def save(self, ref: str, dest: Path) -> Path:
+        """The image as an archive at dest (an OCI archive on the containerd store)."""
+
+    # ------------------------------------------------------------ containers
+    @abc.abstractmethod
+    def run(self, image: str, entrypoint: Sequence[str], args: Sequence[str] = (), *,
+            timeout: float = 120) -> tuple[int, str]:
+        """Run a command in a fresh container without network; (exit code, output). Removed after."""
+
+    @abc.abstractmethod
+    def copy_out(self, image: str, path: str, dest: Path) -> None:
+        """Copy the folder path out of the image into dest, symlinks kept."""
+
+    @abc.abstractmethod
+    def start(self, spec: ContainerSpec) -> str:
+        """Create and start a container; its id."""
+
+    @abc.abstractmethod
+    def state(self, container: str) -> ContainerState | None:
+        """None when the container is gone."""
+
+    @abc.abstractmethod
+    def logs(self, container: str, tail: int = 40) -> str:
+        """The last lines the container printed ("" when it is gone)."""
+
+    @abc.abstractmethod
+    def stop(self, container: str, timeout: int = 5) -> None:
+        """Stop it; no error when it has stopped already."""
+
+    @abc.abstractmethod
+    def remove(self, container: str) -> bool:
+        """Remove it (forced); False when it was gone, EngineError when the engine refuses."""
+
+
+_current: list[Engine] = []
+_defaults: dict[str, Engine] = {}
+
+
+def get_engine(docker: str = "docker") -> Engine:
+    """The engine in use (use_engine), else the Docker engine driven through the `docker` CLI."""
+    if _current:
+        return _current[-1]
+    if docker not in _defaults:
+        from buildkit.engine.dockerengine import DockerEngine
+
+        _defaults[docker] = DockerEngine(docker)
+    return _defaults[docker]
+
+
+@contextmanager
+def use_engine(engine: Engine) -> Iterator[Engine]:
+    """Every get_engine() in the block answers engine."""
+    _current.append(engine)
+    try:
+        yield engine
+    finally:
+        _current.remove(engine)

@@ -1,0 +1,133 @@
+"""The summary of a nightly run: per variant, its result; as JSON and as Markdown ($GITHUB_STEP_SUMMARY)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from buildkit.source.changelog import Changelog
+
+PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
+
+@dataclass
+class VariantResult:
+    variant: str
+    arch: str
+    cuda_version: str | None
+    target: str
+    status: str  # passed | failed | skipped
+    previous_commit: str | None = None
+    commit: str | None = None  # what the image now in nightly-<variant> was built from
+    digest: str = ""
+    version: str = ""
+    tags: list[str] = field(default_factory=list)
+    changed_tags: list[str] = field(default_factory=list)
+    build_seconds: float | None = None
+    error: str = ""
+    checks: list[dict] = field(default_factory=list)
+    known_from: str | None = None  # where the previous build's commit was read: "lock" or "registry"
+
+    @property
+    def skipped(self) -> bool:
+        return self.status == SKIPPED
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "skipped": self.skipped}
+
+
+@dataclass
+class Summary:
+    repository: str
+    url: str
+    branch: str
+    date: str
+    old_commit: str | None
+    new_commit: str | None
+    up_to_date: bool = False
+    version: str = ""
+    changelog: Changelog | None = None
+    variants: list[VariantResult] = field(default_factory=list)
+    excluded: list[dict] = field(default_factory=list)
+    error: str = ""
+    check_seconds: float = 0.0  # resolving the head and asking the registry
+    seconds: float = 0.0  # the whole run
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and all(v.status != FAILED for v in self.variants)
+
+    def to_dict(self) -> dict:
+        return {
+            "repository": self.repository, "url": self.url, "branch": self.branch, "date": self.date,
+            "ok": self.ok, "up_to_date": self.up_to_date, "old_commit": self.old_commit,
+            "new_commit": self.new_commit, "version": self.version, "error": self.error,
+            "changelog": self.changelog.to_dict() if self.changelog else None,
+            "variants": [v.to_dict() for v in self.variants], "excluded": self.excluded,
+            "check_seconds": round(self.check_seconds, 3), "seconds": round(self.seconds, 3),
+        }
+
+    def headline(self) -> str:
+        if self.error:
+            return f"nightly failed: {self.error}"
+        if self.up_to_date:
+            return (f"up to date: {self.branch} is still at {_short(self.new_commit)} and every variant was built "
+                    f"from it; nothing built ({self.check_seconds:.2f} s)")
+        failed = [v.variant for v in self.variants if v.status == FAILED]
+        built = [v.variant for v in self.variants if v.status == PASSED]
+        if failed:
+            return (f"nightly {self.version}: {len(failed)} of {len(built) + len(failed)} variants failed "
+                    f"({', '.join(failed)})")
+        return f"nightly {self.version}: {len(built)} variants built and pushed from {_short(self.new_commit)}"
+
+    def to_markdown(self) -> str:
+        icon = "✅" if self.ok else "❌"
+        out = [f"## {icon} buildkit nightly of `{self.repository}`", "", self.headline(), "",
+               f"- branch: `{self.branch}` of {self.url}",
+               f"- old commit: `{self.old_commit or 'none'}`",
+               f"- new commit: `{self.new_commit or 'unknown'}`"]
+        if self.version:
+            out.append(f"- version: `{self.version}`")
+        if self.changelog is not None and self.old_commit != self.new_commit:
+            out += ["", f"### Changelog ({len(self.changelog.commits)} commits)", ""]
+            out += [f"- `{c.sha[:12]}` {_md(c.subject)}" for c in self.changelog.commits]
+            if self.changelog.note:
+                out.append(f"- _{_md(self.changelog.note)}_")
+        out += ["", "### Variants", "", "| variant | result | digest | tags | build time | skipped |",
+                "| --- | --- | --- | --- | --- | --- |"]
+        for v in self.variants:
+            result = v.status + (f": {_short_error(v.error)}" if v.error else "")
+            digest = f"`{v.digest[:19]}`" if v.digest else ""
+            tags = " ".join(f"`{t}`" for t in v.tags)
+            took = f"{v.build_seconds:.0f} s" if v.build_seconds is not None else ""
+            out.append(f"| `{v.variant}` | {result} | {digest} | {tags} | {took} | {'yes' if v.skipped else 'no'} |")
+        for ex in self.excluded:
+            out.append(f"| {_md(ex['combination'])} | not in the matrix: {_md(ex['reason'])} | | | | |")
+        return "\n".join(out) + "\n"
+
+
+def _short(sha: str | None) -> str:
+    return sha[:12] if sha else "unknown"
+
+
+def _short_error(text: str, limit: int = 300) -> str:
+    text = _md(text)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _md(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def write_summaries(summary: Summary, json_path: str | None, env=None) -> None:
+    """JSON to json_path ('-' = stdout, done by the caller), Markdown appended to $GITHUB_STEP_SUMMARY."""
+    env = os.environ if env is None else env
+    if json_path and json_path != "-":
+        path = Path(json_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
+    step_summary = env.get("GITHUB_STEP_SUMMARY")
+    if step_summary:
+        with open(step_summary, "a", encoding="utf-8") as fh:
+            fh.write(summary.to_markdown())

@@ -1,0 +1,90 @@
+"""The build matrix (pure): `matrix.archs` x `matrix.cuda_versions` x `matrix.targets`.
+
+cpu ignores the CUDA versions. Each combination is one *variant*, named like its tags:
+`cuda13.1-sm120`, `cpu`, and `<that>-<target>` for targets other than `server` (the image most
+users run keeps the short name). An arch the CUDA version cannot build is left out of the
+matrix with the reason, not an error.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from buildkit.core.errors import ArchError, ConfigError
+from buildkit.plan.archs import check_cuda_support, get_arch
+from buildkit.plan.buildplan import BuildRequest, make_request
+from buildkit.plan.config import ResolvedConfig
+
+DEFAULT_TARGET = "server"  # the target whose variant name carries no suffix
+_TARGET_NAME_BAD = re.compile(r"[^A-Za-z0-9_-]")
+
+
+@dataclass(frozen=True)
+class Variant:
+    key: str  # the variant as tags name it: cpu, cuda13.1-sm120, cuda13.1-sm120-full
+    cfg: ResolvedConfig  # the configuration with build.arch / cuda_version / target of this variant
+    request: BuildRequest
+
+    @property
+    def target_name(self) -> str:
+        """The bake target name (bake allows letters, digits, '_' and '-' only)."""
+        return bake_target_name(self.key)
+
+    def with_values(self, origin: str, **values) -> "Variant":
+        cfg = with_values(self.cfg, origin, **values)
+        return Variant(key=self.key, cfg=cfg, request=make_request(cfg))
+
+
+def bake_target_name(key: str) -> str:
+    return _TARGET_NAME_BAD.sub("_", key)
+
+
+def variant_key(request: BuildRequest) -> str:
+    return request.variant if request.target == DEFAULT_TARGET else f"{request.variant}-{request.target}"
+
+
+def with_values(cfg: ResolvedConfig, origin: str, **values) -> ResolvedConfig:
+    """cfg with some keys replaced (dotted names given with '__' for '.': build__arch=...)."""
+    new_values, new_origins = dict(cfg.values), dict(cfg.origins)
+    for name, value in values.items():
+        dotted = name.replace("__", ".")
+        if dotted not in new_values:
+            raise ConfigError(f"unknown key {dotted!r}")
+        new_values[dotted], new_origins[dotted] = value, origin
+    return replace(cfg, values=new_values, origins=new_origins)
+
+
+def matrix_variants(cfg: ResolvedConfig) -> tuple[list[Variant], list[tuple[str, str]]]:
+    """(variants in matrix order, [(combination, why it was left out)]). Empty matrix: ConfigError."""
+    archs, cudas, targets = cfg["matrix.archs"], cfg["matrix.cuda_versions"], cfg["matrix.targets"]
+    for name, values in (("matrix.archs", archs), ("matrix.cuda_versions", cudas), ("matrix.targets", targets)):
+        if not values:
+            raise ConfigError(f"{name} is empty; the build matrix needs at least one value")
+    for target in targets:
+        if target not in ("server", "full", "light"):
+            raise ConfigError(f"matrix.targets: {target!r} is not one of server, full, light")
+    variants: list[Variant] = []
+    excluded: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for arch_name in archs:
+        arch = get_arch(arch_name)  # an unknown arch is an error, naming the choices
+        for cuda in (cudas if arch.is_cuda else cudas[:1]):
+            if arch.is_cuda:
+                try:
+                    check_cuda_support(arch, cuda)
+                except ArchError as exc:
+                    excluded.append((f"{arch.name} with CUDA {cuda}", str(exc)))
+                    continue
+            for target in targets:
+                sub = with_values(cfg, "matrix", build__arch=arch.name, build__cuda_version=cuda,
+                                  build__target=target)
+                request = make_request(sub)
+                key = variant_key(request)
+                if key in seen:
+                    continue
+                seen.add(key)
+                variants.append(Variant(key=key, cfg=sub, request=request))
+    if not variants:
+        raise ConfigError("the build matrix is empty: " + "; ".join(f"{c}: {why}" for c, why in excluded))
+    return variants, excluded

@@ -1,0 +1,58 @@
+"""`buildkit promote`: a nightly becomes a release without building.
+
+The release tags of the version are put on the nightly's digest through the registry API; the
+nightly's commit comes from its revision label, and no immutable tag that exists elsewhere moves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from buildkit.core.errors import ConfigError, RegistryError
+from buildkit.oci.imageref import tag_of
+from buildkit.oci.registry import client_for
+from buildkit.plan.config import ResolvedConfig
+from buildkit.release.publish import VERSION_LABEL, _repository, check_immutable_free, image_labels, point_tags
+from buildkit.release.tags import parse_version, release_tags
+
+REVISION_LABEL = "org.opencontainers.image.revision"
+
+
+@dataclass(frozen=True)
+class Promotion:
+    repository: str
+    source_tag: str
+    digest: str
+    version: str
+    commit: str
+    nightly_version: str
+    tags: tuple[str, ...]
+    added: tuple[str, ...]
+
+
+def promote(cfg: ResolvedConfig, source_tag: str, version: str) -> Promotion:
+    """Give the image of nightly-<variant> the release tags of version: same digest, nothing built."""
+    tag = (tag_of(source_tag) or "") if "/" in source_tag else source_tag  # a reference: its tag
+    if not tag.startswith("nightly-") or tag == "nightly-":
+        raise ConfigError(f"{source_tag!r} is not a nightly tag; promote takes nightly-<variant>, "
+                          "e.g. nightly-cuda13.1-sm120")
+    key = tag[len("nightly-"):]
+    parsed = parse_version(version)
+    if parsed.prerelease and str(parsed.prerelease).startswith("nightly"):
+        raise ConfigError(f"--version {version} is a nightly version; promote to a release (X.Y.Z or X.Y.Z-rc.N)")
+    repository = _repository(cfg["image.name"])
+    repo = repository.repository
+    with client_for(repository.registry) as client:
+        info = client.head_manifest(repo, tag)
+        if info is None:
+            raise RegistryError(f"{repository.name}:{tag} does not exist; run buildkit nightly first")
+        labels = image_labels(client, repo, info.digest)
+        commit = labels.get(REVISION_LABEL, "")
+        if len(commit) != 40:
+            raise RegistryError(f"{repository.name}:{tag} has no {REVISION_LABEL} label; not a buildkit image")
+        tags = release_tags(version, commit, key, default_variant=key == cfg["image.default_variant"])
+        check_immutable_free(client, repo, tags, info.digest, force=False)
+        added = point_tags(client, repo, info.digest, tags)
+    return Promotion(repository=repository.name, source_tag=tag, digest=info.digest, version=version,
+                     commit=commit, nightly_version=labels.get(VERSION_LABEL, ""), tags=tags.all,
+                     added=tuple(added))

@@ -1,0 +1,40 @@
+"""Verify, then remove the tags: an image that fails its checks does not stay in the engine.
+
+The one place `build` (flows/pipeline.py) and a matrix build (flows/matrix.py) turn a verification
+into "keep the image" or "remove its tags and say why".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from buildkit.core.errors import BuildkitError, VerifyError
+from buildkit.engine.api import get_engine
+from buildkit.plan.buildplan import BuildPlan
+from buildkit.verify.checks import VerifyReport, verify_image
+
+
+class FailedVerification(VerifyError):
+    """The image ran but a check failed; the report says which."""
+
+    def __init__(self, message: str, report: VerifyReport):
+        super().__init__(message)
+        self.report = report
+
+
+def verified_or_removed(plan: BuildPlan, tags: Sequence[str], cuda_root: Path | None = None) -> VerifyReport:
+    """The report of tags[0]'s checks. When they cannot run (BuildkitError) or one fails
+    (FailedVerification), every tag is removed from the engine first."""
+    tag = tags[0]
+    roots = [cuda_root] if cuda_root else []
+    try:
+        report = verify_image(plan, tag, cuda_roots=roots)
+    except BuildkitError:
+        get_engine().untag(tags)
+        raise
+    if not report.ok:
+        get_engine().untag(tags)
+        failed = "; ".join(f"{c.name}: {c.detail}" for c in report.failures())
+        raise FailedVerification(f"image {tag} failed verification and was removed: {failed}", report)
+    return report

@@ -1,0 +1,135 @@
+"""The flows through the engine seam (engine/api.py), with the in-memory FakeEngine: what they ask
+of an engine. And the engine turn: a bake waits while another process holds it exclusively."""
+
+from __future__ import annotations
+
+import io
+import stat
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from buildkit.core.errors import VerifyError
+from buildkit.core.filelock import file_lock
+from buildkit.engine.api import ImageInfo, get_engine, use_engine
+from buildkit.engine.bake import TargetOutcome, run_bake
+from buildkit.engine.bakefile import bake_document, write_bake_file
+from buildkit.engine.buildx import BuildOptions, BuildResult
+from buildkit.flows.matrix import verify_variant
+from buildkit.plan.buildplan import SourceFacts, make_plan, make_request
+from buildkit.plan.config import load_config
+from buildkit.verify.gate import FailedVerification, verified_or_removed
+from fakeengine import FakeEngine
+
+COMMIT = "c0ffee" + "0" * 34
+
+
+def _plan():
+    cfg = load_config(None, env={}, overrides={"build.arch": ("cpu", "test")})
+    facts = SourceFacts(url="https://example.invalid/fork", commit=COMMIT, commit_time=1767225600,
+                        build_number=1, patch_set_sha256="", patch_names=())
+    return make_plan(make_request(cfg), facts, template_sha256="t", tool_version="9.9.9")
+
+
+def _oci_target(tmp_path: Path, name: str, tags: list[str], **extra) -> dict:
+    archive = tmp_path / f"{name}.oci.tar"
+    archive.write_bytes(b"")
+    return {"context": str(tmp_path), "dockerfile": "Dockerfile", "tags": [],
+            "output": [f'type=oci,dest={archive},rewrite-timestamp=true,"name={",".join(tags)}"'], **extra}
+
+
+def test_get_engine_answers_the_engine_in_use():
+    fake = FakeEngine()
+    with use_engine(fake):
+        assert get_engine() is fake
+    assert get_engine() is not fake
+
+
+def test_bake_loads_each_oci_target_under_its_tags_in_one_engine_turn(tmp_path):
+    fake = FakeEngine()
+    doc = bake_document({"a": _oci_target(tmp_path, "a", ["x/a:1", "x/a:sha"]),
+                         "b": _oci_target(tmp_path, "b", ["x/b:1"])})
+    bake_file = write_bake_file(tmp_path / "docker-bake.json", doc)
+    with use_engine(fake):
+        outcomes = run_bake(bake_file, ["a", "b"], BuildOptions(progress="plain"), tmp_path / "w", stream=io.StringIO())
+    assert all(o.ok for o in outcomes.values())
+    loads = [c for c in fake.calls if c[0] == "load"]
+    assert loads == [("load", str(tmp_path / "a.oci.tar"), ("x/a:1", "x/a:sha")),
+                     ("load", str(tmp_path / "b.oci.tar"), ("x/b:1",))]
+    assert outcomes["a"].result.tags == ("x/a:1", "x/a:sha") and "x/a:sha" in fake.images
+    assert fake.turns == [False]  # one shared turn for the whole bake
+
+
+def test_bake_with_a_no_cache_target_takes_the_engine_alone_and_reports_a_failed_load(tmp_path):
+    fake = FakeEngine()
+    target = _oci_target(tmp_path, "a", ["x/a:1"], **{"no-cache": True})
+    (tmp_path / "a.oci.tar").unlink()  # the exporter wrote nothing: the load fails
+    bake_file = write_bake_file(tmp_path / "docker-bake.json", bake_document({"a": target}))
+    with use_engine(fake):
+        outcome = run_bake(bake_file, ["a"], BuildOptions(progress="plain"), tmp_path / "w", stream=io.StringIO())["a"]
+    assert fake.turns == [True]
+    assert not outcome.ok and outcome.error.startswith("docker load of the built image failed")
+
+
+def test_a_failed_verification_removes_every_tag_and_keeps_the_report():
+    fake = FakeEngine(run_result=lambda image, entrypoint, args: (
+        127, "/app/llama-server: error while loading shared libraries: libgomp.so.1: cannot open"))
+    tags = ("x/app:cpu", "x/app:sha-c0ffee0-cpu")
+    for tag in tags:
+        fake.images[tag] = ImageInfo(id="sha256:" + "4" * 64, tags=tags)
+    with use_engine(fake):
+        with pytest.raises(FailedVerification, match="failed verification and was removed") as info:
+            verified_or_removed(_plan(), tags)
+    assert ("untag", tags) in fake.calls and not fake.images
+    assert any(c.name == "version" and "libgomp.so.1" in c.detail for c in info.value.report.failures())
+
+
+def test_verification_that_cannot_reach_the_engine_removes_the_tags_too():
+    fake = FakeEngine(reachable=False)
+    with use_engine(fake):
+        with pytest.raises(VerifyError, match="cannot verify the image"):
+            verified_or_removed(_plan(), ("x/app:cpu",))
+    assert fake.calls == [("untag", ("x/app:cpu",))]
+
+
+def test_a_matrix_variant_that_fails_verification_reports_it_and_loses_its_tags():
+    class Prepared:
+        plan, cuda_root = _plan(), None
+
+    fake = FakeEngine(run_result=lambda image, entrypoint, args: (1, "boom"))
+    result = BuildResult(digest="sha256:" + "2" * 64, config_digest="", tags=("x/app:cpu",), seconds=1.0)
+    with use_engine(fake):
+        report, error = verify_variant(Prepared, TargetOutcome("cpu", result, "", 1.0, False))
+    assert report is not None and not report.ok
+    assert error.startswith("image x/app:cpu failed verification and was removed")
+    assert ("untag", ("x/app:cpu",)) in fake.calls
+
+
+def test_bake_waits_for_the_engine_while_a_no_cache_build_holds_it(tmp_path, monkeypatch):
+    """The real runner with a stand-in `docker` program: while the exclusive lock is held (as a
+    --no-cache build holds it), bake says it waits and does not start; it runs once the lock goes."""
+    lock = tmp_path / "engine.lock"
+    monkeypatch.setenv("LLAMA_BUILDKIT_ENGINE_LOCK", str(lock))
+    started = tmp_path / "started"
+    docker = tmp_path / "docker"
+    docker.write_text(f"#!{sys.executable}\nimport sys, pathlib, json\n"
+                      f"pathlib.Path({str(started)!r}).write_text('x')\n"
+                      "a = sys.argv; m = a[a.index('--metadata-file') + 1]\n"
+                      "pathlib.Path(m).write_text(json.dumps({'a': {'containerimage.digest': 'sha256:' + '3' * 64}}))\n")
+    docker.chmod(docker.stat().st_mode | stat.S_IXUSR)
+    bake_file = write_bake_file(tmp_path / "docker-bake.json", bake_document(
+        {"a": {"context": str(tmp_path), "tags": ["x/a:1"], "output": ["type=docker"]}}))
+    log = io.StringIO()
+    done: dict = {}
+    with file_lock(lock):  # exclusive, on its own descriptor: another holder as far as flock is concerned
+        thread = threading.Thread(target=lambda: done.update(run_bake(
+            bake_file, ["a"], BuildOptions(progress="plain", docker=str(docker)), tmp_path / "w", stream=log)))
+        thread.start()
+        while "waiting for a --no-cache build to finish" not in log.getvalue():
+            assert thread.is_alive(), log.getvalue()
+            thread.join(0.05)
+        assert not started.exists()  # it waits before running anything
+    thread.join()
+    assert started.exists() and done["a"].ok
