@@ -12,7 +12,8 @@ from click.testing import CliRunner
 from buildkit.engine.buildx import BuildOptions, buildx_argv, check_buildx, parse_buildx_version
 from buildkit.cli.main import main
 from buildkit.core.errors import BuildError, LockError
-from buildkit.release.lock import BaseImage, LockEntry, read_lock, update_lock, write_lock_entry
+from buildkit.plan.inputs import BaseImage
+from buildkit.release.lock import LockEntry, read_lock, update_lock, write_lock_entry
 from buildkit.plan.render import RenderResult
 from test_plan_render import plan_for
 

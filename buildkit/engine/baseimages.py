@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from buildkit.core.errors import BaseImageError, BuildkitError
-from buildkit.release.lock import BaseImage
+from buildkit.plan.inputs import BaseImage
 
 LAYOUT_DIR = "base-images"
 _COMPLETE = ".complete"

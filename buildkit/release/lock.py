@@ -1,5 +1,8 @@
 """buildkit.lock: every input of a successful build, the input a later `reproduce` uses.
 
+An entry's input fields come from the model of a build's inputs (plan/inputs.py: BuildInputs.lock_fields)
+and are read back by plan/inputs.py from_lock_entry; the rest is what the build produced.
+
 One JSON document holding one entry per variant and target (`cuda13.1-sm120/server`), so the
 builds of a matrix share a lock. Written atomically (temporary file in the same folder, fsync,
 rename) under an exclusive lock, so a crash or a concurrent build never leaves half a file.
@@ -16,14 +19,9 @@ from typing import Callable
 
 from buildkit.core.errors import LockError
 from buildkit.core.filelock import file_lock
+from buildkit.plan.inputs import BaseImage, BuildInputs, from_lock_entry
 
 LOCK_VERSION = 1
-
-
-@dataclass(frozen=True)
-class BaseImage:
-    ref: str
-    digest: str  # repo digest where known, else the local image id, else ""
 
 
 @dataclass(frozen=True)
@@ -65,6 +63,10 @@ class LockEntry:
     @property
     def key(self) -> str:
         return f"{self.variant}/{self.target}"
+
+    def inputs(self) -> BuildInputs:
+        """The build's inputs, parsed back from this entry (its fields and the labels it kept)."""
+        return from_lock_entry(asdict(self), f"lock entry {self.key}")
 
 
 def _kind(value) -> str:

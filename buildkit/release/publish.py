@@ -33,7 +33,8 @@ from buildkit.oci.imageref import ImageRef, parse_image_ref
 from buildkit.release.lock import entry_from_dict, read_lock, write_lock_entry
 from buildkit.flows.pipeline import Prepared, _remove_tags, build_options, build_prepared, lock_entry, prepared_context
 from buildkit.core.progress import stage
-from buildkit.plan.buildplan import BUILD_KEY_LABEL, make_plan, make_request
+from buildkit.plan.buildplan import make_plan, make_request
+from buildkit.plan.inputs import BUILD_KEY_LABEL
 from buildkit.oci.registry import RegistryClient, client_for
 from buildkit.release.tags import TagSet, build_key_tag, next_version, parse_version, release_tags
 
