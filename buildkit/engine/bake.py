@@ -49,7 +49,6 @@ from buildkit.plan.buildplan import BuildRequest, make_request
 if TYPE_CHECKING:
     from buildkit.engine.buildx import BuildOptions, BuildResult
 
-DEFAULT_TARGET = "server"  # the target whose variant name carries no suffix
 _TARGET_NAME_BAD = re.compile(r"[^A-Za-z0-9_-]")
 _STEP = re.compile(r"^#(\d+) \[([A-Za-z0-9_-]+)[ \]]")
 _STEP_ERROR = re.compile(r"^#(\d+) ERROR: (.*)$")
@@ -78,7 +77,7 @@ def bake_target_name(key: str) -> str:
 
 
 def variant_key(request: BuildRequest) -> str:
-    return request.variant if request.target == DEFAULT_TARGET else f"{request.variant}-{request.target}"
+    return request.tag_variant
 
 
 def with_values(cfg: ResolvedConfig, origin: str, **values) -> ResolvedConfig:

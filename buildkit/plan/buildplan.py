@@ -16,7 +16,7 @@ from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.cpulevels import CpuLevel, cmake_flags as cpu_cmake_flags, get_level, variant_suffix
 from buildkit.core.errors import ConfigError
 from buildkit.plan.inputs import request_inputs
-from buildkit.release.tags import build_tags, check_repository, variant
+from buildkit.release.tags import build_tags, check_repository, target_variant, variant
 
 
 # What may reach a shell line or a FROM line. Values are also shell-quoted in the templates.
@@ -49,7 +49,12 @@ class BuildRequest:
     version: str
     title: str
     licenses: str
-    variant: str
+    variant: str  # arch, CUDA version and CPU level: cuda13.1-sm120, cpu-x86-64-v3 (labels, lock key, caches)
+
+    @property
+    def tag_variant(self) -> str:
+        """The variant as tags name it, with the target unless it is the server (release/tags.py)."""
+        return target_variant(self.variant, self.target)
 
 
 @dataclass(frozen=True)
@@ -182,7 +187,7 @@ def make_plan(request: BuildRequest, source: SourceFacts, *, template_sha256: st
         build_targets=TARGET_BINARIES[request.target],
         labels=request_inputs(request, source, template_sha256=template_sha256, tool_version=tool_version,
                               cmake_args=flags).plan_labels(),
-        tags=build_tags(request.image_name, request.variant, source.commit, extra_tags),
+        tags=build_tags(request.image_name, request.tag_variant, source.commit, extra_tags),
         # per arch and CUDA version, shared by the CPU levels: their objects outside ggml-cpu are the same
         ccache_id=f"llama-buildkit-ccache-{variant(request.arch, request.cuda_version)}",
     )

@@ -244,8 +244,8 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
         raise ConfigError("--no-load needs the OCI exporter (the containerd image store, build.reproducible "
                           "= auto): without it the image reaches the registry through the engine")
     check_buildx(options.docker)
-    is_default = request.variant == default_variant(cfg)
-    variant, repo = request.variant, repository.repository
+    variant, repo = request.tag_variant, repository.repository
+    is_default = variant == default_variant(cfg)
     with client_for(repository.registry) as client, prepared_context(cfg, request=request) as prepared:
         key, commit = prepared.build_key, prepared.source.commit
         reused = None if force else _reuse_published(client, repository, key, variant, commit, is_default)
@@ -307,13 +307,13 @@ def push_local(cfg: ResolvedConfig, *, force: bool = False, stream=None) -> Publ
         raise RegistryError(f"the image {entry['image_id'][:19]} of {request.variant} is not in the local engine; "
                             "run buildkit build again") from None
     key, version, commit = entry["build_key"], entry["version"], entry["commit"]
-    is_default = request.variant == default_variant(cfg)
+    is_default = request.tag_variant == default_variant(cfg)
     with client_for(repository.registry) as client:
-        reused = None if force else _reuse_published(client, repository, key, request.variant, commit, is_default)
+        reused = None if force else _reuse_published(client, repository, key, request.tag_variant, commit, is_default)
         if reused is not None:
             digest, version, tags, added = reused
         else:
-            tags = release_tags(version, commit, request.variant, default_variant=is_default, build_key=key)
+            tags = release_tags(version, commit, request.tag_variant, default_variant=is_default, build_key=key)
             check_immutable_free(client, repository.repository, tags, image.id, force=force)
             digest, added = _push_image(client, repository, image, image.id, tags, force=force, stream=stream)
     entry.update(image_digest=digest, pushed=[f"{repository.name}:{t}" for t in tags.all])
@@ -342,7 +342,8 @@ def _record(cfg: ResolvedConfig, prepared: Prepared, repository: ImageRef, tags:
 def tags_for(cfg: ResolvedConfig, version: str, commit: str) -> TagSet:
     """`buildkit tags`: the tags a build of this version and commit gets (without the build key)."""
     request = make_request(cfg)
-    return release_tags(version, commit, request.variant, default_variant=request.variant == default_variant(cfg))
+    name = request.tag_variant
+    return release_tags(version, commit, name, default_variant=name == default_variant(cfg))
 
 
 def image_labels(client: RegistryClient, repo: str, digest: str) -> dict[str, str]:

@@ -25,6 +25,15 @@ def variant(arch: Arch, cuda_version: str | None) -> str:
     return f"cuda{cuda_version}-sm{arch.number}"
 
 
+DEFAULT_TARGET = "server"  # the target whose variant name carries no suffix
+
+
+def target_variant(variant_name: str, target: str) -> str:
+    """The variant as tags name it: cuda13.1-sm120 for the server, cuda13.1-sm120-full for the full image.
+    The one name build, tags, push, bake and nightly give a variant."""
+    return variant_name if target == DEFAULT_TARGET else f"{variant_name}-{target}"
+
+
 def check_tag(tag: str) -> str:
     if not TAG_RE.match(tag):
         raise ConfigError(f"tag {tag!r} is not a valid Docker tag "
