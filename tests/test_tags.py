@@ -108,3 +108,24 @@ def test_cli_tags_for_the_full_target(tmp_path):
     lines = [line.split()[0].split(":", 1)[1] for line in out.splitlines()]
     assert lines and all(t.endswith("cuda13.1-sm120-full") for t in lines), out
     assert "latest" not in lines and "1.2.3" not in lines
+
+
+def test_two_builds_of_one_commit_with_other_flags_keep_a_tag_each():
+    from buildkit.flows.pipeline import with_key_tag
+    from buildkit.plan.buildkey import build_key
+    from buildkit.plan.buildplan import SourceFacts, make_plan, make_request
+    from buildkit.plan.inputs import BaseImage
+
+    facts = SourceFacts(url="u", commit=C, commit_time=1, build_number=1, patch_set_sha256="p", patch_names=())
+    bases = (BaseImage("debian:12", "sha256:" + "1" * 64),)
+    tags = []
+    for flags in ([], ["-DGGML_LTO=ON"]):
+        request = make_request(_cfg(**{"build.arch": "cpu", "build.cmake_args": flags}))
+        plan = make_plan(request, facts, template_sha256="t", tool_version="1")
+        key = build_key(plan, bases, None)
+        tags.append(with_key_tag(plan.tags, request, key))
+        assert tags[-1][-1] == f"buun-llama-cpp:bk-{key[:24]}-cpu"
+        assert with_key_tag(tags[-1], request, key) == tags[-1]
+    a, b = tags
+    assert a[:2] == b[:2] == ("buun-llama-cpp:cpu", "buun-llama-cpp:sha-9054832-cpu")  # these move to the later build
+    assert a[2] != b[2]  # the build-key tags do not

@@ -42,6 +42,7 @@ from buildkit.core.progress import stage
 from buildkit.plan.buildplan import BuildPlan, BuildRequest, SourceFacts, make_plan, make_request
 from buildkit.plan.inputs import BUILD_KEY_LABEL, INPUTS_LABEL, BaseImage, BuildInputs, plan_inputs
 from buildkit.plan.render import RenderResult, templates_sha256, write_context
+from buildkit.release.tags import build_key_tag
 from buildkit.source.fetch import SourceInfo, export_tree, fetch_source
 from buildkit.source.urlcreds import clean_url
 from buildkit.verify.checks import VerifyReport, verify_image
@@ -153,7 +154,8 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
             named += tuple(c for c in (s.named_context() for s in sources) if c is not None)
             inputs = plan_inputs(plan, bases, _cuda_manifest(cuda_root), _cpu_host(request))
             key = key_of(inputs)
-            plan = replace(plan, labels=plan.labels + ((BUILD_KEY_LABEL, key), inputs.record_label()))
+            plan = replace(plan, labels=plan.labels + ((BUILD_KEY_LABEL, key), inputs.record_label()),
+                           tags=with_key_tag(plan.tags, request, key))
             rendered = write_context(from_plan(plan, sources), out_dir, named)
     except BaseException:
         if created:
@@ -164,6 +166,14 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
         raise
     return Prepared(plan=plan, rendered=rendered, source=info, patches=queue, cuda_root=cuda_root,
                     base_images=bases, build_key=key)
+
+
+def with_key_tag(tags: tuple[str, ...], request: BuildRequest, key: str) -> tuple[str, ...]:
+    """The local tags and <image>:bk-<key>-<variant>: the sha- tag moves to a later build of the same
+    commit with other inputs (other CMake flags), the build-key tag never does, so every build stays
+    reachable by a tag of its own (the same tag `build --push` gives it in the registry)."""
+    tag = f"{request.image_name}:{build_key_tag(key, request.tag_variant)}"
+    return tags if tag in tags else tags + (tag,)
 
 
 def _cpu_host(request: BuildRequest) -> str | None:

@@ -49,7 +49,8 @@ def check_repository(name: str) -> str:
 
 
 def build_tags(repository: str, variant_name: str, commit: str, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """Tags a local build gets: <variant>, sha-<7>-<variant>, plus any extra tags asked for."""
+    """Tags a local build gets: <variant>, sha-<7>-<variant>, plus any extra tags asked for.
+    (Once its build key is known, the pipeline adds build_key_tag: the one tag no other build takes.)"""
     check_repository(repository)
     names = [variant_name, f"sha-{commit[:7]}-{variant_name}", *extra]
     seen: list[str] = []
