@@ -500,7 +500,7 @@ def matrix_document(variants: Sequence[Variant], prepared: dict, options: BuildO
         p = prepared[variant.key]
         argv = buildx_argv(p.plan, p.rendered, options, work_dir / variant.target_name / "metadata.json")
         target = bake_target_from_argv(argv)
-        extra = tuple(t.split(":", 1)[1] for t in p.plan.tags[2:])
+        extra = tuple(t.rsplit(":", 1)[1] for t in p.plan.tags[2:])  # (a tag has no ":")
         tags = list(build_tags(variant.request.image_name, variant.key, p.source.commit, extra))
         targets[variant.target_name] = retag(target, tags)
     return bake_document(targets)

@@ -36,7 +36,7 @@ from buildkit.core.progress import stage
 from buildkit.plan.buildplan import make_plan, make_request
 from buildkit.plan.inputs import BUILD_KEY_LABEL
 from buildkit.oci.registry import RegistryClient, client_for
-from buildkit.release.tags import TagSet, build_key_tag, next_version, parse_version, release_tags
+from buildkit.release.tags import TagSet, build_key_tag, check_tag, next_version, parse_version, release_tags
 
 VERSION_LABEL = "org.opencontainers.image.version"
 
@@ -210,14 +210,21 @@ def _repository(request_image_name: str) -> ImageRef:
     return repository
 
 
+def with_extra_tags(tags: TagSet, extra: tuple[str, ...]) -> TagSet:
+    """tags and the ones --tag asked for, as moving tags (a later build may take them)."""
+    more = tuple(check_tag(t) for t in dict.fromkeys(extra) if t not in tags.all)
+    return replace(tags, moving=tags.moving + more)
+
+
 def _reuse_published(client: RegistryClient, repository: ImageRef, key: str, variant: str, commit: str,
-                     is_default: bool) -> tuple[str, str, TagSet, list[str]] | None:
+                     is_default: bool, extra_tags: tuple[str, ...] = ()) -> tuple[str, str, TagSet, list[str]] | None:
     """When the registry has the build key's tag: point the missing tags at it; (digest, version, tags, added)."""
     existing = client.head_manifest(repository.repository, build_key_tag(key, variant))
     if existing is None:
         return None
     version = _labels_of(client, repository.repository, existing.digest).get(VERSION_LABEL, "")
-    tags = release_tags(version, commit, variant, default_variant=is_default, build_key=key)
+    tags = with_extra_tags(release_tags(version, commit, variant, default_variant=is_default, build_key=key),
+                           extra_tags)
     added = point_tags(client, repository.repository, existing.digest, tags)
     return existing.digest, version, tags, added
 
@@ -231,13 +238,17 @@ def _push_image(client: RegistryClient, repository: ImageRef, image, local_diges
 
 
 def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str = "patch",
-                   force: bool = False, verify: bool = True, stream=None, load: bool = True) -> PublishResult:
+                   force: bool = False, verify: bool = True, stream=None, load: bool = True,
+                   extra_tags: tuple[str, ...] = ()) -> PublishResult:
     """`buildkit build --push`. With the reproducible exporter the OCI archive itself is pushed
     (publish_archive); load=False keeps the image out of the engine: never loaded without verify,
-    else loaded for the checks only and its tags removed after the push."""
+    else loaded for the checks only and its tags removed after the push. extra_tags (--tag) are
+    local tags and pushed as moving tags too."""
     request = make_request(cfg)
     if version is not None:
         parse_version(version)
+    for tag in extra_tags:
+        check_tag(tag)
     repository = _repository(request.image_name)
     options = build_options(cfg)
     if not load and not options.reproducible:
@@ -246,9 +257,11 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
     check_buildx(options.docker)
     variant, repo = request.tag_variant, repository.repository
     is_default = variant == default_variant(cfg)
-    with client_for(repository.registry) as client, prepared_context(cfg, request=request) as prepared:
+    with client_for(repository.registry) as client, \
+            prepared_context(cfg, request=request, extra_tags=extra_tags) as prepared:
         key, commit = prepared.build_key, prepared.source.commit
-        reused = None if force else _reuse_published(client, repository, key, variant, commit, is_default)
+        reused = None if force else _reuse_published(client, repository, key, variant, commit, is_default,
+                                                     extra_tags)
         if reused is not None:
             digest, version, tags, added = reused
             _record(cfg, prepared, repository, tags, version, digest)
@@ -258,7 +271,8 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
         if local is not None and version and local_version != version:
             local = local_version = None  # the engine's copy carries another version label: build anew
         version = local_version or version or next_version(client.list_tags(repo), variant, bump)
-        tags = release_tags(version, commit, variant, default_variant=is_default, build_key=key)
+        tags = with_extra_tags(release_tags(version, commit, variant, default_variant=is_default, build_key=key),
+                               extra_tags)
         check_immutable_free(client, repo, tags, local.id if local is not None else None, force=force)
         prepared = replace(prepared, plan=_with_version(prepared, version))
         if local is None:
@@ -326,7 +340,7 @@ def _with_version(prepared: Prepared, version: str):
     """The plan again with the publication's version (its label); the build key is unchanged."""
     plan = prepared.plan
     new = make_plan(replace(plan.request, version=version), plan.source, template_sha256=plan.template_sha256,
-                    tool_version=plan.tool_version, extra_tags=tuple(t.split(":", 1)[1] for t in plan.tags[2:]))
+                    tool_version=plan.tool_version, extra_tags=tuple(t.rsplit(":", 1)[1] for t in plan.tags[2:]))
     return replace(new, labels=new.labels + ((BUILD_KEY_LABEL, prepared.build_key),))
 
 
