@@ -172,6 +172,10 @@ targets = ["server", "full"]
     assert (server["target"], full["target"]) == ("server", "full")
     assert server["context"] != full["context"] and Path(server["context"], "Dockerfile").is_file()
     assert server["labels"]["org.opencontainers.image.revision"] == commit
-    assert target_tags(server) == ("buildkit-test/bake-print:cpu", f"buildkit-test/bake-print:sha-{commit[:7]}-cpu")
+    server_key = server["labels"]["org.llama-buildkit.build-key"]
+    full_key = full["labels"]["org.llama-buildkit.build-key"]
+    assert target_tags(server) == ("buildkit-test/bake-print:cpu", f"buildkit-test/bake-print:sha-{commit[:7]}-cpu",
+                                   f"buildkit-test/bake-print:bk-{server_key[:24]}-cpu")
     assert target_tags(full) == ("buildkit-test/bake-print:cpu-full",
-                                 f"buildkit-test/bake-print:sha-{commit[:7]}-cpu-full")
+                                 f"buildkit-test/bake-print:sha-{commit[:7]}-cpu-full",
+                                 f"buildkit-test/bake-print:bk-{full_key[:24]}-cpu-full")

@@ -12,7 +12,8 @@ from click.testing import CliRunner
 from buildkit.engine.buildx import BuildOptions, buildx_argv, check_buildx, parse_buildx_version
 from buildkit.cli.main import main
 from buildkit.core.errors import BuildError, LockError
-from buildkit.release.lock import BaseImage, LockEntry, read_lock, write_lock_entry
+from buildkit.plan.inputs import BaseImage
+from buildkit.release.lock import LockEntry, read_lock, update_lock, write_lock_entry
 from buildkit.plan.render import RenderResult
 from test_plan_render import plan_for
 
@@ -109,6 +110,22 @@ def test_lock_write_failure_leaves_the_old_file(tmp_path, monkeypatch):
     with pytest.raises(LockError, match="disk full"):
         write_lock_entry(path, entry(image_digest="sha256:other"))
     assert path.read_bytes() == before and os.listdir(tmp_path) == ["buildkit.lock"]
+
+
+def test_update_lock_is_one_read_modify_write_and_a_failing_change_writes_nothing(tmp_path):
+    path = tmp_path / "sub" / "buildkit.lock"
+    write_lock_entry(path, entry())
+    update_lock(path, lambda data: data.setdefault("nightly", {}).update(url="u"))
+    data = read_lock(path)
+    assert data["nightly"] == {"url": "u"} and set(data["builds"]) == {"cpu/server"}
+    before = path.read_bytes()
+
+    def change(data):
+        data["builds"].clear()
+        raise LockError("no such entry")
+    with pytest.raises(LockError, match="no such entry"):
+        update_lock(path, change)
+    assert path.read_bytes() == before and os.listdir(path.parent) == ["buildkit.lock"]
 
 
 def test_unreadable_lock_is_one_error(tmp_path):

@@ -19,9 +19,11 @@ from buildkit.plan import cpulevels
 from buildkit.plan.buildkey import build_key
 from buildkit.verify.cpuhost import host_cpu_flags, host_cpu_id
 from buildkit.core.errors import ConfigError
-from buildkit.release.lock import BaseImage, entry_from_dict
+from buildkit.plan.inputs import BaseImage
+from buildkit.release.lock import entry_from_dict
 from buildkit.flows.pipeline import inputs_record
-from buildkit.flows.reproduce import from_labels, overrides_for
+from buildkit.flows.record import from_labels
+from buildkit.flows.reproduce import overrides_for
 from buildkit.verify.checks import cpu_libraries, expected_backends
 from cliutil import buildkit_env
 from test_plan_render import plan_for
@@ -131,7 +133,7 @@ def test_level_is_in_labels_build_key_inputs_record_lock_and_reproduce_record():
         assert dict(plan.labels)["org.llama-buildkit.cpu-level"] == level
         assert inputs_record(plan, bases, None)["cpu_level"] == level
         rec = from_labels(labels_of(plan, bases), "image x", image_digest=DIGEST)
-        assert rec.cpu_level == level and overrides_for(rec)["build.cpu_level"][0] == level
+        assert rec.inputs.cpu_level == level and overrides_for(rec)["build.cpu_level"][0] == level
     assert len({build_key(p, bases, None) for p in plans.values()}) == 3
     entry = entry_from_dict({**_lock_fields(), "cpu_level": "x86-64-v3"})
     assert entry.cpu_level == "x86-64-v3"

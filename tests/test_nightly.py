@@ -143,3 +143,18 @@ def test_the_no_op_path_helpers_agree_with_the_build_stages(tmp_path):
     for cfg in (load_config(None, env={}), load_config(tmp_path / "buildkit.toml", env={}),
                 load_config(None, env={}, overrides={"source.patch_dir": ("p", "test")}, cwd=tmp_path)):
         assert nightly.patch_dir(cfg) == pipeline.patch_dir(cfg)
+
+
+def test_the_nightly_record_is_written_through_the_one_lock_update(tmp_path):
+    from buildkit.flows.nightly import read_nightly_record, update_nightly_record
+    from buildkit.release.lock import read_lock, update_lock
+
+    path = tmp_path / "buildkit.lock"
+    update_lock(path, lambda data: data["builds"].__setitem__("cpu/server", {"commit": "c"}))
+    update_nightly_record(path, "u", "main", "cpu", {"commit": "a"})
+    update_nightly_record(path, "u", "main", "cpu-full", {"commit": "b"})
+    assert read_nightly_record(path, "u", "main")["variants"] == {"cpu": {"commit": "a"}, "cpu-full": {"commit": "b"}}
+    assert read_lock(path)["builds"] == {"cpu/server": {"commit": "c"}}  # the builds are kept
+    update_nightly_record(path, "other", "main", "cpu", {"commit": "d"})  # another repository: a new record
+    assert read_nightly_record(path, "u", "main") == {}
+    assert read_nightly_record(path, "other", "main")["variants"] == {"cpu": {"commit": "d"}}

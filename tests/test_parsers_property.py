@@ -15,9 +15,9 @@ from buildkit.plan.config import KEYS, load_config, parse_set_option, parse_text
 from buildkit.core.errors import BuildkitError
 from buildkit.oci.imageref import parse_image_ref
 from buildkit.release.lock import entry_from_dict, read_lock
-from buildkit.plan.buildplan import LABEL_PREFIX
+from buildkit.plan.inputs import INPUTS_LABEL, LABEL_PREFIX
 from buildkit.oci.registryauth import parse_www_authenticate
-from buildkit.flows.reproduce import INPUTS_LABEL, from_labels
+from buildkit.flows.record import from_labels
 from buildkit.release.tags import check_repository, check_tag, next_version, parse_version, release_tags
 from buildkit.source.urlcreds import redact_text, split_credentials
 
@@ -173,7 +173,7 @@ LABELS = {OCI + "source": "https://example.invalid/f.git", OCI + "revision": "c"
 
 
 def test_valid_labels_give_a_record() -> None:
-    assert from_labels(LABELS, "image x", image_digest="sha256:" + "5" * 64).build_number == 3
+    assert from_labels(LABELS, "image x", image_digest="sha256:" + "5" * 64).inputs.build_number == 3
 
 
 @SETTINGS

@@ -144,3 +144,16 @@ def test_ccache_can_be_turned_off():
     text = render_dockerfile(plan_for(**{"build.ccache": False}))
     assert "--mount=type=cache" not in text and "LAUNCHER=ccache" not in text and "CCACHE_DIR" not in text
     assert "-DCMAKE_CUDA_ARCHITECTURES=120a-real" in text
+
+
+@pytest.mark.parametrize("arch", ["cpu", "sm_120"])
+def test_ccache_statistics_are_this_builds_own(arch):
+    """The compile step zeroes ccache's counters on the shared cache mount before CMake runs and
+    prints them after the build, in the same RUN step: the summary's hit rate is this build's."""
+    text = render_dockerfile(plan_for(**{"build.arch": arch, "build.ccache": True}))
+    step = next(s for s in text.split("\nRUN ") if "cmake --build" in s)
+    zero, configure = step.index("ccache --zero-stats"), step.index("cmake -S /src")
+    build, show = step.index("cmake --build"), step.index("ccache --show-stats")
+    assert "--mount=type=cache" in step and zero < configure < build < show
+    off = render_dockerfile(plan_for(**{"build.arch": arch, "build.ccache": False}))
+    assert "ccache --" not in off and "-DGGML_CCACHE=OFF" in off

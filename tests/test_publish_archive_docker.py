@@ -44,6 +44,20 @@ def test_pushed_digest_is_the_lock_digest_and_no_load_keeps_the_engine_clean(
         assert gone.returncode != 0, f"{ref} is still in the engine"
 
 
+def test_push_pushes_the_extra_tags_too(tmp_path, fork, registry_plain, debian_base_image):  # noqa: F811
+    repo = "archive/tiny-extra"
+    project = make_project(tmp_path / "project", fork, registry_plain.host, debian_base_image, repo)
+    env, _ = spy_env(tmp_path)
+    result = json.loads(ok(buildkit(project, env, "build", "--push", "--no-load", "--tag", "rc1", "--tag", "team-x",
+                                    "--json")).stdout)
+    with RegistryClient(registry_plain.host) as client:
+        tags = digests(client, repo)
+    assert tags["rc1"] == tags["team-x"] == tags["0.1.0-cpu"] == result["digest"]
+    assert {"rc1", "team-x"} <= set(result["tags"]) and {"rc1", "team-x"} <= set(result["added"])
+    bad = buildkit(project, env, "build", "--push", "--tag", "no+plus")
+    assert bad.returncode == 1 and bad.stderr.strip().startswith("error: tag 'no+plus' is not a valid Docker tag")
+
+
 def test_push_keeps_the_engine_copy_tagged_without_no_load(tmp_path, fork, registry_plain,
                                                            debian_base_image):  # noqa: F811
     repo = "archive/tiny-load"

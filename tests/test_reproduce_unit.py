@@ -9,11 +9,12 @@ import pytest
 
 from buildkit.engine.buildx import BuildOptions, buildx_argv
 from buildkit.core.errors import ReproduceError
-from buildkit.release.lock import BaseImage
+from buildkit.plan.inputs import INPUTS_LABEL, BaseImage
 from buildkit.engine.baseimages import BaseSource
-from buildkit.flows.pipeline import INPUTS_LABEL, from_plan, inputs_record
+from buildkit.flows.pipeline import from_plan, inputs_record
 from buildkit.plan.render import RenderResult, render_dockerfile
-from buildkit.flows.reproduce import from_labels, from_lock, overrides_for, select_entry
+from buildkit.flows.record import from_labels, from_lock, select_entry
+from buildkit.flows.reproduce import overrides_for
 from test_plan_render import plan_for
 
 DIGEST = "sha256:" + "ab" * 32
@@ -28,10 +29,10 @@ def labels_of(plan, bases=(BaseImage("buildkit-test/debian:bookworm", DIGEST),))
 def test_a_record_from_labels_has_every_input():
     plan = plan_for(**{"build.arch": "cpu", "base.os_image": "buildkit-test/debian:bookworm"})
     rec = from_labels(labels_of(plan), "image x", image_digest=DIGEST)
-    assert rec.commit == plan.source.commit and rec.source_date_epoch == plan.source_date_epoch
-    assert rec.cmake_args == plan.cmake_args and rec.template_sha256 == plan.template_sha256
-    assert rec.base_images == (BaseImage("buildkit-test/debian:bookworm", DIGEST),)
-    assert rec.arch == "cpu" and rec.provider == "cpu" and rec.jobs == plan.request.jobs
+    assert rec.inputs.commit == plan.source.commit and rec.inputs.source_date_epoch == plan.source_date_epoch
+    assert rec.inputs.cmake_args == plan.cmake_args and rec.inputs.template_sha256 == plan.template_sha256
+    assert rec.inputs.base_images == (BaseImage("buildkit-test/debian:bookworm", DIGEST),)
+    assert rec.inputs.arch == "cpu" and rec.inputs.provider == "cpu" and rec.inputs.jobs == plan.request.jobs
     overrides = overrides_for(rec)
     assert overrides["source.commit"][0] == plan.source.commit and overrides["build.arch"][0] == "cpu"
     assert overrides["base.os_image"][0] == "buildkit-test/debian:bookworm"

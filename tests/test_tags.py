@@ -59,3 +59,73 @@ def test_first_version_is_0_1_0():
     assert next_version(["latest"], V) == "0.1.0"
     with pytest.raises(ConfigError, match="--bump"):
         next_version([], V, "huge")
+
+
+# ------------------------------------------------------------------ one variant name (issue 14)
+
+def _cfg(**values):
+    from buildkit.plan.config import load_config
+
+    return load_config(None, env={}, overrides={k: (v, "test") for k, v in values.items()})
+
+
+def test_tags_of_the_full_target_are_its_own_and_never_the_servers():
+    from buildkit.release.publish import tags_for
+
+    server = tags_for(_cfg(**{"build.arch": "sm_120"}), "1.2.3", C)
+    full = tags_for(_cfg(**{"build.arch": "sm_120", "build.target": "full"}), "1.2.3", C)
+    assert "latest" in server.all and "1.2.3" in server.all
+    assert full.immutable == ("1.2.3-cuda13.1-sm120-full", "sha-9054832-cuda13.1-sm120-full")
+    assert full.moving == ("1.2-cuda13.1-sm120-full", "1-cuda13.1-sm120-full", "cuda13.1-sm120-full")
+    assert not set(full.all) & set(server.all)
+
+
+def test_build_bake_and_tags_give_a_variant_one_name():
+    from buildkit.engine.bake import matrix_variants
+    from buildkit.plan.buildplan import SourceFacts, make_plan, make_request
+
+    cfg = _cfg(**{"matrix.archs": ["sm_120", "cpu"], "matrix.cuda_versions": ["13.1"],
+                  "matrix.targets": ["server", "full"]})
+    variants, _ = matrix_variants(cfg)
+    assert [v.key for v in variants] == ["cuda13.1-sm120", "cuda13.1-sm120-full", "cpu", "cpu-full"]
+    facts = SourceFacts(url="u", commit=C, commit_time=1, build_number=1, patch_set_sha256="p", patch_names=())
+    for v in variants:
+        assert v.request.tag_variant == v.key
+        plan = make_plan(v.request, facts, template_sha256="t", tool_version="1")
+        assert plan.tags[:2] == (f"{v.request.image_name}:{v.key}", f"{v.request.image_name}:sha-9054832-{v.key}")
+    assert make_request(_cfg(**{"build.target": "light"})).tag_variant == "cuda13.1-sm120-light"
+
+
+def test_cli_tags_for_the_full_target(tmp_path):
+    from click.testing import CliRunner
+
+    from buildkit.cli.main import main
+
+    env = {k: None for k in __import__("os").environ if k.startswith("LLAMA_BUILDKIT_")}
+    with CliRunner().isolated_filesystem(temp_dir=tmp_path):
+        out = CliRunner().invoke(main, ["tags", "--version", "1.2.3", "--commit-sha", C, "--target", "full"],
+                                 env=env, catch_exceptions=False).output
+    lines = [line.split()[0].split(":", 1)[1] for line in out.splitlines()]
+    assert lines and all(t.endswith("cuda13.1-sm120-full") for t in lines), out
+    assert "latest" not in lines and "1.2.3" not in lines
+
+
+def test_two_builds_of_one_commit_with_other_flags_keep_a_tag_each():
+    from buildkit.flows.pipeline import with_key_tag
+    from buildkit.plan.buildkey import build_key
+    from buildkit.plan.buildplan import SourceFacts, make_plan, make_request
+    from buildkit.plan.inputs import BaseImage
+
+    facts = SourceFacts(url="u", commit=C, commit_time=1, build_number=1, patch_set_sha256="p", patch_names=())
+    bases = (BaseImage("debian:12", "sha256:" + "1" * 64),)
+    tags = []
+    for flags in ([], ["-DGGML_LTO=ON"]):
+        request = make_request(_cfg(**{"build.arch": "cpu", "build.cmake_args": flags}))
+        plan = make_plan(request, facts, template_sha256="t", tool_version="1")
+        key = build_key(plan, bases, None)
+        tags.append(with_key_tag(plan.tags, request, key))
+        assert tags[-1][-1] == f"buun-llama-cpp:bk-{key[:24]}-cpu"
+        assert with_key_tag(tags[-1], request, key) == tags[-1]
+    a, b = tags
+    assert a[:2] == b[:2] == ("buun-llama-cpp:cpu", "buun-llama-cpp:sha-9054832-cpu")  # these move to the later build
+    assert a[2] != b[2]  # the build-key tags do not

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from buildkit.bench.results import BenchReport
@@ -25,15 +24,10 @@ def find_lock_entry(builds: dict, image_ref: str, image_id: str | None = None) -
 
 def attach_to_lock(lock_path: Path, key: str, report: BenchReport) -> None:
     """builds[key]["bench"] = the report, written atomically under the lock's writer lock."""
-    from buildkit.release.lock import _atomic_write, _exclusive, read_lock
+    from buildkit.release.lock import update_lock
 
-    path = Path(lock_path).resolve()
-    try:
-        with _exclusive(path):
-            data = read_lock(path)
-            if key not in data["builds"]:
-                raise LockError(f"{path} has no entry {key!r}")
-            data["builds"][key]["bench"] = report.to_dict()
-            _atomic_write(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
-    except OSError as exc:
-        raise LockError(f"{path}: cannot write the lock file: {exc}") from None
+    def change(data: dict) -> None:
+        if key not in data["builds"]:
+            raise LockError(f"{Path(lock_path).resolve()} has no entry {key!r}")
+        data["builds"][key]["bench"] = report.to_dict()
+    update_lock(lock_path, change)

@@ -125,8 +125,10 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
                          bind="127.0.0.1")
     client = docker_client() if image else None
     image_id = local_image_id(client, image) if image else None
-    if compare_image:
-        local_image_id(client, compare_image)
+    if compare_image and local_image_id(client, compare_image) == image_id:
+        raise BenchError(f"--image {image} and --compare-image {compare_image} are the same image "
+                         f"({image_id[:19]}); a local tag moves to the latest build of its variant, the "
+                         "bk-<key>-<variant> tag of each build does not")
     lock_file = key = None
     if attach_lock:
         overrides = {"lock.path": (lock_path, "--lock")} if lock_path else {}

@@ -30,7 +30,7 @@ def version_options(func):
 @click.command()
 @config_options
 @version_options
-@click.option("--tag", "extra_tags", multiple=True, help="Extra local tag (the part after ':'), repeatable.")
+@click.option("--tag", "extra_tags", multiple=True, help="Extra local tag (the part after ':'), repeatable; with --push also pushed (a moving tag).")
 @click.option("--push", is_flag=True,
               help="Publish to the registry in image.name: skip the build if the registry has its build key, "
                    "else build, verify and push every tag (see `buildkit tags`).")
@@ -76,7 +76,7 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
         from buildkit.release.publish import build_and_push
 
         published = build_and_push(cfg, version=version, bump=bump, force=force, verify=not no_verify,
-                                   load=not no_load)
+                                   load=not no_load, extra_tags=extra_tags)
         what = {"built": "built, verified and pushed",
                 "engine": "pushed the image with this build key already in the engine, nothing built",
                 "registry": "already published (the registry has this build key), nothing built"}[published.origin]

@@ -45,7 +45,8 @@ def reproduce(target: str, build_key: str | None, config_path: str | None, patch
     report of the layers that differ and, inside them, the files (path, size, sha256).
     """
     from buildkit.plan.config import find_config_file
-    from buildkit.flows.reproduce import load_record, reproduce as run
+    from buildkit.flows.record import load_record
+    from buildkit.flows.reproduce import reproduce as run
 
     record = load_record(target, build_key)
     cfg_path = find_config_file(config_path, os.environ, Path.cwd())

@@ -61,6 +61,10 @@ class ReproduceError(BuildkitError):
     """A recorded build cannot be reproduced: an input is missing or does not match its record."""
 
 
+class InputsError(ReproduceError):
+    """A recorded build's inputs (an image's labels, a lock entry) are missing or malformed."""
+
+
 class BenchError(BuildkitError):
     """A benchmark cannot start, or a run failed (server down, time-out, malformed answer, HTTP error)."""
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from buildkit.core.errors import BaseImageError, BuildkitError
 from buildkit.engine.api import Engine, EngineError, get_engine
-from buildkit.release.lock import BaseImage
+from buildkit.plan.inputs import BaseImage
 
 LAYOUT_DIR = "base-images"
 _COMPLETE = ".complete"

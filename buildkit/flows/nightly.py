@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import collections
 import datetime as _dt
-import json
 import re
 import sys
 import tempfile
@@ -45,7 +44,7 @@ from buildkit.source.changelog import Changelog, Commit  # noqa: F401  (Commit: 
 from buildkit.plan.config import ResolvedConfig
 from buildkit.core.errors import BuildkitError, ConfigError, LockError, PatchError, RegistryError, SourceError
 from buildkit.oci.imageref import ImageRef, parse_image_ref
-from buildkit.release.lock import _atomic_write, _exclusive, read_lock, write_lock_entry
+from buildkit.release.lock import read_lock, update_lock, write_lock_entry
 from buildkit.source.patches import load_patch_queue
 from buildkit.oci.registry import RegistryClient, client_for
 from buildkit.release.tags import TagSet, next_version, parse_version, release_tags
@@ -162,20 +161,14 @@ def nightly_tags(version: str, commit: str, key: str) -> TagSet:
 
 def update_nightly_record(lock_path: Path, url: str, branch: str, key: str, entry: dict) -> None:
     """Set the record of one variant (atomically, under the lock's writer lock)."""
-    path = lock_path.resolve()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with _exclusive(path):
-            data = read_lock(path)
-            record = data.get(NIGHTLY_RECORD) or {}
-            if record.get("url") != url or record.get("branch") != branch:
-                record = {"url": url, "branch": branch, "variants": {}}
-            record.setdefault("variants", {})[key] = entry
-            record["variants"] = dict(sorted(record["variants"].items()))
-            data[NIGHTLY_RECORD] = record
-            _atomic_write(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
-    except OSError as exc:
-        raise LockError(f"{path}: cannot write the lock file: {exc}") from None
+    def change(data: dict) -> None:
+        record = data.get(NIGHTLY_RECORD) or {}
+        if record.get("url") != url or record.get("branch") != branch:
+            record = {"url": url, "branch": branch, "variants": {}}
+        record.setdefault("variants", {})[key] = entry
+        record["variants"] = dict(sorted(record["variants"].items()))
+        data[NIGHTLY_RECORD] = record
+    update_lock(lock_path, change)
 
 
 # ---------------------------------------------------------------- the run

@@ -19,7 +19,6 @@ and no lock change behind.
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -30,27 +29,27 @@ from typing import Iterator
 from buildkit import __version__
 from buildkit.engine.api import get_engine
 from buildkit.engine.baseimages import BaseSource, resolve_base_images
-from buildkit.plan.buildkey import build_key
+from buildkit.plan.buildkey import key_of
 from buildkit.engine.buildx import (BuildOptions, BuildResult, buildx_argv, check_buildx, image_store, oci_archive_path,
                      run_build)
 from buildkit.plan.config import ResolvedConfig
 from buildkit.verify.cpuhost import host_cpu_id
 from buildkit.source.cudaroot import ensure_cuda_root, read_manifest, runtime_subset
 from buildkit.core.errors import BuildkitError, ConfigError, CudaRootError
-from buildkit.release.lock import BaseImage, LockEntry, write_lock_entry
+from buildkit.release.lock import LockEntry, write_lock_entry
 from buildkit.core.paths import bundled_patches_dir, cache_dir
 from buildkit.source.patches import PatchQueue, apply_patches, load_patch_queue
 from buildkit.core.progress import stage
-from buildkit.plan.buildplan import BUILD_KEY_LABEL, LABEL_PREFIX, BuildPlan, BuildRequest, SourceFacts, make_plan, make_request
+from buildkit.plan.buildplan import BuildPlan, BuildRequest, SourceFacts, make_plan, make_request
+from buildkit.plan.inputs import BUILD_KEY_LABEL, INPUTS_LABEL, BaseImage, BuildInputs, plan_inputs
 from buildkit.plan.render import RenderResult, templates_sha256, write_context
+from buildkit.release.tags import build_key_tag
 from buildkit.source.fetch import SourceInfo, export_tree, fetch_source
 from buildkit.source.urlcreds import clean_url
 from buildkit.verify.checks import VerifyReport
 from buildkit.verify.gate import verified_or_removed
 
 SHA_LEN = 40
-INPUTS_LABEL = LABEL_PREFIX + "inputs"
-INPUTS_FORMAT = 1
 
 
 @dataclass(frozen=True)
@@ -62,6 +61,10 @@ class Prepared:
     cuda_root: Path | None
     base_images: tuple[BaseImage, ...]
     build_key: str
+
+    def inputs(self) -> BuildInputs:
+        """Every input of this build (the plan's version: publish re-makes the plan with its own)."""
+        return plan_inputs(self.plan, self.base_images, _cuda_manifest(self.cuda_root), _cpu_host(self.plan.request))
 
 
 @dataclass(frozen=True)
@@ -151,9 +154,10 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
         with stage("render", request.variant):
             cuda_root, named = _cuda_contexts(request, cfg)
             named += tuple(c for c in (s.named_context() for s in sources) if c is not None)
-            key = build_key(plan, bases, _cuda_manifest(cuda_root), cpu_host=_cpu_host(request))
-            plan = replace(plan, labels=plan.labels + ((BUILD_KEY_LABEL, key),))
-            plan = with_inputs_label(plan, bases, _cuda_manifest(cuda_root))
+            inputs = plan_inputs(plan, bases, _cuda_manifest(cuda_root), _cpu_host(request))
+            key = key_of(inputs)
+            plan = replace(plan, labels=plan.labels + ((BUILD_KEY_LABEL, key), inputs.record_label()),
+                           tags=with_key_tag(plan.tags, request, key))
             rendered = write_context(from_plan(plan, sources), out_dir, named)
     except BaseException:
         if created:
@@ -164,6 +168,14 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
         raise
     return Prepared(plan=plan, rendered=rendered, source=info, patches=queue, cuda_root=cuda_root,
                     base_images=bases, build_key=key)
+
+
+def with_key_tag(tags: tuple[str, ...], request: BuildRequest, key: str) -> tuple[str, ...]:
+    """The local tags and <image>:bk-<key>-<variant>: the sha- tag moves to a later build of the same
+    commit with other inputs (other CMake flags), the build-key tag never does, so every build stays
+    reachable by a tag of its own (the same tag `build --push` gives it in the registry)."""
+    tag = f"{request.image_name}:{build_key_tag(key, request.tag_variant)}"
+    return tags if tag in tags else tags + (tag,)
 
 
 def _cpu_host(request: BuildRequest) -> str | None:
@@ -201,38 +213,14 @@ def from_plan(plan: BuildPlan, sources: tuple[BaseSource, ...]) -> BuildPlan:
 
 
 def inputs_record(plan: BuildPlan, bases: tuple[BaseImage, ...], cuda_manifest: dict | None) -> dict:
-    """Every input of a build that its other labels do not already carry (compact, sorted)."""
-    from buildkit.plan.buildkey import cuda_wheel_hashes
-
-    req = plan.request
-    record = {
-        "format": INPUTS_FORMAT,
-        "base_images": [[b.ref, b.digest] for b in bases],
-        "devel_image": req.devel_image,
-        "runtime_image": req.runtime_image,
-        "provider": req.provider,
-        "platform": req.platform,
-        "jobs": req.jobs,
-        "ccache": req.ccache,
-        "no_vmm": req.no_vmm,
-        "cpu_level": req.cpu_level.name,
-        "extra_cmake_args": list(req.extra_cmake_args),
-        "patches": list(plan.source.patch_names),
-        "cuda_wheels": cuda_wheel_hashes(cuda_manifest),
-        "cublas": None,
-    }
-    if req.cpu_level.native:
-        record["cpu_host"] = host_cpu_id()
-    if cuda_manifest is not None and req.provider == "wheels" and "wheels" in cuda_manifest:
-        record["cublas"] = any(str(w.get("package", "")).startswith("nvidia-cublas")
-                               for w in cuda_manifest["wheels"] if isinstance(w, dict))
-    return record
+    """Every input of a build that its other labels do not already carry (the inputs label)."""
+    return plan_inputs(plan, bases, cuda_manifest, _cpu_host(plan.request)).record()
 
 
 def with_inputs_label(plan: BuildPlan, bases: tuple[BaseImage, ...], cuda_manifest: dict | None) -> BuildPlan:
     labels = tuple((k, v) for k, v in plan.labels if k != INPUTS_LABEL)
-    text = json.dumps(inputs_record(plan, bases, cuda_manifest), sort_keys=True, separators=(",", ":"))
-    return replace(plan, labels=labels + ((INPUTS_LABEL, text),))
+    inputs = plan_inputs(plan, bases, cuda_manifest, _cpu_host(plan.request))
+    return replace(plan, labels=labels + (inputs.record_label(),))
 
 
 def _cuda_manifest(root: Path | None) -> dict | None:
@@ -262,20 +250,13 @@ def with_inputs(prepared: Prepared) -> Prepared:
 def lock_entry(prepared: Prepared, result: BuildResult) -> LockEntry:
     prepared = with_inputs(prepared)
     plan, info, req = prepared.plan, prepared.source, prepared.plan.request
+    image_id = _local_image_id(result.tags[0], result.config_digest) if result.tags else result.config_digest
     return LockEntry(
-        source_url=info.url, ref=info.ref, commit=info.commit, build_number=info.build_number,
-        patches=plan.source.patch_names, patch_set_sha256=plan.source.patch_set_sha256,
-        template=req.template, template_sha256=plan.template_sha256,
-        dockerfile_sha256=prepared.rendered.dockerfile_sha256,
-        base_images=prepared.base_images, cuda_version=req.cuda_version,
-        cuda_root=_cuda_manifest(prepared.cuda_root), arch=req.arch.name, cmake_archs=req.arch.cmake_archs,
-        target=req.target, platform=req.platform, no_vmm=req.no_vmm, cmake_args=plan.cmake_args,
-        source_date_epoch=plan.source_date_epoch, tool_version=plan.tool_version, image_name=req.image_name,
-        version=req.version, build_key=prepared.build_key, cpu_level=req.cpu_level.name,
-        image_digest=result.digest,
-        image_id=_local_image_id(result.tags[0], result.config_digest) if result.tags else result.config_digest, tags=result.tags, variant=req.variant,
-        labels=dict(plan.labels), exporter="oci" if result.oci_archive is not None else "load",
-        build_seconds=round(result.seconds, 1),
+        **prepared.inputs().lock_fields(), ref=info.ref, template=req.template,
+        dockerfile_sha256=prepared.rendered.dockerfile_sha256, cuda_root=_cuda_manifest(prepared.cuda_root),
+        cmake_archs=req.arch.cmake_archs, image_name=req.image_name, build_key=prepared.build_key,
+        image_digest=result.digest, image_id=image_id, tags=result.tags, labels=dict(plan.labels),
+        exporter="oci" if result.oci_archive is not None else "load", build_seconds=round(result.seconds, 1),
     )
 
 

@@ -2,7 +2,8 @@
 
 Two builds with the same key are the same build; `build --push` asks the registry for the tag
 `bk-<key>-<variant>` and skips the build when it is there. Stored as the image label
-org.llama-buildkit.build-key and in the lock.
+org.llama-buildkit.build-key and in the lock. Derived from the one model of a build's inputs
+(inputs.py); the fields and their JSON form are fixed, so existing tags and locks keep their keys.
 """
 
 from __future__ import annotations
@@ -11,35 +12,36 @@ import hashlib
 import json
 from typing import Iterable
 
-from buildkit.release.lock import BaseImage
 from buildkit.plan.buildplan import BuildPlan
+from buildkit.plan.inputs import BaseImage, BuildInputs, plan_inputs
 
 
-def cuda_wheel_hashes(manifest: dict | None) -> list[str] | None:
-    """The sha256 of every wheel a provider-wheels CUDA root was laid out from."""
-    if manifest is None:
-        return None
-    return sorted(w.get("sha256", "") for w in manifest.get("wheels", []) if isinstance(w, dict))
+def key_fields(inputs: BuildInputs) -> dict:
+    """The inputs the key hashes: those that decide the image's content (not its name or version)."""
+    fields = {
+        "commit": inputs.commit,
+        "build_number": inputs.build_number,
+        "patch_set": inputs.patch_set_sha256,
+        "template": inputs.template_sha256,
+        "base_images": [[b.ref, b.digest] for b in inputs.base_images],
+        "cuda_version": inputs.cuda_version,
+        "cuda_wheels": None if inputs.cuda_wheels is None else list(inputs.cuda_wheels),
+        "arch": inputs.arch,
+        "target": inputs.target,
+        "platform": inputs.platform,
+        "cmake_args": list(inputs.cmake_args),
+        "cpu_level": inputs.cpu_level,
+    }
+    if inputs.cpu_host is not None:
+        fields["cpu_host"] = inputs.cpu_host
+    return fields
+
+
+def key_of(inputs: BuildInputs) -> str:
+    return hashlib.sha256(json.dumps(key_fields(inputs), sort_keys=True).encode()).hexdigest()
 
 
 def build_key(plan: BuildPlan, base_images: Iterable[BaseImage], cuda_manifest: dict | None,
               cpu_host: str | None = None) -> str:
     """cpu_host: for cpu_level native, the build machine's CPU (its code depends on it)."""
-    req = plan.request
-    inputs = {
-        "commit": plan.source.commit,
-        "build_number": plan.source.build_number,
-        "patch_set": plan.source.patch_set_sha256,
-        "template": plan.template_sha256,
-        "base_images": [[b.ref, b.digest] for b in base_images],
-        "cuda_version": req.cuda_version,
-        "cuda_wheels": cuda_wheel_hashes(cuda_manifest),
-        "arch": req.arch.name,
-        "target": req.target,
-        "platform": req.platform,
-        "cmake_args": list(plan.cmake_args),
-        "cpu_level": req.cpu_level.name,
-    }
-    if cpu_host is not None:
-        inputs["cpu_host"] = cpu_host
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+    return key_of(plan_inputs(plan, tuple(base_images), cuda_manifest, cpu_host))

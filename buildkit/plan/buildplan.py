@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 from buildkit.plan.archs import Arch, check_cuda_support, get_arch, parse_cuda_version
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.cpulevels import CpuLevel, cmake_flags as cpu_cmake_flags, get_level, variant_suffix
 from buildkit.core.errors import ConfigError
 from buildkit.oci.imageref import InvalidReference, parse_image_ref
-from buildkit.release.tags import build_tags, check_repository, variant
+from buildkit.plan.inputs import request_inputs
+from buildkit.release.tags import build_tags, check_repository, target_variant, variant
 
-LABEL_PREFIX = "org.llama-buildkit."
-BUILD_KEY_LABEL = LABEL_PREFIX + "build-key"
 
 # What may reach a shell line or a FROM line. Values are also shell-quoted in the templates.
 PLATFORM_RE = re.compile(r"^[a-z0-9]+/[a-z0-9_]+(?:/[a-z0-9]+)?$")
@@ -51,7 +49,12 @@ class BuildRequest:
     version: str
     title: str
     licenses: str
-    variant: str
+    variant: str  # arch, CUDA version and CPU level: cuda13.1-sm120, cpu-x86-64-v3 (labels, lock key, caches)
+
+    @property
+    def tag_variant(self) -> str:
+        """The variant as tags name it, with the target unless it is the server (release/tags.py)."""
+        return target_variant(self.variant, self.target)
 
 
 @dataclass(frozen=True)
@@ -173,33 +176,6 @@ def cmake_args(request: BuildRequest, source: SourceFacts) -> tuple[str, ...]:
     return tuple(args) + request.extra_cmake_args
 
 
-def oci_created(epoch: int) -> str:
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def labels(request: BuildRequest, source: SourceFacts, flags: tuple[str, ...],
-           template_sha256: str, tool_version: str) -> tuple[tuple[str, str], ...]:
-    oci = "org.opencontainers.image."
-    return (
-        (oci + "source", source.url),
-        (oci + "revision", source.commit),
-        (oci + "version", request.version),
-        (oci + "created", oci_created(source.commit_time)),
-        (oci + "title", request.title),
-        (oci + "licenses", request.licenses),
-        (LABEL_PREFIX + "arch", request.arch.name),
-        (LABEL_PREFIX + "cuda-version", request.cuda_version or "none"),
-        (LABEL_PREFIX + "variant", request.variant),
-        (LABEL_PREFIX + "target", request.target),
-        (LABEL_PREFIX + "cpu-level", request.cpu_level.name),
-        (LABEL_PREFIX + "flags", " ".join(flags)),
-        (LABEL_PREFIX + "build-number", str(source.build_number)),
-        (LABEL_PREFIX + "patch-set", source.patch_set_sha256),
-        (LABEL_PREFIX + "template", template_sha256),
-        (LABEL_PREFIX + "tool-version", tool_version),
-    )
-
-
 def make_plan(request: BuildRequest, source: SourceFacts, *, template_sha256: str,
               tool_version: str, extra_tags: tuple[str, ...] = ()) -> BuildPlan:
     if not SHA_RE.match(source.commit):
@@ -212,8 +188,9 @@ def make_plan(request: BuildRequest, source: SourceFacts, *, template_sha256: st
         tool_version=tool_version,
         cmake_args=flags,
         build_targets=TARGET_BINARIES[request.target],
-        labels=labels(request, source, flags, template_sha256, tool_version),
-        tags=build_tags(request.image_name, request.variant, source.commit, extra_tags),
+        labels=request_inputs(request, source, template_sha256=template_sha256, tool_version=tool_version,
+                              cmake_args=flags).plan_labels(),
+        tags=build_tags(request.image_name, request.tag_variant, source.commit, extra_tags),
         # per arch and CUDA version, shared by the CPU levels: their objects outside ggml-cpu are the same
         ccache_id=f"llama-buildkit-ccache-{variant(request.arch, request.cuda_version)}",
     )

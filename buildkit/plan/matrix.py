@@ -16,7 +16,6 @@ from buildkit.plan.archs import check_cuda_support, get_arch
 from buildkit.plan.buildplan import BuildRequest, make_request
 from buildkit.plan.config import ResolvedConfig
 
-DEFAULT_TARGET = "server"  # the target whose variant name carries no suffix
 _TARGET_NAME_BAD = re.compile(r"[^A-Za-z0-9_-]")
 
 
@@ -41,7 +40,7 @@ def bake_target_name(key: str) -> str:
 
 
 def variant_key(request: BuildRequest) -> str:
-    return request.variant if request.target == DEFAULT_TARGET else f"{request.variant}-{request.target}"
+    return request.tag_variant
 
 
 def with_values(cfg: ResolvedConfig, origin: str, **values) -> ResolvedConfig:

@@ -1,5 +1,8 @@
 """buildkit.lock: every input of a successful build, the input a later `reproduce` uses.
 
+An entry's input fields come from the model of a build's inputs (plan/inputs.py: BuildInputs.lock_fields)
+and are read back by plan/inputs.py from_lock_entry; the rest is what the build produced.
+
 One JSON document holding one entry per variant and target (`cuda13.1-sm120/server`), so the
 builds of a matrix share a lock. Written atomically (temporary file in the same folder, fsync,
 rename) under an exclusive lock, so a crash or a concurrent build never leaves half a file.
@@ -7,24 +10,18 @@ rename) under an exclusive lock, so a crash or a concurrent build never leaves h
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import tempfile
-from contextlib import contextmanager
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Iterator
+from typing import Callable
 
 from buildkit.core.errors import LockError
+from buildkit.core.filelock import file_lock
+from buildkit.plan.inputs import BaseImage, BuildInputs, from_lock_entry
 
 LOCK_VERSION = 1
-
-
-@dataclass(frozen=True)
-class BaseImage:
-    ref: str
-    digest: str  # repo digest where known, else the local image id, else ""
 
 
 @dataclass(frozen=True)
@@ -66,6 +63,10 @@ class LockEntry:
     @property
     def key(self) -> str:
         return f"{self.variant}/{self.target}"
+
+    def inputs(self) -> BuildInputs:
+        """The build's inputs, parsed back from this entry (its fields and the labels it kept)."""
+        return from_lock_entry(asdict(self), f"lock entry {self.key}")
 
 
 def _kind(value) -> str:
@@ -148,17 +149,6 @@ def entry_from_dict(data: dict, where: str = "lock entry") -> LockEntry:
         raise LockError(f"a lock entry does not have the expected fields: {exc}") from None
 
 
-@contextmanager
-def _exclusive(path: Path) -> Iterator[None]:
-    """Serialise writers of the lock: flock on its folder, so no extra file is left behind."""
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
 def read_lock(path: Path) -> dict:
     """The whole lock document; an empty one when the file does not exist."""
     try:
@@ -186,15 +176,22 @@ def _atomic_write(path: Path, text: str) -> None:
         raise
 
 
-def write_lock_entry(path: Path, entry: LockEntry) -> None:
-    """Add or replace the entry for entry.key, keeping the others."""
-    path = path.resolve()
+def update_lock(path: Path, change: Callable[[dict], None]) -> None:
+    """The one read-modify-write of a lock file: under an exclusive flock on its folder (so no extra
+    file is left behind), read the document (an empty one when there is none), let change() edit it
+    in place, write it back atomically. An exception from change() leaves the file as it was."""
+    path = Path(path).resolve()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with _exclusive(path):
+        with file_lock(path.parent):
             data = read_lock(path)
-            data["builds"][entry.key] = asdict(entry)
+            change(data)
             data["builds"] = dict(sorted(data["builds"].items()))
             _atomic_write(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
     except OSError as exc:
         raise LockError(f"{path}: cannot write the lock file: {exc}") from None
+
+
+def write_lock_entry(path: Path, entry: LockEntry) -> None:
+    """Add or replace the entry for entry.key, keeping the others."""
+    update_lock(path, lambda data: data["builds"].__setitem__(entry.key, asdict(entry)))

@@ -20,7 +20,6 @@ pushed.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -32,9 +31,10 @@ from buildkit.oci.imageref import ImageRef, name_of, parse_image_ref, tag_of
 from buildkit.release.lock import entry_from_dict, read_lock, write_lock_entry
 from buildkit.flows.pipeline import Prepared, build_options, build_prepared, lock_entry, prepared_context
 from buildkit.core.progress import stage
-from buildkit.plan.buildplan import BUILD_KEY_LABEL, make_plan, make_request
+from buildkit.plan.buildplan import make_plan, make_request
+from buildkit.plan.inputs import BUILD_KEY_LABEL
 from buildkit.oci.registry import RegistryClient, client_for
-from buildkit.release.tags import TagSet, build_key_tag, next_version, parse_version, release_tags
+from buildkit.release.tags import TagSet, build_key_tag, check_tag, next_version, parse_version, release_tags
 
 VERSION_LABEL = "org.opencontainers.image.version"
 
@@ -205,14 +205,21 @@ def _repository(request_image_name: str) -> ImageRef:
     return repository
 
 
+def with_extra_tags(tags: TagSet, extra: tuple[str, ...]) -> TagSet:
+    """tags and the ones --tag asked for, as moving tags (a later build may take them)."""
+    more = tuple(check_tag(t) for t in dict.fromkeys(extra) if t not in tags.all)
+    return replace(tags, moving=tags.moving + more)
+
+
 def _reuse_published(client: RegistryClient, repository: ImageRef, key: str, variant: str, commit: str,
-                     is_default: bool) -> tuple[str, str, TagSet, list[str]] | None:
+                     is_default: bool, extra_tags: tuple[str, ...] = ()) -> tuple[str, str, TagSet, list[str]] | None:
     """When the registry has the build key's tag: point the missing tags at it; (digest, version, tags, added)."""
     existing = client.head_manifest(repository.repository, build_key_tag(key, variant))
     if existing is None:
         return None
     version = _labels_of(client, repository.repository, existing.digest).get(VERSION_LABEL, "")
-    tags = release_tags(version, commit, variant, default_variant=is_default, build_key=key)
+    tags = with_extra_tags(release_tags(version, commit, variant, default_variant=is_default, build_key=key),
+                           extra_tags)
     added = point_tags(client, repository.repository, existing.digest, tags)
     return existing.digest, version, tags, added
 
@@ -226,24 +233,30 @@ def _push_image(client: RegistryClient, repository: ImageRef, image, local_diges
 
 
 def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str = "patch",
-                   force: bool = False, verify: bool = True, stream=None, load: bool = True) -> PublishResult:
+                   force: bool = False, verify: bool = True, stream=None, load: bool = True,
+                   extra_tags: tuple[str, ...] = ()) -> PublishResult:
     """`buildkit build --push`. With the reproducible exporter the OCI archive itself is pushed
     (publish_archive); load=False keeps the image out of the engine: never loaded without verify,
-    else loaded for the checks only and its tags removed after the push."""
+    else loaded for the checks only and its tags removed after the push. extra_tags (--tag) are
+    local tags and pushed as moving tags too."""
     request = make_request(cfg)
     if version is not None:
         parse_version(version)
+    for tag in extra_tags:
+        check_tag(tag)
     repository = _repository(request.image_name)
     options = build_options(cfg)
     if not load and not options.reproducible:
         raise ConfigError("--no-load needs the OCI exporter (the containerd image store, build.reproducible "
                           "= auto): without it the image reaches the registry through the engine")
     check_buildx(options.docker)
-    is_default = request.variant == default_variant(cfg)
-    variant, repo = request.variant, repository.repository
-    with client_for(repository.registry) as client, prepared_context(cfg, request=request) as prepared:
+    variant, repo = request.tag_variant, repository.repository
+    is_default = variant == default_variant(cfg)
+    with client_for(repository.registry) as client, \
+            prepared_context(cfg, request=request, extra_tags=extra_tags) as prepared:
         key, commit = prepared.build_key, prepared.source.commit
-        reused = None if force else _reuse_published(client, repository, key, variant, commit, is_default)
+        reused = None if force else _reuse_published(client, repository, key, variant, commit, is_default,
+                                                     extra_tags)
         if reused is not None:
             digest, version, tags, added = reused
             _record(cfg, prepared, repository, tags, version, digest)
@@ -253,7 +266,8 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
         if local is not None and version and local_version != version:
             local = local_version = None  # the engine's copy carries another version label: build anew
         version = local_version or version or next_version(client.list_tags(repo), variant, bump)
-        tags = release_tags(version, commit, variant, default_variant=is_default, build_key=key)
+        tags = with_extra_tags(release_tags(version, commit, variant, default_variant=is_default, build_key=key),
+                               extra_tags)
         check_immutable_free(client, repo, tags, local.id if local is not None else None, force=force)
         prepared = replace(prepared, plan=_with_version(prepared, version))
         if local is None:
@@ -298,13 +312,13 @@ def push_local(cfg: ResolvedConfig, *, force: bool = False, stream=None) -> Publ
         raise RegistryError(f"the image {entry['image_id'][:19]} of {request.variant} is not in the local engine; "
                             "run buildkit build again")
     key, version, commit = entry["build_key"], entry["version"], entry["commit"]
-    is_default = request.variant == default_variant(cfg)
+    is_default = request.tag_variant == default_variant(cfg)
     with client_for(repository.registry) as client:
-        reused = None if force else _reuse_published(client, repository, key, request.variant, commit, is_default)
+        reused = None if force else _reuse_published(client, repository, key, request.tag_variant, commit, is_default)
         if reused is not None:
             digest, version, tags, added = reused
         else:
-            tags = release_tags(version, commit, request.variant, default_variant=is_default, build_key=key)
+            tags = release_tags(version, commit, request.tag_variant, default_variant=is_default, build_key=key)
             check_immutable_free(client, repository.repository, tags, image.id, force=force)
             digest, added = _push_image(client, repository, image, image.id, tags, force=force, stream=stream)
     entry.update(image_digest=digest, pushed=[f"{repository.name}:{t}" for t in tags.all])
@@ -333,7 +347,8 @@ def _record(cfg: ResolvedConfig, prepared: Prepared, repository: ImageRef, tags:
 def tags_for(cfg: ResolvedConfig, version: str, commit: str) -> TagSet:
     """`buildkit tags`: the tags a build of this version and commit gets (without the build key)."""
     request = make_request(cfg)
-    return release_tags(version, commit, request.variant, default_variant=request.variant == default_variant(cfg))
+    name = request.tag_variant
+    return release_tags(version, commit, name, default_variant=name == default_variant(cfg))
 
 
 def image_labels(client: RegistryClient, repo: str, digest: str) -> dict[str, str]:

@@ -18,6 +18,15 @@ def variant(arch: Arch, cuda_version: str | None) -> str:
     return f"cuda{cuda_version}-sm{arch.number}"
 
 
+DEFAULT_TARGET = "server"  # the target whose variant name carries no suffix
+
+
+def target_variant(variant_name: str, target: str) -> str:
+    """The variant as tags name it: cuda13.1-sm120 for the server, cuda13.1-sm120-full for the full image.
+    The one name build, tags, push, bake and nightly give a variant."""
+    return variant_name if target == DEFAULT_TARGET else f"{variant_name}-{target}"
+
+
 def check_tag(tag: str) -> str:
     if not is_tag(tag):
         raise ConfigError(f"tag {tag!r} is not a valid Docker tag "
@@ -36,7 +45,8 @@ def check_repository(name: str) -> str:
 
 
 def build_tags(repository: str, variant_name: str, commit: str, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """Tags a local build gets: <variant>, sha-<7>-<variant>, plus any extra tags asked for."""
+    """Tags a local build gets: <variant>, sha-<7>-<variant>, plus any extra tags asked for.
+    (Once its build key is known, the pipeline adds build_key_tag: the one tag no other build takes.)"""
     check_repository(repository)
     names = [variant_name, f"sha-{commit[:7]}-{variant_name}", *extra]
     seen: list[str] = []

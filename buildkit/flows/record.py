@@ -1,0 +1,107 @@
+"""What `buildkit reproduce` rebuilds: a `Recorded` build, read from a lock entry or an image's labels.
+
+Both are parsed by the one parser of a build's inputs (plan/inputs.py) into a `BuildInputs`; the
+record adds where it came from, what it produced and where the original can be read.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from buildkit.core.errors import ReproduceError
+from buildkit.engine.api import get_engine
+from buildkit.oci.imageref import name_of
+from buildkit.oci.ocilayout import open_image
+from buildkit.plan.inputs import BUILD_KEY_LABEL, INPUTS_LABEL, BuildInputs, from_labels as inputs_from_labels, \
+    from_lock_entry, need
+from buildkit.release.lock import read_lock
+
+REPRODUCE_NAME = "buildkit-reproduce"  # the image name is not an input (the rebuild is never tagged)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """Every input of one recorded build, and what it produced."""
+    origin: str  # "lock FILE (KEY)" or "image REF"
+    inputs: BuildInputs
+    image_name: str
+    image_digest: str  # what the recorded build produced (manifest digest)
+    originals: tuple[str, ...] = ()  # where the recorded image can be read: image specs for open_image
+    dockerfile_sha256: str = ""
+    build_key: str = ""
+    labels: dict = field(default_factory=dict)
+
+
+def _exact(inputs: BuildInputs, where: str) -> BuildInputs:
+    for base in inputs.base_images:
+        if not base.digest:
+            raise ReproduceError(f"{where}: base image {base.ref} was recorded without a digest; it cannot be "
+                                 "rebuilt exactly")
+    return inputs
+
+
+def from_labels(labels: Mapping[str, str], where: str, *, image_digest: str, originals: tuple[str, ...] = ()) \
+        -> Recorded:
+    """A record from an image's labels (every input is a label; the rest is in the inputs label)."""
+    inputs = _exact(inputs_from_labels(labels, where), where)
+    name = json.loads(labels[INPUTS_LABEL]).get("image_name") or REPRODUCE_NAME
+    return Recorded(origin=where, inputs=inputs, image_name=name, image_digest=image_digest, originals=originals,
+                    build_key=labels.get(BUILD_KEY_LABEL, ""), labels=dict(labels))
+
+
+def select_entry(builds: Mapping[str, dict], key: str | None, path: Path) -> tuple[str, dict]:
+    if key:
+        if key not in builds:
+            raise ReproduceError(f"{path} has no build {key!r}; it has: {', '.join(builds) or 'none'}")
+        return key, builds[key]
+    if len(builds) == 1:
+        return next(iter(builds.items()))
+    if not builds:
+        raise ReproduceError(f"{path} records no build")
+    raise ReproduceError(f"{path} records {len(builds)} builds; choose one with --build "
+                         f"({', '.join(builds)})")
+
+
+def from_lock(path: Path, key: str | None = None) -> Recorded:
+    """A record from a lock entry: its fields, and the labels it recorded for the rest."""
+    if not path.is_file():
+        raise ReproduceError(f"{path}: no such lock file")
+    data = read_lock(path)
+    key, entry = select_entry(data["builds"], key, path)
+    where = f"lock {path} ({key})"
+    inputs = _exact(from_lock_entry(entry, where), where)
+    digest = need(entry, "image_digest", where, "image digest")
+    originals = [f"docker:{entry['image_id']}"] if entry.get("image_id") else []
+    for ref in entry.get("pushed") or ():
+        spec = f"registry:{name_of(ref)}@{digest}"
+        if spec not in originals:
+            originals.append(spec)
+    return Recorded(origin=where, inputs=inputs, image_name=need(entry, "image_name", where, "image name"),
+                    image_digest=digest, originals=tuple(originals),
+                    dockerfile_sha256=entry.get("dockerfile_sha256", ""), build_key=entry.get("build_key", ""),
+                    labels=dict(entry["labels"]))
+
+
+def from_image(spec: str, platform: str = "linux/amd64") -> Recorded:
+    """A record from the labels of an image (registry reference, local engine image or OCI archive)."""
+    with ExitStack() as stack:
+        image = open_image(spec, stack, platform=platform, engine=get_engine())
+        return from_labels(image.labels, f"image {spec}", image_digest=image.manifest_digest,
+                           originals=(spec,))
+
+
+def load_record(target: str, key: str | None = None) -> Recorded:
+    """LOCK file or IMAGE reference."""
+    path = Path(target).expanduser()
+    if path.is_file():
+        # A lock is JSON (it starts with "{"); an OCI archive is a tar. A damaged lock is still a lock:
+        # its error names it, rather than "not a tar archive".
+        with path.open("rb") as fh:
+            head = fh.read(512).lstrip()
+        if head.startswith(b"{") or path.suffix == ".lock":
+            return from_lock(path, key)
+    return from_image(target)
