@@ -81,7 +81,7 @@ def test_tags_of_the_full_target_are_its_own_and_never_the_servers():
 
 
 def test_build_bake_and_tags_give_a_variant_one_name():
-    from buildkit.engine.bake import matrix_variants
+    from buildkit.plan.matrix import matrix_variants
     from buildkit.plan.buildplan import SourceFacts, make_plan, make_request
 
     cfg = _cfg(**{"matrix.archs": ["sm_120", "cpu"], "matrix.cuda_versions": ["13.1"],
