@@ -110,6 +110,10 @@ class FakeEngine(Engine):
         self.calls.append(("run", image, tuple(entrypoint), tuple(args)))
         return self.run_result(image, entrypoint, args)
 
+    def attach(self, run_argv) -> int:
+        self.calls.append(("attach", tuple(run_argv)))
+        return 0
+
     def copy_out(self, image: str, path: str, dest: Path) -> None:
         self.calls.append(("copy_out", image, path))
 

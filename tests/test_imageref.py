@@ -15,8 +15,8 @@ from buildkit.oci.imageref import (InvalidReference, name_of, names_registry, pa
 from buildkit.plan.buildplan import make_plan, make_request
 from buildkit.plan.config import load_config
 from buildkit.plan.render import templates_sha256
-from buildkit.release.publish import _with_version
-from buildkit.release.tags import check_repository, check_tag
+from buildkit.flows.publishing import _with_version
+from buildkit.plan.tags import check_repository, check_tag
 from test_parsers_property import SETTINGS, one_line_or_value
 from test_plan_render import FACTS
 

@@ -6,7 +6,7 @@ from buildkit.plan.config import load_config
 from buildkit.core.errors import ArchError, ConfigError
 from buildkit.plan.buildplan import SourceFacts, make_plan, make_request
 from buildkit.plan.render import render_dockerfile, templates_sha256
-from buildkit.release.tags import build_tags, check_tag, variant
+from buildkit.plan.tags import build_tags, check_tag, variant
 from buildkit.plan.archs import get_arch
 
 COMMIT = "905483277823858fdec17ff5c3750451cb1b7cdc"

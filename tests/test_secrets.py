@@ -17,7 +17,7 @@ import pytest
 from buildkit.core.errors import SourceError
 from buildkit.flows.nightly import ls_remote_head
 from buildkit.source.fetch import export_tree, fetch_source, mirror_dir
-from buildkit.source.urlcreds import clean_url, redact_text, redact_url, split_credentials
+from buildkit.core.urlcreds import clean_url, redact_text, redact_url, split_credentials
 from cliutil import buildkit_env
 from githttp import serve_http
 from gitserver import commit_all, run_git

@@ -73,7 +73,7 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
 
         preflight(cfg, min_free_gb=min_free_gb, echo=lambda line: click.echo(line, err=True))
     if push:
-        from buildkit.release.publish import build_and_push
+        from buildkit.flows.publishing import build_and_push
 
         published = build_and_push(cfg, version=version, bump=bump, force=force, verify=not no_verify,
                                    load=not no_load, extra_tags=extra_tags)

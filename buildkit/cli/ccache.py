@@ -39,20 +39,30 @@ def ccache():
     """
 
 
+def _carry(direction: str, folder, registry_repo, kwargs) -> None:
+    """export or import every variant's ccache: one loop, two directions."""
+    from buildkit.engine.ccachestore import export_ccache, import_ccache
+    from buildkit.flows.ccache import targets_for
+
+    _check(folder, registry_repo)
+    cfg = resolve(kwargs)
+    where = Path(folder) if folder else None
+    if direction == "export":
+        done = export_ccache(targets_for(cfg), dest_dir=where, registry_repo=registry_repo or "",
+                             builder=cfg["build.builder"])
+    else:
+        done = import_ccache(targets_for(cfg), src_dir=where, registry_repo=registry_repo or "",
+                             builder=cfg["build.builder"])
+    click.echo(f"{direction}ed {len(done)} ccache(s): {' '.join(done) or 'none'}")
+
+
 @ccache.command("export")
 @config_options
 @where_options
 @handle_errors
 def export_cmd(folder, registry_repo, **kwargs):
     """Copy each variant's ccache out of the builder."""
-    from buildkit.engine.ccachestore import export_ccache
-    from buildkit.flows.ccache import targets_for
-
-    _check(folder, registry_repo)
-    cfg = resolve(kwargs)
-    done = export_ccache(targets_for(cfg), dest_dir=Path(folder) if folder else None,
-                         registry_repo=registry_repo or "", builder=cfg["build.builder"])
-    click.echo(f"exported {len(done)} ccache(s): {' '.join(done) or 'none'}")
+    _carry("export", folder, registry_repo, kwargs)
 
 
 @ccache.command("import")
@@ -61,11 +71,4 @@ def export_cmd(folder, registry_repo, **kwargs):
 @handle_errors
 def import_cmd(folder, registry_repo, **kwargs):
     """Copy each variant's saved ccache into the builder (a variant with none saved is skipped)."""
-    from buildkit.engine.ccachestore import import_ccache
-    from buildkit.flows.ccache import targets_for
-
-    _check(folder, registry_repo)
-    cfg = resolve(kwargs)
-    done = import_ccache(targets_for(cfg), src_dir=Path(folder) if folder else None,
-                         registry_repo=registry_repo or "", builder=cfg["build.builder"])
-    click.echo(f"imported {len(done)} ccache(s): {' '.join(done) or 'none'}")
+    _carry("import", folder, registry_repo, kwargs)

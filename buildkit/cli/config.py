@@ -16,7 +16,7 @@ from buildkit.plan.config import KEYS
 @handle_errors
 def config_cmd(as_json: bool, **kwargs):
     """Print the resolved configuration and where each value came from."""
-    from buildkit.source.urlcreds import redact_url
+    from buildkit.core.urlcreds import redact_url
 
     cfg = resolve(kwargs)
     shown = {k.name: redact_url(cfg[k.name]) if isinstance(cfg[k.name], str) else cfg[k.name] for k in KEYS}

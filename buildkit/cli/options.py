@@ -93,7 +93,7 @@ def handle_errors(func):
         try:
             return func(*args, **kwargs)
         except BuildkitError as exc:
-            from buildkit.source.urlcreds import redact_text
+            from buildkit.core.urlcreds import redact_text
 
             click.echo(f"error: {redact_text(str(exc))}", err=True)  # a URL's credentials, never
             sys.exit(1)

@@ -19,7 +19,7 @@ def push(force: bool, as_json: bool, **kwargs):
     It gets every tag of its version (see `buildkit tags`); the tags are pushed to the registry
     named in image.name with the credentials of `docker login`.
     """
-    from buildkit.release.publish import push_local
+    from buildkit.flows.publishing import push_local
 
     published = push_local(resolve(kwargs), force=force)
     echo_published(published, f"pushed {published.repository}@{published.digest} version {published.version}", as_json)

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import shlex
-import shutil
-import signal
-import subprocess
 import sys
 
 import click
 
 from buildkit.cli.bench import _config_path
 from buildkit.cli.options import handle_errors
-from buildkit.core.errors import BenchError, ConfigError
+from buildkit.core.errors import ConfigError
 from buildkit.plan.config import read_document
 from buildkit.plan.profiles import docker_run_argv, get_profile, make_spec
 
@@ -49,12 +46,7 @@ def run(profile_name, image, model, model_draft, gpus, port, bind, name, detach,
     if print_only:
         click.echo(shlex.join(argv))
         return
-    if shutil.which("docker") is None:
-        raise BenchError("the docker CLI is not on PATH; use --print and run the command elsewhere")
+    from buildkit.engine.api import get_engine
+
     click.echo(f"+ {shlex.join(argv)}", err=True)
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to docker run, which stops the container
-    try:
-        code = subprocess.call(argv, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    finally:
-        signal.signal(signal.SIGINT, old)
-    sys.exit(code)
+    sys.exit(get_engine().attach(argv))

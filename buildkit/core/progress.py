@@ -175,7 +175,7 @@ class Stages:
 
     @contextmanager
     def stage(self, name: str, detail: str = "") -> Iterator[None]:
-        from buildkit.source.urlcreds import redact_text
+        from buildkit.core.urlcreds import redact_text
 
         self.say(f"{name} ..." + (f" {redact_text(detail)}" if detail else ""))  # a URL's secret never shows
         start = time.monotonic()

@@ -158,6 +158,11 @@ class Engine(abc.ABC):
         """Run a command in a fresh container without network; (exit code, output). Removed after."""
 
     @abc.abstractmethod
+    def attach(self, run_argv: Sequence[str]) -> int:
+        """`docker run ...` (run_argv, the docker CLI first) in the foreground on the user's terminal:
+        Ctrl-C goes to the container, not to us. Its exit code."""
+
+    @abc.abstractmethod
     def copy_out(self, image: str, path: str, dest: Path) -> None:
         """Copy the folder path out of the image into dest, symlinks kept."""
 

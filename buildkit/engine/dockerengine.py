@@ -15,6 +15,7 @@ import io
 import json
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -236,6 +237,16 @@ class DockerEngine(Engine):
         return dest
 
     # ------------------------------------------------------------ containers
+    def attach(self, run_argv: Sequence[str]) -> int:
+        if shutil.which(run_argv[0]) is None:
+            raise EngineError(f"the docker CLI ({run_argv[0]!r}) is not on PATH; use --print and run the "
+                              "command elsewhere")
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to docker run, which stops it
+        try:
+            return subprocess.call(list(run_argv), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        finally:
+            signal.signal(signal.SIGINT, old)
+
     def run(self, image: str, entrypoint: Sequence[str], args: Sequence[str] = (), *,
             timeout: float = 120) -> tuple[int, str]:
         client = self.client()

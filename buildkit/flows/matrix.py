@@ -56,7 +56,7 @@ def matrix_document(variants: Sequence[Variant], prepared: dict, options: BuildO
     """The bake document for the prepared variants. Local tags are <image>:<variant> and
     sha-<7>-<variant>, the variant including a non-server target, so targets never share a tag."""
     from buildkit.engine.buildx import buildx_argv
-    from buildkit.release.tags import build_tags
+    from buildkit.plan.tags import build_tags
 
     targets = {}
     for variant in variants:

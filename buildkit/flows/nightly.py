@@ -47,8 +47,8 @@ from buildkit.oci.imageref import ImageRef, parse_image_ref
 from buildkit.release.lock import read_lock, update_lock, write_lock_entry
 from buildkit.source.patches import load_patch_queue
 from buildkit.oci.registry import RegistryClient, client_for
-from buildkit.release.tags import TagSet, next_version, parse_version, release_tags
-from buildkit.source.urlcreds import UrlAuth, redact_text, split_credentials
+from buildkit.plan.tags import TagSet, next_version, parse_version, release_tags
+from buildkit.core.urlcreds import UrlAuth, redact_text, split_credentials
 
 # The no-op path (ls-remote, lock, one HEAD per variant) imports only what it needs: the build
 # path's modules (pipeline, publish, bake's runner, the source stage) are imported where they are

@@ -43,9 +43,9 @@ from buildkit.core.progress import stage
 from buildkit.plan.buildplan import BuildPlan, BuildRequest, SourceFacts, make_plan, make_request
 from buildkit.plan.inputs import BUILD_KEY_LABEL, INPUTS_LABEL, BaseImage, BuildInputs, plan_inputs
 from buildkit.plan.render import RenderResult, templates_sha256, write_context
-from buildkit.release.tags import build_key_tag
+from buildkit.plan.tags import build_key_tag
 from buildkit.source.fetch import SourceInfo, export_tree, fetch_source
-from buildkit.source.urlcreds import clean_url
+from buildkit.core.urlcreds import clean_url
 from buildkit.verify.checks import VerifyReport
 from buildkit.verify.gate import verified_or_removed
 

@@ -17,7 +17,7 @@ from buildkit.plan.cpulevels import CpuLevel, cmake_flags as cpu_cmake_flags, ge
 from buildkit.core.errors import ConfigError
 from buildkit.oci.imageref import InvalidReference, parse_image_ref
 from buildkit.plan.inputs import request_inputs
-from buildkit.release.tags import build_tags, check_repository, target_variant, variant
+from buildkit.plan.tags import build_tags, check_repository, target_variant, variant
 
 
 # What may reach a shell line or a FROM line. Values are also shell-quoted in the templates.
@@ -53,7 +53,7 @@ class BuildRequest:
 
     @property
     def tag_variant(self) -> str:
-        """The variant as tags name it, with the target unless it is the server (release/tags.py)."""
+        """The variant as tags name it, with the target unless it is the server (plan/tags.py)."""
         return target_variant(self.variant, self.target)
 
 

@@ -13,7 +13,7 @@ from buildkit.oci.imageref import tag_of
 from buildkit.oci.registry import client_for
 from buildkit.plan.config import ResolvedConfig
 from buildkit.release.publish import VERSION_LABEL, _repository, check_immutable_free, image_labels, point_tags
-from buildkit.release.tags import parse_version, release_tags
+from buildkit.plan.tags import parse_version, release_tags
 
 REVISION_LABEL = "org.opencontainers.image.revision"
 

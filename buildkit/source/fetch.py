@@ -60,7 +60,7 @@ import git
 from buildkit.core.errors import SourceError
 from buildkit.core.filelock import file_lock
 from buildkit.source.gitcmd import Git
-from buildkit.source.urlcreds import UrlAuth, redact_text, split_credentials
+from buildkit.core.urlcreds import UrlAuth, redact_text, split_credentials
 
 _FULL_SHA = re.compile(r"[0-9a-fA-F]{40}")
 _HEXISH = re.compile(r"[0-9a-fA-F]{4,}")

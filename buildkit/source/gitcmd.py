@@ -34,7 +34,7 @@ from typing import IO, Iterator
 import git
 
 from buildkit.core.errors import SourceError
-from buildkit.source.urlcreds import UrlAuth, clean_url, redact_url, split_credentials
+from buildkit.core.urlcreds import UrlAuth, clean_url, redact_url, split_credentials
 
 TIMEOUT_ENV = "LLAMA_BUILDKIT_GIT_TIMEOUT"
 DEFAULT_TIMEOUT = 900.0

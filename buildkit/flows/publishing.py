@@ -1,0 +1,134 @@
+"""Publishing a build (`buildkit build --push`, `buildkit push`): the build of the pipeline, the
+registry steps of release/publish.py, and the lock entry of the publication."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from buildkit.core.errors import ConfigError, LockError, RegistryError
+from buildkit.core.progress import stage
+from buildkit.engine.api import get_engine
+from buildkit.engine.buildx import BuildResult, check_buildx
+from buildkit.flows.pipeline import Prepared, build_options, build_prepared, lock_entry, prepared_context
+from buildkit.oci.imageref import ImageRef, tag_of
+from buildkit.oci.registry import client_for
+from buildkit.plan.buildplan import make_plan, make_request
+from buildkit.plan.config import ResolvedConfig
+from buildkit.plan.inputs import BUILD_KEY_LABEL
+from buildkit.plan.tags import TagSet, check_tag, next_version, parse_version, release_tags
+from buildkit.release.lock import entry_from_dict, read_lock, write_lock_entry
+from buildkit.release.publish import (PublishResult, _local_image, _local_image_with_key, _push_image, _repository,
+                                      _reuse_published, _tag_locally, check_immutable_free, default_variant,
+                                      publish_archive, with_extra_tags)
+
+
+def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str = "patch",
+                   force: bool = False, verify: bool = True, stream=None, load: bool = True,
+                   extra_tags: tuple[str, ...] = ()) -> PublishResult:
+    """`buildkit build --push`. With the reproducible exporter the OCI archive itself is pushed
+    (publish_archive); load=False keeps the image out of the engine: never loaded without verify,
+    else loaded for the checks only and its tags removed after the push. extra_tags (--tag) are
+    local tags and pushed as moving tags too."""
+    request = make_request(cfg)
+    if version is not None:
+        parse_version(version)
+    for tag in extra_tags:
+        check_tag(tag)
+    repository = _repository(request.image_name)
+    options = build_options(cfg)
+    if not load and not options.reproducible:
+        raise ConfigError("--no-load needs the OCI exporter (the containerd image store, build.reproducible "
+                          "= auto): without it the image reaches the registry through the engine")
+    check_buildx(options.docker)
+    variant, repo = request.tag_variant, repository.repository
+    is_default = variant == default_variant(cfg)
+    with client_for(repository.registry) as client, \
+            prepared_context(cfg, request=request, extra_tags=extra_tags) as prepared:
+        key, commit = prepared.build_key, prepared.source.commit
+        reused = None if force else _reuse_published(client, repository, key, variant, commit, is_default,
+                                                     extra_tags)
+        if reused is not None:
+            digest, version, tags, added = reused
+            _record(cfg, prepared, repository, tags, version, digest)
+            return PublishResult(repository.name, version, digest, tags.all, tuple(added), origin="registry",
+                                 build_key=key)
+        local, local_version = (None, None) if force else _local_image_with_key(key, request.image_name)
+        if local is not None and version and local_version != version:
+            local = local_version = None  # the engine's copy carries another version label: build anew
+        version = local_version or version or next_version(client.list_tags(repo), variant, bump)
+        tags = with_extra_tags(release_tags(version, commit, variant, default_variant=is_default, build_key=key),
+                               extra_tags)
+        check_immutable_free(client, repo, tags, local.id if local is not None else None, force=force)
+        prepared = replace(prepared, plan=_with_version(prepared, version))
+        if local is None:
+            build_opts = replace(options, load=load or verify)  # verify runs the image in the engine
+            result = build_prepared(prepared, cfg, verify=verify, stream=stream, options=build_opts).result
+            origin = "built"
+            if result.oci_archive is not None:
+                with stage("push", f"{repository.name}:{tags.immutable[0]} (the built OCI archive)"):
+                    digest, added = publish_archive(client, repository, result.oci_archive, result.digest, tags,
+                                                    force=force)
+                if not load:
+                    get_engine().untag(result.tags)
+                    result = replace(result, tags=())
+                elif result.tags:  # the engine's copy gets the release tag too, as `docker push` gave it
+                    _tag_locally(_local_image(result.tags[0]), repository, tags.immutable[:1])
+            else:
+                local = _local_image(result.tags[0])
+                with stage("push", f"{repository.name}:{tags.immutable[0]} (docker push)"):
+                    digest, added = _push_image(client, repository, local, result.digest, tags, force=force,
+                                                stream=stream)
+        else:
+            result = BuildResult(digest=local.id, config_digest=local.id, tags=tuple(local.tags), seconds=0.0)
+            origin = "engine"
+            with stage("push", f"{repository.name}:{tags.immutable[0]} (docker push)"):
+                digest, added = _push_image(client, repository, local, result.digest, tags, force=force,
+                                            stream=stream)
+        _record(cfg, prepared, repository, tags, version, digest, result)
+        return PublishResult(repository.name, version, digest, tags.all, tuple(added), origin=origin, build_key=key)
+
+
+def push_local(cfg: ResolvedConfig, *, force: bool = False, stream=None) -> PublishResult:
+    """`buildkit push`: publish the image of the lock's entry for this variant, already in the engine."""
+    request = make_request(cfg)
+    repository = _repository(request.image_name)
+    lock_path = cfg.path_value("lock.path")
+    entry = read_lock(lock_path)["builds"].get(f"{request.variant}/{request.target}")
+    if entry is None:
+        raise LockError(f"{lock_path} has no build of {request.variant}/{request.target}; run buildkit build first")
+    entry_from_dict(entry, f"{lock_path}: builds[{request.variant + '/' + request.target!r}]")  # every key there
+    image = get_engine().image(entry["image_id"])
+    if image is None:
+        raise RegistryError(f"the image {entry['image_id'][:19]} of {request.variant} is not in the local engine; "
+                            "run buildkit build again")
+    key, version, commit = entry["build_key"], entry["version"], entry["commit"]
+    is_default = request.tag_variant == default_variant(cfg)
+    with client_for(repository.registry) as client:
+        reused = None if force else _reuse_published(client, repository, key, request.tag_variant, commit, is_default)
+        if reused is not None:
+            digest, version, tags, added = reused
+        else:
+            tags = release_tags(version, commit, request.tag_variant, default_variant=is_default, build_key=key)
+            check_immutable_free(client, repository.repository, tags, image.id, force=force)
+            digest, added = _push_image(client, repository, image, image.id, tags, force=force, stream=stream)
+    entry.update(image_digest=digest, pushed=[f"{repository.name}:{t}" for t in tags.all])
+    write_lock_entry(lock_path, entry_from_dict(entry))
+    return PublishResult(repository.name, version, digest, tags.all, tuple(added),
+                         origin="registry" if reused is not None else "engine", build_key=key)
+
+
+def _with_version(prepared: Prepared, version: str):
+    """The plan again with the publication's version (its label); the build key is unchanged."""
+    plan = prepared.plan
+    new = make_plan(replace(plan.request, version=version), plan.source, template_sha256=plan.template_sha256,
+                    tool_version=plan.tool_version, extra_tags=tuple(tag_of(t) for t in plan.tags[2:]))
+    return replace(new, labels=new.labels + ((BUILD_KEY_LABEL, prepared.build_key),))
+
+
+def _record(cfg: ResolvedConfig, prepared: Prepared, repository: ImageRef, tags: TagSet, version: str,
+            digest: str, result: BuildResult | None = None) -> None:
+    """The lock entry of a publication; a build found in the registry has no local image."""
+    result = result or BuildResult(digest=digest, config_digest="", tags=(), seconds=0.0)
+    entry = replace(lock_entry(prepared, result), version=version, image_digest=digest,
+                    pushed=tuple(f"{repository.name}:{t}" for t in tags.all))
+    write_lock_entry(cfg.path_value("lock.path"), entry)
