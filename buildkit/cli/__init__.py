@@ -1,1 +1,1 @@
-"""The `buildkit` command line, one module per command group."""
+"""The `buildkit` command line, one module per command."""

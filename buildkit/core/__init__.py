@@ -1,1 +1,1 @@
-"""What every stage shares: exception types, paths, deadlines, progress output."""
+"""What every stage shares: exception types, paths, deadlines, the file lock, URL credentials, progress output."""

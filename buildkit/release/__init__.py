@@ -1,1 +1,1 @@
-"""The lock, tag names, versions and publishing."""
+"""The lock, versions, publishing and promotion."""
