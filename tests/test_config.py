@@ -19,7 +19,8 @@ def test_defaults_are_the_first_users_setup():
     assert cfg["source.commit"] == "905483277823858fdec17ff5c3750451cb1b7cdc"
     assert cfg["build.cuda_version"] == "13.1"
     assert cfg["build.no_vmm"] is True
-    assert all(origin == "default" for origin in cfg.origins.values())
+    assert all(origin.startswith("default") for origin in cfg.origins.values())
+    assert cfg.origins["build.platform"] == "default (follows build.arch)"
 
 
 def test_precedence_file_env_cli(tmp_path):

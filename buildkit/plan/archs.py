@@ -18,6 +18,7 @@ class Arch:
     min_cuda: tuple[int, int] | None  # oldest CUDA toolkit that can build it; None for cpu
     cuda13: bool  # still supported by CUDA 13
     gpus: str  # example GPUs
+    platforms: tuple[str, ...] = ("linux/amd64", "linux/arm64")  # where such GPUs exist; the first is the default
 
     @property
     def is_cuda(self) -> bool:
@@ -34,6 +35,10 @@ class Arch:
 ARCHS: dict[str, Arch] = {
     a.name: a
     for a in (
+        # Platforms: NVIDIA's Linux drivers run these GPUs on x86-64 hosts and on arm64 servers (SBSA:
+        # T4G on Graviton, A100/A10/L4/L40S on Ampere Altra and Grace servers, the RTX A6000 and RTX
+        # 6000 Ada on IGX, H100/H200 next to GH200, B200 next to GB200, RTX PRO Blackwell), while the
+        # GB10 of the DGX Spark (sm_121) exists only as an arm64 system-on-chip.
         Arch("sm_75", "75-real", "sm_75", (10, 0), True, "Turing: RTX 20xx, T4, GTX 16xx"),
         Arch("sm_80", "80-real", "sm_80", (11, 0), True, "Ampere datacenter: A100, A30"),
         Arch("sm_86", "86-real", "sm_86", (11, 1), True, "Ampere: RTX 30xx, A10, A40, RTX A6000"),
@@ -42,7 +47,8 @@ ARCHS: dict[str, Arch] = {
         Arch("sm_100", "100-real", "sm_100", (12, 8), True, "Blackwell datacenter: B200, GB200"),
         Arch("sm_120", "120a-real", "sm_120a", (12, 8), True,
              "Blackwell: RTX 50xx (desktop and laptop), RTX PRO 6000"),
-        Arch("sm_121", "121a-real", "sm_121a", (12, 9), True, "Blackwell: DGX Spark (GB10)"),
+        Arch("sm_121", "121a-real", "sm_121a", (12, 9), True, "Blackwell: DGX Spark (GB10), arm64 only",
+             ("linux/arm64",)),
         Arch("cpu", None, None, None, True, "no GPU: CPU-only image"),
     )
 }
@@ -83,6 +89,20 @@ def check_cuda_support(arch: Arch, cuda_version: str) -> None:
         raise ArchError(f"{arch.name} is not supported by CUDA 13; use --cuda 12.9 or older")
 
 
+def default_platform(arch: Arch) -> str:
+    """The platform a build of this arch is for when build.platform is not set: where the GPU exists
+    (amd64 first where both do)."""
+    return arch.platforms[0]
+
+
+def check_platform(arch: Arch, platform: str) -> None:
+    """Refuse an arch on a platform where no such GPU exists (sm_121 on amd64), before any work."""
+    if platform not in arch.platforms:
+        raise ArchError(f"{arch.name} ({arch.gpus}) exists on {' and '.join(arch.platforms)} only; an image for "
+                        f"{platform} could never run on one: use --platform {default_platform(arch)}, or leave "
+                        "build.platform unset (it follows the arch)")
+
+
 def arch_table() -> list[dict[str, str]]:
     """Rows for `buildkit archs`."""
     rows = []
@@ -92,6 +112,7 @@ def arch_table() -> list[dict[str, str]]:
             "cmake": a.cmake_archs or "-",
             "min CUDA": ".".join(map(str, a.min_cuda)) if a.min_cuda else "-",
             "CUDA 13": "yes" if a.cuda13 else "no",
+            "platforms": ",".join(p.removeprefix("linux/") for p in a.platforms),
             "GPUs": a.gpus,
         })
     return rows

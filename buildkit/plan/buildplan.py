@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from buildkit.plan.archs import Arch, check_cuda_support, get_arch, parse_cuda_version
-from buildkit.plan.config import ResolvedConfig
+from buildkit.plan.archs import Arch, check_cuda_support, check_platform, default_platform, get_arch, parse_cuda_version
+from buildkit.plan.config import PLATFORM_FOLLOWS, ResolvedConfig
 from buildkit.plan.cpulevels import CpuLevel, cmake_flags as cpu_cmake_flags, get_level, variant_suffix
 from buildkit.core.errors import ConfigError
 from buildkit.oci.imageref import InvalidReference, parse_image_ref
@@ -116,9 +116,12 @@ def make_request(cfg: ResolvedConfig) -> BuildRequest:
     _check_image_ref("base image", devel)
     _check_image_ref("base image", runtime)
     platform = cfg["build.platform"]
+    if cfg.origins.get("build.platform") == PLATFORM_FOLLOWS:  # a matrix variant may have another arch
+        platform = default_platform(arch)
     if not PLATFORM_RE.match(platform):
         raise ConfigError(f"build.platform {platform!r} is not of the form os/arch (linux/amd64)")
     cpu_level = get_level(cfg["build.cpu_level"], platform)
+    check_platform(arch, platform)
     jobs = cfg["build.jobs"]
     if jobs < 0:
         raise ConfigError(f"build.jobs must be 0 (all cores) or more, got {jobs}")

@@ -202,6 +202,20 @@ def find_config_file(explicit: str | None, env: Mapping[str, str], cwd: Path) ->
     return candidate if candidate.is_file() else None
 
 
+PLATFORM_FOLLOWS = "default (follows build.arch)"
+
+
+def platform_for(arch_name: str) -> str:
+    """build.platform when nothing sets it: the arch's own (an unknown arch is make_request's error)."""
+    from buildkit.core.errors import ArchError
+    from buildkit.plan.archs import default_platform, get_arch
+
+    try:
+        return default_platform(get_arch(arch_name))
+    except ArchError:
+        return KEY_BY_NAME["build.platform"].default
+
+
 def load_config(path: Path | ConfigDocument | None, env: Mapping[str, str] | None = None,
                 overrides: Mapping[str, tuple[Any, str]] | None = None,
                 cwd: Path | None = None) -> ResolvedConfig:
@@ -230,6 +244,8 @@ def load_config(path: Path | ConfigDocument | None, env: Mapping[str, str] | Non
             raise ConfigError(f"{origin}: unknown key {name!r}{_suggest(name)}")
         values[name] = parse_text(key, value, origin) if isinstance(value, str) else check_value(key, value, origin)
         origins[name] = origin
+    if origins["build.platform"] == "default":
+        values["build.platform"], origins["build.platform"] = platform_for(values["build.arch"]), PLATFORM_FOLLOWS
     base_dir = path.resolve().parent if path is not None else cwd
     return ResolvedConfig(values=values, origins=origins, path=path, base_dir=base_dir, document=document)
 
