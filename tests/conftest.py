@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
-from gitserver import GitDaemon, serve
+# The helper modules (gitserver.py, cliutil.py, ...) live here in tests/ and are imported by every tier
+# (tests/unit, tests/engine, tests/e2e).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gitserver import GitDaemon, serve  # noqa: E402
 
 
 @pytest.fixture(scope="session")

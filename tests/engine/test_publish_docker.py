@@ -25,7 +25,7 @@ from cliutil import buildkit_env
 
 pytestmark = pytest.mark.docker
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 REAL_DOCKER = subprocess.run(["sh", "-c", "command -v docker"], capture_output=True, text=True).stdout.strip()
 
 

@@ -20,7 +20,7 @@ from buildkit.core.errors import ArchError, BuildError, ConfigError
 from forkrepo import make_fork_repo
 from cliutil import buildkit_env
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def cfg_with(**values):

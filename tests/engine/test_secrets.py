@@ -22,7 +22,7 @@ from cliutil import buildkit_env
 from githttp import serve_http
 from gitserver import commit_all, run_git
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("url, clean, user, secret", [

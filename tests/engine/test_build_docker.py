@@ -22,7 +22,7 @@ from cliutil import buildkit_env
 
 pytestmark = pytest.mark.docker
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "tiny-fork"
 CUDA = "13.1"
 

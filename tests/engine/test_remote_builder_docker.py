@@ -28,7 +28,7 @@ from second_engine import SecondEngine
 
 pytestmark = pytest.mark.docker
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def commit_change(repo: Path, marker: str) -> str:

@@ -23,7 +23,7 @@ from cliutil import buildkit_env
 
 pytestmark = pytest.mark.docker
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 IMAGE = f"buildkit-test/repro-{uuid.uuid4().hex[:8]}"  # unique: other runs may share the engine
 PATCH = """--- a/common/common.cpp
 +++ b/common/common.cpp
