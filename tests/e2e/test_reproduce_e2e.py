@@ -22,17 +22,16 @@ import pytest
 from forkrepo import make_fork_repo
 from realsource import ensure_llama_cpp_tree
 from cliutil import buildkit_env
+from fixtures_docker import need_containerd_store
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
 
 def test_real_llama_cpp_cpu_build_is_reproduced_bit_for_bit(tmp_path, git_daemon, debian_base_image):
-    from buildkit.engine.buildx import image_store
     from buildkit.plan.config import load_config
     from buildkit.flows.pipeline import build
 
-    if image_store() != "containerd":
-        pytest.skip("reproducible digests need the containerd image store")
+    need_containerd_store()
     cache = Path(os.environ.get("LLAMA_BUILDKIT_TEST_CACHE", Path.home() / ".cache" / "llama-buildkit-tests"))
     tree = ensure_llama_cpp_tree(cache)
     repo = tmp_path / "buun-llama-cpp"

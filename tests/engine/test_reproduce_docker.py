@@ -20,6 +20,7 @@ import pytest
 
 from forkrepo import FORK_DATE, _git, make_fork_repo
 from cliutil import buildkit_env
+from fixtures_docker import need_containerd_store
 
 pytestmark = pytest.mark.docker
 
@@ -71,10 +72,7 @@ def remove_images():
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory, fork, debian_base_image, docker_engine):
-    from buildkit.engine.buildx import image_store
-
-    if image_store() != "containerd":
-        pytest.skip("reproducible digests need the containerd image store (see README)")
+    need_containerd_store()
     root = tmp_path_factory.mktemp("repro-project")
     (root / "patches").mkdir()
     (root / "buildkit.toml").write_text(f"""schema_version = 1
