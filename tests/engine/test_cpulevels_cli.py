@@ -5,25 +5,14 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
-from pathlib import Path
-
-from cliutil import buildkit_env
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_buildkit_config_shows_the_level_and_where_it_came_from(tmp_path):
-    env = buildkit_env()
-    env["PYTHONPATH"] = str(ROOT)
-    run = lambda *a, **kw: subprocess.run([sys.executable, "-m", "buildkit.cli", *a], cwd=tmp_path,  # noqa: E731
-                                          capture_output=True, text=True, env={**env, **kw})
-    out = run("config").stdout
+def test_buildkit_config_shows_the_level_and_where_it_came_from(cli):
+    out = cli("config").stdout
     assert re.search(r"^build\.cpu_level\s+all\s+\(default; LLAMA_BUILDKIT_BUILD_CPU_LEVEL\)", out, re.M), out
-    out = run("config", "--cpu-level", "x86-64-v3").stdout
+    out = cli("config", "--cpu-level", "x86-64-v3").stdout
     assert re.search(r"^build\.cpu_level\s+x86-64-v3\s+\(--cpu-level;", out, re.M), out
-    data = json.loads(run("config", "--json", LLAMA_BUILDKIT_BUILD_CPU_LEVEL="none").stdout)
+    data = json.loads(cli("config", "--json", LLAMA_BUILDKIT_BUILD_CPU_LEVEL="none").stdout)
     assert data["build.cpu_level"] == {"value": "none", "origin": "env LLAMA_BUILDKIT_BUILD_CPU_LEVEL"}
-    bad = run("config", "--cpu-level", "avx9")
+    bad = cli("config", "--cpu-level", "avx9")
     assert bad.returncode == 1 and bad.stderr.startswith("error: ") and "build.cpu_level must be one of" in bad.stderr

@@ -19,7 +19,7 @@ import docker
 import pytest
 
 from forkrepo import FORK_DATE, _git, make_fork_repo
-from cliutil import buildkit_env
+from cliutil import buildkit_env, write_project
 from fixtures_docker import need_containerd_store
 
 pytestmark = pytest.mark.docker
@@ -74,23 +74,11 @@ def remove_images():
 def project(tmp_path_factory, fork, debian_base_image, docker_engine):
     need_containerd_store()
     root = tmp_path_factory.mktemp("repro-project")
-    (root / "patches").mkdir()
-    (root / "buildkit.toml").write_text(f"""schema_version = 1
-[source]
-url = "{fork['path']}"
-commit = "{fork['commit']}"
-patch_dir = "patches"
-[image]
-name = "{IMAGE}"
-version = "0.3.0"
-[build]
-arch = "cpu"
-jobs = 2
-ccache = false
-progress = "plain"
-[base]
-os_image = "{debian_base_image}"
-""")
+    write_project(root,
+                  source={"url": fork['path'], "commit": fork['commit'], "patch_dir": "patches"},
+                  image={"name": IMAGE, "version": "0.3.0"},
+                  build={"arch": "cpu", "jobs": 2, "ccache": False, "progress": "plain"},
+                  base={"os_image": debian_base_image})
     env = buildkit_env()
     env["LLAMA_BUILDKIT_CACHE_DIR"] = str(tmp_path_factory.getbasetemp() / "repro-cache")
     return {"root": root, "env": env}
