@@ -33,13 +33,13 @@ example: setup
 test: test-unit test-engine
 
 test-unit:
-	$(PYTEST) -q -ra -m 'not docker and not e2e'
+	$(PYTEST) -q -ra tests/unit
 
 test-engine:
-	$(PYTEST) -q -ra -m 'docker and not e2e'
+	$(PYTEST) -q -ra tests/engine
 
 test-e2e:
-	$(PYTEST) -q -ra -m e2e
+	$(PYTEST) -q -ra tests/e2e
 
 bench:
 	$(PYTHON) bench/fetch_bytes.py

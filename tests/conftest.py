@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
-from gitserver import GitDaemon, serve
+# The helper modules (gitserver.py, cliutil.py, ...) live here in tests/ and are imported by every tier
+# (tests/unit, tests/engine, tests/e2e).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cliutil import Cli, cli_env  # noqa: E402
+from gitserver import GitDaemon, serve  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -13,6 +21,15 @@ def git_daemon(tmp_path_factory: pytest.TempPathFactory) -> GitDaemon:
     the git:// URL of any repository a test makes under tmp_path; str(git_daemon) is the base URL."""
     with serve(tmp_path_factory.getbasetemp()) as daemon:
         yield daemon
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Cli:
+    """The real `buildkit` CLI in a subprocess, in tmp_path (write a project there with
+    cliutil.write_project), this checkout on PYTHONPATH and a cache of its own under tmp_path/cache:
+    `cli("config", "--json")`, `cli("build", cwd=project, LLAMA_BUILDKIT_BUILD_JOBS="1")`."""
+    return Cli(tmp_path, cli_env(tmp_path / "cache"))
+
 
 from fixtures_docker import busybox_image, debian_base_image, docker_engine  # noqa: E402,F401  (fixtures)
 from registryserver import registry_auth, registry_plain, registry_token  # noqa: E402,F401  (fixtures)

@@ -1,8 +1,10 @@
 """pytest fixtures for tests that need the Docker engine and the local base images.
 
 Load them from conftest.py with ``pytest_plugins = ["tests.fixtures_docker"]`` (or import the
-fixture names). Without an engine the tests are skipped, except under CI (``CI`` set to true/1/yes),
-where a missing engine is a failure: CI must exercise the real thing.
+fixture names). Without an engine the tests are skipped, except under CI (``CI`` or
+``LLAMA_BUILDKIT_CI`` set to true/1/yes; .ci/run sets the latter), where a missing engine, or an
+engine without the containerd image store where a test needs it, is a failure: CI must exercise
+the real thing.
 
 Fixtures (all session-scoped):
 
@@ -30,7 +32,7 @@ _ENGINE_HINT = "start one with: sudo bash scripts/install-engine.sh"
 
 def in_ci(env: dict[str, str] | None = None) -> bool:
     env = os.environ if env is None else env
-    return env.get("CI", "").strip().lower() in ("1", "true", "yes")
+    return any(env.get(name, "").strip().lower() in ("1", "true", "yes") for name in ("CI", "LLAMA_BUILDKIT_CI"))
 
 
 def unavailable(reason: str) -> None:
@@ -38,6 +40,17 @@ def unavailable(reason: str) -> None:
     if in_ci():
         pytest.fail(f"{reason} (CI is set, so this is a failure, not a skip)", pytrace=False)
     pytest.skip(reason)
+
+
+def need_containerd_store(store: str | None = None) -> None:
+    """Reproducible digests need the containerd image store: skip without it locally, fail under CI.
+    `store` is the engine's image store (default: asked of the engine)."""
+    if store is None:
+        from buildkit.engine.buildx import image_store
+
+        store = image_store()
+    if store != "containerd":
+        unavailable(f"reproducible digests need the containerd image store, the engine has {store!r} (see README)")
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ import pytest
 
 from forkrepo import make_fork_repo
 from realsource import ensure_llama_cpp_tree
-from cliutil import buildkit_env
+from cliutil import buildkit_env, write_project
 
 IMAGE_NAME = "buildkit-test/llama-server"
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,20 +59,11 @@ def build_real_server_image(work: Path, git_url_for, base_image: str, *, log=Non
     repo = work / "llama-cpp-fork"
     upstream, fork_commit = make_fork_repo(repo, tree, fork_message="fork: DFlash speculative decoding")
     project = work / "project"
-    (project / "patches").mkdir(parents=True)
-    (project / "buildkit.toml").write_text(f"""schema_version = 1
-[source]
-url = "{git_url_for(repo)}"
-commit = "{fork_commit}"
-[image]
-name = "{image_name}"
-[build]
-arch = "cpu"
-jobs = 2
-progress = "plain"
-[base]
-os_image = "{base_image}"
-""")
+    write_project(project,
+                  source={"url": git_url_for(repo), "commit": fork_commit},
+                  image={"name": image_name},
+                  build={"arch": "cpu", "jobs": 2, "progress": "plain"},
+                  base={"os_image": base_image})
     env = buildkit_env()
     env["LLAMA_BUILDKIT_CACHE_DIR"] = str(work / "cache")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))

@@ -19,11 +19,12 @@ import docker
 import pytest
 
 from forkrepo import FORK_DATE, _git, make_fork_repo
-from cliutil import buildkit_env
+from cliutil import buildkit_env, write_project
+from fixtures_docker import need_containerd_store
 
 pytestmark = pytest.mark.docker
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 IMAGE = f"buildkit-test/repro-{uuid.uuid4().hex[:8]}"  # unique: other runs may share the engine
 PATCH = """--- a/common/common.cpp
 +++ b/common/common.cpp
@@ -71,28 +72,13 @@ def remove_images():
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory, fork, debian_base_image, docker_engine):
-    from buildkit.engine.buildx import image_store
-
-    if image_store() != "containerd":
-        pytest.skip("reproducible digests need the containerd image store (see README)")
+    need_containerd_store()
     root = tmp_path_factory.mktemp("repro-project")
-    (root / "patches").mkdir()
-    (root / "buildkit.toml").write_text(f"""schema_version = 1
-[source]
-url = "{fork['path']}"
-commit = "{fork['commit']}"
-patch_dir = "patches"
-[image]
-name = "{IMAGE}"
-version = "0.3.0"
-[build]
-arch = "cpu"
-jobs = 2
-ccache = false
-progress = "plain"
-[base]
-os_image = "{debian_base_image}"
-""")
+    write_project(root,
+                  source={"url": fork['path'], "commit": fork['commit'], "patch_dir": "patches"},
+                  image={"name": IMAGE, "version": "0.3.0"},
+                  build={"arch": "cpu", "jobs": 2, "ccache": False, "progress": "plain"},
+                  base={"os_image": debian_base_image})
     env = buildkit_env()
     env["LLAMA_BUILDKIT_CACHE_DIR"] = str(tmp_path_factory.getbasetemp() / "repro-cache")
     return {"root": root, "env": env}

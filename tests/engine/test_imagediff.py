@@ -18,7 +18,7 @@ from buildkit.core.errors import ImageSourceError
 from buildkit.oci.imagediff import diff_images, elf_section_diff
 from buildkit.oci.ocilayout import OciArchive, open_image, push_layout
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _digest(data: bytes) -> str:

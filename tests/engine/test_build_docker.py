@@ -18,11 +18,11 @@ import pytest
 from buildkit.source.cudaroot import cuda_root_dir
 from buildkit.verify.checks import elf_archs, find_cuobjdump
 from forkrepo import FORK_EPOCH, make_fork_repo
-from cliutil import buildkit_env
+from cliutil import buildkit_env, write_project
 
 pytestmark = pytest.mark.docker
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "tiny-fork"
 CUDA = "13.1"
 
@@ -44,23 +44,11 @@ def fork(tmp_path_factory, git_daemon):
 def project(tmp_path_factory, fork, debian_base_image, docker_engine):
     """A project folder with its buildkit.toml pointing at the served fork, and a private cache."""
     root = tmp_path_factory.mktemp("project")
-    (root / "patches").mkdir()
-    (root / "buildkit.toml").write_text(f"""schema_version = 1
-[source]
-url = "{fork['url']}"
-commit = "{fork['commit']}"
-patch_dir = "patches"
-[image]
-name = "buildkit-test/tiny-fork"
-version = "0.2.0"
-[build]
-cuda_version = "{CUDA}"
-jobs = 2
-[base]
-provider = "wheels"
-os_image = "{debian_base_image}"
-cublas = false
-""")
+    write_project(root,
+                  source={"url": fork['url'], "commit": fork['commit'], "patch_dir": "patches"},
+                  image={"name": "buildkit-test/tiny-fork", "version": "0.2.0"},
+                  build={"cuda_version": CUDA, "jobs": 2},
+                  base={"provider": "wheels", "os_image": debian_base_image, "cublas": False})
     env = buildkit_env()
     env["LLAMA_BUILDKIT_CACHE_DIR"] = str(tmp_path_factory.getbasetemp() / "buildkit-cache")
     env["LLAMA_BUILDKIT_BUILD_PROGRESS"] = "plain"

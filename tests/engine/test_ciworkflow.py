@@ -15,7 +15,7 @@ from buildkit.core.errors import ConfigError
 from buildkit.plan.render import templates_sha256
 from cliutil import buildkit_env
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 REPO = "https://github.com/acme/llama-buildkit"

@@ -21,39 +21,27 @@ import pytest
 
 from forkrepo import make_fork_repo
 from realsource import ensure_llama_cpp_tree
-from cliutil import buildkit_env
+from cliutil import buildkit_env, write_project
+from fixtures_docker import need_containerd_store
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
 
 def test_real_llama_cpp_cpu_build_is_reproduced_bit_for_bit(tmp_path, git_daemon, debian_base_image):
-    from buildkit.engine.buildx import image_store
     from buildkit.plan.config import load_config
     from buildkit.flows.pipeline import build
 
-    if image_store() != "containerd":
-        pytest.skip("reproducible digests need the containerd image store")
+    need_containerd_store()
     cache = Path(os.environ.get("LLAMA_BUILDKIT_TEST_CACHE", Path.home() / ".cache" / "llama-buildkit-tests"))
     tree = ensure_llama_cpp_tree(cache)
     repo = tmp_path / "buun-llama-cpp"
     _, fork_commit = make_fork_repo(repo, tree, fork_message="fork: reproduce")
     project = tmp_path / "project"
-    (project / "patches").mkdir(parents=True)
-    (project / "buildkit.toml").write_text(f"""schema_version = 1
-[source]
-url = "{git_daemon.url_for(repo)}"
-commit = "{fork_commit}"
-[image]
-name = "buildkit-test/llama-cpp-repro"
-[build]
-arch = "cpu"
-cpu_level = "x86-64-v3"
-jobs = 2
-ccache = false
-progress = "plain"
-[base]
-os_image = "{debian_base_image}"
-""")
+    write_project(project,
+                  source={"url": git_daemon.url_for(repo), "commit": fork_commit},
+                  image={"name": "buildkit-test/llama-cpp-repro"},
+                  build={"arch": "cpu", "cpu_level": "x86-64-v3", "jobs": 2, "ccache": False, "progress": "plain"},
+                  base={"os_image": debian_base_image})
     env = buildkit_env()
     env["LLAMA_BUILDKIT_CACHE_DIR"] = str(tmp_path / "cache")
     cfg = load_config(project / "buildkit.toml", env=env, overrides={"cache.dir": (env["LLAMA_BUILDKIT_CACHE_DIR"], "test")})

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import docker
@@ -18,9 +16,9 @@ from buildkit.engine.buildx import BuildOptions
 from buildkit.plan.config import load_config
 from buildkit.core.errors import ArchError, BuildError, ConfigError
 from forkrepo import make_fork_repo
-from cliutil import buildkit_env
+from cliutil import write_project
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def cfg_with(**values):
@@ -144,25 +142,15 @@ RUN echo "x.cu:3:2: error: #error broken on purpose" && exit 2
 
 
 @pytest.mark.docker
-def test_bake_print_shows_one_target_per_variant(tmp_path, git_daemon, debian_base_image):
+def test_bake_print_shows_one_target_per_variant(tmp_path, git_daemon, debian_base_image, cli):
     repo = tmp_path / "fork"
     _, commit = make_fork_repo(repo, ROOT / "examples" / "tiny-fork")
-    (tmp_path / "buildkit.toml").write_text(f"""schema_version = 1
-[source]
-url = "{git_daemon.url_for(repo)}"
-commit = "{commit}"
-[image]
-name = "buildkit-test/bake-print"
-[base]
-os_image = "{debian_base_image}"
-[matrix]
-archs = ["cpu"]
-targets = ["server", "full"]
-""")
-    env = buildkit_env()
-    env["LLAMA_BUILDKIT_CACHE_DIR"] = str(tmp_path / "cache")
-    proc = subprocess.run([sys.executable, "-m", "buildkit.cli", "bake", "--print", "--file", "out/docker-bake.json"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    write_project(tmp_path, patches=False,
+                  source={"url": git_daemon.url_for(repo), "commit": commit},
+                  image={"name": "buildkit-test/bake-print"},
+                  base={"os_image": debian_base_image},
+                  matrix={"archs": ["cpu"], "targets": ["server", "full"]})
+    proc = cli("bake", "--print", "--file", "out/docker-bake.json", timeout=300)
     assert proc.returncode == 0, proc.stderr
     document = json.loads(proc.stdout)
     assert document == json.loads((tmp_path / "out" / "docker-bake.json").read_text())

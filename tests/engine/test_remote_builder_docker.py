@@ -22,13 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from cliutil import buildkit_env
+from cliutil import buildkit_env, write_project
 from forkrepo import make_fork_repo
 from second_engine import SecondEngine
 
 pytestmark = pytest.mark.docker
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def commit_change(repo: Path, marker: str) -> str:
@@ -57,26 +57,13 @@ def remote(tmp_path_factory, registry_plain, debian_base_image):
     fork = tmp / "fork"
     make_fork_repo(fork, ROOT / "examples" / "tiny-fork")
     project = tmp / "project"
-    (project / "patches").mkdir(parents=True)
     cache = f"type=registry,ref={registry_plain.host}/remote/layers:{{variant}}"
-    (project / "buildkit.toml").write_text(f"""schema_version = 1
-[source]
-url = "{fork}"
-commit = "master"
-[image]
-name = "buildkit-test/remote"
-default_variant = "cpu"
-[build]
-arch = "cpu"
-jobs = 2
-progress = "plain"
-cache_from = ["{cache}"]
-[base]
-os_image = "{debian_base_image}"
-[matrix]
-archs = ["cpu"]
-targets = ["server", "light"]
-""")
+    write_project(project,
+                  source={"url": fork, "commit": "master"},
+                  image={"name": "buildkit-test/remote", "default_variant": "cpu"},
+                  build={"arch": "cpu", "jobs": 2, "progress": "plain", "cache_from": [cache]},
+                  base={"os_image": debian_base_image},
+                  matrix={"archs": ["cpu"], "targets": ["server", "light"]})
     env = buildkit_env()
     env["LLAMA_BUILDKIT_CACHE_DIR"] = str(tmp / "cache")
     # the previous commit, built on the main engine, exports every layer (mode=max) to the registry

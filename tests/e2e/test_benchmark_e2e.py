@@ -32,7 +32,7 @@ from cliutil import buildkit_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TEST_LABEL = "org.llama-buildkit.test"
 
 

@@ -28,7 +28,7 @@ from tinymodel import write_tiny_model
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def lib_files(client, ref: str, dest: Path) -> dict[str, Path]:

@@ -30,7 +30,7 @@ from gitserver import commit_all
 
 pytestmark = pytest.mark.docker
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "tiny-fork"
 REAL_DOCKER = subprocess.run(["sh", "-c", "command -v docker"], capture_output=True, text=True).stdout.strip()
 REPO = "nightly/tiny"

@@ -19,11 +19,11 @@ import pytest
 
 from buildkit.verify.cpuhost import host_cpu_flags
 from forkrepo import make_fork_repo
-from cliutil import buildkit_env
+from cliutil import buildkit_env, write_project
 
 pytestmark = pytest.mark.docker
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "tiny-fork"
 IMAGE = "buildkit-test/tiny-cpu-levels"
 
@@ -33,20 +33,11 @@ def project(tmp_path_factory, git_daemon, debian_base_image, docker_engine):
     repo = tmp_path_factory.mktemp("upstream") / "tiny-fork"
     _, fork_sha = make_fork_repo(repo, EXAMPLE)
     root = tmp_path_factory.mktemp("project")
-    (root / "patches").mkdir()
-    (root / "buildkit.toml").write_text(f"""schema_version = 1
-[source]
-url = "{git_daemon.url_for(repo)}"
-commit = "{fork_sha}"
-[image]
-name = "{IMAGE}"
-[build]
-arch = "cpu"
-jobs = 2
-progress = "plain"
-[base]
-os_image = "{debian_base_image}"
-""")
+    write_project(root,
+                  source={"url": git_daemon.url_for(repo), "commit": fork_sha},
+                  image={"name": IMAGE},
+                  build={"arch": "cpu", "jobs": 2, "progress": "plain"},
+                  base={"os_image": debian_base_image})
     env = buildkit_env()
     env["LLAMA_BUILDKIT_CACHE_DIR"] = str(tmp_path_factory.getbasetemp() / "cpu-levels-cache")
     env["PYTHONPATH"] = str(ROOT)

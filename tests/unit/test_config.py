@@ -103,6 +103,6 @@ def test_relative_paths_resolve_against_the_config_file(tmp_path):
 
 
 def test_project_buildkit_toml_is_valid():
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     cfg = load_config(root / "buildkit.toml", env={})
     assert cfg["source.commit"] == "905483277823858fdec17ff5c3750451cb1b7cdc"

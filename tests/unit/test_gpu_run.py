@@ -23,7 +23,7 @@ from buildkit.gpu import libplan
 from buildkit.oci.ocilayout import OciArchive
 from buildkit.oci.rootfs import apply_layers, secure_join
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "gpu_run.py"
 
 

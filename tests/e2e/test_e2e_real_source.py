@@ -21,7 +21,7 @@ import pytest
 
 from forkrepo import make_fork_repo
 from realsource import ensure_llama_cpp_tree
-from cliutil import buildkit_env
+from cliutil import buildkit_env, write_project
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
@@ -32,21 +32,12 @@ def test_real_llama_cpp_fork_builds_and_reports_the_fork_commit(tmp_path, git_da
     repo = tmp_path / "buun-llama-cpp"
     upstream, fork_commit = make_fork_repo(repo, tree, fork_message="fork: DFlash speculative decoding")
     project = tmp_path / "project"
-    (project / "patches").mkdir(parents=True)
     tag = f"e2e-{uuid.uuid4().hex[:8]}"
-    (project / "buildkit.toml").write_text(f"""schema_version = 1
-[source]
-url = "{git_daemon.url_for(repo)}"
-commit = "{fork_commit}"
-[image]
-name = "buildkit-test/llama-cpp"
-[build]
-arch = "cpu"
-jobs = 2
-progress = "plain"
-[base]
-os_image = "{debian_base_image}"
-""")
+    write_project(project,
+                  source={"url": git_daemon.url_for(repo), "commit": fork_commit},
+                  image={"name": "buildkit-test/llama-cpp"},
+                  build={"arch": "cpu", "jobs": 2, "progress": "plain"},
+                  base={"os_image": debian_base_image})
     env = buildkit_env()
     env["LLAMA_BUILDKIT_CACHE_DIR"] = str(tmp_path / "cache")
     proc = subprocess.run([sys.executable, "-m", "buildkit.cli", "build", "--tag", tag], cwd=project, env=env,

@@ -21,11 +21,11 @@ from buildkit.oci.registry import RegistryClient
 from forkrepo import make_fork_repo
 from registryserver import RegistryServer
 from test_registry import docker_login, push_tiny_image
-from cliutil import buildkit_env
+from cliutil import buildkit_env, write_project
 
 pytestmark = pytest.mark.docker
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 REAL_DOCKER = subprocess.run(["sh", "-c", "command -v docker"], capture_output=True, text=True).stdout.strip()
 
 
@@ -37,21 +37,11 @@ def fork(tmp_path_factory):
 
 
 def make_project(root: Path, fork: dict, registry_host: str, base_image: str, repo_name: str) -> Path:
-    (root / "patches").mkdir(parents=True, exist_ok=True)
-    (root / "buildkit.toml").write_text(f"""schema_version = 1
-[source]
-url = "{fork['path']}"
-commit = "{fork['commit']}"
-[image]
-name = "{registry_host}/{repo_name}"
-default_variant = "cpu"
-[build]
-arch = "cpu"
-jobs = 2
-progress = "plain"
-[base]
-os_image = "{base_image}"
-""")
+    write_project(root,
+                  source={"url": fork['path'], "commit": fork['commit']},
+                  image={"name": f"{registry_host}/{repo_name}", "default_variant": "cpu"},
+                  build={"arch": "cpu", "jobs": 2, "progress": "plain"},
+                  base={"os_image": base_image})
     return root
 
 

@@ -18,11 +18,11 @@ from buildkit.core.errors import SourceError
 from buildkit.flows.nightly import ls_remote_head
 from buildkit.source.fetch import export_tree, fetch_source, mirror_dir
 from buildkit.core.urlcreds import clean_url, redact_text, redact_url, split_credentials
-from cliutil import buildkit_env
+from cliutil import buildkit_env, write_project
 from githttp import serve_http
 from gitserver import commit_all, run_git
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("url, clean, user, secret", [
@@ -174,20 +174,13 @@ def test_build_with_a_token_in_the_source_url(tmp_path_factory, debian_base_imag
     _, fork_sha = make_fork_repo(repo, ROOT / "examples" / "tiny-fork")
     token = "tok-" + secrets.token_hex(16)
     project = tmp_path_factory.mktemp("secret-project")
-    (project / "patches").mkdir()
     cache = project / "cache"
     image = "buildkit-test/secret-fork"
-    (project / "buildkit.toml").write_text(f"""schema_version = 1
-[source]
-commit = "{fork_sha}"
-patch_dir = "patches"
-[image]
-name = "{image}"
-[build]
-jobs = 2
-[base]
-os_image = "{debian_base_image}"
-""")
+    write_project(project,
+                  source={"commit": fork_sha, "patch_dir": "patches"},
+                  image={"name": image},
+                  build={"jobs": 2},
+                  base={"os_image": debian_base_image})
     env = {**buildkit_env(), "PYTHONPATH": str(ROOT), "LLAMA_BUILDKIT_CACHE_DIR": str(cache),
            "LLAMA_BUILDKIT_BUILD_PROGRESS": "plain"}
     with serve_http(repo.parent, smart=True, auth=("ci", token)) as server:

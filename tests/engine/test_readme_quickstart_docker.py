@@ -43,7 +43,7 @@ from forkrepo import make_fork_repo
 from gitserver import run_git
 from githttp import serve_http
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 REPO_PLACEHOLDER = "https://github.com/OWNER/llama-buildkit"
 REGISTRY_PLACEHOLDER = "registry.example.com"

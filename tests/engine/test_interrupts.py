@@ -26,7 +26,7 @@ from githttp import serve_http
 from gitserver import commit_all, run_git
 from hostile import HostileServer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Cli:

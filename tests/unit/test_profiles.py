@@ -15,7 +15,7 @@ from buildkit.core.errors import ConfigError
 from buildkit.plan.profiles import (docker_run_argv, get_profile, gpu_device_requests, make_spec,
                                read_profiles, server_command)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 DFLASH = """schema_version = 1
 [build]

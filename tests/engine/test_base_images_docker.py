@@ -17,7 +17,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from cliutil import buildkit_env
+from cliutil import buildkit_env, write_project
 from forkrepo import make_fork_repo
 from test_build_docker import EXAMPLE, buildkit
 
@@ -52,23 +52,11 @@ def local_names(client, debian_base_image):
 
 
 def make_project(root: Path, fork: dict, os_image: str, cache: Path) -> dict:
-    (root / "patches").mkdir(parents=True)
-    (root / "buildkit.toml").write_text(f"""schema_version = 1
-[source]
-url = "{fork['url']}"
-commit = "{fork['commit']}"
-patch_dir = "patches"
-[image]
-name = "buildkit-test/bases"
-[build]
-cuda_version = "13.1"
-jobs = 2
-progress = "plain"
-[base]
-provider = "wheels"
-os_image = "{os_image}"
-cublas = false
-""")
+    write_project(root,
+                  source={"url": fork['url'], "commit": fork['commit'], "patch_dir": "patches"},
+                  image={"name": "buildkit-test/bases"},
+                  build={"cuda_version": "13.1", "jobs": 2, "progress": "plain"},
+                  base={"provider": "wheels", "os_image": os_image, "cublas": False})
     env = buildkit_env()
     env["LLAMA_BUILDKIT_CACHE_DIR"] = str(cache)
     return {"root": root, "env": env}

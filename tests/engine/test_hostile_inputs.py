@@ -19,7 +19,7 @@ from buildkit.release.publish import image_labels
 from buildkit.oci.registry import OCI_MANIFEST, RegistryClient
 from cliutil import buildkit_env
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DIGEST_OF = lambda body: "sha256:" + hashlib.sha256(body).hexdigest()  # noqa: E731
 
 
