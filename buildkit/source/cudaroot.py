@@ -42,8 +42,6 @@ cudalayout.py; the driver stub: cudastub.py.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -54,6 +52,7 @@ import tempfile
 from pathlib import Path
 
 from buildkit.core.errors import CudaRootError
+from buildkit.core.filelock import file_lock
 from buildkit.source.cudalayout import add_soname_links, extract_wheel
 from buildkit.source.cudastub import write_libcuda_stub
 from buildkit.source.cudawheels import HINT, META_PACKAGE, norm_arch, pip_download, resolve_pins, wheel_name_version
@@ -112,7 +111,7 @@ def ensure_cuda_root(cuda_version: str, cache_dir: Path, *, with_cublas: bool = 
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise CudaRootError(f"cannot create {parent}: {e}") from e
-    with _locked(parent / f".{dest.name}.lock"):
+    with file_lock(parent / f".{dest.name}.lock"):
         if is_complete(dest):
             return dest
         for stale in parent.glob(f".{dest.name}.tmp-*"):  # left by a killed run; we hold the lock
@@ -146,7 +145,7 @@ def runtime_subset(root: Path, dest: Path | None = None) -> Path:
     if reuse and is_complete(dest):
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(dest.parent / f".{dest.name}.lock"):
+    with file_lock(dest.parent / f".{dest.name}.lock"):
         if reuse and is_complete(dest):
             return dest
         work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
@@ -227,16 +226,6 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-@contextlib.contextmanager
-def _locked(path: Path):
-    with open(path, "a+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _main(argv: list[str]) -> int:  # python -m buildkit.cudaroot 13.1 [DIR] [--no-cublas]
