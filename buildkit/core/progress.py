@@ -184,8 +184,9 @@ class Stages:
         except BaseException:
             self.say(f"{name} failed after {duration(time.monotonic() - start)}")
             raise
-        self.times[name] = self.times.get(name, 0.0) + time.monotonic() - start
-        self.say(f"{name} done in {duration(self.times[name])}")
+        took = time.monotonic() - start
+        self.times[name] = self.times.get(name, 0.0) + took  # the summary's total of the stage
+        self.say(f"{name} done in {duration(took)}")  # this run of it (a process may build twice)
 
 
 _STAGES = Stages()

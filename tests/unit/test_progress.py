@@ -108,3 +108,20 @@ def test_buildx_output_on_a_terminal_passes_through_a_pseudo_terminal_byte_for_b
     assert lines[:2] == ["True", "#9 1.0 [ 42%] Building"]
     assert "[ 42%] Building" in seen and compile_percent(lines[1]) == 42
     assert not wants_tty(["docker", "buildx", "build"], io.StringIO())
+
+
+def test_a_stage_line_shows_this_run_of_the_stage_not_the_process_total(monkeypatch):
+    import io
+
+    from buildkit.core import progress
+
+    now = iter([0.0, 64.0, 100.0, 117.0])  # two builds in one process: 64 s, then 17 s
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(now))
+    out = io.StringIO()
+    reporter = progress.Stages(out)
+    for _ in range(2):
+        with reporter.stage("build"):
+            pass
+    assert [line for line in out.getvalue().splitlines() if "done" in line] == [
+        "buildkit: build done in 1m04s", "buildkit: build done in 17.0s"]
+    assert reporter.times["build"] == 81.0
