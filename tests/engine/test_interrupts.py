@@ -29,6 +29,12 @@ from hostile import HostileServer
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _default_sigint() -> None:
+    """The CLI starts with Ctrl-C's default action, as from a terminal, even when this test runs in a
+    background job (which POSIX shells start with SIGINT ignored, an ignoring inherited by children)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Cli:
     """`python -m buildkit.cli ARGS` in its own session (so SIGINT to its group is Ctrl-C)."""
 
@@ -36,7 +42,8 @@ class Cli:
         self.out, self.err = cwd / "cli.out", cwd / "cli.err"
         self.proc = subprocess.Popen([sys.executable, "-m", "buildkit.cli", *args], cwd=cwd,
                                      env={**buildkit_env(), "PYTHONPATH": str(ROOT), **env},
-                                     stdout=self.out.open("w"), stderr=self.err.open("w"), start_new_session=True)
+                                     stdout=self.out.open("w"), stderr=self.err.open("w"), start_new_session=True,
+                                     preexec_fn=_default_sigint)
 
     def wait_for(self, condition, what: str, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
