@@ -56,19 +56,14 @@ def _carry(direction: str, folder, registry_repo, kwargs) -> None:
     click.echo(f"{direction}ed {len(done)} ccache(s): {' '.join(done) or 'none'}")
 
 
-@ccache.command("export")
-@config_options
-@where_options
-@handle_errors
-def export_cmd(folder, registry_repo, **kwargs):
-    """Copy each variant's ccache out of the builder."""
-    _carry("export", folder, registry_repo, kwargs)
+def _command(direction: str, help_text: str) -> click.Command:
+    def command(folder, registry_repo, **kwargs):
+        _carry(direction, folder, registry_repo, kwargs)
+
+    command.__doc__ = help_text
+    return ccache.command(direction)(config_options(where_options(handle_errors(command))))
 
 
-@ccache.command("import")
-@config_options
-@where_options
-@handle_errors
-def import_cmd(folder, registry_repo, **kwargs):
-    """Copy each variant's saved ccache into the builder (a variant with none saved is skipped)."""
-    _carry("import", folder, registry_repo, kwargs)
+export_cmd = _command("export", "Copy each variant's ccache out of the builder.")
+import_cmd = _command("import", "Copy each variant's saved ccache into the builder (a variant with none saved is "
+                                "skipped).")
