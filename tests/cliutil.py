@@ -77,3 +77,12 @@ class Cli:
                  **env_extra: str) -> subprocess.CompletedProcess:
         return run_cli(self.cwd if cwd is None else cwd, *args, env={**self.env, **env_extra}, timeout=timeout,
                        input=input)
+
+
+def default_sigint() -> None:
+    """preexec_fn for a CLI the test will Ctrl-C: SIGINT's default action, as from a terminal, even when
+    the tests run in a background job (which POSIX shells start with SIGINT ignored, and children
+    inherit the ignoring)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -28,7 +28,7 @@ from buildkit.cli.main import main
 from faultproxy import FaultProxy
 from gitserver import free_port
 from tinymodel import write_tiny_model
-from cliutil import buildkit_env
+from cliutil import buildkit_env, default_sigint
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
@@ -301,7 +301,8 @@ def test_ctrl_c_and_sigterm_stop_and_remove_the_container(real_server_image, tin
     proc = subprocess.Popen([sys.executable, "-m", "buildkit.cli", "bench", "--image", real_server_image.ref,
                              "--model", str(tiny_model), "--runs", "1000", "--max-tokens", "400", "--json",
                              "--", "--ctx-size", "2048"],
-                            cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_sigint)
     try:
         seen = []
         for line in proc.stderr:  # wait until it measures

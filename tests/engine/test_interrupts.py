@@ -21,18 +21,12 @@ import pytest
 
 from buildkit.release.lock import LOCK_VERSION, LockEntry
 from buildkit.source.fetch import fetch_source, mirror_dir
-from cliutil import buildkit_env
+from cliutil import buildkit_env, default_sigint
 from githttp import serve_http
 from gitserver import commit_all, run_git
 from hostile import HostileServer
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _default_sigint() -> None:
-    """The CLI starts with Ctrl-C's default action, as from a terminal, even when this test runs in a
-    background job (which POSIX shells start with SIGINT ignored, an ignoring inherited by children)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 class Cli:
@@ -43,7 +37,7 @@ class Cli:
         self.proc = subprocess.Popen([sys.executable, "-m", "buildkit.cli", *args], cwd=cwd,
                                      env={**buildkit_env(), "PYTHONPATH": str(ROOT), **env},
                                      stdout=self.out.open("w"), stderr=self.err.open("w"), start_new_session=True,
-                                     preexec_fn=_default_sigint)
+                                     preexec_fn=default_sigint)
 
     def wait_for(self, condition, what: str, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
