@@ -9,9 +9,8 @@ from pathlib import Path
 
 import click
 
-from buildkit.bench.benchmark import (DEFAULT_MAX_TOKENS, DEFAULT_PROMPT, DEFAULT_RUNS, DEFAULT_TIMEOUT, DEGRADATION_THRESHOLD,
-                        BenchReport, Protocol, attach_to_lock, compare, docker_client, find_lock_entry,
-                        format_compare, format_report, load_report, local_image_id, run_bench, served)
+from buildkit.bench.protocol import (DEFAULT_MAX_TOKENS, DEFAULT_PROMPT, DEFAULT_RUNS, DEFAULT_TIMEOUT,
+                                     DEGRADATION_THRESHOLD, Protocol)
 from buildkit.cli.options import handle_errors
 from buildkit.plan.config import find_config_file, load_config, read_document
 from buildkit.core.errors import BenchError
@@ -93,6 +92,12 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
       buildkit bench --image buun-llama-cpp:cpu --model m.gguf -- --ctx-size 4096
       buildkit bench --image new:tag --profile dflash --model m.gguf --model-draft d.gguf --compare old.json
     """
+    # the client, the results and the container come with requests and docker-py: loaded when measuring,
+    # not for every `buildkit` command
+    from buildkit.bench.benchmark import (BenchReport, attach_to_lock, compare, docker_client, find_lock_entry,
+                                          format_compare, format_report, load_report, local_image_id, run_bench,
+                                          served)
+
     if bool(url) == bool(image):
         raise BenchError("give either --url (a running server) or --image (buildkit starts it)")
     if url:
