@@ -258,21 +258,24 @@ def plain_image(registry_plain, busybox_image, tmp_path_factory):
     return push_tiny_image(busybox_image, f"{registry_plain.host}/x:v1", tmp_path_factory.mktemp("ctx"))
 
 
-@pytest.fixture(scope="module")
-def auth_login(registry_auth, busybox_image, tmp_path_factory):
-    """docker login + push to the TLS/htpasswd registry: (DOCKER_CONFIG dir, digest of app/tiny:v1)."""
-    cfg = docker_login(registry_auth, tmp_path_factory.mktemp("docker-config"))
-    digest = push_tiny_image(busybox_image, f"{registry_auth.host}/app/tiny:v1",
+def _login_and_push(registry, busybox_image, tmp_path_factory):
+    """docker login + push to an authenticating registry: (DOCKER_CONFIG dir, digest of app/tiny:v1)."""
+    cfg = docker_login(registry, tmp_path_factory.mktemp("docker-config"))
+    digest = push_tiny_image(busybox_image, f"{registry.host}/app/tiny:v1",
                              tmp_path_factory.mktemp("ctx"), docker_config=cfg)
     return cfg, digest
+
+
+@pytest.fixture(scope="module")
+def auth_login(registry_auth, busybox_image, tmp_path_factory):
+    """The TLS/htpasswd registry, logged in and holding app/tiny:v1."""
+    return _login_and_push(registry_auth, busybox_image, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def token_login(registry_token, busybox_image, tmp_path_factory):
-    cfg = docker_login(registry_token, tmp_path_factory.mktemp("docker-config"))
-    digest = push_tiny_image(busybox_image, f"{registry_token.host}/app/tiny:v1",
-                             tmp_path_factory.mktemp("ctx"), docker_config=cfg)
-    return cfg, digest
+    """The bearer-token registry, logged in and holding app/tiny:v1."""
+    return _login_and_push(registry_token, busybox_image, tmp_path_factory)
 
 
 def cfg_env(cfg: Path) -> dict[str, str]:
