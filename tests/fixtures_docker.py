@@ -96,6 +96,16 @@ def debian_base_image(docker_engine: DockerEngine) -> str:
 
 
 @pytest.fixture(scope="session")
+def multiarch_base_image(debian_base_image: str) -> str:
+    """One local image for linux/amd64 and linux/arm64 (cross builds use both halves)."""
+    try:
+        return images.ensure_multiarch_image()
+    except (images.ImageError, subprocess.CalledProcessError, OSError) as e:
+        unavailable(f"cannot make {images.MULTIARCH_IMAGE}: {e}")
+        raise  # unreachable
+
+
+@pytest.fixture(scope="session")
 def busybox_image(docker_engine: DockerEngine) -> str:
     try:
         return images.ensure_busybox_image()

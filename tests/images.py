@@ -5,6 +5,10 @@ Nothing can be pulled on the test machines, so the images builds start FROM are 
 * ``buildkit-test/debian:bookworm``: ``debootstrap --variant=minbase bookworm`` imported with
   ``docker import``. The mirror is the machine's own apt source, read at run time from
   /etc/apt/sources.list.d/debian.sources (or /etc/apt/sources.list); no host name is written here.
+* ``buildkit-test/debian-multiarch:bookworm``: one local image of two platforms (an OCI index), for
+  cross builds: the amd64 image above, and arm64 made with ``debootstrap --foreign --arch=arm64``,
+  which only unpacks the packages (no arm64 code runs, so no QEMU is needed). dpkg's status file is
+  written from the unpacked packages' control fields, as the second stage would have.
 * ``buildkit-test/busybox:latest``: the static busybox of the host (package busybox-static) and its
   applet links, for tiny cases.
 
@@ -27,6 +31,8 @@ from pathlib import Path
 
 DEBIAN_IMAGE = "buildkit-test/debian:bookworm"
 BUSYBOX_IMAGE = "buildkit-test/busybox:latest"
+MULTIARCH_IMAGE = "buildkit-test/debian-multiarch:bookworm"
+FOREIGN_ARCH = "arm64"
 DEBIAN_SUITE = "bookworm"
 
 _DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -104,13 +110,13 @@ def _apt_install(*packages: str) -> None:
                    check=True, env=env)
 
 
-def _import_dir(root: Path, ref: str, cmd: str) -> None:
+def _import_dir(root: Path, ref: str, cmd: str, platform: str = "") -> None:
     """``tar -C root -c . | docker import - ref`` with PATH and CMD set."""
     tar = subprocess.Popen(["tar", "--numeric-owner", "-C", str(root), "-c", "."],
                            stdout=subprocess.PIPE)
     try:
         imp = subprocess.run(
-            ["docker", "import",
+            ["docker", "import", *(["--platform", platform] if platform else []),
              "--change", f"ENV PATH={_DEFAULT_PATH}",
              "--change", f'CMD ["{cmd}"]',
              "-", ref],
@@ -158,6 +164,100 @@ def ensure_debian_image(ref: str = DEBIAN_IMAGE, *, force: bool = False) -> str:
     return ref
 
 
+def _installed_status(root: Path) -> str:
+    """dpkg's status file for the packages debootstrap's first stage unpacked under root."""
+    stanzas = []
+    for deb in sorted((root / "var/cache/apt/archives").glob("*.deb")):
+        control = subprocess.run(["dpkg-deb", "-f", str(deb)], capture_output=True, text=True, check=True).stdout
+        lines = control.rstrip("\n").splitlines()
+        lines.insert(1, "Status: install ok installed")
+        stanzas.append("\n".join(lines))
+    return "\n\n".join(stanzas) + "\n"
+
+
+def _foreign_rootfs(root: Path, arch: str) -> None:
+    r = subprocess.run(["debootstrap", "--foreign", f"--arch={arch}", "--variant=minbase", DEBIAN_SUITE, str(root),
+                        debian_mirror()], capture_output=True, text=True)
+    if r.returncode != 0:
+        tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-15:])
+        raise ImageError(f"debootstrap --foreign --arch={arch} failed:\n{tail}")
+    (root / "var/lib/dpkg/status").write_text(_installed_status(root))
+    shutil.rmtree(root / "debootstrap")
+    for p in (root / "var/cache/apt/archives").glob("*.deb"):
+        p.unlink()
+    for p in (root / "dev").iterdir():
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+
+
+def _saved_manifest(ref: str, work: Path, blobs: Path) -> dict:
+    """docker save of a one-platform image: its blobs copied into blobs/, its manifest descriptor returned."""
+    import json
+    import tarfile
+
+    archive = work / "saved.tar"
+    subprocess.run(["docker", "save", ref, "-o", str(archive)], check=True, capture_output=True)
+    out = work / "saved"
+    with tarfile.open(archive) as tar:
+        tar.extractall(out, filter="data")
+    for blob in (out / "blobs" / "sha256").iterdir():
+        shutil.copy2(blob, blobs / blob.name)
+    desc = json.loads((out / "index.json").read_text())["manifests"][0]
+    config = json.loads((blobs / json.loads((blobs / desc["digest"].split(":")[1]).read_text())
+                         ["config"]["digest"].split(":")[1]).read_text())
+    shutil.rmtree(out)
+    archive.unlink()
+    return {"mediaType": desc["mediaType"], "digest": desc["digest"], "size": desc["size"],
+            "platform": {"architecture": config["architecture"], "os": config["os"]}}
+
+
+def ensure_multiarch_image(ref: str = MULTIARCH_IMAGE, *, force: bool = False) -> str:
+    """Make ``ref``, an OCI index of the amd64 Debian image and an arm64 one, unless it exists."""
+    import hashlib
+    import json
+
+    if not force and image_exists(ref):
+        return ref
+    _require_root(ref)
+    if shutil.which("debootstrap") is None:
+        _apt_install("debootstrap")
+    native = ensure_debian_image()
+    work = Path(tempfile.mkdtemp(prefix="buildkit-multiarch-"))
+    foreign = f"buildkit-test/debian-{FOREIGN_ARCH}-only:{DEBIAN_SUITE}"
+    try:
+        _log(f"debootstrap --foreign --arch={FOREIGN_ARCH} (unpack only, nothing of {FOREIGN_ARCH} runs)")
+        _foreign_rootfs(work / "rootfs", FOREIGN_ARCH)
+        _import_dir(work / "rootfs", foreign, "bash", platform=f"linux/{FOREIGN_ARCH}")
+        shutil.rmtree(work / "rootfs")
+        layout = work / "layout"
+        blobs = layout / "blobs" / "sha256"
+        blobs.mkdir(parents=True)
+        manifests = [_saved_manifest(native, work, blobs), _saved_manifest(foreign, work, blobs)]
+        index = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+                            "manifests": manifests}, separators=(",", ":")).encode()
+        digest = hashlib.sha256(index).hexdigest()
+        (blobs / digest).write_bytes(index)
+        name, _, tag = ref.rpartition(":")
+        (layout / "index.json").write_text(json.dumps({
+            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+            "manifests": [{"mediaType": "application/vnd.oci.image.index.v1+json", "digest": f"sha256:{digest}",
+                           "size": len(index), "annotations": {"io.containerd.image.name": f"docker.io/{ref}",
+                                                               "org.opencontainers.image.ref.name": tag}}]}))
+        (layout / "oci-layout").write_text('{"imageLayoutVersion":"1.0.0"}')
+        archive = work / "multiarch.tar"
+        subprocess.run(["tar", "-C", str(layout), "-cf", str(archive), "."], check=True)
+        r = subprocess.run(["docker", "load", "-i", str(archive)], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise ImageError(f"docker load of {ref} failed: {r.stderr.strip()}")
+        _log(f"{ref}: linux/amd64 + linux/{FOREIGN_ARCH} (sha256:{digest[:12]})")
+    finally:
+        subprocess.run(["docker", "rmi", foreign], capture_output=True)
+        shutil.rmtree(work, ignore_errors=True)
+    return ref
+
+
 def ensure_busybox_image(ref: str = BUSYBOX_IMAGE, *, force: bool = False) -> str:
     """Make ``ref`` from the host's static busybox unless it exists; returns ref."""
     if not force and image_exists(ref):
@@ -197,12 +297,12 @@ def _is_static(path: Path) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.images", description=__doc__.split("\n")[0])
-    ap.add_argument("which", nargs="*", metavar="debian|busybox", help="default: both")
+    ap.add_argument("which", nargs="*", metavar="debian|busybox|multiarch", help="default: all three")
     ap.add_argument("--force", action="store_true", help="rebuild even when the image exists")
     args = ap.parse_args(argv)
-    which = args.which or ["debian", "busybox"]
-    if set(which) - {"debian", "busybox"}:
-        ap.error(f"unknown image(s): {' '.join(sorted(set(which) - {'debian', 'busybox'}))}")
+    which = args.which or ["debian", "busybox", "multiarch"]
+    if set(which) - {"debian", "busybox", "multiarch"}:
+        ap.error(f"unknown image(s): {' '.join(sorted(set(which) - {'debian', 'busybox', 'multiarch'}))}")
     if not docker_available():
         print("tests.images: docker engine not answering (run scripts/install-engine.sh)",
               file=sys.stderr)
@@ -212,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
             print(ensure_debian_image(force=args.force))
         if "busybox" in which:
             print(ensure_busybox_image(force=args.force))
+        if "multiarch" in which:
+            print(ensure_multiarch_image(force=args.force))
     except (ImageError, subprocess.CalledProcessError) as e:
         print(f"tests.images: {e}", file=sys.stderr)
         return 1
