@@ -30,11 +30,6 @@ from buildkit.core.errors import BuildError
 CCACHE_TAG_PREFIX = "ccache-"
 
 
-def ccache_id(variant: str) -> str:
-    """The cache mount id of a variant's compile step (plan.make_plan's ccache_id)."""
-    return f"llama-buildkit-ccache-{variant}"
-
-
 @dataclass(frozen=True)
 class CcacheTarget:
     variant: str

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from buildkit.engine.baseimages import resolve_base_images
-from buildkit.engine.ccachestore import CcacheTarget, ccache_id
+from buildkit.engine.ccachestore import CcacheTarget
 from buildkit.flows.pipeline import cache_root
+from buildkit.plan.buildplan import ccache_id
 from buildkit.plan.matrix import matrix_variants
 
 
@@ -13,10 +14,12 @@ def targets_for(cfg) -> list[CcacheTarget]:
     out: dict[str, CcacheTarget] = {}
     for v in matrix_variants(cfg)[0]:
         req = v.request
-        if req.variant in out or not req.ccache:
+        if ccache_id(req) in out or not req.ccache:
             continue
         source, = resolve_base_images([req.runtime_image], cache_root(cfg))
         named = source.named_context()
-        out[req.variant] = CcacheTarget(req.variant, ccache_id(req.variant), source.from_ref,
+        # saved as DIR/<variant>-<platform arch>/ or REPO:ccache-<variant>-<platform arch>, like the mount id
+        name = ccache_id(req).removeprefix("llama-buildkit-ccache-")
+        out[ccache_id(req)] = CcacheTarget(name, ccache_id(req), source.from_ref,
                                         (named,) if named else ())
     return list(out.values())

@@ -17,6 +17,7 @@ from buildkit.plan.cpulevels import CpuLevel, cmake_flags as cpu_cmake_flags, ge
 from buildkit.core.errors import ConfigError
 from buildkit.oci.imageref import InvalidReference, parse_image_ref
 from buildkit.plan.inputs import request_inputs
+from buildkit.plan.platforms import TOOLCHAIN_PATH, CpuArch, cpu_arch, is_cross, machine_platform
 from buildkit.plan.tags import build_tags, check_repository, target_variant, variant
 
 
@@ -40,6 +41,7 @@ class BuildRequest:
     runtime_image: str
     target: str
     platform: str
+    build_platform: str  # where the compile runs; another CPU than platform's: a cross build
     jobs: int
     no_vmm: bool
     ccache: bool
@@ -50,6 +52,18 @@ class BuildRequest:
     title: str
     licenses: str
     variant: str  # arch, CUDA version and CPU level: cuda13.1-sm120, cpu-x86-64-v3 (labels, lock key, caches)
+
+    @property
+    def cross(self) -> bool:
+        return is_cross(self.build_platform, self.platform)
+
+    @property
+    def target_cpu(self) -> CpuArch:
+        return cpu_arch(self.platform)
+
+    @property
+    def build_cpu(self) -> CpuArch:
+        return cpu_arch(self.build_platform)
 
     @property
     def tag_variant(self) -> str:
@@ -122,6 +136,12 @@ def make_request(cfg: ResolvedConfig) -> BuildRequest:
         raise ConfigError(f"build.platform {platform!r} is not of the form os/arch (linux/amd64)")
     cpu_level = get_level(cfg["build.cpu_level"], platform)
     check_platform(arch, platform)
+    build_platform = cfg["build.build_platform"] or machine_platform()
+    if not PLATFORM_RE.match(build_platform):
+        raise ConfigError(f"build.build_platform {build_platform!r} is not of the form os/arch (linux/amd64)")
+    if cpu_level.native and is_cross(build_platform, platform):
+        raise ConfigError(f"build.cpu_level native compiles for this machine's CPU ({build_platform}); an image "
+                          f"for {platform} needs another level (all, or one of its platform)")
     jobs = cfg["build.jobs"]
     if jobs < 0:
         raise ConfigError(f"build.jobs must be 0 (all cores) or more, got {jobs}")
@@ -139,7 +159,7 @@ def make_request(cfg: ResolvedConfig) -> BuildRequest:
         arch=arch, cuda_version=cuda_version, provider=provider,
         template="cuda.Dockerfile.j2" if arch.is_cuda else "cpu.Dockerfile.j2",
         devel_image=devel, runtime_image=runtime, target=cfg["build.target"], platform=platform,
-        jobs=jobs, no_vmm=cfg["build.no_vmm"], ccache=cfg["build.ccache"], cpu_level=cpu_level,
+        build_platform=build_platform, jobs=jobs, no_vmm=cfg["build.no_vmm"], ccache=cfg["build.ccache"], cpu_level=cpu_level,
         extra_cmake_args=tuple(cfg["build.cmake_args"]),
         image_name=check_repository(cfg["image.name"]), version=version,
         title=cfg["image.title"], licenses=cfg["image.licenses"],
@@ -149,7 +169,9 @@ def make_request(cfg: ResolvedConfig) -> BuildRequest:
 
 def cmake_args(request: BuildRequest, source: SourceFacts) -> tuple[str, ...]:
     """The -D flags; the same for real llama.cpp and the bundled example fork."""
-    args = [
+    # a cross build: Debian's cross compilers and the target's multiarch folders (platforms.toolchain_file)
+    args = [f"-DCMAKE_TOOLCHAIN_FILE={TOOLCHAIN_PATH}"] if request.cross else []
+    args += [
         "-DCMAKE_BUILD_TYPE=Release",
         # the CPU backend: every instruction-set flag explicit (cpulevels.py), since ggml's defaults
         # change with SOURCE_DATE_EPOCH
@@ -179,6 +201,11 @@ def cmake_args(request: BuildRequest, source: SourceFacts) -> tuple[str, ...]:
     return tuple(args) + request.extra_cmake_args
 
 
+def ccache_id(request: BuildRequest) -> str:
+    """The compile step's cache mount: one per arch, CUDA version and target platform."""
+    return f"llama-buildkit-ccache-{variant(request.arch, request.cuda_version)}-{request.target_cpu.docker}"
+
+
 def make_plan(request: BuildRequest, source: SourceFacts, *, template_sha256: str,
               tool_version: str, extra_tags: tuple[str, ...] = ()) -> BuildPlan:
     if not SHA_RE.match(source.commit):
@@ -194,6 +221,7 @@ def make_plan(request: BuildRequest, source: SourceFacts, *, template_sha256: st
         labels=request_inputs(request, source, template_sha256=template_sha256, tool_version=tool_version,
                               cmake_args=flags).plan_labels(),
         tags=build_tags(request.image_name, request.tag_variant, source.commit, extra_tags),
-        # per arch and CUDA version, shared by the CPU levels: their objects outside ggml-cpu are the same
-        ccache_id=f"llama-buildkit-ccache-{variant(request.arch, request.cuda_version)}",
+        # per arch, CUDA version and target platform, shared by the CPU levels: their objects outside
+        # ggml-cpu are the same
+        ccache_id=ccache_id(request),
     )

@@ -55,7 +55,10 @@ KEYS: tuple[Key, ...] = (
     Key("build.arch", str, "sm_120", "CUDA architecture (see `buildkit archs`) or cpu"),
     Key("build.cuda_version", str, "13.1", "CUDA toolkit version, MAJOR.MINOR"),
     Key("build.target", str, "server", "image target", ("server", "full", "light")),
-    Key("build.platform", str, "linux/amd64", "buildx --platform"),
+    Key("build.platform", str, "linux/amd64", "buildx --platform: the platform the image is for"),
+    Key("build.build_platform", str, "",
+        "the platform the compile runs on (empty: this machine's); when it differs from build.platform the "
+        "build cross-compiles, with no emulation"),
     Key("build.no_vmm", bool, True,
         "build with GGML_CUDA_NO_VMM=ON (no libcuda.so.1 dependency); off links against the libcuda stub"),
     Key("build.cpu_level", str, "all",

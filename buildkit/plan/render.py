@@ -16,6 +16,7 @@ import jinja2
 from buildkit.core.errors import RenderError
 from buildkit.core.paths import templates_dir
 from buildkit.plan.buildplan import BuildPlan
+from buildkit.plan.platforms import TOOLCHAIN_PATH
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,14 @@ def template_context(plan: BuildPlan) -> dict[str, object]:
         "build_targets": plan.build_targets,
         "ccache": plan.request.ccache,
         "ccache_id": plan.ccache_id,
+        "platform": req.platform,
+        "build_platform": req.build_platform,
+        "cross": req.cross,
+        "target_cpu": req.target_cpu,
+        "build_cpu": req.build_cpu,
+        "ubuntu_mirror": req.target_cpu.ubuntu_mirror,
+        "toolchain_path": TOOLCHAIN_PATH,
+        "objcopy": f"{req.target_cpu.triplet}-objcopy" if req.cross else "objcopy",
     }
 
 
@@ -88,10 +97,26 @@ def render_dockerfile(plan: BuildPlan, directory: Path | None = None) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def render_toolchain(plan: BuildPlan, directory: Path | None = None) -> str | None:
+    """The CMake toolchain file of a cross build (templates/toolchain.cmake.j2); None for a native one."""
+    if not plan.request.cross:
+        return None
+    env = _environment(directory or templates_dir())
+    context = dict(template_context(plan), cuda=plan.arch.is_cuda)
+    try:
+        return env.get_template("toolchain.cmake.j2").render(context).lstrip("\n")
+    except jinja2.TemplateError as exc:
+        raise RenderError(f"template toolchain.cmake.j2: {exc}") from None
+
+
 def write_context(plan: BuildPlan, context_dir: Path,
                   named_contexts: tuple[tuple[str, Path | str], ...] = ()) -> RenderResult:
-    """Write Dockerfile into context_dir (which already holds the patched tree under src/)."""
+    """Write Dockerfile (and, for a cross build, toolchain.cmake) into context_dir (which already holds
+    the patched tree under src/)."""
     text = render_dockerfile(plan)
+    toolchain = render_toolchain(plan)
+    if toolchain is not None:
+        (context_dir / "toolchain.cmake").write_text(toolchain)
     dockerfile = context_dir / "Dockerfile"
     dockerfile.write_text(text)
     (context_dir / ".dockerignore").write_text("Dockerfile\n.dockerignore\n")

@@ -119,21 +119,20 @@ def test_bake_on_a_second_engine_builds_every_target_there(remote):
 def test_ccache_import_then_export_round_trips_through_the_cache_mount(remote, tmp_path):
     """What the workflow does around the nightly: a folder goes into the builder's cache mount of
     each variant, and comes out again, on the second engine."""
-    from buildkit.engine.ccachestore import ccache_id
     from buildkit.plan.config import load_config
     from buildkit.plan.buildplan import SourceFacts, make_plan, make_request
 
     cfg = load_config(remote["project"] / "buildkit.toml", {}, {})
     plan = make_plan(make_request(cfg), SourceFacts("u", "a" * 40, 0, 1, "", ()), template_sha256="t",
                      tool_version="0")
-    assert plan.ccache_id == ccache_id("cpu")  # the mount the compile step uses
+    assert plan.ccache_id == "llama-buildkit-ccache-cpu-amd64"  # the mount the compile step uses
     env = dict(remote["env"], **remote["engine"].env)
     seed = tmp_path / "in"
-    (seed / "cpu" / "f").mkdir(parents=True)
-    (seed / "cpu" / "f" / "probe").write_text("round trip " + str(tmp_path))
+    (seed / "cpu-amd64" / "f").mkdir(parents=True)
+    (seed / "cpu-amd64" / "f" / "probe").write_text("round trip " + str(tmp_path))
     out = ok(run(remote["project"], env, "ccache", "import", "--dir", str(seed)))
     assert out.stdout.startswith("imported 1 ccache(s)")
     ok(run(remote["project"], env, "ccache", "export", "--dir", str(tmp_path / "out")))
-    assert (tmp_path / "out" / "cpu" / "f" / "probe").read_text() == "round trip " + str(tmp_path)
+    assert (tmp_path / "out" / "cpu-amd64" / "f" / "probe").read_text() == "round trip " + str(tmp_path)
     missing = ok(run(remote["project"], env, "ccache", "import", "--dir", str(tmp_path / "empty")))
     assert "starts cold" in missing.stderr and missing.stdout.startswith("imported 0")

@@ -112,8 +112,8 @@ def test_variant_and_tags_name_a_non_default_level_and_share_the_ccache():
     assert cuda.request.variant == "cuda13.1-sm120-cpu-x86-64-v3"
     assert plan_for(**{"build.arch": "sm_120"}).request.variant == "cuda13.1-sm120"
     assert any(t.endswith(":cpu-x86-64-v3") for t in v3.tags)
-    assert v3.ccache_id == default.ccache_id == "llama-buildkit-ccache-cpu"
-    assert cuda.ccache_id == "llama-buildkit-ccache-cuda13.1-sm120"
+    assert v3.ccache_id == default.ccache_id == "llama-buildkit-ccache-cpu-amd64"
+    assert cuda.ccache_id == "llama-buildkit-ccache-cuda13.1-sm120-amd64"
 
 
 def test_cuda_images_get_the_same_cpu_backend_flags():

@@ -51,8 +51,8 @@ def test_vmm_off_links_against_the_stub():
 def test_ccache_mount_is_keyed_per_arch_and_cuda_version():
     a = render_dockerfile(plan_for(**{"build.arch": "sm_120", "build.cuda_version": "13.1"}))
     b = render_dockerfile(plan_for(**{"build.arch": "sm_89", "build.cuda_version": "12.9"}))
-    assert "id=llama-buildkit-ccache-cuda13.1-sm120" in a
-    assert "id=llama-buildkit-ccache-cuda12.9-sm89" in b
+    assert "id=llama-buildkit-ccache-cuda13.1-sm120-amd64" in a
+    assert "id=llama-buildkit-ccache-cuda12.9-sm89-amd64" in b
 
 
 def test_jobs_option():

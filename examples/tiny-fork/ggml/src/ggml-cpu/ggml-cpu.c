@@ -12,6 +12,12 @@
 #elif defined(__ARM_NEON)
 #include <arm_neon.h>
 #endif
+#if defined(__ARM_FEATURE_SVE)
+#include <arm_sve.h>
+#endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
 
 /* The vector code of this build's level, as llama.cpp's quants: intrinsics behind the compiler's
  * feature macros (-mavx2 defines __AVX2__ ...), so each variant holds the instructions of its level. */
@@ -42,6 +48,19 @@ static float cpu_dot(const float * a, const float * b, int n) {
     for (int k = 0; k < 8; ++k) {
         s += lanes[k];
     }
+#elif defined(__ARM_FEATURE_SVE)
+    svfloat32_t acc = svdup_n_f32(0.0f);
+    for (; i < n; i += (int) svcntw()) {
+        const svbool_t pg = svwhilelt_b32_s32(i, n);
+        acc = svmla_f32_m(pg, acc, svld1_f32(pg, a + i), svld1_f32(pg, b + i));
+    }
+    s = svaddv_f32(svptrue_b32(), acc);
+#elif defined(__ARM_NEON)
+    float32x4_t acc = vdupq_n_f32(0.0f);
+    for (; i + 4 <= n; i += 4) {
+        acc = vfmaq_f32(acc, vld1q_f32(a + i), vld1q_f32(b + i));
+    }
+    s = vaddvq_f32(acc);
 #else
 #ifdef GGML_USE_OPENMP
     #pragma omp parallel for reduction(+:s)
@@ -201,6 +220,27 @@ int ggml_backend_score(void) {
 #endif
 #ifdef GGML_AMX_INT8
     GGML_NEED(__builtin_cpu_supports("amx-int8"), 11);
+#endif
+#undef GGML_NEED
+#elif defined(__aarch64__) && defined(__linux__)
+    /* llama.cpp's ggml-cpu/arch/arm/cpu-feats.cpp: the HWCAP bits of each feature, same score bits */
+    unsigned long hwcap = getauxval(AT_HWCAP), hwcap2 = getauxval(AT_HWCAP2);
+    (void) hwcap; (void) hwcap2;
+#define GGML_NEED(cond, bit) do { if (!(cond)) { return 0; } score += 1 << (bit); } while (0)
+#ifdef GGML_ARM_DOTPROD
+    GGML_NEED(hwcap & (1UL << 20), 1);  /* HWCAP_ASIMDDP */
+#endif
+#ifdef GGML_ARM_FP16_VECTOR_ARITHMETIC
+    GGML_NEED(hwcap & (1UL << 10), 2);  /* HWCAP_ASIMDHP */
+#endif
+#ifdef GGML_ARM_SVE
+    GGML_NEED(hwcap & (1UL << 22), 3);  /* HWCAP_SVE */
+#endif
+#ifdef GGML_ARM_MATMUL_INT8
+    GGML_NEED(hwcap2 & (1UL << 13), 4);  /* HWCAP2_I8MM */
+#endif
+#ifdef GGML_ARM_SVE2
+    GGML_NEED(hwcap2 & (1UL << 1), 5);  /* HWCAP2_SVE2 */
 #endif
 #undef GGML_NEED
 #endif

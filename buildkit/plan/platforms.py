@@ -1,0 +1,73 @@
+"""Build machine and target platform (pure): when a build cross-compiles, and with what.
+
+A build runs its compile on the build platform (the machine buildx builds on) and makes an image
+for the target platform (build.platform). When they differ, the build stage still runs natively
+(``FROM --platform=$BUILDPLATFORM``) and cross-compiles: Debian's cross gcc/g++ for the target
+triplet, a CMake toolchain file, nvcc with the cross g++ as its host compiler, and the target's
+libraries from multiarch packages (and, for CUDA, the target's toolkit libraries). No binary of
+the target architecture runs at any step, so no QEMU or binfmt handler is needed.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from buildkit.core.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class CpuArch:
+    """One CPU architecture as each tool names it."""
+    docker: str  # amd64, arm64 (linux/<docker>)
+    dpkg: str  # Debian's architecture (dpkg --add-architecture)
+    triplet: str  # GNU triplet, Debian's multiarch folder (/usr/lib/<triplet>)
+    processor: str  # CMAKE_SYSTEM_PROCESSOR, uname -m
+    cuda_target: str  # the CUDA toolkit's targets/<name> folder of this architecture
+    elf_machine: int  # e_machine of its ELF files
+    elf_name: str  # how readelf names that machine
+    ubuntu_mirror: str  # Ubuntu's archive of this architecture (amd64: archive; the others: ports)
+
+    @property
+    def cross_packages(self) -> tuple[str, ...]:
+        """Debian's cross compilers that emit code for this architecture (on any other)."""
+        name = self.triplet.replace("_", "-")
+        return (f"gcc-{name}", f"g++-{name}", f"binutils-{name}")
+
+
+ARCHES: dict[str, CpuArch] = {
+    a.docker: a for a in (
+        CpuArch("amd64", "amd64", "x86_64-linux-gnu", "x86_64", "x86_64-linux", 62, "Advanced Micro Devices X86-64",
+                "http://archive.ubuntu.com/ubuntu"),
+        CpuArch("arm64", "arm64", "aarch64-linux-gnu", "aarch64", "sbsa-linux", 183, "AArch64",
+                "http://ports.ubuntu.com/ubuntu-ports"),
+    )
+}
+_MACHINE_ALIASES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+
+
+def cpu_arch(platform: str) -> CpuArch:
+    """The CPU architecture of linux/amd64, linux/arm64 (or linux/arm64/v8); ConfigError for others."""
+    parts = platform.split("/")
+    arch = ARCHES.get(parts[1] if len(parts) > 1 else "")
+    if arch is None or parts[0] != "linux":
+        raise ConfigError(f"platform {platform!r}: buildkit builds linux/amd64 and linux/arm64 images")
+    return arch
+
+
+def machine_platform(machine: str | None = None) -> str:
+    """linux/<arch> of this machine (uname -m), the default build platform."""
+    machine = machine or os.uname().machine
+    return f"linux/{_MACHINE_ALIASES.get(machine, machine)}"
+
+
+def engine_platform(engine_arch: str) -> str:
+    """linux/<arch> from the engine's own architecture name (docker version's Arch: amd64, arm64)."""
+    return machine_platform(engine_arch) if engine_arch else ""
+
+
+def is_cross(build_platform: str, platform: str) -> bool:
+    return cpu_arch(build_platform).docker != cpu_arch(platform).docker
+
+
+TOOLCHAIN_PATH = "/toolchain.cmake"  # where the build stage has it (templates/toolchain.cmake.j2, in the context)
