@@ -58,13 +58,14 @@ class Prepared:
     rendered: RenderResult
     source: SourceInfo
     patches: PatchQueue
-    cuda_root: Path | None
+    cuda_root: Path | None  # the build machine's toolkit (nvcc, cuobjdump), provider wheels
     base_images: tuple[BaseImage, ...]
     build_key: str
+    cuda_manifest: dict | None = None  # the wheels of the CUDA root(s), for the inputs and the lock
 
     def inputs(self) -> BuildInputs:
         """Every input of this build (the plan's version: publish re-makes the plan with its own)."""
-        return plan_inputs(self.plan, self.base_images, _cuda_manifest(self.cuda_root), _cpu_host(self.plan.request))
+        return plan_inputs(self.plan, self.base_images, self.cuda_manifest, _cpu_host(self.plan.request))
 
 
 @dataclass(frozen=True)
@@ -112,21 +113,39 @@ def _fresh_dir(path: Path) -> bool:
     return True
 
 
-def _cuda_contexts(request: BuildRequest, cfg: ResolvedConfig) -> tuple[Path | None, tuple[tuple[str, Path], ...]]:
+def _cuda_contexts(request: BuildRequest, cfg: ResolvedConfig) \
+        -> tuple[Path | None, dict | None, tuple[tuple[str, Path], ...]]:
+    """(the build machine's CUDA root, the wheel manifest, the named contexts) of provider wheels.
+
+    A cross build gets two roots: cuda-root, the build machine's (nvcc runs there), and cuda-target,
+    the target platform's (its libraries are linked and shipped: cuda-runtime is its subset)."""
     if request.provider != "wheels":
-        return None, ()
+        return None, None, ()
     assert request.cuda_version is not None
     given = cfg["base.cuda_root"]
     if given:
+        if request.cross:
+            raise CudaRootError(f"base.cuda_root is one folder for one platform; a cross build for {request.platform} "
+                                "lays out the build machine's and the target's toolkits from NVIDIA's wheels: unset it")
         root = Path(given).expanduser().resolve()
         if not (root / "bin" / "nvcc").is_file():
             raise CudaRootError(f"base.cuda_root {root} has no bin/nvcc; point it at a CUDA toolkit folder")
         key = hashlib.sha256(str(root).encode()).hexdigest()[:12]
         runtime = runtime_subset(root, cache_root(cfg) / "cuda-root" / f"local-{key}.runtime")
-    else:
-        root = ensure_cuda_root(request.cuda_version, cache_root(cfg), with_cublas=cfg["base.cublas"])
-        runtime = runtime_subset(root)
-    return root, (("cuda-root", root), ("cuda-runtime", runtime))
+        return root, _cuda_manifest(root), (("cuda-root", root), ("cuda-runtime", runtime))
+
+    def laid_out(cpu) -> Path:
+        return ensure_cuda_root(request.cuda_version, cache_root(cfg), with_cublas=cfg["base.cublas"],
+                                arch=cpu.processor)
+
+    root = laid_out(request.build_cpu)
+    if not request.cross:
+        return root, _cuda_manifest(root), (("cuda-root", root), ("cuda-runtime", runtime_subset(root)))
+    target = laid_out(request.target_cpu)
+    manifest = dict(_cuda_manifest(target) or {})
+    manifest["wheels"] = list(manifest.get("wheels", [])) + list((_cuda_manifest(root) or {}).get("wheels", []))
+    manifest["build_arch"] = request.build_cpu.processor
+    return root, manifest, (("cuda-root", root), ("cuda-target", target), ("cuda-runtime", runtime_subset(target)))
 
 
 def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] = (),
@@ -152,9 +171,9 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
         plan = make_plan(request, facts, template_sha256=templates_sha256(), tool_version=__version__,
                          extra_tags=extra_tags)
         with stage("render", request.variant):
-            cuda_root, named = _cuda_contexts(request, cfg)
+            cuda_root, cuda_manifest, named = _cuda_contexts(request, cfg)
             named += tuple(c for c in (s.named_context() for s in sources) if c is not None)
-            inputs = plan_inputs(plan, bases, _cuda_manifest(cuda_root), _cpu_host(request))
+            inputs = plan_inputs(plan, bases, cuda_manifest, _cpu_host(request))
             key = key_of(inputs)
             plan = replace(plan, labels=plan.labels + ((BUILD_KEY_LABEL, key), inputs.record_label()),
                            tags=with_key_tag(plan.tags, request, key))
@@ -167,7 +186,7 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
         raise
     return Prepared(plan=plan, rendered=rendered, source=info, patches=queue, cuda_root=cuda_root,
-                    base_images=bases, build_key=key)
+                    base_images=bases, build_key=key, cuda_manifest=cuda_manifest)
 
 
 def with_key_tag(tags: tuple[str, ...], request: BuildRequest, key: str) -> tuple[str, ...]:
@@ -243,7 +262,7 @@ def with_inputs(prepared: Prepared) -> Prepared:
     """prepared with the org.llama-buildkit.inputs label on its plan."""
     if any(k == INPUTS_LABEL for k, _ in prepared.plan.labels):
         return prepared
-    plan = with_inputs_label(prepared.plan, prepared.base_images, _cuda_manifest(prepared.cuda_root))
+    plan = with_inputs_label(prepared.plan, prepared.base_images, prepared.cuda_manifest)
     return replace(prepared, plan=plan)
 
 
@@ -253,7 +272,7 @@ def lock_entry(prepared: Prepared, result: BuildResult) -> LockEntry:
     image_id = _local_image_id(result.tags[0], result.config_digest) if result.tags else result.config_digest
     return LockEntry(
         **prepared.inputs().lock_fields(), ref=info.ref, template=req.template,
-        dockerfile_sha256=prepared.rendered.dockerfile_sha256, cuda_root=_cuda_manifest(prepared.cuda_root),
+        dockerfile_sha256=prepared.rendered.dockerfile_sha256, cuda_root=prepared.cuda_manifest,
         cmake_archs=req.arch.cmake_archs, image_name=req.image_name, build_key=prepared.build_key,
         image_digest=result.digest, image_id=image_id, tags=result.tags, labels=dict(plan.labels),
         exporter="oci" if result.oci_archive is not None else "load", build_seconds=round(result.seconds, 1),

@@ -38,7 +38,7 @@ from buildkit.engine.api import get_engine
 from buildkit.oci.ocilayout import OciArchive, open_image
 from buildkit.plan.inputs import cuda_wheel_hashes
 from buildkit.source.patches import load_patch_queue
-from buildkit.flows.pipeline import _cuda_manifest, patch_dir, prepare
+from buildkit.flows.pipeline import patch_dir, prepare
 from buildkit.flows.record import Recorded
 from buildkit.oci.imageref import name_of
 from buildkit.plan.buildplan import make_request
@@ -180,7 +180,7 @@ def reproduce(rec: Recorded, *, config_path: Path | None = None, env: Mapping[st
     check_buildx(docker)
     with tempfile.TemporaryDirectory(prefix="buildkit-reproduce-") as tmp:
         prepared = prepare(cfg, Path(tmp) / "context", request=request)
-        more = _check_prepared(rec, prepared, cuda_wheel_hashes(_cuda_manifest(prepared.cuda_root)))
+        more = _check_prepared(rec, prepared, cuda_wheel_hashes(prepared.cuda_manifest))
         for warning in more:
             stream.write(f"warning: {warning}\n")
         warnings += more

@@ -27,6 +27,7 @@ VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z.+-]*$")
 CMAKE_ARG_RE = re.compile(r"^-D[A-Za-z_][A-Za-z0-9_]*(?::[A-Z]+)?=[A-Za-z0-9_.,;:/+=@%-]*$")
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 
+CUDA_LIB_DIR = "/usr/local/cuda/lib64"  # where the templates put the CUDA libraries to link
 TARGET_BINARIES = {"server": ("llama-server",), "light": ("llama-cli",), "full": ()}  # () = everything
 
 
@@ -194,10 +195,18 @@ def cmake_args(request: BuildRequest, source: SourceFacts) -> tuple[str, ...]:
             f"-DCMAKE_CUDA_ARCHITECTURES={request.arch.cmake_archs}",
             f"-DGGML_CUDA_NO_VMM={'ON' if request.no_vmm else 'OFF'}",
         ]
+        exe_link = []
         if not request.no_vmm:
             # libggml-cuda then needs libcuda.so.1: link against the toolkit's stub, and let the
             # executables link although the real driver library only exists at run time.
-            args.append("-DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined")
+            exe_link.append("--allow-shlib-undefined")
+        if request.cross:
+            # a cross linker does not read /etc/ld.so.conf: it finds the libraries that libggml-cuda
+            # needs (libcudart, libcublas) for the executables' link through -rpath-link only
+            exe_link.append(f"-rpath-link,{CUDA_LIB_DIR}")
+            args.append(f"-DCMAKE_SHARED_LINKER_FLAGS=-Wl,-rpath-link,{CUDA_LIB_DIR}")
+        if exe_link:
+            args.append(f"-DCMAKE_EXE_LINKER_FLAGS=-Wl,{','.join(exe_link)}")
     return tuple(args) + request.extra_cmake_args
 
 
