@@ -19,6 +19,7 @@ and no lock change behind.
 from __future__ import annotations
 
 import hashlib
+import sys
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -42,6 +43,7 @@ from buildkit.source.patches import PatchQueue, apply_patches, load_patch_queue
 from buildkit.core.progress import stage
 from buildkit.plan.buildplan import BuildPlan, BuildRequest, SourceFacts, make_plan, make_request
 from buildkit.plan.inputs import BUILD_KEY_LABEL, INPUTS_LABEL, BaseImage, BuildInputs, plan_inputs
+from buildkit.plan.platforms import engine_platform, judge_build_machine
 from buildkit.plan.render import RenderResult, templates_sha256, write_context
 from buildkit.plan.tags import build_key_tag
 from buildkit.source.fetch import SourceInfo, export_tree, fetch_source
@@ -299,10 +301,18 @@ def last_build_seconds(cfg: ResolvedConfig, request: BuildRequest) -> float | No
     return float(seconds) if isinstance(seconds, (int, float)) and seconds > 0 else None
 
 
+def check_build_machine(request: BuildRequest, stream=None) -> None:
+    """Stop a cross build planned for another build machine; say so when the compile will be emulated."""
+    line = judge_build_machine(request.build_platform, request.platform, engine_platform(get_engine().arch()))
+    if line:
+        (stream or sys.stderr).write(f"buildkit: warning: {line}\n")
+
+
 def build_prepared(prepared: Prepared, cfg: ResolvedConfig, *, verify: bool = True, stream=None,
                    options: BuildOptions | None = None) -> Built:
     """buildx (OCI archive + docker load, or --load), verify, then write the lock."""
     options = options or build_options(cfg)
+    check_build_machine(prepared.plan.request, stream)
     prepared = with_inputs(prepared)  # a plan re-made after prepare (publish) lacks the inputs label
     metadata = prepared.rendered.context_dir.parent / "metadata.json"
     argv = buildx_argv(prepared.plan, prepared.rendered, options, metadata)

@@ -84,6 +84,8 @@ def overrides_for(rec: Recorded, source: str | None = None, patches: str | None 
         "build.arch": (i.arch, "recorded"),
         "build.target": (i.target, "recorded"),
         "build.platform": (i.platform, "recorded"),
+        # a native build compiled on its own platform: reproduced the same way (under emulation elsewhere)
+        "build.build_platform": (i.build_platform or i.platform, "recorded"),
         "build.no_vmm": (i.no_vmm, "recorded"),
         "build.jobs": (i.jobs, "recorded"),
         "build.ccache": (i.ccache, "recorded"),

@@ -34,6 +34,8 @@ def key_fields(inputs: BuildInputs) -> dict:
     }
     if inputs.cpu_host is not None:
         fields["cpu_host"] = inputs.cpu_host
+    if inputs.build_platform is not None:  # a cross build's compilers run on (and are built for) it
+        fields["build_platform"] = inputs.build_platform
     return fields
 
 

@@ -70,4 +70,21 @@ def is_cross(build_platform: str, platform: str) -> bool:
     return cpu_arch(build_platform).docker != cpu_arch(platform).docker
 
 
+def judge_build_machine(build_platform: str, platform: str, engine: str) -> str | None:
+    """Whether the engine (running on `engine`, "" when unknown) can run this build's compile natively.
+
+    None: it can. A line to show: the compile is emulated (a native build for another platform; slow).
+    ConfigError: a cross build planned for another build machine (its $BUILDPLATFORM stage would run
+    the other machine's compilers here)."""
+    if not engine or cpu_arch(build_platform).docker == cpu_arch(engine).docker:
+        return None
+    if is_cross(build_platform, platform):
+        raise ConfigError(f"this build cross-compiles for {platform} on a {build_platform} machine "
+                          f"(build.build_platform), but the engine runs on {engine}: leave build.build_platform "
+                          f"unset (this machine), or build on a {build_platform} engine")
+    return (f"the compile runs under emulation: a {platform} build stage on a {engine} engine "
+            f"(build.build_platform is {build_platform}); leave build.build_platform unset to cross-compile "
+            "natively, many times faster")
+
+
 TOOLCHAIN_PATH = "/toolchain.cmake"  # where the build stage has it (templates/toolchain.cmake.j2, in the context)

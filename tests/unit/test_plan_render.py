@@ -15,6 +15,7 @@ FACTS = SourceFacts(url="https://example.invalid/fork", commit=COMMIT, commit_ti
 
 
 def plan_for(**overrides):
+    overrides.setdefault("build.build_platform", "linux/amd64")  # the same plan on any test machine
     cfg = load_config(None, env={}, overrides={k: (v, "test") for k, v in overrides.items()})
     return make_plan(make_request(cfg), FACTS, template_sha256=templates_sha256(), tool_version="9.9.9")
 
