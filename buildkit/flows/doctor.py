@@ -39,7 +39,7 @@ def _variant(req) -> Variant:
     from buildkit.plan.archs import parse_cuda_version
 
     cuda = parse_cuda_version(req.cuda_version) if req.cuda_version else None
-    return Variant(req.variant, cuda, req.arch.name, req.platform)
+    return Variant(req.variant, cuda, req.arch.name, req.platform, req.build_platform)
 
 
 def variants_of(cfg, matrix: bool = False) -> list[Variant]:

@@ -26,6 +26,7 @@ class Variant:
     cuda: tuple[int, int] | None  # None for cpu
     arch: str  # sm_120 or cpu
     platform: str  # linux/amd64
+    runs_on: str = ""  # where its compile runs (build.build_platform; a cross build: this machine)
 
 
 def run_tool(argv: Sequence[str], timeout: float = 30) -> subprocess.CompletedProcess | None:

@@ -1,6 +1,7 @@
 """doctor's checks of the host against the platform built: the NVIDIA driver (with `nvidia-smi`) against
-the CUDA version's minimum and the GPU against the arch, and, for a platform other than the host's, a
-binfmt_misc handler (QEMU) or a builder node of that platform."""
+the CUDA version's minimum and the GPU against the arch, and, for a compile that runs on a platform
+other than the host's (build.build_platform set to it; a cross build needs nothing), a binfmt_misc
+handler (QEMU) or a builder node of that platform."""
 
 from __future__ import annotations
 
@@ -101,7 +102,7 @@ def binfmt_handlers(root: Path = BINFMT_DIR) -> list[str] | None:
 
 
 def judge_emulation(platforms: Sequence[str], host_arch: str, handlers: list[str] | None,
-                    builder_platforms: Sequence[str]) -> Check:
+                    builder_platforms: Sequence[str], cross: Sequence[str] = ()) -> Check:
     """Pure: can every wanted platform be built here (natively, by the builder, or through QEMU)?"""
     shown = "binfmt_misc not mounted" if handlers is None else \
         f"binfmt handlers: {', '.join(handlers) if handlers else 'none'}"
@@ -115,7 +116,9 @@ def judge_emulation(platforms: Sequence[str], host_arch: str, handlers: list[str
         if handlers and QEMU_NAMES.get(arch) in handlers:
             continue
         missing.append(plat)
-    detail = f"host {host_arch}; builds {', '.join(platforms)}; {shown}"
+    detail = f"host {host_arch}; compiles on {', '.join(platforms)}"
+    detail += f" (cross-compiling for {', '.join(cross)}, no emulation needed)" if cross else ""
+    detail += f"; {shown}"
     if missing:
         arches = ",".join(p.split("/")[-1] for p in missing)
         return Check("emulation", FAIL, detail + f"; nothing here can run {', '.join(missing)}",
@@ -127,5 +130,7 @@ def judge_emulation(platforms: Sequence[str], host_arch: str, handlers: list[str
 
 def check_emulation(variants: Sequence[Variant], builder_platforms: Sequence[str]) -> Check:
     host = HOST_ARCH.get(host_platform.machine(), host_platform.machine())
-    platforms = sorted({v.platform for v in variants})
-    return judge_emulation(platforms, host, binfmt_handlers(), builder_platforms)
+    # what has to run is the compile: a cross build runs it on this machine whatever the image's platform
+    platforms = sorted({v.runs_on or v.platform for v in variants})
+    cross = sorted({v.platform for v in variants if v.runs_on and v.runs_on != v.platform})
+    return judge_emulation(platforms, host, binfmt_handlers(), builder_platforms, cross)
