@@ -37,14 +37,19 @@ ARCHS: dict[str, Arch] = {
     for a in (
         # Platforms: NVIDIA's Linux drivers run these GPUs on x86-64 hosts and on arm64 servers (SBSA:
         # T4G on Graviton, A100/A10/L4/L40S on Ampere Altra and Grace servers, the RTX A6000 and RTX
-        # 6000 Ada on IGX, H100/H200 next to GH200, B200 next to GB200, RTX PRO Blackwell), while the
-        # GB10 of the DGX Spark (sm_121) exists only as an arm64 system-on-chip.
+        # 6000 Ada on IGX, H100/H200 next to GH200, B200 next to GB200, B300 next to GB300, RTX PRO
+        # Blackwell), while the GB10 of the DGX Spark (sm_121) and Jetson Thor (sm_110) exist only as
+        # arm64 systems-on-chip.
         Arch("sm_75", "75-real", "sm_75", (10, 0), True, "Turing: RTX 20xx, T4, GTX 16xx"),
         Arch("sm_80", "80-real", "sm_80", (11, 0), True, "Ampere datacenter: A100, A30"),
         Arch("sm_86", "86-real", "sm_86", (11, 1), True, "Ampere: RTX 30xx, A10, A40, RTX A6000"),
         Arch("sm_89", "89-real", "sm_89", (11, 8), True, "Ada: RTX 40xx, L4, L40S"),
         Arch("sm_90", "90-real", "sm_90", (11, 8), True, "Hopper: H100, H200, GH200"),
         Arch("sm_100", "100-real", "sm_100", (12, 8), True, "Blackwell datacenter: B200, GB200"),
+        Arch("sm_103", "103-real", "sm_103", (12, 9), True, "Blackwell Ultra datacenter: B300, GB300"),
+        # Jetson Thor runs CUDA 13's SBSA toolkit (the same aarch64 wheels); CUDA 13.0 renamed its sm_101 sm_110
+        Arch("sm_110", "110-real", "sm_110", (13, 0), True, "Blackwell Jetson: Jetson AGX Thor (T5000), arm64 only",
+             ("linux/arm64",)),
         Arch("sm_120", "120a-real", "sm_120a", (12, 8), True,
              "Blackwell: RTX 50xx (desktop and laptop), RTX PRO 6000"),
         Arch("sm_121", "121a-real", "sm_121a", (12, 9), True, "Blackwell: DGX Spark (GB10), arm64 only",

@@ -5,7 +5,8 @@ from buildkit.core.errors import ArchError
 
 
 def test_catalogue_has_every_required_arch():
-    assert list(ARCHS) == ["sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120", "sm_121", "cpu"]
+    assert list(ARCHS) == ["sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_103", "sm_110", "sm_120", "sm_121",
+                          "cpu"]
 
 
 @pytest.mark.parametrize("name,cmake,elf", [
@@ -24,7 +25,7 @@ def test_spellings(spelling):
 
 @pytest.mark.parametrize("name,minimum", [
     ("sm_86", (11, 1)), ("sm_89", (11, 8)), ("sm_90", (11, 8)), ("sm_100", (12, 8)),
-    ("sm_120", (12, 8)), ("sm_121", (12, 9)),
+    ("sm_120", (12, 8)), ("sm_121", (12, 9)), ("sm_103", (12, 9)), ("sm_110", (13, 0)),
 ])
 def test_minimum_cuda_versions(name, minimum):
     arch = get_arch(name)

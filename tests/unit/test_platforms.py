@@ -15,7 +15,8 @@ def cfg(**values):
 
 
 def test_sm121_is_arm64_only_and_sm90_is_both():
-    assert get_arch("sm_121").platforms == ("linux/arm64",)
+    assert get_arch("sm_121").platforms == ("linux/arm64",) == get_arch("sm_110").platforms
+    assert get_arch("sm_103").platforms == ("linux/amd64", "linux/arm64")
     assert set(get_arch("sm_90").platforms) == {"linux/amd64", "linux/arm64"}
     assert all(a.platforms for a in ARCHS.values())
 
