@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,6 +121,23 @@ def buildx_argv(plan: BuildPlan, rendered: RenderResult, options: BuildOptions,
     return argv
 
 
+# Failures with a known cause, and what to do: (pattern in the build's output, the hint).
+KNOWN_FAILURES = (
+    (re.compile(r"unknown value 'armv9[.0-9]*-a[^']*\+sme[^']*' for '-march'"),
+     "the build stage's GCC is older than 14 and cannot compile llama.cpp's armv9.2 (SME) CPU variants of "
+     "cpu level all for arm64: use a base image with GCC 14 or newer (Debian 13, Ubuntu 24.10 or later), "
+     "or --cpu-level armv8.6 (or armv8.2)"),
+)
+
+
+def known_failure(lines: Sequence[str]) -> str | None:
+    """The hint for a failure with a known cause, else None."""
+    for pattern, hint in KNOWN_FAILURES:
+        if any(pattern.search(line) for line in lines):
+            return hint
+    return None
+
+
 def last_error_line(lines: Sequence[str]) -> str:
     """The most telling line of buildx's output: its ERROR line, else the last non-empty one."""
     for line in reversed(lines):
@@ -150,8 +168,12 @@ def run_build(argv: list[str], metadata_file: Path, tags: Sequence[str], *, stre
     meter = CompileMeter(last_seconds=last_seconds)
     tty = wants_tty(argv, stream)
 
+    hints: list[str] = []
+
     def on_line(clean: str) -> None:
         tail.append(clean)
+        if "error" in clean and len(hints) < 200:
+            hints.append(clean)
         if "Hits:" in clean or "cache hit" in clean or "cache miss" in clean:
             stats_lines.append(clean)
         status = meter.feed(clean)
@@ -168,6 +190,9 @@ def run_build(argv: list[str], metadata_file: Path, tags: Sequence[str], *, stre
 
         tail = collections.deque((strip_ansi(t) for t in tail), maxlen=40)
     if code != 0:
+        hint = known_failure(hints)
+        if hint:
+            raise BuildError(f"docker buildx build failed (exit {code}): {hint}")
         raise BuildError(f"docker buildx build failed (exit {code}): {last_error_line(list(tail))}")
     try:
         metadata = json.loads(metadata_file.read_text())

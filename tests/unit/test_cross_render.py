@@ -131,3 +131,12 @@ def test_judge_build_machine():
 
 def test_machine_platform_names():
     assert machine_platform("x86_64") == "linux/amd64" and machine_platform("aarch64") == "linux/arm64"
+
+
+def test_an_old_gcc_for_the_arm64_sme_variants_is_named_with_what_to_do():
+    from buildkit.engine.buildx import known_failure
+
+    line = "#13 70.24 cc1: error: unknown value 'armv9.2-a+dotprod+fp16+sve+i8mm+sve2+sme' for '-march'"
+    hint = known_failure(["#13 70.20 [ 20%] Building C object x.o", line])
+    assert "GCC is older than 14" in hint and "--cpu-level armv8.6" in hint
+    assert known_failure(["cc1: error: something else"]) is None

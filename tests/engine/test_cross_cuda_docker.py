@@ -1,0 +1,84 @@
+"""Cross-compiled CUDA images on this amd64 machine: the example fork for sm_121 (DGX Spark, arm64 only),
+provider wheels, with no binfmt handler registered, so nothing of arm64 can have run; and with QEMU
+registered (tests/qemu.py, for that one test), the arm64 server's --version under emulation.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from pathlib import Path
+
+import docker
+import pytest
+
+import qemu
+from buildkit.plan.platforms import ARCHES
+from buildkit.source.cudaroot import cuda_root_dir
+from buildkit.verify.checks import elf_archs, find_cuobjdump
+from buildkit.verify.elfdeps import read_elf
+from cliutil import buildkit_env, run_cli, write_project
+from forkrepo import make_fork_repo
+
+pytestmark = pytest.mark.docker
+
+ROOT = Path(__file__).resolve().parents[2]
+CUDA = "13.1"
+AARCH64 = ARCHES["arm64"].elf_machine
+
+
+@pytest.fixture(scope="module")
+def cross_project(tmp_path_factory, git_daemon, multiarch_base_image, docker_engine):
+    repo = tmp_path_factory.mktemp("upstream") / "tiny-fork"
+    _, commit = make_fork_repo(repo, ROOT / "examples" / "tiny-fork")
+    root = write_project(tmp_path_factory.mktemp("cross-project"),
+                         source={"url": git_daemon.url_for(repo), "commit": commit, "patch_dir": "patches"},
+                         image={"name": "buildkit-test/tiny-cross"},
+                         build={"cuda_version": CUDA, "jobs": 2, "progress": "plain"},
+                         base={"provider": "wheels", "os_image": multiarch_base_image, "cublas": False})
+    env = buildkit_env()
+    env["LLAMA_BUILDKIT_CACHE_DIR"] = str(tmp_path_factory.getbasetemp() / "buildkit-cache")
+    return {"root": root, "env": env, "commit": commit, "cache": Path(env["LLAMA_BUILDKIT_CACHE_DIR"])}
+
+
+def no_emulation_here() -> None:
+    found = qemu.handler_for("aarch64")
+    assert found is None, f"binfmt handler {found} is registered: this test would prove nothing"
+
+
+def copied_out(ref: str, path: str, dest: Path) -> Path:
+    client = docker.from_env()
+    container = client.containers.create(ref)
+    try:
+        bits, _ = container.get_archive(path)
+        tar = dest / "out.tar"
+        with tar.open("wb") as fh:
+            for chunk in bits:
+                fh.write(chunk)
+        subprocess.run(["tar", "-xf", str(tar), "-C", str(dest)], check=True)
+        tar.unlink()
+    finally:
+        container.remove()
+    return dest / Path(path).name
+
+
+def test_sm121_is_cross_compiled_for_arm64_without_emulation(cross_project, tmp_path):
+    no_emulation_here()
+    proc = run_cli(cross_project["root"], "build", "--arch", "sm_121", env=cross_project["env"], timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ref = "buildkit-test/tiny-cross:cuda13.1-sm121"
+    assert docker.from_env().images.get(ref).attrs["Architecture"] == "arm64"
+    app = copied_out(ref, "/app", tmp_path)
+    elves = [p for p in app.rglob("*") if p.is_file() and not p.is_symlink() and p.read_bytes()[:4] == b"\x7fELF"]
+    assert {p.name for p in elves} >= {"llama-server", "libggml-cuda.so.0.0.1", "libggml-cpu-armv8.2_1.so"}
+    assert {p.name: read_elf(p).machine for p in elves} == {p.name: AARCH64 for p in elves}
+    cudart = copied_out(ref, "/usr/local/cuda/lib64/libcudart.so.13", tmp_path)
+    assert read_elf(cudart).machine == AARCH64  # the target's CUDA runtime, from the aarch64 wheels
+    # the device code: exactly sm_121a, read with the build machine's cuobjdump
+    cuobjdump = find_cuobjdump([cuda_root_dir(CUDA, cross_project["cache"], with_cublas=False)])
+    assert cuobjdump, "no cuobjdump in the laid-out CUDA root"
+    assert elf_archs(cuobjdump, app / "lib" / "libggml-cuda.so.0.0.1") == {"sm_121a"}
+    # and buildkit's own report said so, without running anything of arm64
+    assert "verify cuda-archs: passed" in proc.stdout and "sm_121a" in proc.stdout
+    assert "verify no-vmm: passed" in proc.stdout
+    no_emulation_here()
