@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install and start what buildkit's tests need on a Debian 12 machine, as root:
 #   Docker Engine 26.1, buildx 0.13 and the CNCF distribution registry (Debian 13 packages),
-#   debootstrap, skopeo-free tooling, and a dockerd running with the containerd image store.
+#   debootstrap, skopeo-free tooling, and a dockerd running with the containerd image store;
+#   binutils-aarch64-linux-gnu, whose objdump reads the code of the arm64 images built here.
 # Idempotent: a second run only checks that dockerd answers.
 #
 # The Debian 13 ("trixie") packages come from the machine's own apt source with only the
@@ -37,7 +38,8 @@ EOF
 
 install_packages() {
   if command -v dockerd >/dev/null && docker buildx version >/dev/null 2>&1 \
-     && command -v docker-registry >/dev/null && command -v debootstrap >/dev/null; then
+     && command -v docker-registry >/dev/null && command -v debootstrap >/dev/null \
+     && command -v aarch64-linux-gnu-objdump >/dev/null; then
     return 0
   fi
   add_trixie_source
@@ -46,6 +48,7 @@ install_packages() {
   apt-get install -y -qq --no-install-recommends \
     docker.io/trixie docker-buildx/trixie docker-registry/trixie \
     debootstrap apache2-utils openssl iptables ca-certificates git busybox-static \
+    binutils-aarch64-linux-gnu \
     >/dev/null
 }
 
