@@ -22,6 +22,12 @@ DT_NULL, DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_SONAME, DT_RPATH, DT_RUNPATH = 0, 1,
 
 # ld.so's own search when neither a path variable nor the cache names a library (x86-64 Debian/Ubuntu)
 SYSTEM_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib")
+EM_X86_64, EM_AARCH64 = 62, 183
+# the same per e_machine (Debian/Ubuntu multiarch: the triplet's folders first; AArch64 has no lib64)
+SYSTEM_DIRS_BY_MACHINE: dict[int, tuple[str, ...]] = {
+    EM_X86_64: SYSTEM_DIRS,
+    EM_AARCH64: ("/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib", "/usr/lib"),
+}
 
 
 class ElfError(ValueError):
@@ -113,6 +119,11 @@ def read_elf(path: Path) -> ElfInfo:
                    soname=soname, rpath=paths(DT_RPATH), runpath=paths(DT_RUNPATH))
 
 
+def machine_system_dirs(machine: int) -> tuple[str, ...]:
+    """ld.so's system folders for ELF files of this e_machine (only /lib, /usr/lib for one unknown here)."""
+    return SYSTEM_DIRS_BY_MACHINE.get(machine, ("/lib", "/usr/lib"))
+
+
 def expand_origin(entry: str, obj: Path) -> str:
     origin = str(Path(obj).parent)
     return entry.replace("${ORIGIN}", origin).replace("$ORIGIN", origin)
@@ -193,5 +204,5 @@ def resolve(roots: list[Path], ld_library_path: list[str] = (), system_dirs: tup
     return result
 
 
-__all__ = ["ElfError", "ElfInfo", "Finder", "Resolution", "Resolved", "SYSTEM_DIRS", "expand_origin", "find_in",
-           "ld_so_finder", "read_elf", "resolve"]
+__all__ = ["EM_AARCH64", "EM_X86_64", "ElfError", "ElfInfo", "Finder", "Resolution", "Resolved", "SYSTEM_DIRS",
+           "SYSTEM_DIRS_BY_MACHINE", "expand_origin", "find_in", "ld_so_finder", "read_elf", "machine_system_dirs", "resolve"]
