@@ -56,6 +56,10 @@ def _listed(items: list[str]) -> str:
     return ", ".join(items[:SHOWN]) + more
 
 
+def _count(n: int) -> str:
+    return f"{n} {'library' if n == 1 else 'libraries'}"
+
+
 def mismatches(files: dict[str, ElfInfo], machine: int) -> list[str]:
     """'path (what it is)' for each file that is not a 64-bit ELF file of machine."""
     bad = []
@@ -100,12 +104,12 @@ def check_needed(plan: BuildPlan, tree: ImageTree, files: dict[str, ElfInfo]) ->
     if missing:
         where = f"LD_LIBRARY_PATH={':'.join(tree.ld_library_path) or '(unset)'} and {', '.join(dirs)}"
         shown = [f"{r.soname} (needed by {r.needed_by})" for r in missing]
-        return Check("needed-libraries", FAILED, f"{len(missing)} libraries not found in the image ({where}): "
+        return Check("needed-libraries", FAILED, f"{_count(len(missing))} not found in the image ({where}): "
                                                  f"{_listed(shown)}")
     found = len(resolution.libraries) - len(resolution.missing)
     driver = [r.soname for r in resolution.missing if r.soname in absent_ok]
     note = f"; {', '.join(driver)} absent as expected (the NVIDIA driver's, mounted at run time)" if driver else ""
-    return Check("needed-libraries", PASSED, f"{found} libraries needed by {len(roots)} ELF files under /app "
+    return Check("needed-libraries", PASSED, f"{_count(found)} needed by {len(roots)} ELF files under /app "
                                              f"resolve inside the image{note}")
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from buildkit.core.errors import ImageSourceError
 from buildkit.oci.ocilayout import open_image
 from buildkit.oci.rootfs import apply_layers, is_under, secure_join
 from buildkit.verify.elfdeps import ElfError, ElfInfo, Resolution, Resolved, expand_origin, read_elf
@@ -83,7 +84,10 @@ def exported(engine, image: str, platform: str) -> Iterator[ImageTree]:
 def _candidate(tree: ImageTree, folder: str, name: str, want: ElfInfo) -> tuple[Path, str] | None:
     """(host file, image path as opened) of folder/name when it is an ELF file like want."""
     opened = posixpath.join(folder, name)
-    host = tree.host(opened)
+    try:
+        host = tree.host(opened)
+    except ImageSourceError:  # a symlink loop: ld.so finds nothing there either
+        return None
     if not host.is_file():
         return None
     try:
