@@ -75,9 +75,10 @@ def parse_handler(name: str, text: str) -> Handler | None:
                    offset=offset, magic=magic, mask=mask, extension=fields.get("extension", ""))
 
 
-def registered(folder: Path = BINFMT_DIR) -> list[Handler]:
-    """The handlers registered here, each enabled only when binfmt_misc itself is (none when not mounted)."""
-    folder = Path(folder)
+def registered(folder: Path | None = None) -> list[Handler]:
+    """The handlers registered here (folder: BINFMT_DIR), each enabled only when binfmt_misc itself is
+    (none when it is not mounted)."""
+    folder = Path(folder or BINFMT_DIR)
     try:
         names = sorted(p.name for p in folder.iterdir() if p.name not in NOT_HANDLERS)
         status = (folder / "status").read_text().strip() if (folder / "status").exists() else "enabled"

@@ -306,8 +306,16 @@ def verify_image(plan: BuildPlan, image: str, *, cuda_roots: list[Path] = ()) ->
     if plan.arch.is_cuda:
         checks += check_cuda_library(engine, plan, image, list(cuda_roots))
     vmm_needs_driver = any(c.name == "vmm" and c.status == PASSED for c in checks)
+    handlers = binfmt.registered()
     not_run = VMM_NOT_RUN if vmm_needs_driver else binfmt.not_runnable(plan.request.platform, engine_arch(engine),
-                                                                     header, binfmt.registered())
+                                                                     header, handlers)
     checks += check_cpu_backends(engine, plan, image, not_run=not_run)
-    checks.append(Check("version", SKIPPED, not_run) if not_run else check_version(engine, plan, image))
+    if not_run:
+        checks.append(Check("version", SKIPPED, not_run))
+    else:
+        version = check_version(engine, plan, image)
+        emulator = binfmt.handler_for(header, handlers) if plan.request.target_cpu.docker != engine_arch(engine) else None
+        if emulator is not None and version.status == PASSED:
+            version = Check("version", PASSED, f"{version.detail} (emulated: {emulator.interpreter})")
+        checks.append(version)
     return VerifyReport(image=image, checks=tuple(checks))

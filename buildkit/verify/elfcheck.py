@@ -6,7 +6,8 @@ architecture. A cross build that linked a host object fails here, naming the fil
 
 needed-libraries: every DT_NEEDED of /app's ELF files, and of the libraries they bring, resolves
 inside the image by ld.so's search (imagetree.resolve_in_tree): the image's ENV LD_LIBRARY_PATH,
-DT_RPATH/DT_RUNPATH, the target machine's system folders. A VMM CUDA build needs the driver's
+DT_RPATH/DT_RUNPATH, the target machine's system folders; and each program's interpreter (PT_INTERP,
+/lib/ld-linux-aarch64.so.1) is in the image. A VMM CUDA build needs the driver's
 libcuda.so.1, which the NVIDIA runtime mounts when the container starts: exactly that one is
 expected to be absent there.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from buildkit.core.errors import ImageSourceError
 from buildkit.plan.buildplan import BuildPlan
 from buildkit.plan.platforms import ARCHES
 from buildkit.verify.elfdeps import ElfError, ElfInfo, machine_system_dirs, read_elf
@@ -92,6 +94,23 @@ def expected_absent(plan: BuildPlan) -> set[str]:
     return {DRIVER_LIBRARY} if plan.arch.is_cuda and not plan.request.no_vmm else set()
 
 
+def missing_interpreters(tree: ImageTree, files: dict[str, ElfInfo], roots: list[str]) -> list[str]:
+    """'PATH (the interpreter of PROGRAM)' for each program whose PT_INTERP is no ELF file like it in the image."""
+    missing = []
+    for path in roots:
+        info = files[path]
+        if not info.interpreter:
+            continue
+        try:
+            host = tree.host(info.interpreter)
+            ok = host.is_file() and read_elf(host).compatible(info)
+        except (ElfError, ImageSourceError):
+            ok = False
+        if not ok:
+            missing.append(f"{info.interpreter} (the interpreter of {path})")
+    return missing
+
+
 def check_needed(plan: BuildPlan, tree: ImageTree, files: dict[str, ElfInfo]) -> Check:
     cpu = plan.request.target_cpu
     roots = [p for p, info in sorted(files.items()) if info.machine == cpu.elf_machine and info.elf_class == 2]
@@ -100,15 +119,18 @@ def check_needed(plan: BuildPlan, tree: ImageTree, files: dict[str, ElfInfo]) ->
     dirs = machine_system_dirs(cpu.elf_machine)
     resolution = resolve_in_tree(tree, roots, tree.ld_library_path, dirs)
     absent_ok = expected_absent(plan)
-    missing = [r for r in resolution.missing if r.soname not in absent_ok]
+    missing = [f"{r.soname} (needed by {r.needed_by})" for r in resolution.missing if r.soname not in absent_ok]
+    missing += missing_interpreters(tree, files, roots)
     if missing:
         where = f"LD_LIBRARY_PATH={':'.join(tree.ld_library_path) or '(unset)'} and {', '.join(dirs)}"
-        shown = [f"{r.soname} (needed by {r.needed_by})" for r in missing]
+        shown = missing
         return Check("needed-libraries", FAILED, f"{_count(len(missing))} not found in the image ({where}): "
                                                  f"{_listed(shown)}")
     found = len(resolution.libraries) - len(resolution.missing)
     driver = [r.soname for r in resolution.missing if r.soname in absent_ok]
     note = f"; {', '.join(driver)} absent as expected (the NVIDIA driver's, mounted at run time)" if driver else ""
+    interpreters = sorted({files[p].interpreter for p in roots if files[p].interpreter})
+    note += f"; interpreter {', '.join(interpreters)} present" if interpreters else ""
     return Check("needed-libraries", PASSED, f"{_count(found)} needed by {len(roots)} ELF files under /app "
                                              f"resolve inside the image{note}")
 

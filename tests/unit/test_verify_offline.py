@@ -8,13 +8,16 @@ from pathlib import Path
 
 import pytest
 
+from buildkit.engine.api import use_engine
 from buildkit.plan.buildplan import SourceFacts, make_plan, make_request
 from buildkit.plan.config import load_config
 from buildkit.verify import binfmt
 from buildkit.verify.elfcheck import check_elf_machine, check_needed, elf_files, expected_absent
 from buildkit.verify.elfdeps import SYSTEM_DIRS, machine_system_dirs
 from buildkit.verify.imagetree import ImageTree, resolve_in_tree, wanted
+from buildkit.verify.checks import verify_image
 from elfbytes import EM_AARCH64, EM_ARM, EM_X86_64, elf_bytes, write_elf
+from fakeengine import FakeEngine
 
 COMMIT = "c0ffee" + "0" * 34
 ARM_DIRS = ("/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib", "/usr/lib")
@@ -97,6 +100,26 @@ def test_a_foreign_image_runs_only_under_a_matching_handler():
     assert binfmt.elf_header(EM_AARCH64) == elf_bytes(EM_AARCH64, e_type=2)[:20]
 
 
+def test_a_foreign_image_is_run_only_where_a_handler_can_emulate_it(tmp_path, monkeypatch):
+    """verify_image on an amd64 (fake) engine: an arm64 image's programs never run without a handler
+    (not even /bin/cat for the CPU flags), and --version runs, saying so, with one."""
+    monkeypatch.setattr(binfmt, "BINFMT_DIR", tmp_path)
+    fake = FakeEngine(run_result=lambda image, entrypoint, args: (0, f"version: 1 (build 1, commit {COMMIT})"))
+    with use_engine(fake):
+        report = {c.name: c for c in verify_image(plan_for(), "x/app:cpu").checks}
+    assert not [c for c in fake.calls if c[0] == "run"]
+    assert report["version"].status == "skipped"
+    assert report["version"].detail.startswith("linux/arm64 image on a linux/amd64 engine and no binfmt handler")
+    assert report["elf-machine"].status == "failed"  # the fake engine saves nothing: its files cannot be read
+    (tmp_path / "qemu-aarch64").write_text(QEMU_AARCH64)
+    fake.calls.clear()
+    with use_engine(fake):
+        report = {c.name: c for c in verify_image(plan_for(), "x/app:cpu").checks}
+    assert [c[2] for c in fake.calls if c[0] == "run"] == [("/app/llama-server",)]
+    assert report["version"].status == "passed"
+    assert report["version"].detail.endswith("(emulated: /usr/libexec/qemu-binfmt/aarch64-binfmt-P)")
+
+
 # ---------------------------------------------------------------- image trees
 
 def tree_of(root: Path, arch: str = "arm64", ld_library_path: str = "/app/lib") -> ImageTree:
@@ -110,7 +133,8 @@ def arm_image(tmp_path):
     (usrmerge, an absolute link) and a library reached through an absolute symlink."""
     root = tmp_path / "root"
     lib = root / "usr/lib/aarch64-linux-gnu"
-    write_elf(root / "app/llama-server", EM_AARCH64, e_type=2, needed=["libllama.so.0", "libc.so.6"])
+    write_elf(root / "app/llama-server", EM_AARCH64, e_type=2, needed=["libllama.so.0", "libc.so.6"],
+              interpreter="/lib/ld-linux-aarch64.so.1")
     write_elf(root / "app/lib/libllama.so.0.0.1", EM_AARCH64, soname="libllama.so.0",
               needed=["libggml.so.0", "libstdc++.so.6"], runpath=["$ORIGIN"])
     os.symlink("libllama.so.0.0.1", root / "app/lib/libllama.so.0")
@@ -120,6 +144,7 @@ def arm_image(tmp_path):
     write_elf(lib / "libstdc++.so.6.0.30", EM_AARCH64, needed=["libc.so.6"])
     os.symlink("/usr/lib/aarch64-linux-gnu/libstdc++.so.6.0.30", lib / "libstdc++.so.6")
     os.symlink("/usr/lib", root / "lib")
+    os.symlink("aarch64-linux-gnu/ld-linux-aarch64.so.1", root / "usr/lib/ld-linux-aarch64.so.1")
     (root / "app/README").write_text("not ELF")
     return root
 
@@ -163,6 +188,14 @@ def test_a_missing_library_is_named_with_the_object_that_needs_it(arm_image):
     assert check.status == "failed"
     assert check.detail.startswith("1 library not found in the image (LD_LIBRARY_PATH=/app/lib and /lib/aarch64")
     assert check.detail.endswith("libggml.so.0 (needed by /app/lib/libllama.so.0.0.1)")
+
+
+def test_a_program_whose_interpreter_is_not_in_the_image_fails(arm_image):
+    assert elf_files(tree_of(arm_image))["/app/llama-server"].interpreter == "/lib/ld-linux-aarch64.so.1"
+    (arm_image / "usr/lib/ld-linux-aarch64.so.1").unlink()
+    check = check_needed(plan_for(), tree_of(arm_image), elf_files(tree_of(arm_image)))
+    assert check.status == "failed"
+    assert check.detail.endswith(": /lib/ld-linux-aarch64.so.1 (the interpreter of /app/llama-server)")
 
 
 def test_a_library_of_another_machine_does_not_count(arm_image):
