@@ -58,7 +58,8 @@ def elf_bytes(machine: int = EM_X86_64, *, elf_class: int = 2, e_type: int = 3, 
         if has_dynamic:
             phdr += struct.pack("<IIQQQQQQ", PT_DYNAMIC, 6, dyn_off, dyn_off, dyn_off, len(dyn), len(dyn), 8)
         if interpreter:
-            phdr += struct.pack("<IIQQQQQQ", PT_INTERP, 4, interp_off, interp_off, interp_off, interp_len, interp_len, 1)
+            phdr += struct.pack("<IIQQQQQQ", PT_INTERP, 4, interp_off, interp_off, interp_off, interp_len,
+                                interp_len, 1)
     else:
         header = ident + struct.pack("<HHIIIIIHHHHHH", e_type, machine, 1, 0, ehsize, 0, 0, ehsize, phentsize,
                                      phnum, 40, 0, 0)
@@ -66,7 +67,8 @@ def elf_bytes(machine: int = EM_X86_64, *, elf_class: int = 2, e_type: int = 3, 
         if has_dynamic:
             phdr += struct.pack("<IIIIIIII", PT_DYNAMIC, dyn_off, dyn_off, dyn_off, len(dyn), len(dyn), 6, 4)
         if interpreter:
-            phdr += struct.pack("<IIIIIIII", PT_INTERP, interp_off, interp_off, interp_off, interp_len, interp_len, 4, 1)
+            phdr += struct.pack("<IIIIIIII", PT_INTERP, interp_off, interp_off, interp_off, interp_len,
+                                interp_len, 4, 1)
     body = header + phdr + bytes(strings)
     body += b"\0" * (dyn_off - len(body))
     return body + dyn

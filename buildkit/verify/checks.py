@@ -214,7 +214,8 @@ def check_cpu_backends(engine, plan: BuildPlan, image: str, *, not_run: str = ""
         checks = [Check("cpu-backends", PASSED, f"cpu level {level.name}: {shown}")]
         objdump = cpucode.find_objdump(arch)
         if objdump is None:
-            checks.append(Check("cpu-code", SKIPPED, f"no objdump for {arch} code on this machine; {objdump_hint(arch)}"))
+            checks.append(Check("cpu-code", SKIPPED,
+                                f"no objdump for {arch} code on this machine; {objdump_hint(arch)}"))
         else:
             checks.append(_check_code(plan, libs, objdump, host))
     if not_run:
@@ -314,7 +315,8 @@ def verify_image(plan: BuildPlan, image: str, *, cuda_roots: list[Path] = ()) ->
         checks.append(Check("version", SKIPPED, not_run))
     else:
         version = check_version(engine, plan, image)
-        emulator = binfmt.handler_for(header, handlers) if plan.request.target_cpu.docker != engine_arch(engine) else None
+        foreign = plan.request.target_cpu.docker != engine_arch(engine)
+        emulator = binfmt.handler_for(header, handlers) if foreign else None
         if emulator is not None and version.status == PASSED:
             version = Check("version", PASSED, f"{version.detail} (emulated: {emulator.interpreter})")
         checks.append(version)

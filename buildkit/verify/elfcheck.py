@@ -14,6 +14,7 @@ expected to be absent there.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from buildkit.core.errors import ImageSourceError
@@ -22,6 +23,7 @@ from buildkit.plan.platforms import ARCHES
 from buildkit.verify.elfdeps import ElfError, ElfInfo, machine_system_dirs, read_elf
 from buildkit.verify.imagetree import ImageTree, resolve_in_tree
 from buildkit.verify.report import FAILED, PASSED, Check
+
 DRIVER_LIBRARY = "libcuda.so.1"
 ELF_MAGIC = b"\x7fELF"
 SHOWN = 6  # file names listed in one line at most
@@ -40,16 +42,26 @@ def is_elf(path: Path) -> bool:
         return False
 
 
-def elf_files(tree: ImageTree, image_dir: str = "/app") -> dict[str, ElfInfo]:
-    """{image path: ElfInfo} of the ELF files under image_dir (symlinks not followed twice)."""
-    found: dict[str, ElfInfo] = {}
+@dataclass
+class ElfFiles:
+    """The ELF files under a folder of the image, by image path."""
+    infos: dict[str, ElfInfo] = field(default_factory=dict)
+    damaged: dict[str, str] = field(default_factory=dict)  # ELF magic, but unreadable: why
+
+    def __len__(self) -> int:
+        return len(self.infos) + len(self.damaged)
+
+
+def elf_files(tree: ImageTree, image_dir: str = "/app") -> ElfFiles:
+    """The regular files (symlinks are other names of them) under image_dir that start with ELF's magic."""
+    found = ElfFiles()
     for path in tree.files(image_dir):
         host = tree.host(path)
         if is_elf(host):
             try:
-                found[path] = read_elf(host)
+                found.infos[path] = read_elf(host)
             except ElfError as exc:  # a damaged ELF file is a wrong one: shown with its reason
-                found[path] = ElfInfo(host, elf_class=0, machine=-1, needed=(str(exc),))
+                found.damaged[path] = str(exc).replace(str(host), path)
     return found
 
 
@@ -62,19 +74,17 @@ def _count(n: int) -> str:
     return f"{n} {'library' if n == 1 else 'libraries'}"
 
 
-def mismatches(files: dict[str, ElfInfo], machine: int) -> list[str]:
+def mismatches(files: ElfFiles, machine: int) -> list[str]:
     """'path (what it is)' for each file that is not a 64-bit ELF file of machine."""
-    bad = []
-    for path, info in sorted(files.items()):
-        if info.machine == -1:
-            bad.append(f"{path} (unreadable ELF: {info.needed[0]})")
-        elif info.machine != machine or info.elf_class != 2:
+    bad = {path: f"{path} (unreadable ELF: {why})" for path, why in files.damaged.items()}
+    for path, info in files.infos.items():
+        if info.machine != machine or info.elf_class != 2:
             bits = {1: "32-bit", 2: "64-bit"}.get(info.elf_class, "unknown class")
-            bad.append(f"{path} ({machine_name(info.machine)}, {bits})")
-    return bad
+            bad[path] = f"{path} ({machine_name(info.machine)}, {bits})"
+    return [bad[p] for p in sorted(bad)]
 
 
-def check_elf_machine(plan: BuildPlan, tree: ImageTree, files: dict[str, ElfInfo]) -> Check:
+def check_elf_machine(plan: BuildPlan, tree: ImageTree, files: ElfFiles) -> Check:
     cpu = plan.request.target_cpu
     if not files:
         return Check("elf-machine", FAILED, "no ELF file under /app of the image")
@@ -85,8 +95,9 @@ def check_elf_machine(plan: BuildPlan, tree: ImageTree, files: dict[str, ElfInfo
     if tree.architecture != cpu.docker:
         return Check("elf-machine", FAILED, f"the image's config says architecture {tree.architecture or 'nothing'}, "
                                             f"not {cpu.docker} ({plan.request.platform})")
-    names = [Path(p).name for p in sorted(files)]
-    return Check("elf-machine", PASSED, f"{len(files)} ELF files under /app are {cpu.elf_name} 64-bit: {_listed(names)}")
+    names = [Path(p).name for p in sorted(files.infos)]
+    return Check("elf-machine", PASSED,
+                 f"{len(files)} ELF files under /app are {cpu.elf_name} 64-bit: {_listed(names)}")
 
 
 def expected_absent(plan: BuildPlan) -> set[str]:
@@ -94,11 +105,11 @@ def expected_absent(plan: BuildPlan) -> set[str]:
     return {DRIVER_LIBRARY} if plan.arch.is_cuda and not plan.request.no_vmm else set()
 
 
-def missing_interpreters(tree: ImageTree, files: dict[str, ElfInfo], roots: list[str]) -> list[str]:
+def missing_interpreters(tree: ImageTree, files: ElfFiles, roots: list[str]) -> list[str]:
     """'PATH (the interpreter of PROGRAM)' for each program whose PT_INTERP is no ELF file like it in the image."""
     missing = []
     for path in roots:
-        info = files[path]
+        info = files.infos[path]
         if not info.interpreter:
             continue
         try:
@@ -111,9 +122,9 @@ def missing_interpreters(tree: ImageTree, files: dict[str, ElfInfo], roots: list
     return missing
 
 
-def check_needed(plan: BuildPlan, tree: ImageTree, files: dict[str, ElfInfo]) -> Check:
+def check_needed(plan: BuildPlan, tree: ImageTree, files: ElfFiles) -> Check:
     cpu = plan.request.target_cpu
-    roots = [p for p, info in sorted(files.items()) if info.machine == cpu.elf_machine and info.elf_class == 2]
+    roots = [p for p, info in sorted(files.infos.items()) if info.machine == cpu.elf_machine and info.elf_class == 2]
     if not roots:
         return Check("needed-libraries", FAILED, f"no {cpu.elf_name} ELF file under /app to resolve")
     dirs = machine_system_dirs(cpu.elf_machine)
@@ -129,10 +140,11 @@ def check_needed(plan: BuildPlan, tree: ImageTree, files: dict[str, ElfInfo]) ->
     found = len(resolution.libraries) - len(resolution.missing)
     driver = [r.soname for r in resolution.missing if r.soname in absent_ok]
     note = f"; {', '.join(driver)} absent as expected (the NVIDIA driver's, mounted at run time)" if driver else ""
-    interpreters = sorted({files[p].interpreter for p in roots if files[p].interpreter})
+    interpreters = sorted({files.infos[p].interpreter for p in roots if files.infos[p].interpreter})
     note += f"; interpreter {', '.join(interpreters)} present" if interpreters else ""
     return Check("needed-libraries", PASSED, f"{_count(found)} needed by {len(roots)} ELF files under /app "
                                              f"resolve inside the image{note}")
 
 
-__all__ = ["check_elf_machine", "check_needed", "elf_files", "expected_absent", "machine_name", "mismatches"]
+__all__ = ["ElfFiles", "check_elf_machine", "check_needed", "elf_files", "expected_absent", "machine_name",
+           "missing_interpreters", "mismatches"]

@@ -208,4 +208,5 @@ def resolve(roots: list[Path], ld_library_path: list[str] = (), system_dirs: tup
 
 
 __all__ = ["EM_AARCH64", "EM_X86_64", "ElfError", "ElfInfo", "Finder", "Resolution", "Resolved", "SYSTEM_DIRS",
-           "SYSTEM_DIRS_BY_MACHINE", "expand_origin", "find_in", "ld_so_finder", "read_elf", "machine_system_dirs", "resolve"]
+           "SYSTEM_DIRS_BY_MACHINE", "expand_origin", "find_in", "ld_so_finder", "machine_system_dirs", "read_elf",
+           "resolve"]

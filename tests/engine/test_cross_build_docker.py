@@ -113,9 +113,10 @@ def file_from_image(client, ref: str, path: str) -> bytes:
 
 def test_arm64_cpu_cross_build_is_verified_without_running_it(arm64_cpu_build, client):
     checks = verify_lines(arm64_cpu_build.stdout)
-    assert checks["elf-machine"].startswith("passed: ") and "ELF files under /app are AArch64 64-bit" in checks["elf-machine"]
-    assert checks["needed-libraries"].startswith("passed: ") and "resolve inside the image" in checks["needed-libraries"]
-    assert "interpreter /lib/ld-linux-aarch64.so.1 present" in checks["needed-libraries"]
+    machine, needed = checks["elf-machine"], checks["needed-libraries"]
+    assert machine.startswith("passed: ") and "ELF files under /app are AArch64 64-bit" in machine
+    assert needed.startswith("passed: ") and "resolve inside the image" in needed
+    assert "interpreter /lib/ld-linux-aarch64.so.1 present" in needed
     assert checks["version"] == f"skipped: {NOT_RUN}"
     assert checks["cpu-load"] == f"skipped: {NOT_RUN}"
     assert checks["cpu-backends"].startswith("passed: ")

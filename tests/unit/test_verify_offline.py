@@ -152,12 +152,12 @@ def arm_image(tmp_path):
 def test_an_arm64_tree_passes_both_checks(arm_image):
     plan, tree = plan_for(), tree_of(arm_image)
     files = elf_files(tree)
-    assert sorted(files) == ["/app/lib/libggml.so.0", "/app/lib/libllama.so.0.0.1", "/app/llama-server"]
+    assert sorted(files.infos) == ["/app/lib/libggml.so.0", "/app/lib/libllama.so.0.0.1", "/app/llama-server"]
     machine = check_elf_machine(plan, tree, files)
     assert machine.status == "passed" and "3 ELF files under /app are AArch64 64-bit" in machine.detail
     needed = check_needed(plan, tree, files)
     assert needed.status == "passed", needed.detail
-    found = resolve_in_tree(tree, sorted(files), tree.ld_library_path, ARM_DIRS).libraries
+    found = resolve_in_tree(tree, sorted(files.infos), tree.ld_library_path, ARM_DIRS).libraries
     assert found["libc.so.6"].path == Path("/lib/aarch64-linux-gnu/libc.so.6")  # through the image's /lib link
     assert found["libstdc++.so.6"].path == Path("/lib/aarch64-linux-gnu/libstdc++.so.6")
     assert found["libggml.so.0"].via == "LD_LIBRARY_PATH"
@@ -166,10 +166,12 @@ def test_an_arm64_tree_passes_both_checks(arm_image):
 def test_a_host_object_in_app_fails_the_machine_check_by_name(arm_image):
     write_elf(arm_image / "app/lib/libggml-cpu.so", EM_X86_64, needed=["libc.so.6"])
     write_elf(arm_image / "app/lib/libold.so", EM_ARM, elf_class=1)
+    (arm_image / "app/lib/libcut.so").write_bytes(elf_bytes(EM_AARCH64)[:30])
     plan, tree = plan_for(), tree_of(arm_image)
     check = check_elf_machine(plan, tree, elf_files(tree))
     assert check.status == "failed"
-    assert check.detail.startswith("2 of 5 ELF files under /app are not AArch64 64-bit (linux/arm64): ")
+    assert "/app/lib/libcut.so (unreadable ELF: /app/lib/libcut.so: not an ELF file)" in check.detail
+    assert check.detail.startswith("3 of 6 ELF files under /app are not AArch64 64-bit (linux/arm64): ")
     assert "/app/lib/libggml-cpu.so (Advanced Micro Devices X86-64, 64-bit)" in check.detail
     assert "/app/lib/libold.so (e_machine 40, 32-bit)" in check.detail
     assert "\n" not in check.detail
@@ -191,7 +193,7 @@ def test_a_missing_library_is_named_with_the_object_that_needs_it(arm_image):
 
 
 def test_a_program_whose_interpreter_is_not_in_the_image_fails(arm_image):
-    assert elf_files(tree_of(arm_image))["/app/llama-server"].interpreter == "/lib/ld-linux-aarch64.so.1"
+    assert elf_files(tree_of(arm_image)).infos["/app/llama-server"].interpreter == "/lib/ld-linux-aarch64.so.1"
     (arm_image / "usr/lib/ld-linux-aarch64.so.1").unlink()
     check = check_needed(plan_for(), tree_of(arm_image), elf_files(tree_of(arm_image)))
     assert check.status == "failed"
