@@ -11,9 +11,13 @@
    disassembly (objdump) holds the vector code of its level and none above it (no ymm in x64, zmm
    in skylakex); and `-lv 10 --list-devices` in the image, on this machine, loads the variant that ggml's
    own score picks for this CPU.
+5. Without running anything of the image (elfcheck.py, on its files exported from the engine):
+   every ELF file under /app is of build.platform's machine, and every NEEDED library resolves
+   inside the image.
 
 A check that cannot run here (no cuobjdump; a VMM build that needs the driver library to
-start) is reported as skipped with the reason, never as passed.
+start; an image of another CPU where no binfmt handler can emulate it, see binfmt.py) is
+reported as skipped with the reason, never as passed.
 """
 
 from __future__ import annotations
@@ -23,39 +27,19 @@ import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
-from buildkit.verify import cpucode
+from buildkit.verify import binfmt, cpucode, elfcheck
 
 from buildkit.plan import cpulevels
 from buildkit.verify.cpuhost import cpu_flags, host_cpu_flags, host_platform_arch
-from buildkit.core.errors import VerifyError
+from buildkit.core.errors import BuildkitError, VerifyError
 from buildkit.engine.api import Engine, EngineError, get_engine
 from buildkit.plan.buildplan import BuildPlan
+from buildkit.verify.imagetree import ImageTree, exported
+from buildkit.verify.report import FAILED, PASSED, SKIPPED, Check, VerifyReport
 
-PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 ELF_ARCH_RE = re.compile(r"\b(sm_\d+[af]?)\b")
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: str
-    detail: str
-
-
-@dataclass(frozen=True)
-class VerifyReport:
-    image: str
-    checks: tuple[Check, ...]
-
-    @property
-    def ok(self) -> bool:
-        return all(c.status != FAILED for c in self.checks)
-
-    def failures(self) -> list[Check]:
-        return [c for c in self.checks if c.status == FAILED]
 
 
 def _engine() -> Engine:
@@ -194,17 +178,27 @@ def engine_arch(engine: Engine) -> str:
     return engine.arch() or host_platform_arch()
 
 
-def engine_cpu_flags(engine, image: str) -> set[str]:
-    """The CPU flags of the machine the engine runs on (the image's own /proc/cpuinfo), else this one's."""
+def engine_cpu_flags(engine, image: str, platform: str) -> set[str]:
+    """The CPU flags of the machine the engine runs on (the image's own /proc/cpuinfo), else this one's.
+    An image of another CPU is never run for it."""
+    if cpulevels.platform_arch(platform) != engine_arch(engine):
+        return host_cpu_flags()
     code, output = engine.run(image, ["/bin/cat"], ["/proc/cpuinfo"])
     return (cpu_flags(output) if code == 0 else set()) or host_cpu_flags()
 
 
-def check_cpu_backends(engine, plan: BuildPlan, image: str, *, can_start: bool = True) -> list[Check]:
-    """can_start False: the image's binaries cannot run here (a VMM build without the driver)."""
+def objdump_hint(arch: str) -> str:
+    if arch == "arm64":
+        return "install binutils-aarch64-linux-gnu (or binutils-multiarch)"
+    return "install binutils" if host_platform_arch() == arch else "install binutils-x86-64-linux-gnu"
+
+
+def check_cpu_backends(engine, plan: BuildPlan, image: str, *, not_run: str = "") -> list[Check]:
+    """not_run: why the image's binaries cannot run here ("" when they can)."""
     platform, level = plan.request.platform, plan.request.cpu_level
     arch = cpulevels.platform_arch(platform)
-    host = cpulevels.host_features(engine_cpu_flags(engine, image), platform) if arch == engine_arch(engine) else set()
+    native = arch == engine_arch(engine)
+    host = cpulevels.host_features(engine_cpu_flags(engine, image, platform), platform) if native else set()
     with tempfile.TemporaryDirectory(prefix="buildkit-verify-") as tmp:
         engine.copy_out(image, "/app/lib", Path(tmp))
         libs = cpu_libraries(Path(tmp))
@@ -220,13 +214,14 @@ def check_cpu_backends(engine, plan: BuildPlan, image: str, *, can_start: bool =
         checks = [Check("cpu-backends", PASSED, f"cpu level {level.name}: {shown}")]
         objdump = cpucode.find_objdump(arch)
         if objdump is None:
-            checks.append(Check("cpu-code", SKIPPED, f"no objdump for {arch} code on this machine; install binutils"))
+            checks.append(Check("cpu-code", SKIPPED,
+                                f"no objdump for {arch} code on this machine; {objdump_hint(arch)}"))
         else:
             checks.append(_check_code(plan, libs, objdump, host))
-    if can_start:
-        checks.append(check_cpu_loaded(engine, plan, image, names, host))
+    if not_run:
+        checks.append(Check("cpu-load", SKIPPED, not_run))
     else:
-        checks.append(Check("cpu-load", SKIPPED, "the image's binaries need the NVIDIA driver's libcuda.so.1 to start"))
+        checks.append(check_cpu_loaded(engine, plan, image, names, host))
     return checks
 
 
@@ -278,16 +273,51 @@ def check_cpu_loaded(engine, plan: BuildPlan, image: str, names: list[str], host
     return Check("cpu-load", PASSED, f"loaded {loaded} (the best for this CPU)")
 
 
+def check_files(plan: BuildPlan, tree: ImageTree) -> list[Check]:
+    """The checks that read the image's files and run nothing of it (elfcheck.py)."""
+    files = elfcheck.elf_files(tree)
+    return [elfcheck.check_elf_machine(plan, tree, files), elfcheck.check_needed(plan, tree, files)]
+
+
+def _header(tree: ImageTree | None, plan: BuildPlan) -> bytes:
+    """The first bytes of the program the checks would run (a made-up header when it cannot be read)."""
+    binary = "/app/llama-cli" if plan.request.target == "light" else "/app/llama-server"
+    if tree is not None:
+        try:
+            with open(tree.host(binary), "rb") as fh:
+                return fh.read(128)
+        except OSError:
+            pass
+    return binfmt.elf_header(plan.request.target_cpu.elf_machine)
+
+
+VMM_NOT_RUN = "a VMM build needs the NVIDIA driver's libcuda.so.1 to start; no driver here"
+
+
 def verify_image(plan: BuildPlan, image: str, *, cuda_roots: list[Path] = ()) -> VerifyReport:
     engine = _engine()
     checks: list[Check] = []
+    header = _header(None, plan)
+    try:
+        with exported(engine, image, plan.request.platform) as tree:
+            checks += check_files(plan, tree)
+            header = _header(tree, plan)
+    except BuildkitError as exc:  # the engine's or the archive's own message
+        checks.append(Check("elf-machine", FAILED, f"cannot read the image's files: {exc}"))
     if plan.arch.is_cuda:
         checks += check_cuda_library(engine, plan, image, list(cuda_roots))
     vmm_needs_driver = any(c.name == "vmm" and c.status == PASSED for c in checks)
-    checks += check_cpu_backends(engine, plan, image, can_start=not vmm_needs_driver)
-    if vmm_needs_driver:
-        checks.append(Check("version", SKIPPED, "a VMM build needs the NVIDIA driver's libcuda.so.1 to start; "
-                                                "no driver here"))
+    handlers = binfmt.registered()
+    not_run = VMM_NOT_RUN if vmm_needs_driver else binfmt.not_runnable(plan.request.platform, engine_arch(engine),
+                                                                     header, handlers)
+    checks += check_cpu_backends(engine, plan, image, not_run=not_run)
+    if not_run:
+        checks.append(Check("version", SKIPPED, not_run))
     else:
-        checks.append(check_version(engine, plan, image))
+        version = check_version(engine, plan, image)
+        foreign = plan.request.target_cpu.docker != engine_arch(engine)
+        emulator = binfmt.handler_for(header, handlers) if foreign else None
+        if emulator is not None and version.status == PASSED:
+            version = Check("version", PASSED, f"{version.detail} (emulated: {emulator.interpreter})")
+        checks.append(version)
     return VerifyReport(image=image, checks=tuple(checks))

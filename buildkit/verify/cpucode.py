@@ -57,18 +57,25 @@ def summary(counts: dict[str, int]) -> str:
     return ", ".join(shown) or "no vector instructions"
 
 
+def _knows(objdump: str, target: str) -> bool:
+    """The objdump lists the target among its architectures (`objdump -i`)."""
+    try:
+        info = subprocess.run([objdump, "-i"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return target in info
+
+
 def find_objdump(platform_arch: str) -> str | None:
     """An objdump that can disassemble the platform's code (binutils; binutils-multiarch for arm64 on x86)."""
     for name in ("objdump", "x86_64-linux-gnu-objdump", "aarch64-linux-gnu-objdump"):
         path = shutil.which(name)
         if path is None:
             continue
-        if platform_arch == "arm64" and "aarch64" not in name:
-            info = subprocess.run([path, "-i"], capture_output=True, text=True, timeout=30).stdout
-            if "aarch64" not in info:
-                continue
-        if platform_arch == "amd64" and "aarch64" in name:
+        if platform_arch == "arm64" and "aarch64" not in name and not _knows(path, "aarch64"):
             continue
+        if platform_arch == "amd64" and ("aarch64" in name or (name == "objdump" and not _knows(path, "x86-64"))):
+            continue  # the plain objdump of an arm64 machine knows no x86 code (binutils-multiarch's does)
         return path
     return None
 

@@ -17,11 +17,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-PT_LOAD, PT_DYNAMIC = 1, 2
+PT_LOAD, PT_DYNAMIC, PT_INTERP = 1, 2, 3
 DT_NULL, DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_SONAME, DT_RPATH, DT_RUNPATH = 0, 1, 5, 10, 14, 15, 29
 
 # ld.so's own search when neither a path variable nor the cache names a library (x86-64 Debian/Ubuntu)
 SYSTEM_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib")
+EM_X86_64, EM_AARCH64 = 62, 183
+# the same per e_machine (Debian/Ubuntu multiarch: the triplet's folders first; AArch64 has no lib64)
+SYSTEM_DIRS_BY_MACHINE: dict[int, tuple[str, ...]] = {
+    EM_X86_64: SYSTEM_DIRS,
+    EM_AARCH64: ("/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib", "/usr/lib"),
+}
 
 
 class ElfError(ValueError):
@@ -37,6 +43,7 @@ class ElfInfo:
     soname: str | None = None
     rpath: tuple[str, ...] = ()
     runpath: tuple[str, ...] = ()
+    interpreter: str | None = None  # PT_INTERP: the dynamic linker a program names (absolute path)
 
     def compatible(self, other: "ElfInfo") -> bool:
         return self.elf_class == other.elf_class and self.machine == other.machine
@@ -63,7 +70,7 @@ def read_elf(path: Path) -> ElfInfo:
         else:
             (_, machine, _, _, phoff, _, _, _, phentsize, phnum) = struct.unpack_from(end + "HHIIIIIHHH", data, 16)
             ph_fmt, dyn_fmt = end + "IIIIIIII", end + "iI"
-        loads, dynamic = [], None
+        loads, dynamic, interp = [], None, None
         for i in range(phnum):
             fields_ = struct.unpack_from(ph_fmt, data, phoff + i * phentsize)
             if elf_class == 2:
@@ -74,10 +81,12 @@ def read_elf(path: Path) -> ElfInfo:
                 loads.append((p_vaddr, p_offset, p_filesz))
             elif p_type == PT_DYNAMIC:
                 dynamic = (p_offset, p_filesz)
+            elif p_type == PT_INTERP:
+                interp = data[p_offset:p_offset + p_filesz].split(b"\0", 1)[0].decode("utf-8", "replace")
     except struct.error:
         raise ElfError(f"{path}: truncated ELF header") from None
     if dynamic is None:
-        return ElfInfo(path, elf_class, machine)
+        return ElfInfo(path, elf_class, machine, interpreter=interp)
 
     entries: list[tuple[int, int]] = []
     size = struct.calcsize(dyn_fmt)
@@ -110,7 +119,12 @@ def read_elf(path: Path) -> ElfInfo:
 
     soname = next((string(v) for t, v in entries if t == DT_SONAME), None)
     return ElfInfo(path, elf_class, machine, needed=tuple(string(v) for t, v in entries if t == DT_NEEDED),
-                   soname=soname, rpath=paths(DT_RPATH), runpath=paths(DT_RUNPATH))
+                   soname=soname, rpath=paths(DT_RPATH), runpath=paths(DT_RUNPATH), interpreter=interp)
+
+
+def machine_system_dirs(machine: int) -> tuple[str, ...]:
+    """ld.so's system folders for ELF files of this e_machine (only /lib, /usr/lib for one unknown here)."""
+    return SYSTEM_DIRS_BY_MACHINE.get(machine, ("/lib", "/usr/lib"))
 
 
 def expand_origin(entry: str, obj: Path) -> str:
@@ -193,5 +207,6 @@ def resolve(roots: list[Path], ld_library_path: list[str] = (), system_dirs: tup
     return result
 
 
-__all__ = ["ElfError", "ElfInfo", "Finder", "Resolution", "Resolved", "SYSTEM_DIRS", "expand_origin", "find_in",
-           "ld_so_finder", "read_elf", "resolve"]
+__all__ = ["EM_AARCH64", "EM_X86_64", "ElfError", "ElfInfo", "Finder", "Resolution", "Resolved", "SYSTEM_DIRS",
+           "SYSTEM_DIRS_BY_MACHINE", "expand_origin", "find_in", "ld_so_finder", "machine_system_dirs", "read_elf",
+           "resolve"]
