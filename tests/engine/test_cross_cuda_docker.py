@@ -82,3 +82,23 @@ def test_sm121_is_cross_compiled_for_arm64_without_emulation(cross_project, tmp_
     assert "verify cuda-archs: passed" in proc.stdout and "sm_121a" in proc.stdout
     assert "verify no-vmm: passed" in proc.stdout
     no_emulation_here()
+
+
+def test_with_qemu_registered_the_arm64_server_reports_the_commit(cross_project):
+    """Where a binfmt handler exists, verify also runs the arm64 llama-server --version (emulated)."""
+    no_emulation_here()
+    args = ("build", "--arch", "cpu", "--platform", "linux/arm64", "--tag", "qemu")
+    try:
+        with qemu.registered("aarch64") as handler:
+            proc = run_cli(cross_project["root"], *args, env=cross_project["env"], timeout=1800)
+            assert qemu.handler_for("aarch64") == handler
+    except qemu.QemuUnavailable as exc:
+        pytest.fail(f"QEMU cannot be registered on this machine: {exc}")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    version = next(line for line in proc.stdout.splitlines() if line.startswith("verify version:"))
+    assert version.startswith("verify version: passed") and cross_project["commit"][:7] in version, version
+    no_emulation_here()  # removed again: the other tests prove "no emulation"
+    # and without the handler the same image's version check is skipped, saying why
+    again = run_cli(cross_project["root"], *args, env=cross_project["env"], timeout=1800)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "verify version: skipped" in again.stdout and "binfmt" in again.stdout
