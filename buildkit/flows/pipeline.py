@@ -324,7 +324,7 @@ def build_prepared(prepared: Prepared, cfg: ResolvedConfig, *, verify: bool = Tr
     report = VerifyReport(image=result.tags[0] if result.tags else "", checks=())
     if verify:
         with stage("verify", result.tags[0]):
-            report = verified_or_removed(prepared.plan, result.tags, prepared.cuda_root)
+            report = verified_or_removed(prepared.plan, result.tags, prepared.cuda_root, result.oci_archive)
     lock_path = cfg.path_value("lock.path")
     write_lock_entry(lock_path, lock_entry(prepared, result))
     return Built(prepared=prepared, result=result, report=report, lock_path=lock_path)

@@ -294,12 +294,14 @@ def _header(tree: ImageTree | None, plan: BuildPlan) -> bytes:
 VMM_NOT_RUN = "a VMM build needs the NVIDIA driver's libcuda.so.1 to start; no driver here"
 
 
-def verify_image(plan: BuildPlan, image: str, *, cuda_roots: list[Path] = ()) -> VerifyReport:
+def verify_image(plan: BuildPlan, image: str, *, cuda_roots: list[Path] = (),
+                 archive: Path | None = None) -> VerifyReport:
+    """archive: the OCI archive the build exported that image to (its files are read from it)."""
     engine = _engine()
     checks: list[Check] = []
     header = _header(None, plan)
     try:
-        with exported(engine, image, plan.request.platform) as tree:
+        with exported(engine, image, plan.request.platform, archive) as tree:
             checks += check_files(plan, tree)
             header = _header(tree, plan)
     except BuildkitError as exc:  # the engine's or the archive's own message

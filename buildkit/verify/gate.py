@@ -23,13 +23,14 @@ class FailedVerification(VerifyError):
         self.report = report
 
 
-def verified_or_removed(plan: BuildPlan, tags: Sequence[str], cuda_root: Path | None = None) -> VerifyReport:
+def verified_or_removed(plan: BuildPlan, tags: Sequence[str], cuda_root: Path | None = None,
+                        archive: Path | None = None) -> VerifyReport:
     """The report of tags[0]'s checks. When they cannot run (BuildkitError) or one fails
     (FailedVerification), every tag is removed from the engine first."""
     tag = tags[0]
     roots = [cuda_root] if cuda_root else []
     try:
-        report = verify_image(plan, tag, cuda_roots=roots)
+        report = verify_image(plan, tag, cuda_roots=roots, archive=archive)
     except BuildkitError:
         get_engine().untag(tags)
         raise

@@ -72,10 +72,12 @@ def wanted(rel: str) -> bool:
 
 
 @contextmanager
-def exported(engine, image: str, platform: str) -> Iterator[ImageTree]:
-    """The image's files in a temporary folder, removed afterwards; ImageSourceError/EngineError when unreadable."""
+def exported(engine, image: str, platform: str, archive: Path | None = None) -> Iterator[ImageTree]:
+    """The image's files in a temporary folder, removed afterwards; ImageSourceError/EngineError when unreadable.
+    archive: the build's own OCI archive of that image, read instead of a `docker save` of it."""
     with ExitStack() as stack:
-        opened = open_image(f"docker:{image}", stack, platform=platform, engine=engine)
+        spec = f"oci:{archive}" if archive is not None and Path(archive).is_file() else f"docker:{image}"
+        opened = open_image(spec, stack, platform=platform, engine=engine)
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="buildkit-verify-root-")))
         applied = apply_layers(opened, tmp / "root", include=wanted)
         yield ImageTree(root=applied.root, config=opened.config)
