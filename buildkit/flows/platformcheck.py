@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Sequence
 
+from buildkit.verify import binfmt
 from buildkit.flows.doctorcheck import FAIL, OK, WARN, Check, Variant, last_line, run_tool, version_tuple
 
 # Minimum host driver per CUDA major, NVIDIA's "CUDA Toolkit 11.x, 12.x, and 13.x Minimum Required
@@ -17,7 +18,7 @@ from buildkit.flows.doctorcheck import FAIL, OK, WARN, Check, Variant, last_line
 # CUDA 13.x needs >= 580, CUDA 12.x >= 525, CUDA 11.x >= 450. A newer driver always works.
 MIN_DRIVER = {13: 580, 12: 525, 11: 450}
 
-BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
+BINFMT_DIR = binfmt.BINFMT_DIR
 # buildx platform arch -> binfmt_misc handler name (what tonistiigi/binfmt and qemu-user-static register)
 QEMU_NAMES = {"arm64": "qemu-aarch64", "amd64": "qemu-x86_64", "arm": "qemu-arm", "ppc64le": "qemu-ppc64le",
               "s390x": "qemu-s390x", "riscv64": "qemu-riscv64", "386": "qemu-i386"}
@@ -84,21 +85,10 @@ def check_driver(variants: Sequence[Variant]) -> Check:
 
 
 def binfmt_handlers(root: Path = BINFMT_DIR) -> list[str] | None:
-    """The enabled binfmt_misc handlers; None when binfmt_misc is not mounted."""
-    try:
-        entries = [p for p in root.iterdir() if p.name not in ("register", "status")]
-    except OSError:
-        return None
+    """The enabled binfmt_misc handlers (verify/binfmt.py parses them); None when binfmt_misc is not mounted."""
     if not (root / "register").exists():
         return None
-    enabled = []
-    for entry in entries:
-        try:
-            if entry.read_text().startswith("enabled"):
-                enabled.append(entry.name)
-        except OSError:
-            continue
-    return sorted(enabled)
+    return sorted(h.name for h in binfmt.registered(root) if h.enabled)
 
 
 def judge_emulation(platforms: Sequence[str], host_arch: str, handlers: list[str] | None,
