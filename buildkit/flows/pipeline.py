@@ -281,8 +281,9 @@ def last_build_seconds(cfg: ResolvedConfig, request: BuildRequest) -> float | No
 
 
 def build_prepared(prepared: Prepared, cfg: ResolvedConfig, *, verify: bool = True, stream=None,
-                   options: BuildOptions | None = None) -> Built:
-    """buildx (OCI archive + docker load, or --load), verify, then write the lock."""
+                   options: BuildOptions | None = None, write_lock: bool = True) -> Built:
+    """buildx (OCI archive + docker load, or --load), verify, then write the lock (unless write_lock
+    is False: a platform of a multi-platform build, whose entries the index's flow writes)."""
     options = options or build_options(cfg)
     prepared = with_inputs(prepared)  # a plan re-made after prepare (publish) lacks the inputs label
     metadata = prepared.rendered.context_dir.parent / "metadata.json"
@@ -297,7 +298,8 @@ def build_prepared(prepared: Prepared, cfg: ResolvedConfig, *, verify: bool = Tr
         with stage("verify", result.tags[0]):
             report = verified_or_removed(prepared.plan, result.tags, prepared.cuda_root)
     lock_path = cfg.path_value("lock.path")
-    write_lock_entry(lock_path, lock_entry(prepared, result))
+    if write_lock:
+        write_lock_entry(lock_path, lock_entry(prepared, result))
     return Built(prepared=prepared, result=result, report=report, lock_path=lock_path)
 
 
