@@ -19,7 +19,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from buildkit.core.errors import ConfigError
+from buildkit.core.errors import ConfigError, RegistryError
 from buildkit.core.progress import stage
 from buildkit.engine.api import get_engine
 from buildkit.engine.buildx import BuildResult, check_buildx
@@ -55,13 +55,14 @@ class MultiResult:
     version: str = ""
     pushed: tuple[str, ...] = ()  # registry references, with push
     added: tuple[str, ...] = ()  # registry tags this run created or moved
+    origin: str = "built"  # or "registry": the registry had this index's build key, nothing was built
 
     def to_json(self) -> dict:
         return {
             "image_name": self.image_name, "variant": self.variant, "index_digest": self.index_digest,
             "digest": self.index_digest, "build_key": self.build_key, "tags": list(self.tags),
             "version": self.version, "pushed": list(self.pushed), "added": list(self.added),
-            "lock": str(self.lock_path),
+            "lock": str(self.lock_path), "origin": self.origin,
             "platforms": [{"platform": p.platform, "digest": p.result.digest, "build_key": p.prepared.build_key,
                            "verify": [vars(c) for c in p.report.checks]} for p in self.platforms],
         }
@@ -94,8 +95,8 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
                 extra_tags: tuple[str, ...] = ()) -> MultiResult:
     from buildkit.flows.publishing import _with_version
     from buildkit.oci.registry import client_for
-    from buildkit.release.publish import (_point_the_rest, _repository, check_immutable_free, default_variant,
-                                          with_extra_tags)
+    from buildkit.release.publish import (_point_the_rest, _repository, _reuse_published, check_immutable_free,
+                                          default_variant, with_extra_tags)
 
     items = platform_requests(cfg)  # every platform checked before anything else
     if version is not None:
@@ -119,9 +120,22 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
         if push:
             repository = _repository(image_name)
             client = stack.enter_context(client_for(repository.registry))
+            is_default = variant == default_variant(cfg)
+            reused = None if force else _reuse_published(client, repository, key, variant, commit, is_default,
+                                                         extra_tags)
+            if reused is not None:
+                digest, version, tags, added = reused
+                versioned = [(p, replace(pr, plan=_with_version(pr, version))) for p, _, pr in prepared]
+                builds = _published_platforms(client, repository.repository, digest, versioned)
+                pushed = tuple(f"{repository.name}:{t}" for t in tags.all)
+                lock_path = cfg.path_value("lock.path")
+                _record(lock_path, builds, target, image_name, digest, key, (), version, pushed)
+                return MultiResult(image_name=image_name, variant=variant, index_digest=digest, build_key=key,
+                                   platforms=tuple(builds), tags=(), lock_path=lock_path, version=version,
+                                   pushed=pushed, added=tuple(added), origin="registry")
             version = version or next_version(client.list_tags(repository.repository), variant, bump)
-            tags = with_extra_tags(release_tags(version, commit, variant, default_variant=variant == default_variant(cfg),
-                                                build_key=key), extra_tags)
+            tags = with_extra_tags(release_tags(version, commit, variant, default_variant=is_default, build_key=key),
+                                   extra_tags)
             check_immutable_free(client, repository.repository, tags, None, force=force)
             prepared = [(p, sub, replace(pr, plan=_with_version(pr, version))) for p, sub, pr in prepared]
         builds = []
@@ -151,14 +165,32 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
         if not load:  # loaded for the checks only
             get_engine().untag([t for b in builds for t in b.result.tags])
         lock_path = cfg.path_value("lock.path")
-        _record(lock_path, builds, variant, target, image_name, digest, key, local_tags if load else (),
+        _record(lock_path, builds, target, image_name, digest, key, local_tags if load else (),
                 version or first_request.version, pushed)
         return MultiResult(image_name=image_name, variant=variant, index_digest=digest, build_key=key,
                            platforms=tuple(builds), tags=local_tags if load else (), lock_path=lock_path,
                            version=version or first_request.version, pushed=pushed, added=tuple(added))
 
 
-def _record(lock_path: Path, builds: list[PlatformBuild], variant: str, target: str, image_name: str,
+def _published_platforms(client, repo: str, digest: str, prepared: list[tuple[str, Prepared]]) -> list[PlatformBuild]:
+    """The platforms of an index the registry has (found by its build-key tag), as builds of
+    nothing: each platform's manifest digest, read from the index, in its order."""
+    from buildkit.oci.ocilayout import Descriptor, json_document
+
+    where = f"registry {client.host}: {repo}@{digest[:19]}"
+    index = json_document(client.get_manifest(repo, digest)[0], where, "image index", RegistryError)
+    listed = [Descriptor.from_json(m) for m in index.get("manifests") or []]
+    found = [("/".join(str(d.platform.get(k)) for k in ("os", "architecture", "variant") if d.platform.get(k)),
+              d.digest) for d in listed]
+    wanted = [p for p, _ in prepared]
+    if [p for p, _ in found] != wanted:
+        raise RegistryError(f"{where}: the index lists {', '.join(p for p, _ in found) or 'nothing'}, not "
+                            f"{', '.join(wanted)}; publish again with --force")
+    return [PlatformBuild(p, pr, BuildResult(digest=d, config_digest="", tags=(), seconds=0.0),
+                          VerifyReport(image="", checks=())) for (p, pr), (_, d) in zip(prepared, found)]
+
+
+def _record(lock_path: Path, builds: list[PlatformBuild], target: str, image_name: str,
             digest: str, key: str, tags: tuple[str, ...], version: str, pushed: tuple[str, ...]) -> None:
     entries: dict[str, LockEntry] = {}
     records = []

@@ -55,6 +55,11 @@ def test_one_index_per_tag_pushed_with_the_lock_digests_and_reproduced(tmp_path,
     local = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}",
                             f"{registry_plain.host}/{repo}:cpu"], capture_output=True, text=True)
     assert local.stdout.strip() == index["index_digest"]
+    # published already: the index's build-key tag is found, nothing is built, the lock keeps the digests
+    again = json.loads(ok(buildkit(project, env, "build", "--push", "--json")).stdout)
+    assert again["origin"] == "registry" and again["index_digest"] == index["index_digest"]
+    assert json.loads((project / "buildkit.lock").read_text())["indexes"]["cpu/server"]["platforms"] == \
+        index["platforms"]
     proc = ok(buildkit(project, env, "reproduce", "buildkit.lock", "--json"))
     reproduced = json.loads(proc.stdout)
     assert reproduced["reproduced"] and reproduced["rebuilt"] == index["index_digest"]

@@ -156,8 +156,9 @@ def test_lock_round_trip_of_an_index_and_reproduce_reads_it_as_one_build(tmp_pat
     digests = {"linux/amd64": "sha256:" + "1" * 64, "linux/arm64": "sha256:" + "2" * 64}
     entries = {platform_entry_key("cpu", "server", p): lock_entry_for(p, d) for p, d in digests.items()}
     index = IndexEntry(variant="cpu", target="server", image_name="reg/x", index_digest="sha256:" + "3" * 64,
-                       build_key="ik", platforms=tuple(PlatformRecord(p, d, "k" + p, platform_entry_key("cpu", "server", p))
-                                                       for p, d in digests.items()),
+                       build_key="ik",
+                       platforms=tuple(PlatformRecord(p, d, "k" + p, platform_entry_key("cpu", "server", p))
+                                       for p, d in digests.items()),
                        tags=("reg/x:cpu",), version="0.1.0", pushed=("127.0.0.1:5000/x:cpu",))
     write_index_entry(path, index, entries)
     data = read_lock(path)
