@@ -68,6 +68,12 @@ class MultiResult:
         }
 
 
+def index_platforms(index) -> list[PlatformBuild]:
+    """The platforms of a baked multi-platform variant (flows/matrix.IndexBuild) as PlatformBuilds."""
+    return [PlatformBuild(u.variant.request.platform, u.prepared, u.outcome.result,
+                          u.report or VerifyReport(image="", checks=())) for u in index.units]
+
+
 def platform_requests(cfg: ResolvedConfig) -> list[tuple[str, ResolvedConfig, BuildRequest]]:
     """(platform, its config, its checked request) for each platform of build.platform, in order;
     every platform is checked (arch, CPU level) before any work."""
@@ -129,7 +135,7 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
                 builds = _published_platforms(client, repository.repository, digest, versioned)
                 pushed = tuple(f"{repository.name}:{t}" for t in tags.all)
                 lock_path = cfg.path_value("lock.path")
-                _record(lock_path, builds, target, image_name, digest, key, (), version, pushed)
+                record_index(lock_path, builds, target, image_name, digest, key, (), version, pushed)
                 return MultiResult(image_name=image_name, variant=variant, index_digest=digest, build_key=key,
                                    platforms=tuple(builds), tags=(), lock_path=lock_path, version=version,
                                    pushed=pushed, added=tuple(added), origin="registry")
@@ -165,7 +171,7 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
         if not load:  # loaded for the checks only
             get_engine().untag([t for b in builds for t in b.result.tags])
         lock_path = cfg.path_value("lock.path")
-        _record(lock_path, builds, target, image_name, digest, key, local_tags if load else (),
+        record_index(lock_path, builds, target, image_name, digest, key, local_tags if load else (),
                 version or first_request.version, pushed)
         return MultiResult(image_name=image_name, variant=variant, index_digest=digest, build_key=key,
                            platforms=tuple(builds), tags=local_tags if load else (), lock_path=lock_path,
@@ -190,8 +196,9 @@ def _published_platforms(client, repo: str, digest: str, prepared: list[tuple[st
                           VerifyReport(image="", checks=())) for (p, pr), (_, d) in zip(prepared, found)]
 
 
-def _record(lock_path: Path, builds: list[PlatformBuild], target: str, image_name: str,
-            digest: str, key: str, tags: tuple[str, ...], version: str, pushed: tuple[str, ...]) -> None:
+def record_index(lock_path: Path, builds: list[PlatformBuild], target: str, image_name: str,
+                 digest: str, key: str, tags: tuple[str, ...], version: str, pushed: tuple[str, ...]) -> None:
+    """The lock's index entry and each platform's entry (builds[<variant>/<target>@<platform>])."""
     entries: dict[str, LockEntry] = {}
     records = []
     for b in builds:

@@ -180,3 +180,21 @@ def test_a_malformed_index_entry_is_one_error(tmp_path):
                                                            "platforms": [{"platform": "linux/amd64"}]}}}))
     with pytest.raises(LockError, match=r"indexes\['cpu/server'\].platforms\[0\]: expected an object"):
         read_lock(path)
+
+
+def test_a_matrix_with_several_platforms_has_one_unit_per_platform_and_one_key_per_variant():
+    from buildkit.flows.matrix import local_name
+    from buildkit.plan.matrix import matrix_variants
+
+    cfg = load_config(None, {}, {"matrix.archs": (["cpu", "sm_121"], "t"), "matrix.cuda_versions": (["13.1"], "t"),
+                                 "build.platform": ("linux/amd64,linux/arm64", "--platform")})
+    variants, excluded = matrix_variants(cfg)
+    assert [v.unit for v in variants] == ["cpu@linux/amd64", "cpu@linux/arm64", "cuda13.1-sm121@linux/arm64"]
+    assert [v.key for v in variants] == ["cpu", "cpu", "cuda13.1-sm121"]
+    assert len({v.target_name for v in variants}) == 3 and all(v.platform_split for v in variants)
+    assert [local_name(v) for v in variants][:2] == ["cpu-linux-amd64", "cpu-linux-arm64"]
+    assert [c for c, _ in excluded] == ["sm_121 on linux/amd64"]
+    again = variants[1].with_values("nightly", image__version="0.2.0")
+    assert again.unit == "cpu@linux/arm64" and again.request.version == "0.2.0"
+    single, _ = matrix_variants(load_config(None, {}, {"matrix.archs": (["cpu"], "t")}))
+    assert [(v.unit, v.platform_split) for v in single] == [("cpu", False)]
