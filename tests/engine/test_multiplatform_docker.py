@@ -67,3 +67,35 @@ def test_one_index_per_tag_pushed_with_the_lock_digests_and_reproduced(tmp_path,
     mine = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", "--filter",
                            f"reference={registry_plain.host}/{repo}"], capture_output=True, text=True).stdout.split()
     subprocess.run(["docker", "image", "rm", *mine], capture_output=True)  # only the tags this test made
+
+
+def test_nightly_of_a_matrix_with_two_platforms_pushes_one_index(tmp_path, fork, registry_plain,
+                                                                 multiarch_base_image):  # noqa: F811
+    """bake builds one target per platform; the nightly tag is one index, the lock's. (The same inputs
+    as the test above but for the version label: BuildKit's cache has the compile.)"""
+    repo = "multi/nightly"
+    project = write_project(tmp_path / "project",
+                            source={"url": str(fork["path"]), "branch": "master", "commit": ""},
+                            image={"name": f"{registry_plain.host}/{repo}", "default_variant": "cpu"},
+                            build={"jobs": 2, "progress": "plain", "platform": ",".join(PLATFORMS)},
+                            base={"os_image": multiarch_base_image},
+                            matrix={"archs": ["cpu"], "cuda_versions": ["13.1"], "targets": ["server"]})
+    env, _ = spy_env(tmp_path)
+    out = tmp_path / "night.json"
+    proc = buildkit(project, env, "nightly", "--json", str(out))
+    summary = json.loads(out.read_text())
+    assert proc.returncode == 0 and [v["status"] for v in summary["variants"]] == ["passed"], \
+        proc.stderr[-3000:] + json.dumps(summary["variants"])[:2000]
+    lock = json.loads((project / "buildkit.lock").read_text())
+    index = lock["indexes"]["cpu/server"]
+    assert summary["variants"][0]["digest"] == index["index_digest"]
+    with RegistryClient(registry_plain.host) as client:
+        assert client.head_manifest(repo, "nightly-cpu").digest == index["index_digest"]
+        listed = json.loads(client.get_manifest(repo, "nightly-cpu")[0])
+    assert [m["digest"] for m in listed["manifests"]] == [p["manifest_digest"] for p in index["platforms"]]
+    assert [p["platform"] for p in index["platforms"]] == list(PLATFORMS)
+    for p in index["platforms"]:
+        assert lock["builds"][p["entry"]]["image_digest"] == p["manifest_digest"]
+    mine = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", "--filter",
+                           f"reference={registry_plain.host}/{repo}"], capture_output=True, text=True).stdout.split()
+    subprocess.run(["docker", "image", "rm", *mine], capture_output=True)  # only the tags this test made
