@@ -172,13 +172,14 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
             get_engine().untag([t for b in builds for t in b.result.tags])
         lock_path = cfg.path_value("lock.path")
         record_index(lock_path, builds, target, image_name, digest, key, local_tags if load else (),
-                version or first_request.version, pushed)
+                     version or first_request.version, pushed)
         return MultiResult(image_name=image_name, variant=variant, index_digest=digest, build_key=key,
                            platforms=tuple(builds), tags=local_tags if load else (), lock_path=lock_path,
                            version=version or first_request.version, pushed=pushed, added=tuple(added))
 
 
-def _published_platforms(client, repo: str, digest: str, prepared: list[tuple[str, Prepared]]) -> list[PlatformBuild]:
+def _published_platforms(client, repo: str, digest: str,
+                         prepared: list[tuple[str, Prepared]]) -> list[PlatformBuild]:
     """The platforms of an index the registry has (found by its build-key tag), as builds of
     nothing: each platform's manifest digest, read from the index, in its order."""
     from buildkit.oci.ocilayout import Descriptor, json_document

@@ -86,8 +86,8 @@ def parse_platforms(text: str, where: str = "build.platform") -> tuple[str, ...]
             raise ConfigError(f"{where} {text!r} has an empty entry (platforms are separated by one comma)")
         cpu = cpu_arch(item).docker  # an unknown platform: its own one-line error
         if cpu in seen:
-            raise ConfigError(f"{where} {text!r} names linux/{cpu} twice ({seen[cpu]} and {item}); "
-                              "each platform once")
+            how = "" if seen[cpu] == item else f" ({seen[cpu]} and {item})"
+            raise ConfigError(f"{where} {text!r} names linux/{cpu} twice{how}; each platform once")
         seen[cpu] = item
     return tuple(items)
 

@@ -198,3 +198,12 @@ def test_a_matrix_with_several_platforms_has_one_unit_per_platform_and_one_key_p
     assert again.unit == "cpu@linux/arm64" and again.request.version == "0.2.0"
     single, _ = matrix_variants(load_config(None, {}, {"matrix.archs": (["cpu"], "t")}))
     assert [(v.unit, v.platform_split) for v in single] == [("cpu", False)]
+
+
+def test_a_step_of_one_platform_refuses_a_list_in_one_line():
+    from buildkit.plan.buildplan import make_request
+
+    cfg = load_config(None, {}, {"build.arch": ("cpu", "--arch"),
+                                 "build.platform": ("linux/amd64,linux/arm64", "--platform")})
+    with pytest.raises(ConfigError, match="names several platforms: `buildkit build`, `bake` and `nightly`"):
+        make_request(cfg)
