@@ -273,7 +273,9 @@ def last_build_seconds(cfg: ResolvedConfig, request: BuildRequest) -> float | No
     from buildkit.release.lock import read_lock
 
     try:
-        entry = read_lock(cfg.path_value("lock.path"))["builds"].get(f"{request.variant}/{request.target}")
+        builds = read_lock(cfg.path_value("lock.path"))["builds"]
+        name = f"{request.variant}/{request.target}"
+        entry = builds.get(name) or builds.get(f"{name}@{request.platform}")  # (a platform of several)
     except BuildkitError:  # no lock, or one this version cannot read (LockError): no estimate, not an error
         return None
     seconds = (entry or {}).get("build_seconds")
