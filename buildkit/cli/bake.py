@@ -30,7 +30,8 @@ def bake(print_only: bool, bake_path: str | None, no_verify: bool, as_json: bool
     the others, and the exit code is 1 if any failed.
     """
     from buildkit.engine.bakefile import write_bake_file
-    from buildkit.flows.matrix import build_matrix, matrix_document, prepare_matrix
+    from buildkit.flows.matrix import assemble_indexes, build_matrix, matrix_document, prepare_matrix
+    from buildkit.flows.multiplatform import index_platforms, record_index
     from buildkit.plan.matrix import matrix_variants
     from buildkit.core.errors import BuildkitError
     from buildkit.release.lock import write_lock_entry
@@ -56,6 +57,7 @@ def bake(print_only: bool, bake_path: str | None, no_verify: bool, as_json: bool
         return
     with tempfile.TemporaryDirectory(prefix="buildkit-bake-") as tmp:
         builds, bake_file = build_matrix(variants, options, Path(tmp), verify=not no_verify)
+        indexes = assemble_indexes(builds, Path(tmp))
         if bake_path and bake_file:
             Path(bake_path).write_text(bake_file.read_text())
         lock_path = cfg.path_value("lock.path")
@@ -65,17 +67,36 @@ def bake(print_only: bool, bake_path: str | None, no_verify: bool, as_json: bool
             seconds = round(b.outcome.seconds, 1) if b.outcome else None
             if not b.ok:
                 failed += 1
-                rows.append({"variant": b.variant.key, "status": "failed", "image": None, "digest": None,
+                rows.append({"variant": b.variant.unit, "status": "failed", "image": None, "digest": None,
                              "seconds": seconds, "error": b.error})
                 if not as_json:
-                    click.echo(f"{b.variant.key}: failed: {b.error}")
+                    click.echo(f"{b.variant.unit}: failed: {b.error}")
                 continue
             result = b.outcome.result
-            write_lock_entry(lock_path, lock_entry(b.prepared, result))
-            rows.append({"variant": b.variant.key, "status": "built", "image": result.tags[0] if result.tags else None,
+            if not b.variant.platform_split:  # a platform of several: locked with its index, below
+                write_lock_entry(lock_path, lock_entry(b.prepared, result))
+            rows.append({"variant": b.variant.unit, "status": "built", "image": result.tags[0] if result.tags else None,
                          "digest": result.digest or result.config_digest, "seconds": seconds, "error": ""})
             if not as_json:
-                click.echo(f"{b.variant.key}: built {result.tags[0]} ({result.digest or result.config_digest})")
+                click.echo(f"{b.variant.unit}: built {result.tags[0]} ({result.digest or result.config_digest})")
+        for index in indexes:
+            platforms = [u.variant.request.platform for u in index.units]
+            if not index.ok:
+                failed += 1
+                rows.append({"variant": index.key, "status": "failed", "image": None, "digest": None,
+                             "platforms": platforms, "error": index.error})
+                if not as_json:
+                    click.echo(f"{index.key}: no index: {index.error}")
+                continue
+            first = index.units[0].variant.request
+            record_index(lock_path, index_platforms(index), first.target, first.image_name, index.digest,
+                         index.build_key, index.tags, first.version, ())
+            rows.append({"variant": index.key, "status": "built", "image": index.tags[0] if index.tags else None,
+                         "digest": index.digest, "index": True, "platforms": platforms,
+                         "manifests": {u.variant.request.platform: u.outcome.result.digest for u in index.units},
+                         "error": ""})
+            if not as_json:
+                click.echo(f"{index.key}: index {index.digest} of {', '.join(platforms)}")
     if as_json:
         click.echo(json.dumps({"lock": str(lock_path), "ok": not failed, "variants": rows,
                                "excluded": [{"combination": c, "reason": r} for c, r in excluded]}, indent=2))

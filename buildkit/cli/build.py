@@ -58,6 +58,15 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
     cfg = resolve(kwargs)
     if no_load and not push:
         raise ConfigError("--no-load goes with --push (a build without --push is for the engine)")
+    from buildkit.plan.platforms import is_multi
+
+    if is_multi(cfg["build.platform"]):
+        if print_only:
+            raise ConfigError("--print shows one buildx command; with several platforms print each one "
+                              "(--platform linux/amd64, then --platform linux/arm64)")
+        return _build_multi(cfg, push=push, version=version, bump=bump, force=force, verify=not no_verify,
+                            load=not no_load, extra_tags=extra_tags, preflight=not no_preflight,
+                            min_free_gb=min_free_gb, as_json=as_json)
     if print_only:
         import tempfile
 
@@ -107,3 +116,27 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
     click.echo(f"tags: {' '.join(built.result.tags)}")
     click.echo(f"lock: {built.lock_path}")
     click.echo(summary_line(facts))
+
+
+def _build_multi(cfg, *, preflight: bool, min_free_gb: float | None, as_json: bool, **kwargs) -> None:
+    """Several platforms: one build each, one OCI index under every tag (flows/multiplatform.py)."""
+    from buildkit.flows.multiplatform import build_multi, platform_requests
+
+    platform_requests(cfg)  # a bad platform list is the first error, before the preflight
+    if preflight:
+        from buildkit.flows.doctor import preflight as run_preflight
+
+        run_preflight(cfg, min_free_gb=min_free_gb, echo=lambda line: click.echo(line, err=True))
+    result = build_multi(cfg, **kwargs)
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=2))
+        return
+    for p in result.platforms:
+        for check in p.report.checks:
+            click.echo(f"verify {p.platform} {check.name}: {check.status}: {check.detail}")
+        click.echo(f"{p.platform}: {p.result.digest} (build key {p.prepared.build_key[:12]})")
+    click.echo(f"index {result.index_digest} of {', '.join(p.platform for p in result.platforms)}")
+    if result.pushed:
+        click.echo(f"pushed: {' '.join(result.pushed)}")
+    click.echo(f"tags: {' '.join(result.tags) or '-'}")
+    click.echo(f"lock: {result.lock_path}")

@@ -45,11 +45,19 @@ def reproduce(target: str, build_key: str | None, config_path: str | None, patch
     report of the layers that differ and, inside them, the files (path, size, sha256).
     """
     from buildkit.plan.config import find_config_file
-    from buildkit.flows.record import load_record
-    from buildkit.flows.reproduce import reproduce as run
+    from buildkit.flows.record import IndexRecorded, load_record
+    from buildkit.flows.reproduce import reproduce as run, reproduce_index
 
     record = load_record(target, build_key)
     cfg_path = find_config_file(config_path, os.environ, Path.cwd())
+    if isinstance(record, IndexRecorded):  # a multi-platform build: every platform, then the index
+        index = reproduce_index(record, config_path=cfg_path, source=source, patches=patches,
+                                keep=Path(keep).resolve() if keep else None, use_cache=use_cache,
+                                provenance=provenance)
+        click.echo(json.dumps(index.to_json(), indent=2) if as_json else index.report())
+        if not index.reproduced:
+            sys.exit(DIFFERENT)
+        return
     result = run(record, config_path=cfg_path, source=source, patches=patches,
                  keep=Path(keep).resolve() if keep else None, use_cache=use_cache, provenance=provenance)
     if as_json:

@@ -47,6 +47,12 @@ def variants_of(cfg, matrix: bool = False) -> list[Variant]:
     from buildkit.plan.buildplan import make_request
 
     if not matrix:
+        from buildkit.plan.platforms import is_multi
+
+        if is_multi(cfg["build.platform"]):  # one variant per platform of a multi-platform build
+            from buildkit.flows.multiplatform import platform_requests
+
+            return [_variant(request) for _, _, request in platform_requests(cfg)]
         return [_variant(make_request(cfg))]
     from buildkit.plan.matrix import matrix_variants
 

@@ -1,6 +1,9 @@
 """A matrix build: prepare every variant, bake them all, verify each loaded image.
 
-A variant that fails at any stage is reported and does not stop the others.
+A variant that fails at any stage is reported and does not stop the others. A multi-platform
+variant (plan/matrix.py: one Variant per platform, platform_split) is one bake target per platform,
+each tagged <variant>-<os>-<arch> locally and verified alone; `assemble_indexes` then puts the
+platforms of each variant under one OCI index (oci/ociindex.py) with the variant's own tags.
 """
 
 from __future__ import annotations
@@ -44,12 +47,17 @@ def prepare_matrix(variants: Sequence[Variant], work_dir: Path, *, stop_on: tupl
     prepared, errors = {}, {}
     for variant in variants:
         try:
-            prepared[variant.key] = prepare(variant.cfg, work_dir / variant.target_name / "context")
+            prepared[variant.unit] = prepare(variant.cfg, work_dir / variant.target_name / "context")
         except stop_on:
             raise
         except BuildkitError as exc:
-            errors[variant.key] = str(exc)
+            errors[variant.unit] = str(exc)
     return prepared, errors
+
+
+def local_name(variant: Variant) -> str:
+    """The name in a unit's local tags: the variant's, with the platform for one platform of several."""
+    return f"{variant.key}-{variant.request.platform.replace('/', '-')}" if variant.platform_split else variant.key
 
 
 def matrix_document(variants: Sequence[Variant], prepared: dict, options: BuildOptions, work_dir: Path) -> dict:
@@ -60,13 +68,13 @@ def matrix_document(variants: Sequence[Variant], prepared: dict, options: BuildO
 
     targets = {}
     for variant in variants:
-        if variant.key not in prepared:
+        if variant.unit not in prepared:
             continue
-        p = prepared[variant.key]
+        p = prepared[variant.unit]
         argv = buildx_argv(p.plan, p.rendered, options, work_dir / variant.target_name / "metadata.json")
         target = bake_target_from_argv(argv)
         extra = tuple(tag_of(t) for t in p.plan.tags[2:])
-        tags = list(build_tags(variant.request.image_name, variant.key, p.source.commit, extra))
+        tags = list(build_tags(variant.request.image_name, local_name(variant), p.source.commit, extra))
         targets[variant.target_name] = retag(target, tags)
     return bake_document(targets)
 
@@ -90,10 +98,10 @@ def build_matrix(variants: Sequence[Variant], options: BuildOptions, work_dir: P
     """Prepare every variant, bake them all, verify each loaded image. A variant that fails at any
     stage is reported and does not stop the others. Returns (builds in matrix order, bake file)."""
     prepared, errors = prepare_matrix(variants, work_dir, stop_on=stop_on)
-    builds: dict[str, VariantBuild] = {v.key: VariantBuild(v, None, None, None, errors[v.key])
-                                       for v in variants if v.key in errors}
+    builds: dict[str, VariantBuild] = {v.unit: VariantBuild(v, None, None, None, errors[v.unit])
+                                       for v in variants if v.unit in errors}
     bake_file = None
-    ready = [v for v in variants if v.key in prepared]
+    ready = [v for v in variants if v.unit in prepared]
     if ready:
         from buildkit.engine.buildx import check_buildx
 
@@ -107,10 +115,69 @@ def build_matrix(variants: Sequence[Variant], options: BuildOptions, work_dir: P
         outcomes = run_bake(bake_file, [v.target_name for v in ready], options, work_dir, stream=stream)
         for variant in ready:
             outcome = outcomes[variant.target_name]
-            p = prepared[variant.key]
+            p = prepared[variant.unit]
             if not outcome.ok:
-                builds[variant.key] = VariantBuild(variant, p, outcome, None, outcome.error)
+                builds[variant.unit] = VariantBuild(variant, p, outcome, None, outcome.error)
                 continue
             report, error = verify_variant(p, outcome) if verify else (None, "")
-            builds[variant.key] = VariantBuild(variant, p, outcome, report, error)
-    return [builds[v.key] for v in variants], bake_file
+            builds[variant.unit] = VariantBuild(variant, p, outcome, report, error)
+    return [builds[v.unit] for v in variants], bake_file
+
+
+@dataclass(frozen=True)
+class IndexBuild:
+    """The platforms of one multi-platform variant under one OCI index (loaded with the variant's tags)."""
+    key: str
+    units: tuple[VariantBuild, ...]
+    digest: str  # "" when a platform failed
+    archive: Path | None
+    tags: tuple[str, ...]  # local references
+    build_key: str
+    error: str
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+
+def assemble_indexes(builds: Sequence[VariantBuild], work_dir: Path, *, load: bool = True) -> list[IndexBuild]:
+    """One index per multi-platform variant, over its platforms in their order; a variant with a
+    failed platform gets no index (its error names the platform)."""
+    from buildkit.core.errors import BuildkitError
+    from buildkit.engine.api import get_engine
+    from buildkit.oci.ociindex import write_index_archive
+    from buildkit.plan.buildkey import index_key
+    from buildkit.plan.tags import build_key_tag, build_tags
+
+    groups: dict[str, list[VariantBuild]] = {}
+    for b in builds:
+        if b.variant.platform_split:
+            groups.setdefault(b.variant.key, []).append(b)
+    out = []
+    for key, units in groups.items():
+        failed = [u for u in units if not u.ok]
+        if failed:
+            error = "; ".join(f"{u.variant.request.platform}: {u.error}" for u in failed)
+            out.append(IndexBuild(key, tuple(units), "", None, (), "", f"not every platform was built: {error}"))
+            continue
+        first = units[0].prepared
+        assert first is not None and all(u.outcome is not None and u.outcome.result is not None for u in units)
+        if any(u.outcome.result.oci_archive is None for u in units):
+            out.append(IndexBuild(key, tuple(units), "", None, (), "", "a multi-platform variant needs the OCI "
+                                  "exporter (the containerd image store, build.reproducible = auto)"))
+            continue
+        ikey = index_key((u.variant.request.platform, u.prepared.build_key) for u in units)
+        extra = tuple(tag_of(t) for t in first.plan.tags[2:] if not tag_of(t).startswith("bk-"))
+        tags = build_tags(units[0].variant.request.image_name, key, first.source.commit, extra)
+        tags += (f"{units[0].variant.request.image_name}:{build_key_tag(ikey, key)}",)
+        archive = work_dir / f"index-{units[0].variant.target_name}.oci.tar"
+        try:
+            digest = write_index_archive([(u.variant.request.platform, u.outcome.result.oci_archive)
+                                          for u in units], archive, tags if load else ())
+            if load:
+                get_engine().load(archive, tags)
+        except BuildkitError as exc:
+            out.append(IndexBuild(key, tuple(units), "", None, (), ikey, f"the index was not made: {exc}"))
+            continue
+        out.append(IndexBuild(key, tuple(units), digest, archive, tags if load else (), ikey, ""))
+    return out

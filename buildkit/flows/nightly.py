@@ -229,7 +229,7 @@ def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = F
         record = read_nightly_record(lock_path, url, branch)
         with client_for(repository.registry) as client:
             previous = {v.key: last_built(client, repository.repository, v.key,
-                                          (record.get("variants") or {}).get(v.key)) for v in variants}
+                                          (record.get("variants") or {}).get(v.key)) for v in one_per_key(variants)}
             summary.check_seconds = time.monotonic() - start
             commits = [p.commit for p in previous.values() if p is not None and p.commit]
             summary.old_commit = collections.Counter(commits).most_common(1)[0][0] if commits else None
@@ -240,7 +240,7 @@ def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = F
                                                 commit=previous[v.key].commit, digest=previous[v.key].digest,
                                                 version=previous[v.key].version or "",
                                                 tags=[nightly_tag(v.key)], known_from=previous[v.key].known_from)
-                                    for v in variants]
+                                    for v in one_per_key(variants)]
                 summary.changelog = Changelog(head, head, ())
                 return summary
             existing = client.list_tags(repository.repository)
@@ -253,15 +253,20 @@ def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = F
         summary.error = str(exc)
         done = {v.variant for v in summary.variants}
         summary.variants += [_result_for(v, FAILED, error="not built: the night failed before this variant")
-                             for v in variants if v.key not in done]
+                             for v in one_per_key(variants) if v.key not in done]
     finally:
         summary.seconds = time.monotonic() - start
     return summary
 
 
+def one_per_key(variants: list[Variant]) -> list[Variant]:
+    """A multi-platform variant's first platform stands for it (one nightly tag, one summary row)."""
+    return list({v.key: v for v in reversed(variants)}.values())[::-1]
+
+
 def _build_and_publish(cfg, client, repository, summary: Summary, variants, todo, previous, head, patch_set,
                        lock_path, *, verify: bool, stream) -> None:
-    from buildkit.flows.matrix import build_matrix
+    from buildkit.flows.matrix import assemble_indexes, build_matrix
     from buildkit.source.changelog import changelog
     from buildkit.flows.pipeline import build_options, cache_root, lock_entry
     from buildkit.release.publish import publish_local_image
@@ -287,10 +292,15 @@ def _build_and_publish(cfg, client, repository, summary: Summary, variants, todo
                 p = previous[v.key]
                 results[v.key] = _result_for(v, FAILED, previous_commit=p.commit if p else None,
                                              error=f"not built: {exc}")
-            summary.variants = [results[v.key] for v in variants]
+            summary.variants = [results[v.key] for v in one_per_key(variants)]
             return
         summary.changelog = changelog(cache_root(cfg), summary.url, summary.old_commit, head)
+        for index in assemble_indexes(builds, Path(tmp)):
+            results[index.key] = _publish_index(client, repository, summary, index, previous[index.key], head,
+                                                patch_set, lock_path)
         for b in builds:
+            if b.variant.platform_split:  # published with its index, above
+                continue
             v, p = b.variant, previous[b.variant.key]
             seconds = b.outcome.seconds if b.outcome else None
             checks = [asdict(c) for c in b.report.checks] if b.report else []
@@ -317,4 +327,39 @@ def _build_and_publish(cfg, client, repository, summary: Summary, variants, todo
             results[v.key] = _result_for(v, PASSED, previous_commit=p.commit if p else None, commit=head,
                                          digest=digest, version=summary.version, tags=list(tags.all),
                                          changed_tags=list(added), build_seconds=seconds, checks=checks)
-    summary.variants = [results[v.key] for v in variants]
+    summary.variants = [results[v.key] for v in one_per_key(variants)]
+
+
+def _publish_index(client, repository, summary: Summary, index, p: Previous | None, head: str, patch_set: str,
+                   lock_path: Path) -> VariantResult:
+    """A baked multi-platform variant: its index (each platform's manifest by digest, then the index)
+    under the nightly tags; the lock gets the index and each platform's entry."""
+    from buildkit.flows.multiplatform import index_platforms, record_index
+    from buildkit.oci.ociindex import push_index
+    from buildkit.release.publish import _point_the_rest, check_immutable_free
+
+    v = index.units[0].variant
+    seconds = max((u.outcome.seconds for u in index.units if u.outcome), default=None)
+    checks = [dict(asdict(c), platform=u.variant.request.platform) for u in index.units if u.report
+              for c in u.report.checks]
+    previous_commit = p.commit if p else None
+    if not index.ok:
+        return _result_for(v, FAILED, previous_commit=previous_commit, error=index.error, build_seconds=seconds,
+                           checks=checks)
+    tags = nightly_tags(summary.version, head, v.key)
+    try:
+        check_immutable_free(client, repository.repository, tags, index.digest, force=False)
+        digest = push_index(client, repository.repository, index.archive, [tags.immutable[0]])
+        added = [tags.immutable[0]] + _point_the_rest(client, repository, digest, tags, force=False)
+        pushed = tuple(f"{repository.name}:{t}" for t in tags.all)
+        record_index(lock_path, index_platforms(index), v.request.target, v.request.image_name, digest,
+                     index.build_key, index.tags, summary.version, pushed)
+        update_nightly_record(lock_path, summary.url, summary.branch, v.key, {
+            "commit": head, "patch_set_sha256": patch_set, "digest": digest, "version": summary.version,
+            "date": summary.date})
+    except BuildkitError as exc:
+        return _result_for(v, FAILED, previous_commit=previous_commit, error=f"built, not published: {exc}",
+                           build_seconds=seconds, checks=checks)
+    return _result_for(v, PASSED, previous_commit=previous_commit, commit=head, digest=digest,
+                       version=summary.version, tags=list(tags.all), changed_tags=list(added),
+                       build_seconds=seconds, checks=checks)

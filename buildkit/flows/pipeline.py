@@ -294,7 +294,9 @@ def last_build_seconds(cfg: ResolvedConfig, request: BuildRequest) -> float | No
     from buildkit.release.lock import read_lock
 
     try:
-        entry = read_lock(cfg.path_value("lock.path"))["builds"].get(f"{request.variant}/{request.target}")
+        builds = read_lock(cfg.path_value("lock.path"))["builds"]
+        name = f"{request.variant}/{request.target}"
+        entry = builds.get(name) or builds.get(f"{name}@{request.platform}")  # (a platform of several)
     except BuildkitError:  # no lock, or one this version cannot read (LockError): no estimate, not an error
         return None
     seconds = (entry or {}).get("build_seconds")
@@ -309,8 +311,9 @@ def check_build_machine(request: BuildRequest, stream=None) -> None:
 
 
 def build_prepared(prepared: Prepared, cfg: ResolvedConfig, *, verify: bool = True, stream=None,
-                   options: BuildOptions | None = None) -> Built:
-    """buildx (OCI archive + docker load, or --load), verify, then write the lock."""
+                   options: BuildOptions | None = None, write_lock: bool = True) -> Built:
+    """buildx (OCI archive + docker load, or --load), verify, then write the lock (unless write_lock
+    is False: a platform of a multi-platform build, whose entries the index's flow writes)."""
     options = options or build_options(cfg)
     check_build_machine(prepared.plan.request, stream)
     prepared = with_inputs(prepared)  # a plan re-made after prepare (publish) lacks the inputs label
@@ -326,7 +329,8 @@ def build_prepared(prepared: Prepared, cfg: ResolvedConfig, *, verify: bool = Tr
         with stage("verify", result.tags[0]):
             report = verified_or_removed(prepared.plan, result.tags, prepared.cuda_root, result.oci_archive)
     lock_path = cfg.path_value("lock.path")
-    write_lock_entry(lock_path, lock_entry(prepared, result))
+    if write_lock:
+        write_lock_entry(lock_path, lock_entry(prepared, result))
     return Built(prepared=prepared, result=result, report=report, lock_path=lock_path)
 
 

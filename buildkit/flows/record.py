@@ -66,6 +66,43 @@ def select_entry(builds: Mapping[str, dict], key: str | None, path: Path) -> tup
                          f"({', '.join(builds)})")
 
 
+@dataclass(frozen=True)
+class IndexRecorded:
+    """A recorded multi-platform build: the index digest and each platform's own record, in the
+    index's order."""
+    origin: str
+    index_digest: str
+    platforms: tuple[tuple[str, Recorded], ...]  # (platform, its record)
+
+
+def _index_of(data: dict, key: str | None) -> str | None:
+    """The indexes[] key a reproduce of this lock means: the one named, or the only build recorded
+    when that is one multi-platform build (its platforms' entries are part of it)."""
+    indexes = data.get("indexes") or {}
+    if key is not None:
+        return key if key in indexes else None
+    if len(indexes) != 1:
+        return None
+    name, index = next(iter(indexes.items()))
+    members = {p["entry"] for p in index["platforms"]}
+    return name if set(data["builds"]) <= members else None
+
+
+def from_lock_index(path: Path, data: dict, name: str) -> IndexRecorded:
+    index = data["indexes"][name]
+    where = f"lock {path} ({name})"
+    platforms = []
+    for item in index["platforms"]:
+        if item["entry"] not in data["builds"]:
+            raise ReproduceError(f"{where}: the entry {item['entry']!r} of {item['platform']} is missing")
+        rec = from_lock(path, item["entry"])
+        if rec.image_digest != item["manifest_digest"]:
+            raise ReproduceError(f"{where}: {item['entry']} records {rec.image_digest}, the index "
+                                 f"{item['manifest_digest']}")
+        platforms.append((item["platform"], rec))
+    return IndexRecorded(origin=where, index_digest=index["index_digest"], platforms=tuple(platforms))
+
+
 def from_lock(path: Path, key: str | None = None) -> Recorded:
     """A record from a lock entry: its fields, and the labels it recorded for the rest."""
     if not path.is_file():
@@ -94,7 +131,7 @@ def from_image(spec: str, platform: str = "linux/amd64") -> Recorded:
                            originals=(spec,))
 
 
-def load_record(target: str, key: str | None = None) -> Recorded:
+def load_record(target: str, key: str | None = None) -> "Recorded | IndexRecorded":
     """LOCK file or IMAGE reference."""
     path = Path(target).expanduser()
     if path.is_file():
@@ -103,5 +140,10 @@ def load_record(target: str, key: str | None = None) -> Recorded:
         with path.open("rb") as fh:
             head = fh.read(512).lstrip()
         if head.startswith(b"{") or path.suffix == ".lock":
+            if path.is_file():
+                data = read_lock(path)
+                name = _index_of(data, key)
+                if name is not None:
+                    return from_lock_index(path, data, name)
             return from_lock(path, key)
     return from_image(target)

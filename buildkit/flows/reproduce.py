@@ -39,7 +39,7 @@ from buildkit.oci.ocilayout import OciArchive, open_image
 from buildkit.plan.inputs import cuda_wheel_hashes
 from buildkit.source.patches import load_patch_queue
 from buildkit.flows.pipeline import patch_dir, prepare
-from buildkit.flows.record import Recorded
+from buildkit.flows.record import IndexRecorded, Recorded
 from buildkit.oci.imageref import name_of
 from buildkit.plan.buildplan import make_request
 from buildkit.plan.render import templates_sha256
@@ -220,3 +220,56 @@ def compare_with_original(rec: Recorded, archive: Path) -> tuple[ImageDiff | Non
                                                                      source=f"rebuild {archive.name}")
             return diff_images(original, rebuilt), spec
     return None, "; ".join(tried) or "no local or pushed copy was recorded"
+
+
+# --------------------------------------------------------------------------- a multi-platform build
+
+@dataclass
+class IndexReproduceResult:
+    recorded: "IndexRecorded"
+    digest: str  # the index assembled from the rebuilt platforms
+    platforms: list[tuple[str, ReproduceResult]]
+
+    @property
+    def reproduced(self) -> bool:
+        return self.digest == self.recorded.index_digest and all(r.reproduced for _, r in self.platforms)
+
+    @property
+    def warnings(self) -> list[str]:
+        return [w for _, r in self.platforms for w in r.warnings]
+
+    def report(self) -> str:
+        lines = [f"recorded: {self.recorded.origin}", f"  index {self.recorded.index_digest}"]
+        for platform, result in self.platforms:
+            lines.append(f"{platform}:")
+            lines += [f"  {line}" for line in result.report().splitlines()[1:]]
+        lines.append(f"rebuilt index: {self.digest}")
+        lines.append("reproduced: every platform's manifest and the index have the recorded digests, bit for bit"
+                     if self.reproduced else "NOT reproduced: " + ("the index digests differ" if all(
+                         r.reproduced for _, r in self.platforms) else "a platform's manifest digest differs"))
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {"reproduced": self.reproduced, "recorded": self.recorded.index_digest, "rebuilt": self.digest,
+                "origin": self.recorded.origin, "warnings": self.warnings,
+                "platforms": [{"platform": p, "reproduced": r.reproduced, "recorded": r.recorded.image_digest,
+                               "rebuilt": r.digest, "diff": r.diff.to_json() if r.diff else None}
+                              for p, r in self.platforms]}
+
+
+def reproduce_index(rec: "IndexRecorded", *, keep: Path | None = None, **kwargs) -> IndexReproduceResult:
+    """Rebuild every platform of a recorded multi-platform build (reproduce, one by one), then
+    assemble their index (oci/ociindex.py) and compare it with the recorded index digest."""
+    from buildkit.oci.ociindex import index_digest_of
+
+    with tempfile.TemporaryDirectory(prefix="buildkit-reproduce-index-") as tmp:
+        where = keep or Path(tmp)
+        results = []
+        for platform, platform_rec in rec.platforms:
+            folder = where / platform.replace("/", "-")
+            results.append((platform, reproduce(platform_rec, keep=folder, **kwargs)))
+        digest = index_digest_of([(p, where / p.replace("/", "-") / "reproduced.oci.tar") for p, _ in results])
+        if keep is None:
+            for _, result in results:
+                result.archive = None
+        return IndexReproduceResult(recorded=rec, digest=digest, platforms=results)

@@ -47,3 +47,10 @@ def build_key(plan: BuildPlan, base_images: Iterable[BaseImage], cuda_manifest: 
               cpu_host: str | None = None) -> str:
     """cpu_host: for cpu_level native, the build machine's CPU (its code depends on it)."""
     return key_of(plan_inputs(plan, tuple(base_images), cuda_manifest, cpu_host))
+
+
+def index_key(platform_keys: Iterable[tuple[str, str]]) -> str:
+    """The build key of a multi-platform build: one hash over (platform, build key) in index order
+    (the index's tag bk-<key>-<variant> finds it again; any platform's inputs change it)."""
+    pairs = [[platform, key] for platform, key in platform_keys]
+    return hashlib.sha256(json.dumps({"platforms": pairs}, sort_keys=True).encode()).hexdigest()

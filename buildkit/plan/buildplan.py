@@ -133,6 +133,9 @@ def make_request(cfg: ResolvedConfig) -> BuildRequest:
     platform = cfg["build.platform"]
     if cfg.origins.get("build.platform") == PLATFORM_FOLLOWS:  # a matrix variant may have another arch
         platform = default_platform(arch)
+    if "," in platform:
+        raise ConfigError(f"build.platform {platform!r} names several platforms: `buildkit build`, `bake` and "
+                          "`nightly` build those (one index per tag); this step takes one (--platform linux/amd64)")
     if not PLATFORM_RE.match(platform):
         raise ConfigError(f"build.platform {platform!r} is not of the form os/arch (linux/amd64)")
     cpu_level = get_level(cfg["build.cpu_level"], platform)

@@ -1,9 +1,16 @@
-"""The build matrix (pure): `matrix.archs` x `matrix.cuda_versions` x `matrix.targets`.
+"""The build matrix (pure): `matrix.archs` x `matrix.cuda_versions` x `matrix.targets` (x the
+platforms, when build.platform names several).
 
 cpu ignores the CUDA versions. Each combination is one *variant*, named like its tags:
 `cuda13.1-sm120`, `cpu`, and `<that>-<target>` for targets other than `server` (the image most
 users run keeps the short name). An arch the CUDA version cannot build is left out of the
 matrix with the reason, not an error.
+
+With `build.platform = "linux/amd64,linux/arm64"` each variant is built once per platform: one
+Variant per platform, all with the variant's key (their tags' name) and `platform_split` set; the
+flows build each as its own bake target and publish one OCI index per variant (flows/matrix.py).
+An arch that does not exist on one of the platforms (sm_121 on amd64) leaves that platform out,
+with the reason.
 """
 
 from __future__ import annotations
@@ -12,9 +19,10 @@ import re
 from dataclasses import dataclass, replace
 
 from buildkit.core.errors import ArchError, ConfigError
-from buildkit.plan.archs import check_cuda_support, get_arch
+from buildkit.plan.archs import check_cuda_support, check_platform, get_arch
 from buildkit.plan.buildplan import BuildRequest, make_request
 from buildkit.plan.config import ResolvedConfig
+from buildkit.plan.platforms import is_multi, parse_platforms
 
 _TARGET_NAME_BAD = re.compile(r"[^A-Za-z0-9_-]")
 
@@ -24,15 +32,21 @@ class Variant:
     key: str  # the variant as tags name it: cpu, cuda13.1-sm120, cuda13.1-sm120-full
     cfg: ResolvedConfig  # the configuration with build.arch / cuda_version / target of this variant
     request: BuildRequest
+    platform_split: bool = False  # one platform of a multi-platform variant (its index has the key's tags)
+
+    @property
+    def unit(self) -> str:
+        """What is built once: the key, with the platform for one platform of a multi-platform variant."""
+        return f"{self.key}@{self.request.platform}" if self.platform_split else self.key
 
     @property
     def target_name(self) -> str:
         """The bake target name (bake allows letters, digits, '_' and '-' only)."""
-        return bake_target_name(self.key)
+        return bake_target_name(self.unit)
 
     def with_values(self, origin: str, **values) -> "Variant":
         cfg = with_values(self.cfg, origin, **values)
-        return Variant(key=self.key, cfg=cfg, request=make_request(cfg))
+        return Variant(key=self.key, cfg=cfg, request=make_request(cfg), platform_split=self.platform_split)
 
 
 def bake_target_name(key: str) -> str:
@@ -63,6 +77,7 @@ def matrix_variants(cfg: ResolvedConfig) -> tuple[list[Variant], list[tuple[str,
     for target in targets:
         if target not in ("server", "full", "light"):
             raise ConfigError(f"matrix.targets: {target!r} is not one of server, full, light")
+    platforms = parse_platforms(cfg["build.platform"]) if is_multi(cfg["build.platform"]) else (None,)
     variants: list[Variant] = []
     excluded: list[tuple[str, str]] = []
     seen: set[str] = set()
@@ -76,14 +91,23 @@ def matrix_variants(cfg: ResolvedConfig) -> tuple[list[Variant], list[tuple[str,
                     excluded.append((f"{arch.name} with CUDA {cuda}", str(exc)))
                     continue
             for target in targets:
-                sub = with_values(cfg, "matrix", build__arch=arch.name, build__cuda_version=cuda,
-                                  build__target=target)
-                request = make_request(sub)
-                key = variant_key(request)
-                if key in seen:
-                    continue
-                seen.add(key)
-                variants.append(Variant(key=key, cfg=sub, request=request))
+                for platform in platforms:
+                    sub = with_values(cfg, "matrix", build__arch=arch.name, build__cuda_version=cuda,
+                                      build__target=target)
+                    if platform is not None:
+                        sub = with_values(sub, cfg.origins["build.platform"], build__platform=platform)
+                        try:
+                            check_platform(arch, platform)
+                        except ArchError as exc:
+                            excluded.append((f"{arch.name} on {platform}", str(exc)))
+                            continue
+                    request = make_request(sub)
+                    variant = Variant(key=variant_key(request), cfg=sub, request=request,
+                                      platform_split=platform is not None)
+                    if variant.unit in seen:
+                        continue
+                    seen.add(variant.unit)
+                    variants.append(variant)
     if not variants:
         raise ConfigError("the build matrix is empty: " + "; ".join(f"{c}: {why}" for c, why in excluded))
     return variants, excluded

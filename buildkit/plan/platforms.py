@@ -88,3 +88,27 @@ def judge_build_machine(build_platform: str, platform: str, engine: str) -> str 
 
 
 TOOLCHAIN_PATH = "/toolchain.cmake"  # where the build stage has it (templates/toolchain.cmake.j2, in the context)
+
+
+def parse_platforms(text: str, where: str = "build.platform") -> tuple[str, ...]:
+    """'linux/amd64,linux/arm64' -> ('linux/amd64', 'linux/arm64'), in the order written (the order of
+    the index's manifests). One line for an empty item, a duplicate (also linux/arm64 next to
+    linux/arm64/v8: one CPU) or a platform buildkit does not build."""
+    items = [p.strip() for p in str(text).split(",")]
+    if not any(items):
+        raise ConfigError(f"{where} is empty; name a platform such as linux/amd64")
+    seen: dict[str, str] = {}
+    for item in items:
+        if not item:
+            raise ConfigError(f"{where} {text!r} has an empty entry (platforms are separated by one comma)")
+        cpu = cpu_arch(item).docker  # an unknown platform: its own one-line error
+        if cpu in seen:
+            how = "" if seen[cpu] == item else f" ({seen[cpu]} and {item})"
+            raise ConfigError(f"{where} {text!r} names linux/{cpu} twice{how}; each platform once")
+        seen[cpu] = item
+    return tuple(items)
+
+
+def is_multi(text: str) -> bool:
+    """True when build.platform names several platforms (a multi-platform build, one index per tag)."""
+    return "," in str(text)

@@ -130,6 +130,12 @@ def check_lock(data, path: Path) -> dict:
         raise LockError(f"{path}: builds: expected an object of variant/target entries, got {_kind(builds)}")
     for key, entry in builds.items():
         check_entry(entry, f"{path}: builds[{key!r}]", complete=False)  # users of an entry need its keys
+    indexes = data.get("indexes")
+    if indexes is not None:
+        if not isinstance(indexes, dict):
+            raise LockError(f"{path}: indexes: expected an object of variant/target entries, got {_kind(indexes)}")
+        for key, entry in indexes.items():
+            check_index(entry, f"{path}: indexes[{key!r}]")
     nightly = data.get("nightly")
     if nightly is not None and not isinstance(nightly, dict):
         raise LockError(f"{path}: nightly: expected an object, got {_kind(nightly)}")
@@ -190,6 +196,79 @@ def update_lock(path: Path, change: Callable[[dict], None]) -> None:
             _atomic_write(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
     except OSError as exc:
         raise LockError(f"{path}: cannot write the lock file: {exc}") from None
+
+
+# --------------------------------------------------------------------------- multi-platform builds
+
+@dataclass(frozen=True)
+class PlatformRecord:
+    """One platform of a multi-platform build: its own complete entry in builds[entry]."""
+    platform: str
+    manifest_digest: str
+    build_key: str
+    entry: str  # the key of its LockEntry in builds: <variant>/<target>@<platform>
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """A multi-platform build (indexes[<variant>/<target>]): the OCI index the tags point at and
+    each platform's manifest, in the index's order."""
+    variant: str
+    target: str
+    image_name: str
+    index_digest: str
+    build_key: str  # index_key over the platforms' build keys
+    platforms: tuple[PlatformRecord, ...]
+    tags: tuple[str, ...] = ()
+    version: str = ""
+    pushed: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.variant}/{self.target}"
+
+
+def platform_entry_key(variant: str, target: str, platform: str) -> str:
+    return f"{variant}/{target}@{platform}"
+
+
+def check_index(data, where: str) -> None:
+    if not isinstance(data, dict):
+        raise LockError(f"{where}: expected an object, got {_kind(data)}")
+    for name in ("variant", "target", "image_name", "index_digest", "build_key"):
+        if not isinstance(data.get(name), str):
+            raise LockError(f"{where}.{name}: expected a string, got {_kind(data.get(name))}")
+    platforms = data.get("platforms")
+    if not isinstance(platforms, list) or not platforms:
+        raise LockError(f"{where}.platforms: expected a non-empty list, got {_kind(platforms)}")
+    for i, item in enumerate(platforms):
+        names = {f.name for f in fields(PlatformRecord)}
+        if not isinstance(item, dict) or set(item) != names or not all(isinstance(v, str) for v in item.values()):
+            raise LockError(f"{where}.platforms[{i}]: expected an object of {', '.join(sorted(names))} (strings)")
+    for name in ("tags", "pushed"):
+        if name in data and not _valid(_STRS, data[name]):
+            raise LockError(f"{where}.{name}: expected {_STRS}, got {_kind(data[name])}")
+
+
+def index_from_dict(data: dict, where: str = "lock index") -> IndexEntry:
+    check_index(data, where)
+    values = {f.name: data[f.name] for f in fields(IndexEntry) if f.name in data}
+    values["platforms"] = tuple(PlatformRecord(**p) for p in data["platforms"])
+    for name in ("tags", "pushed"):
+        values[name] = tuple(values.get(name, ()))
+    return IndexEntry(**values)
+
+
+def write_index_entry(path: Path, index: IndexEntry, entries: dict[str, LockEntry]) -> None:
+    """The index and each platform's entry (builds[<variant>/<target>@<platform>]), in one write."""
+    def change(data: dict) -> None:
+        for key, entry in entries.items():
+            data["builds"][key] = asdict(entry)
+        indexes = data.setdefault("indexes", {})
+        indexes[index.key] = asdict(index)
+        data["indexes"] = dict(sorted(indexes.items()))
+
+    update_lock(path, change)
 
 
 def write_lock_entry(path: Path, entry: LockEntry) -> None:

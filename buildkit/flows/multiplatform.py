@@ -1,0 +1,215 @@
+"""A multi-platform build (`build.platform = "linux/amd64,linux/arm64"`): one OCI index per tag.
+
+Each platform is an ordinary single-platform build: its own request and plan (so its own build
+key), its own reproducible OCI archive, loaded under its build-key tag only and verified like any
+build. Then oci/ociindex.py assembles the index over the verified archives, in the order the
+platforms were written; the index's archive is loaded (on the containerd store every tag then has
+the index digest) and, with push, each platform's manifest and blobs go up by digest, then the
+index byte for byte under every tag. The lock gets one entry per platform
+(builds[<variant>/<target>@<platform>], complete like any entry) and indexes[<variant>/<target>]
+with the index digest and each platform's manifest digest and build key.
+
+Needs the OCI exporter (the containerd image store): the index is made from the archives' bytes.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from buildkit.core.errors import ConfigError, RegistryError
+from buildkit.core.progress import stage
+from buildkit.engine.api import get_engine
+from buildkit.engine.buildx import BuildResult, check_buildx
+from buildkit.flows.pipeline import Prepared, build_options, build_prepared, lock_entry, prepared_context
+from buildkit.oci.ociindex import push_index, write_index_archive
+from buildkit.plan.buildkey import index_key
+from buildkit.plan.buildplan import BuildRequest, make_request
+from buildkit.plan.config import ResolvedConfig
+from buildkit.plan.matrix import with_values
+from buildkit.plan.platforms import parse_platforms
+from buildkit.plan.tags import build_key_tag, check_tag, next_version, parse_version, release_tags
+from buildkit.release.lock import IndexEntry, LockEntry, PlatformRecord, platform_entry_key, write_index_entry
+from buildkit.verify.checks import VerifyReport
+
+
+@dataclass(frozen=True)
+class PlatformBuild:
+    platform: str
+    prepared: Prepared
+    result: BuildResult
+    report: VerifyReport
+
+
+@dataclass(frozen=True)
+class MultiResult:
+    image_name: str
+    variant: str  # as tags name it
+    index_digest: str
+    build_key: str  # index_key over the platforms' keys
+    platforms: tuple[PlatformBuild, ...]
+    tags: tuple[str, ...]  # local references (empty with --no-load)
+    lock_path: Path
+    version: str = ""
+    pushed: tuple[str, ...] = ()  # registry references, with push
+    added: tuple[str, ...] = ()  # registry tags this run created or moved
+    origin: str = "built"  # or "registry": the registry had this index's build key, nothing was built
+
+    def to_json(self) -> dict:
+        return {
+            "image_name": self.image_name, "variant": self.variant, "index_digest": self.index_digest,
+            "digest": self.index_digest, "build_key": self.build_key, "tags": list(self.tags),
+            "version": self.version, "pushed": list(self.pushed), "added": list(self.added),
+            "lock": str(self.lock_path), "origin": self.origin,
+            "platforms": [{"platform": p.platform, "digest": p.result.digest, "build_key": p.prepared.build_key,
+                           "verify": [vars(c) for c in p.report.checks]} for p in self.platforms],
+        }
+
+
+def index_platforms(index) -> list[PlatformBuild]:
+    """The platforms of a baked multi-platform variant (flows/matrix.IndexBuild) as PlatformBuilds."""
+    return [PlatformBuild(u.variant.request.platform, u.prepared, u.outcome.result,
+                          u.report or VerifyReport(image="", checks=())) for u in index.units]
+
+
+def platform_requests(cfg: ResolvedConfig) -> list[tuple[str, ResolvedConfig, BuildRequest]]:
+    """(platform, its config, its checked request) for each platform of build.platform, in order;
+    every platform is checked (arch, CPU level) before any work."""
+    platforms = parse_platforms(cfg["build.platform"])
+    origin = cfg.origins.get("build.platform", "platform list")
+    out = []
+    for platform in platforms:
+        sub = with_values(cfg, origin, build__platform=platform)
+        out.append((platform, sub, make_request(sub)))
+    variants = {r.tag_variant for _, _, r in out}
+    if len(variants) > 1:
+        raise ConfigError(f"build.platform {cfg['build.platform']!r}: the platforms give different variants "
+                          f"({', '.join(sorted(variants))}); one index needs one variant (set build.cpu_level)")
+    return out
+
+
+def _key_tag_only(prepared: Prepared) -> Prepared:
+    """A platform's build keeps its build-key tag only: the shared tags belong to the index."""
+    tags = tuple(t for t in prepared.plan.tags if t.rsplit(":", 1)[-1].startswith("bk-"))
+    return replace(prepared, plan=replace(prepared.plan, tags=tags))
+
+
+def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None = None, bump: str = "patch",
+                force: bool = False, verify: bool = True, load: bool = True, stream=None,
+                extra_tags: tuple[str, ...] = ()) -> MultiResult:
+    from buildkit.flows.publishing import _with_version
+    from buildkit.oci.registry import client_for
+    from buildkit.release.publish import (_point_the_rest, _repository, _reuse_published, check_immutable_free,
+                                          default_variant, with_extra_tags)
+
+    items = platform_requests(cfg)  # every platform checked before anything else
+    if version is not None:
+        parse_version(version)
+    for tag in extra_tags:
+        check_tag(tag)
+    options = build_options(cfg)
+    if not options.reproducible:
+        raise ConfigError("a multi-platform build needs the OCI exporter (the containerd image store, "
+                          "build.reproducible = auto): its index is assembled from the built OCI archives")
+    check_buildx(options.docker)
+    first_request = items[0][2]
+    variant, image_name, target = first_request.tag_variant, first_request.image_name, first_request.target
+    with ExitStack() as stack:
+        work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="buildkit-multi-")))
+        prepared = [(p, sub, stack.enter_context(prepared_context(sub, request=req, extra_tags=extra_tags)))
+                    for p, sub, req in items]
+        key = index_key((p, pr.build_key) for p, _, pr in prepared)
+        commit = prepared[0][2].source.commit
+        client = repository = tags = None
+        if push:
+            repository = _repository(image_name)
+            client = stack.enter_context(client_for(repository.registry))
+            is_default = variant == default_variant(cfg)
+            reused = None if force else _reuse_published(client, repository, key, variant, commit, is_default,
+                                                         extra_tags)
+            if reused is not None:
+                digest, version, tags, added = reused
+                versioned = [(p, replace(pr, plan=_with_version(pr, version))) for p, _, pr in prepared]
+                builds = _published_platforms(client, repository.repository, digest, versioned)
+                pushed = tuple(f"{repository.name}:{t}" for t in tags.all)
+                lock_path = cfg.path_value("lock.path")
+                record_index(lock_path, builds, target, image_name, digest, key, (), version, pushed)
+                return MultiResult(image_name=image_name, variant=variant, index_digest=digest, build_key=key,
+                                   platforms=tuple(builds), tags=(), lock_path=lock_path, version=version,
+                                   pushed=pushed, added=tuple(added), origin="registry")
+            version = version or next_version(client.list_tags(repository.repository), variant, bump)
+            tags = with_extra_tags(release_tags(version, commit, variant, default_variant=is_default, build_key=key),
+                                   extra_tags)
+            check_immutable_free(client, repository.repository, tags, None, force=force)
+            prepared = [(p, sub, replace(pr, plan=_with_version(pr, version))) for p, sub, pr in prepared]
+        builds = []
+        for platform, sub, pr in prepared:
+            pr = _key_tag_only(pr)
+            built = build_prepared(pr, sub, verify=verify, stream=stream, write_lock=False,
+                                   options=replace(options, load=load or verify))
+            builds.append(PlatformBuild(platform, built.prepared, built.result, built.report))
+        local_tags = tuple(t for t in prepared[0][2].plan.tags if not t.rsplit(":", 1)[-1].startswith("bk-"))
+        local_tags += (f"{image_name}:{build_key_tag(key, variant)}",)
+        archive = work / "index.oci.tar"
+        with stage("index", f"{variant}: {', '.join(b.platform for b in builds)}"):
+            digest = write_index_archive([(b.platform, b.result.oci_archive) for b in builds], archive,
+                                         local_tags if load else ())
+            if load:
+                get_engine().load(archive, local_tags, stream=stream)
+        added: list[str] = []
+        pushed: tuple[str, ...] = ()
+        if push:
+            assert client is not None and repository is not None and tags is not None
+            with stage("push", f"{repository.name}:{tags.immutable[0]} (the index and {len(builds)} manifests)"):
+                digest = push_index(client, repository.repository, archive, [tags.immutable[0]])
+                added = [tags.immutable[0]] + _point_the_rest(client, repository, digest, tags, force=force)
+            pushed = tuple(f"{repository.name}:{t}" for t in tags.all)
+            if load:
+                get_engine().tag(local_tags[0], f"{repository.name}:{tags.immutable[0]}")
+        if not load:  # loaded for the checks only
+            get_engine().untag([t for b in builds for t in b.result.tags])
+        lock_path = cfg.path_value("lock.path")
+        record_index(lock_path, builds, target, image_name, digest, key, local_tags if load else (),
+                     version or first_request.version, pushed)
+        return MultiResult(image_name=image_name, variant=variant, index_digest=digest, build_key=key,
+                           platforms=tuple(builds), tags=local_tags if load else (), lock_path=lock_path,
+                           version=version or first_request.version, pushed=pushed, added=tuple(added))
+
+
+def _published_platforms(client, repo: str, digest: str,
+                         prepared: list[tuple[str, Prepared]]) -> list[PlatformBuild]:
+    """The platforms of an index the registry has (found by its build-key tag), as builds of
+    nothing: each platform's manifest digest, read from the index, in its order."""
+    from buildkit.oci.ocilayout import Descriptor, json_document
+
+    where = f"registry {client.host}: {repo}@{digest[:19]}"
+    index = json_document(client.get_manifest(repo, digest)[0], where, "image index", RegistryError)
+    listed = [Descriptor.from_json(m) for m in index.get("manifests") or []]
+    found = [("/".join(str(d.platform.get(k)) for k in ("os", "architecture", "variant") if d.platform.get(k)),
+              d.digest) for d in listed]
+    wanted = [p for p, _ in prepared]
+    if [p for p, _ in found] != wanted:
+        raise RegistryError(f"{where}: the index lists {', '.join(p for p, _ in found) or 'nothing'}, not "
+                            f"{', '.join(wanted)}; publish again with --force")
+    return [PlatformBuild(p, pr, BuildResult(digest=d, config_digest="", tags=(), seconds=0.0),
+                          VerifyReport(image="", checks=())) for (p, pr), (_, d) in zip(prepared, found)]
+
+
+def record_index(lock_path: Path, builds: list[PlatformBuild], target: str, image_name: str,
+                 digest: str, key: str, tags: tuple[str, ...], version: str, pushed: tuple[str, ...]) -> None:
+    """The lock's index entry and each platform's entry (builds[<variant>/<target>@<platform>])."""
+    entries: dict[str, LockEntry] = {}
+    records = []
+    for b in builds:
+        entry = lock_entry(b.prepared, b.result)
+        entry = replace(entry, version=version, pushed=pushed, image_digest=b.result.digest)
+        name = platform_entry_key(entry.variant, entry.target, b.platform)
+        entries[name] = entry
+        records.append(PlatformRecord(platform=b.platform, manifest_digest=b.result.digest,
+                                      build_key=b.prepared.build_key, entry=name))
+    index = IndexEntry(variant=builds[0].prepared.plan.request.variant, target=target, image_name=image_name,
+                       index_digest=digest, build_key=key, platforms=tuple(records), tags=tags, version=version,
+                       pushed=pushed)
+    write_index_entry(lock_path, index, entries)
