@@ -183,6 +183,10 @@ def _foreign_rootfs(root: Path, arch: str) -> None:
         raise ImageError(f"debootstrap --foreign --arch={arch} failed:\n{tail}")
     (root / "var/lib/dpkg/status").write_text(_installed_status(root))
     shutil.rmtree(root / "debootstrap")
+    proc = root / "proc"  # the first stage leaves proc -> /proc (for a chroot); a container needs a folder
+    if proc.is_symlink():
+        proc.unlink()
+        proc.mkdir(mode=0o555)
     for p in (root / "var/cache/apt/archives").glob("*.deb"):
         p.unlink()
     for p in (root / "dev").iterdir():
