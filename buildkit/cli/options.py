@@ -19,7 +19,7 @@ from buildkit.core.errors import BuildkitError
 FLAG_KEYS = {
     "source": "source.url", "commit": "source.commit", "patches": "source.patch_dir",
     "arch": "build.arch", "cuda": "build.cuda_version", "target": "build.target",
-    "platform": "build.platform", "cpu_level": "build.cpu_level", "vmm": "build.no_vmm", "jobs": "build.jobs",
+    "platform": "build.platform", "build_platform": "build.build_platform", "cpu_level": "build.cpu_level", "vmm": "build.no_vmm", "jobs": "build.jobs",
     "cmake_arg": "build.cmake_args", "builder": "build.builder", "progress": "build.progress",
     "cache_from": "build.cache_from", "cache_to": "build.cache_to", "provider": "base.provider",
     "os_image": "base.os_image", "devel_image": "base.devel_image", "runtime_image": "base.runtime_image",
@@ -40,7 +40,11 @@ def config_options(func):
         click.option("--arch", help="CUDA architecture or cpu, see `buildkit archs` [build.arch]."),
         click.option("--cuda", help="CUDA version, MAJOR.MINOR [build.cuda_version]."),
         click.option("--target", type=click.Choice(["server", "full", "light"]), help="Image target [build.target]."),
-        click.option("--platform", help="buildx platform [build.platform]."),
+        click.option("--platform", help="Platform(s) of the image, e.g. linux/arm64, or linux/amd64,linux/arm64 for "
+                                        "one index of both; default: the arch's [build.platform]."),
+        click.option("--build-platform", help="Where the compile runs (default: this machine); another CPU than "
+                                              "--platform's cross-compiles, the same as --platform on another "
+                                              "machine emulates [build.build_platform]."),
         click.option("--cpu-level", help="CPU instruction sets: all (default), x86-64-v2/v3/v4, armv8.2, armv8.6, "
                                          "native, none [build.cpu_level]."),
         click.option("--no-vmm/--vmm", "vmm", default=None,
