@@ -23,6 +23,18 @@ def git_daemon(tmp_path_factory: pytest.TempPathFactory) -> GitDaemon:
         yield daemon
 
 
+@pytest.fixture(scope="session")
+def example_fork(tmp_path_factory: pytest.TempPathFactory, git_daemon: GitDaemon) -> dict:
+    """examples/tiny-fork committed as "upstream" plus one fork commit (tests/forkrepo.py: the same SHAs
+    every time), served over git://: {"url", "commit", "upstream", "path"}. Read-only: a test that
+    commits makes its own."""
+    from forkrepo import make_fork_repo
+
+    repo = tmp_path_factory.mktemp("example-upstream") / "tiny-fork"
+    upstream, commit = make_fork_repo(repo, Path(__file__).resolve().parent.parent / "examples" / "tiny-fork")
+    return {"url": git_daemon.url_for(repo), "commit": commit, "upstream": upstream, "path": repo}
+
+
 @pytest.fixture
 def cli(tmp_path: Path) -> Cli:
     """The real `buildkit` CLI in a subprocess, in tmp_path (write a project there with

@@ -17,12 +17,9 @@ import docker
 import pytest
 
 from cliutil import buildkit_env, write_project
-from forkrepo import make_fork_repo
 
 pytestmark = pytest.mark.docker
 
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "tiny-fork"
 IMAGE = "buildkit-test/tiny-fork-cross"
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
 AARCH64_MAGIC = "0200b700"  # e_type 2 and e_machine 183 as a qemu-aarch64 handler's magic ends
@@ -67,10 +64,8 @@ def client(docker_engine):
 
 
 @pytest.fixture(scope="module")
-def fork(tmp_path_factory, git_daemon):
-    repo = tmp_path_factory.mktemp("cross-upstream") / "tiny-fork"
-    upstream, fork_sha = make_fork_repo(repo, EXAMPLE)
-    return {"url": git_daemon.url_for(repo), "commit": fork_sha, "upstream": upstream, "path": repo}
+def fork(example_fork):
+    return example_fork
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ registered (tests/qemu.py, for that one test), the arm64 server's --version unde
 from __future__ import annotations
 
 import subprocess
-import tempfile
 from pathlib import Path
 
 import docker
@@ -18,21 +17,18 @@ from buildkit.source.cudaroot import cuda_root_dir
 from buildkit.verify.checks import elf_archs, find_cuobjdump
 from buildkit.verify.elfdeps import read_elf
 from cliutil import buildkit_env, run_cli, write_project
-from forkrepo import make_fork_repo
 
 pytestmark = pytest.mark.docker
 
-ROOT = Path(__file__).resolve().parents[2]
 CUDA = "13.1"
 AARCH64 = ARCHES["arm64"].elf_machine
 
 
 @pytest.fixture(scope="module")
-def cross_project(tmp_path_factory, git_daemon, multiarch_base_image, docker_engine):
-    repo = tmp_path_factory.mktemp("upstream") / "tiny-fork"
-    _, commit = make_fork_repo(repo, ROOT / "examples" / "tiny-fork")
+def cross_project(tmp_path_factory, example_fork, multiarch_base_image, docker_engine):
+    commit = example_fork["commit"]
     root = write_project(tmp_path_factory.mktemp("cross-project"),
-                         source={"url": git_daemon.url_for(repo), "commit": commit, "patch_dir": "patches"},
+                         source={"url": example_fork["url"], "commit": commit, "patch_dir": "patches"},
                          image={"name": "buildkit-test/tiny-cross"},
                          build={"cuda_version": CUDA, "jobs": 2, "progress": "plain"},
                          base={"provider": "wheels", "os_image": multiarch_base_image, "cublas": False})
