@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,7 +22,7 @@ from buildkit.flows.record import from_labels
 from buildkit.plan.tags import check_repository, check_tag, next_version, parse_version, release_tags
 from buildkit.core.urlcreds import redact_text, split_credentials
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+SETTINGS = settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 OCI = "org.opencontainers.image."
 
 json_values = st.recursive(
@@ -260,7 +261,10 @@ def test_source_urls_with_credentials(url) -> None:
     if got is not None:
         clean, auth = got
         if auth is not None and auth.secret:
-            assert auth.secret not in clean
+            # the credentials are out of the URL's userinfo (the host may still hold the same characters:
+            # http://:0@0/ -> http://0/)
+            parts = urlsplit(clean)
+            assert parts.username is None and parts.password is None and "@" not in parts.netloc, clean
     redacted = redact_text(url)
     assert isinstance(redacted, str)
 
