@@ -13,7 +13,8 @@ has ~14 GB free); restore the ccache of every variant (actions/cache) and put it
 builder's cache mounts (`buildkit ccache import`); run `buildkit nightly` with the layer cache
 in the GitHub Actions cache (`type=gha`, one scope per variant) and the workflow's --image and
 --config; take the cache mounts out again (`buildkit ccache export`) for actions/cache to save.
-An arm64 platform runs on an arm64 runner.
+An arm64-only build runs on an arm64 runner (a native compile); a list of platforms runs on amd64 and
+cross-compiles the others.
 """
 
 from __future__ import annotations
