@@ -109,7 +109,7 @@ def build_matrix(variants: Sequence[Variant], options: BuildOptions, work_dir: P
         from buildkit.flows.pipeline import check_build_machine
 
         for v in ready:
-            check_build_machine(prepared[v.key].plan.request, stream)
+            check_build_machine(prepared[v.unit].plan.request, stream)
         document = matrix_document(ready, prepared, options, work_dir)
         bake_file = write_bake_file(work_dir / "docker-bake.json", document)
         outcomes = run_bake(bake_file, [v.target_name for v in ready], options, work_dir, stream=stream)
