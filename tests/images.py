@@ -129,13 +129,26 @@ def _import_dir(root: Path, ref: str, cmd: str, platform: str = "") -> None:
         raise ImageError(f"docker import of {ref} failed: {imp.stderr.strip() or f'tar exit {tar_rc}'}")
 
 
+def _need_debootstrap(ref: str) -> None:
+    _require_root(ref)
+    if shutil.which("debootstrap") is None:
+        _apt_install("debootstrap")
+
+
+def _empty_dev(root: Path) -> None:
+    """Empty the rootfs's /dev: docker supplies it."""
+    for p in (root / "dev").iterdir():
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+
+
 def ensure_debian_image(ref: str = DEBIAN_IMAGE, *, force: bool = False) -> str:
     """Make ``ref`` from ``debootstrap --variant=minbase bookworm`` unless it exists; returns ref."""
     if not force and image_exists(ref):
         return ref
-    _require_root(ref)
-    if shutil.which("debootstrap") is None:
-        _apt_install("debootstrap")
+    _need_debootstrap(ref)
     mirror = debian_mirror()
     work = Path(tempfile.mkdtemp(prefix="buildkit-debootstrap-"))
     try:
@@ -152,11 +165,7 @@ def ensure_debian_image(ref: str = DEBIAN_IMAGE, *, force: bool = False) -> str:
             for p in d.glob("*"):
                 if p.is_file() and p.name not in ("lock",):
                     p.unlink()
-        for p in (root / "dev").iterdir():  # docker supplies /dev
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p)
-            else:
-                p.unlink()
+        _empty_dev(root)
         _log(f"docker import -> {ref}")
         _import_dir(root, ref, "bash")
     finally:
@@ -189,11 +198,7 @@ def _foreign_rootfs(root: Path, arch: str) -> None:
         proc.mkdir(mode=0o555)
     for p in (root / "var/cache/apt/archives").glob("*.deb"):
         p.unlink()
-    for p in (root / "dev").iterdir():
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p)
-        else:
-            p.unlink()
+    _empty_dev(root)
 
 
 def _saved_manifest(ref: str, work: Path, blobs: Path) -> dict:
@@ -224,9 +229,7 @@ def ensure_multiarch_image(ref: str = MULTIARCH_IMAGE, *, force: bool = False) -
 
     if not force and image_exists(ref):
         return ref
-    _require_root(ref)
-    if shutil.which("debootstrap") is None:
-        _apt_install("debootstrap")
+    _need_debootstrap(ref)
     native = ensure_debian_image()
     work = Path(tempfile.mkdtemp(prefix="buildkit-multiarch-"))
     foreign = f"buildkit-test/debian-{FOREIGN_ARCH}-only:{DEBIAN_SUITE}"
