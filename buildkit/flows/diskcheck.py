@@ -12,19 +12,27 @@ from buildkit.flows.doctorcheck import FAIL, OK, WARN, Check, Variant
 
 # Free disk space (GB) a build needs on the engine's data root, by variant kind: the base images,
 # the build stage's layers, the exported archive and the loaded image, plus the ccache mount.
-# Figures from this project's builds: a CUDA 13.1 devel image is ~9 GB unpacked, an sm_120 server
-# build stage ~6 GB, the archive and the loaded image ~2.5 GB each, ccache up to ~3 GB per arch.
-# A cpu build of the real tree stays under 3 GB.
-REQUIRED_GB = {"cuda": 25.0, "cpu": 4.0}
-EXTRA_VARIANT_GB = {"cuda": 8.0, "cpu": 1.5}  # each further variant of a matrix (bases are shared)
+# Figures from this project's builds: a CUDA 13.1 devel image (provider nvidia) is ~9 GB unpacked,
+# while the PyPI wheels of provider wheels unpack to ~2 GB (cuBLAS included) and are copied into
+# the build once more as a named context; an sm_120 server build stage ~6 GB, the archive and the
+# loaded image ~2.5 GB each, ccache up to ~3 GB per arch. A cpu build of the real tree stays under 3 GB.
+REQUIRED_GB = {"cuda-nvidia": 25.0, "cuda-wheels": 16.0, "cpu": 4.0}
+EXTRA_VARIANT_GB = {"cuda-nvidia": 8.0, "cuda-wheels": 8.0, "cpu": 1.5}  # each further variant (bases shared)
+
+
+def disk_kind(variant: Variant) -> str:
+    """The REQUIRED_GB row of a variant: cpu, or cuda by provider (a devel image or wheels)."""
+    if variant.cuda is None:
+        return "cpu"
+    return "cuda-wheels" if variant.provider == "wheels" else "cuda-nvidia"
 
 
 def required_gb(variants: Sequence[Variant]) -> float:
     """Free space the variants need together: the first of each kind in full, each further one of
     that kind its build stage and image (it shares the base images)."""
     need = 0.0
-    for kind in ("cuda", "cpu"):
-        count = sum(1 for v in variants if (v.cuda is not None) == (kind == "cuda"))
+    for kind in REQUIRED_GB:
+        count = sum(1 for v in variants if disk_kind(v) == kind)
         if count:
             need += REQUIRED_GB[kind] + EXTRA_VARIANT_GB[kind] * (count - 1)
     return need

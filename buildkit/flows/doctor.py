@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from buildkit.core.errors import BuildError, BuildkitError
-from buildkit.flows.diskcheck import check_disk, required_gb
+from buildkit.flows.diskcheck import check_disk, disk_kind, required_gb
 from buildkit.flows.doctorcheck import FAIL, OK, WARN, Check, Variant
 from buildkit.flows.enginecheck import check_buildx_and_builder, check_engine, engine_info
 from buildkit.flows.platformcheck import check_driver, check_emulation
@@ -39,7 +39,7 @@ def _variant(req) -> Variant:
     from buildkit.plan.archs import parse_cuda_version
 
     cuda = parse_cuda_version(req.cuda_version) if req.cuda_version else None
-    return Variant(req.variant, cuda, req.arch.name, req.platform, req.build_platform)
+    return Variant(req.variant, cuda, req.arch.name, req.platform, req.build_platform, req.provider)
 
 
 def variants_of(cfg, matrix: bool = False) -> list[Variant]:
@@ -83,7 +83,7 @@ def run_checks(cfg, *, min_free_gb: float | None = None, matrix: bool = False, o
     info, why = engine_info(docker)
     checks.append(check_engine(info, why))
     need = min_free_gb if min_free_gb is not None else required_gb(variants)
-    kinds = "+".join(sorted({"cuda" if v.cuda else "cpu" for v in variants}))
+    kinds = "+".join(sorted({disk_kind(v) for v in variants}))
     origin = "--min-free-gb" if min_free_gb is not None else f"{len(variants)} {kinds} variant(s)"
     checks.append(check_disk(disk_places(info, cache_root(cfg)), need, origin))
     if cheap_only:

@@ -27,6 +27,7 @@ class Variant:
     arch: str  # sm_120 or cpu
     platform: str  # linux/amd64
     runs_on: str = ""  # where its compile runs (build.build_platform; a cross build: this machine)
+    provider: str = "nvidia"  # where its CUDA comes from: nvidia (devel image) | wheels | cpu
 
 
 def run_tool(argv: Sequence[str], timeout: float = 30) -> subprocess.CompletedProcess | None:

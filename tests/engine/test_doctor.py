@@ -33,6 +33,8 @@ def test_required_space_grows_with_the_matrix_and_cuda_needs_more_than_cpu():
     assert required_gb([CPU]) < required_gb([CUDA131])
     assert required_gb([CUDA131, CUDA128]) > required_gb([CUDA131])
     assert required_gb([CUDA131, CPU]) == required_gb([CUDA131]) + required_gb([CPU])  # other bases
+    wheels = Variant("cuda13.1-sm120", (13, 1), "sm_120", "linux/amd64", provider="wheels")
+    assert required_gb([CPU]) < required_gb([wheels]) < required_gb([CUDA131])  # no 9 GB devel image
 
 
 def test_driver_too_old_for_cuda13_fails_with_the_figure():
