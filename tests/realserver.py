@@ -11,6 +11,10 @@ Fixture (session scope, register it in conftest.py by importing it):
 
 * ``real_server_image`` -> :class:`RealServerImage` (``ref``, ``fork_commit``, ``upstream_commit``,
   ``project``: the buildkit project folder, ``lock``: its buildkit.lock with the entry ``cpu/server``).
+* ``single_level_build`` -> :class:`SingleLevelBuild`: the same project built again with
+  `--cpu-level x86-64-v3` (the ccache mount is per arch, not per level, so only ggml-cpu compiles
+  again; lock entry ``cpu-x86-64-v3/server``). The cpu-level test checks its files, the reproduce
+  test rebuilds it from the lock with every object compiled again.
 
 The image is kept in the engine afterwards (tags under ``buildkit-test/llama-server``), so that the
 layer cache stays warm; nothing else uses that repository name.
@@ -82,6 +86,38 @@ def build_real_server_image(work: Path, git_url_for, base_image: str, *, log=Non
         raise RuntimeError(f"buildkit build succeeded but {ref} is not in the engine; log {log_path}")
     return RealServerImage(ref=ref, fork_commit=fork_commit, upstream_commit=upstream, project=project,
                            lock=lock)
+
+
+@dataclass(frozen=True)
+class SingleLevelBuild:
+    ref: str  # the image's :cpu-x86-64-v3 tag
+    entry: dict  # its lock entry, builds["cpu-x86-64-v3/server"] of RealServerImage.lock
+    output: str  # what `buildkit build` printed (stdout: the summary and verify lines)
+    log: str  # its stderr (buildx plain progress)
+    env: dict  # the environment it ran in (cache folder of the project)
+
+
+def build_single_level(image: RealServerImage, level: str = "x86-64-v3") -> SingleLevelBuild:
+    env = buildkit_env()
+    env["LLAMA_BUILDKIT_CACHE_DIR"] = str(image.project.parent / "cache")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    proc = subprocess.run([sys.executable, "-m", "buildkit.cli", "build", "--cpu-level", level],
+                          cwd=image.project, env=env, capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"buildkit build --cpu-level {level} failed (exit {proc.returncode}):\n"
+                           + proc.stdout[-4000:] + proc.stderr[-4000:])
+    entry = json.loads(image.lock.read_text())["builds"][f"cpu-{level}/server"]
+    ref = next(t for t in entry["tags"] if t.endswith(f":cpu-{level}"))
+    return SingleLevelBuild(ref=ref, entry=entry, output=proc.stdout, log=proc.stderr, env=env)
+
+
+@pytest.fixture(scope="session")
+def single_level_build(real_server_image: RealServerImage) -> SingleLevelBuild:
+    """real_server_image's project built again with --cpu-level x86-64-v3 (see module doc)."""
+    try:
+        return build_single_level(real_server_image)
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -27,7 +27,8 @@ from buildkit.cli.options import handle_errors
 @click.option("--source", help="Fetch the recorded commit from this URL, path or mirror instead.")
 @click.option("--keep", type=click.Path(file_okay=False), help="Keep the rebuilt OCI archive in this folder.")
 @click.option("--cache", "use_cache", is_flag=True,
-              help="Allow BuildKit's build cache (default: --no-cache, a clean rebuild).")
+              help="Allow BuildKit's build cache and ccache hits (default: --no-cache, and every object "
+                   "compiled again, a clean rebuild).")
 @click.option("--provenance", is_flag=True,
               help="Attach a provenance attestation (it carries invocation ids; the digest then differs).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
@@ -40,7 +41,8 @@ def reproduce(target: str, build_key: str | None, config_path: str | None, patch
     Every input is checked first: commit, patch set hash (against the patch files), template hash
     (against the templates), base image digests, CUDA version and wheels, arch, flags, epoch; a
     missing or mismatching input is an error, a different tool version a warning. The rebuild is
-    cache-less and goes through the OCI exporter (rewrite-timestamp, no provenance); nothing in the
+    cache-less (a build recorded with the ccache compiles every object again through it, reading
+    no hit) and goes through the OCI exporter (rewrite-timestamp, no provenance); nothing in the
     engine or the lock changes. Same manifest digest: "reproduced", exit 0. Otherwise exit 2 and a
     report of the layers that differ and, inside them, the files (path, size, sha256).
     """

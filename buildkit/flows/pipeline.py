@@ -151,8 +151,9 @@ def _cuda_contexts(request: BuildRequest, cfg: ResolvedConfig) \
 
 
 def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] = (),
-            request: BuildRequest | None = None) -> Prepared:
-    """Check the request, fetch, export, patch and render into out_dir (Dockerfile + src/)."""
+            request: BuildRequest | None = None, ccache_recache: bool = False) -> Prepared:
+    """Check the request, fetch, export, patch and render into out_dir (Dockerfile + src/).
+    ccache_recache: the compile reads nothing from the ccache (BuildPlan.ccache_recache)."""
     request = request or make_request(cfg)  # an unknown arch or unbuildable CUDA version stops here
     queue = load_patch_queue(patch_dir(cfg))
     ref, pin = ref_and_pin(cfg)
@@ -172,6 +173,8 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
                             patch_names=tuple(p.name for p in queue.files))
         plan = make_plan(request, facts, template_sha256=templates_sha256(), tool_version=__version__,
                          extra_tags=extra_tags)
+        if ccache_recache:
+            plan = replace(plan, ccache_recache=True)
         with stage("render", request.variant):
             cuda_root, cuda_manifest, named = _cuda_contexts(request, cfg)
             named += tuple(c for c in (s.named_context() for s in sources) if c is not None)

@@ -10,9 +10,12 @@ Before building, every input is checked against what is here now: the patch file
 recorded patch set, the templates to the recorded template hash, the base images must be at their
 recorded digests, the CUDA wheels must be the recorded ones, and the fetched commit must have the
 recorded committer time. A mismatch, or an input the record lacks, is an error naming it; only a
-different tool version is a warning. The rebuild runs from a clean state (`--no-cache`; ccache as
-recorded, which for a reproducible build is off) through the OCI exporter with rewrite-timestamp
-and without provenance, into an archive; nothing in the engine or the lock changes.
+different tool version is a warning. The rebuild runs from a clean state: `--no-cache`, and where
+the record used a ccache the compile still goes through ccache (its path rewriting is part of what
+the compiler sees) but reads nothing from it (CCACHE_RECACHE: every object is compiled again), so
+the proof never rests on objects the original build left in the cache. It goes through the OCI
+exporter with rewrite-timestamp and without provenance, into an archive; nothing in the engine or
+the lock changes. `--cache` allows both caches.
 
 Same manifest digest: reproduced. Otherwise the original is opened (the local engine's copy, else
 the registry's) and `imagediff` says which layers and, inside them, which files differ.
@@ -181,7 +184,8 @@ def reproduce(rec: Recorded, *, config_path: Path | None = None, env: Mapping[st
     warnings = check_inputs(rec, cfg, stream)
     check_buildx(docker)
     with tempfile.TemporaryDirectory(prefix="buildkit-reproduce-") as tmp:
-        prepared = prepare(cfg, Path(tmp) / "context", request=request)
+        # a clean rebuild compiles every object again, also where the recorded build used a ccache
+        prepared = prepare(cfg, Path(tmp) / "context", request=request, ccache_recache=not use_cache)
         more = _check_prepared(rec, prepared, cuda_wheel_hashes(prepared.cuda_manifest))
         for warning in more:
             stream.write(f"warning: {warning}\n")

@@ -94,6 +94,10 @@ class BuildPlan:
     labels: tuple[tuple[str, str], ...]
     tags: tuple[str, ...]
     ccache_id: str
+    # compile every object again and store it, reading nothing from the ccache (CCACHE_RECACHE): how
+    # `reproduce` rebuilds, so that its proof never rests on objects the original build left behind.
+    # It changes how the compile runs, not what it makes: it is in no input, label or build key.
+    ccache_recache: bool = False
 
     @property
     def source_date_epoch(self) -> int:

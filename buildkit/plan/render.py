@@ -67,6 +67,7 @@ def template_context(plan: BuildPlan) -> dict[str, object]:
         "build_targets": plan.build_targets,
         "ccache": plan.request.ccache,
         "ccache_id": plan.ccache_id,
+        "ccache_recache": plan.ccache_recache,
         "platform": req.platform,
         "build_platform": req.build_platform,
         "cross": req.cross,

@@ -1,8 +1,9 @@
 """CPU instruction-set levels on the real llama.cpp source (marker e2e; `make test-e2e`).
 
 The default image is the session's `real_server_image` (tests/realserver.py: `buildkit build --arch cpu`,
-cpu level all). The single-level build runs in the same project with `--cpu-level x86-64-v3`: same
-source, same ccache mount (it is per arch, not per level), so only ggml-cpu is compiled again.
+cpu level all). The single-level build (session fixture `single_level_build`, also reproduced by
+test_reproduce_e2e) runs in the same project with `--cpu-level x86-64-v3`: same source, same ccache
+mount (it is per arch, not per level), so only ggml-cpu is compiled again.
 What is checked is what the user gets: the files in /app/lib, their disassembly (binutils objdump,
 independently of buildkit's own check), the server's start-up log, labels, lock, `buildkit config`.
 """
@@ -121,18 +122,11 @@ def test_default_image_holds_every_variant_and_the_server_loads_a_simd_one(real_
     assert re.search(r"^build\.cpu_level\s+all\s+\(default;", config_lines(real_server_image.project), re.M)
 
 
-def test_single_level_build_holds_only_that_level(real_server_image, model, client, tmp_path):
-    project = real_server_image.project
-    env = buildkit_env()
-    env["LLAMA_BUILDKIT_CACHE_DIR"] = str(project.parent / "cache")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    proc = subprocess.run([sys.executable, "-m", "buildkit.cli", "build", "--cpu-level", "x86-64-v3"], cwd=project,
-                          env=env, capture_output=True, text=True, timeout=3600)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+def test_single_level_build_holds_only_that_level(real_server_image, single_level_build, model, client, tmp_path):
+    project, output, entry, ref = (real_server_image.project, single_level_build.output, single_level_build.entry,
+                                   single_level_build.ref)
     for check in ("cpu-backends", "cpu-code", "version"):
-        assert f"verify {check}: passed" in proc.stdout, proc.stdout[-3000:]
-    entry = json.loads(real_server_image.lock.read_text())["builds"]["cpu-x86-64-v3/server"]
-    ref = next(t for t in entry["tags"] if t.endswith(":cpu-x86-64-v3"))
+        assert f"verify {check}: passed" in output, output[-3000:]
 
     libs = lib_files(client, ref, tmp_path)
     assert set(libs) == {"libggml-cpu.so"}
@@ -140,7 +134,7 @@ def test_single_level_build_holds_only_that_level(real_server_image, model, clie
     assert code["avx2"] > 100 and code["zmm"] == 0
 
     if "avx2" in host_cpu_flags():
-        assert "verify cpu-load: passed" in proc.stdout
+        assert "verify cpu-load: passed" in output
         log = server_log(client, ref, model)
         assert "loaded CPU backend from /app/lib/libggml-cpu.so" in log, log[-3000:]
         assert re.search(r"system_info: .*AVX2 = 1", log) and not re.search(r"AVX512 = 1", log)

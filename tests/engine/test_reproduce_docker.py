@@ -4,11 +4,13 @@ The first build goes through `buildkit.flows.pipeline.build(..., no_cache=True)`
 build.ccache=false in the project), the second is `buildkit reproduce buildkit.lock` (also
 cache-less): both must give the same manifest digest. Then a changed patch, a changed template and
 a different commit each give another digest, and `diff` / `reproduce` name the files that differ.
+A build made from a warm ccache is reproduced by a compile that reads nothing from it.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -241,3 +243,32 @@ def test_the_cuda_variant_is_reproduced_bit_for_bit(project, tmp_path_factory, t
     proc = buildkit(project["root"], env, "reproduce", str(lock))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
     assert "reproduced" in proc.stdout and built.result.digest in proc.stdout
+
+
+def ccache_hits(log: str) -> list[int]:
+    """The hit counts of every `ccache --show-stats` the compile steps printed (plain progress)."""
+    return [int(n) for n in re.findall(r"^#\d+ [\d.]+\s+Hits:\s+(\d+)", log, re.M)]
+
+
+def test_a_build_made_from_a_warm_ccache_is_reproduced_by_compiling_every_object_again(project, tmp_path):
+    """With build.ccache=true the recorded build is made of objects from the cache mount (its compile
+    step shows hits). reproduce compiles every object again (CCACHE_RECACHE: no hit, every call
+    recached) and must still give the recorded digest: the proof does not rest on the cache."""
+    from buildkit.flows.pipeline import build
+
+    lock = tmp_path / "ccache.lock"
+    cfg = config(project, **{"build.ccache": True, "lock.path": str(lock), "image.name": IMAGE + "-ccache"})
+    build(cfg)  # fills the cpu ccache mount, where earlier builds have not
+    with (tmp_path / "build.log").open("w") as log:
+        built = build(cfg, no_cache=True, stream=log)  # compiles again: every object from the ccache
+    assert ccache_hits((tmp_path / "build.log").read_text())[0] > 0
+    entry = json.loads(lock.read_text())["builds"]["cpu/server"]
+    assert entry["image_digest"] == built.result.digest
+    assert json.loads(entry["labels"]["org.llama-buildkit.inputs"])["ccache"] is True
+
+    proc = buildkit(project["root"], project["env"], "reproduce", str(lock))
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
+    assert "reproduced" in proc.stdout and built.result.digest in proc.stdout
+    assert ccache_hits(proc.stderr) == [0], proc.stderr[-3000:]
+    # recached calls count as uncacheable: none of the compiles was looked up in the cache
+    assert re.search(r"^#\d+ [\d.]+\s+Cacheable calls:\s+0 /\s+[1-9]", proc.stderr, re.M), proc.stderr[-3000:]

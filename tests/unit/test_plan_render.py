@@ -158,3 +158,21 @@ def test_ccache_statistics_are_this_builds_own(arch):
     assert "--mount=type=cache" in step and zero < configure < build < show
     off = render_dockerfile(plan_for(**{"build.arch": arch, "build.ccache": False}))
     assert "ccache --" not in off and "-DGGML_CCACHE=OFF" in off
+
+
+@pytest.mark.parametrize("arch", ["cpu", "sm_120"])
+def test_recache_compiles_every_object_again_and_changes_no_recorded_input(arch):
+    """reproduce's plan (ccache_recache) keeps the ccache launcher, whose path rewriting the compiler
+    sees, but reads nothing from the mount; the labels (inputs, build key source) stay the same."""
+    from dataclasses import replace
+
+    plan = plan_for(**{"build.arch": arch, "build.ccache": True})
+    normal, again = render_dockerfile(plan), render_dockerfile(replace(plan, ccache_recache=True))
+    assert "CCACHE_RECACHE" not in normal
+    step = next(s for s in again.split("\nRUN ") if "cmake --build" in s)
+    assert "CCACHE_RECACHE=1" in step and "CCACHE_BASEDIR=/src" in step and "LAUNCHER=ccache" in step
+    assert [ln for ln in again.splitlines() if "CCACHE_RECACHE" not in ln] == \
+        [ln for ln in normal.splitlines() if "CCACHE_DIR" not in ln]
+    assert replace(plan, ccache_recache=True).labels == plan.labels
+    off = plan_for(**{"build.arch": arch, "build.ccache": False})
+    assert "CCACHE_RECACHE" not in render_dockerfile(replace(off, ccache_recache=True))
