@@ -46,6 +46,7 @@ class RealServerImage:
     upstream_commit: str
     project: Path  # folder holding the buildkit.toml the image was built with
     lock: Path  # that project's buildkit.lock; the image's entry is builds["cpu/server"]
+    output: str = ""  # what `buildkit build` printed (its summary, verify lines and buildx's log)
 
 
 def test_cache_dir() -> Path:
@@ -85,7 +86,7 @@ def build_real_server_image(work: Path, git_url_for, base_image: str, *, log=Non
     if subprocess.run(["docker", "image", "inspect", ref], capture_output=True).returncode != 0:
         raise RuntimeError(f"buildkit build succeeded but {ref} is not in the engine; log {log_path}")
     return RealServerImage(ref=ref, fork_commit=fork_commit, upstream_commit=upstream, project=project,
-                           lock=lock)
+                           lock=lock, output=log_path.read_text())
 
 
 @dataclass(frozen=True)
