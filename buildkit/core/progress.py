@@ -25,8 +25,9 @@ from typing import Iterator, Sequence
 STATUS_EVERY = 30.0  # seconds between two compile status lines
 PERCENT = re.compile(r"\[\s*(\d{1,3})%\]")
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r")
-# ccache 4.x `--show-stats`: "Hits:  12 /  53 (22.64%)" under "Cacheable calls" (the first Hits line)
-CCACHE_HITS = re.compile(r"^\s*(?:#\d+\s+[\d.]+\s+)?Hits:\s+(\d+)\s*/\s*(\d+)")
+# ccache 4.x `--show-stats`: "Hits:  12 /  53 (22.64%)" under "Cacheable calls" (the first Hits line);
+# with no cacheable call (every call recached, as `reproduce` compiles) it prints a bare "Hits:  0"
+CCACHE_HITS = re.compile(r"^\s*(?:#\d+\s+[\d.]+\s+)?Hits:\s+(\d+)(?:\s*/\s*(\d+))?")
 # ccache 3.x: "cache hit (direct)  12", "cache miss  41"
 CCACHE3 = re.compile(r"^\s*(?:#\d+\s+[\d.]+\s+)?cache (hit \(direct\)|hit \(preprocessed\)|miss)\s+(\d+)")
 
@@ -71,7 +72,7 @@ def ccache_stats(lines: Sequence[str]) -> tuple[int, int] | None:
     for line in lines:
         match = CCACHE_HITS.match(strip_ansi(line))
         if match:
-            return int(match.group(1)), int(match.group(2))
+            return int(match.group(1)), int(match.group(2) or 0)
     hits = misses = None
     for line in lines:
         match = CCACHE3.match(strip_ansi(line))

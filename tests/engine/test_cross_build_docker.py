@@ -64,15 +64,10 @@ def client(docker_engine):
 
 
 @pytest.fixture(scope="module")
-def fork(example_fork):
-    return example_fork
-
-
-@pytest.fixture(scope="module")
-def project(tmp_path_factory, fork, multiarch_base_image, client):
+def project(tmp_path_factory, example_fork, multiarch_base_image, client):
     root = tmp_path_factory.mktemp("cross-project")
     write_project(root,
-                  source={"url": fork["url"], "commit": fork["commit"], "patch_dir": "patches"},
+                  source={"url": example_fork["url"], "commit": example_fork["commit"], "patch_dir": "patches"},
                   image={"name": IMAGE, "version": "0.2.0"},
                   build={"jobs": 2},
                   base={"provider": "wheels", "os_image": multiarch_base_image, "cublas": False})

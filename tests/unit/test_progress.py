@@ -57,6 +57,11 @@ def test_ccache_statistics_of_ccache4_and_ccache3():
     assert ccache_stats(["#3 1.0 cache hit (direct)   10", "#3 1.0 cache hit (preprocessed) 2",
                          "#3 1.0 cache miss   4"]) == (12, 16)
     assert ccache_stats(["nothing"]) is None
+    # every call recached (reproduce): ccache 4.7 prints no ratio when nothing was cacheable
+    recached = ["#14 9.1 Cacheable calls:      0 /   22 ( 0.00%)", "#14 9.1   Hits:               0",
+                "#14 9.1     Direct:           0", "#14 9.1   Misses:             0",
+                "#14 9.1 Uncacheable calls:   22 /   22 (100.0%)"]
+    assert ccache_stats(recached) == (0, 0) and hit_rate((0, 0)) == "0 cacheable compiler calls"
     assert hit_rate((40, 53)) == "75% (40/53 compiler calls)"
     assert "layer cache" in hit_rate(None)
 
