@@ -34,13 +34,24 @@ class HostileServer:
         self.host = f"127.0.0.1:{self.port}"
         self._stop = threading.Event()
         self._clients: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
 
     def __enter__(self) -> "HostileServer":
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
+        """Wake the accepting thread (shutdown), wait for it to end, and only then close the socket.
+        Closing first left the thread in accept() on the descriptor's number, which the next socket
+        the process opened reused: the threads of ten finished servers then took the connections of
+        a later test's HTTP server, whose own accept() blocked for ever (the CI hang of stop 19)."""
         self._stop.set()
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)  # a blocked accept() returns (EINVAL) on Linux
+        except OSError:
+            pass
+        self._thread.join(10)
+        assert not self._thread.is_alive(), "the hostile server's accept thread did not end"
         self._sock.close()
         for client in self._clients:
             try:

@@ -5,8 +5,11 @@ deadline feature itself: "ended within the deadline plus a margin", never a spee
 from __future__ import annotations
 
 import os
+import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -119,3 +122,48 @@ def test_a_long_git_wait_says_what_it_waits_for(monkeypatch: pytest.MonkeyPatch,
     gitcmd.Git(timeout=30).run("-c", "alias.slow=!sleep 2", "slow", what="fetch from http://example.invalid/x")
     err = capfd.readouterr().err
     assert "buildkit: waiting for fetch from http://example.invalid/x" in err and "gives up after 30 s" in err
+
+
+def test_a_finished_hostile_server_takes_no_connection_of_a_later_server() -> None:
+    """The stop-19 CI hang. A finished server's thread stayed in accept() on its descriptor number.
+    A signal that wakes such a thread and is then ignored makes the kernel restart that accept() on
+    whatever socket has the number by then: the threads took a later test's HTTP connections, and
+    that server waited in accept() for ever."""
+    numbers = set()
+    for mode in MODES:
+        with HostileServer(mode) as server:
+            numbers.add(server._sock.fileno())
+            socket.create_connection(("127.0.0.1", server.port), timeout=5).close()
+            deadline = time.monotonic() + 5
+            while server.connections < 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.2)  # its thread is back in accept(), as after a deadline test's client gave up
+    listeners = []
+    try:
+        while not numbers & {s.fileno() for s in listeners} and len(listeners) < 64:
+            listeners.append(socket.socket())
+        listener = next(s for s in listeners if s.fileno() in numbers)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        # A child that ends while this thread blocks SIGCHLD: the kernel wakes another thread for the
+        # signal, and a left thread's accept() restarts on the number, now this listener.
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])
+        try:
+            subprocess.run(["true"], check=True)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
+        for _ in range(5):
+            accepted = []  # a blocking accept(), as socketserver's, queued behind any leftover thread
+            taker = threading.Thread(target=lambda: accepted.append(listener.accept()[0]), daemon=True)
+            taker.start()
+            with socket.create_connection(listener.getsockname(), timeout=5):
+                taker.join(5)
+            assert accepted, "a finished hostile server's thread took the connection of a later socket"
+            accepted[0].close()
+    finally:
+        for s in listeners:
+            try:
+                s.shutdown(socket.SHUT_RDWR)  # a taker still waiting returns
+            except OSError:
+                pass
+            s.close()
