@@ -37,6 +37,10 @@ def version_options(func):
 @click.option("--print", "print_only", is_flag=True,
               help="Render into a kept folder and print the exact buildx command instead of building.")
 @click.option("--no-verify", is_flag=True, help="Skip the smoke checks on the built image.")
+@click.option("--no-cache", "no_cache", is_flag=True, default=None,
+              help="Run every build step again, none from the layer cache (buildx --no-cache). The ccache "
+                   "mount stays, so a warm ccache still speeds the compile; `buildkit reproduce` rebuilds "
+                   "with neither [build.no_cache].")
 @click.option("--no-load", is_flag=True,
               help="With --push: push the built OCI archive and keep no image in the engine (loaded for the "
                    "checks only; never with --no-verify).")

@@ -24,7 +24,7 @@ FLAG_KEYS = {
     "cache_from": "build.cache_from", "cache_to": "build.cache_to", "provider": "base.provider",
     "os_image": "base.os_image", "devel_image": "base.devel_image", "runtime_image": "base.runtime_image",
     "cuda_root": "base.cuda_root", "image": "image.name", "image_version": "image.version",
-    "cache_dir": "cache.dir", "lock": "lock.path", "provenance": "build.provenance",
+    "cache_dir": "cache.dir", "lock": "lock.path", "provenance": "build.provenance", "no_cache": "build.no_cache",
 }
 
 
@@ -82,7 +82,7 @@ def resolve(kwargs: dict):
     config_path = kwargs.pop("config_path")
     overrides = parse_set_option(kwargs.pop("set_items"))
     for flag, key in FLAG_KEYS.items():
-        value = kwargs.pop(flag)
+        value = kwargs.pop(flag, None)  # not every command has every flag (--no-cache: build only)
         if value is None or value == ():
             continue
         origin = "--no-vmm/--vmm" if flag == "vmm" else "--" + flag.replace("_", "-")

@@ -219,7 +219,7 @@ def build_options(cfg: ResolvedConfig) -> BuildOptions:
     return BuildOptions(builder=cfg["build.builder"], progress=cfg["build.progress"],
                         cache_from=tuple(cfg["build.cache_from"]), cache_to=tuple(cfg["build.cache_to"]),
                         reproducible=reproducible_exporter(cfg),
-                        provenance=cfg["build.provenance"])
+                        provenance=cfg["build.provenance"], no_cache=cfg["build.no_cache"])
 
 
 # --------------------------------------------------------------------------- deterministic inputs
@@ -340,9 +340,10 @@ def build_prepared(prepared: Prepared, cfg: ResolvedConfig, *, verify: bool = Tr
 def build(cfg: ResolvedConfig, *, extra_tags: tuple[str, ...] = (), verify: bool = True,
           work_dir: Path | None = None, stream=None, no_cache: bool = False) -> Built:
     """Prepare, build with buildx, verify, then write the lock. no_cache: build from a clean state
-    (buildx --no-cache)."""
+    (buildx --no-cache), as build.no_cache does."""
     request = make_request(cfg)  # refuse a bad request before anything else
-    options = replace(build_options(cfg), no_cache=no_cache)
+    options = build_options(cfg)
+    options = replace(options, no_cache=no_cache or options.no_cache)
     check_buildx(options.docker)
     with prepared_context(cfg, request=request, extra_tags=extra_tags, work_dir=work_dir) as prepared:
         return build_prepared(prepared, cfg, verify=verify, stream=stream, options=options)

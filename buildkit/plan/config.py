@@ -71,6 +71,8 @@ KEYS: tuple[Key, ...] = (
         "auto: on the containerd image store export through an OCI archive with rewrite-timestamp (same "
         "inputs, same digest); off: plain --load", ("auto", "off")),
     Key("build.provenance", bool, False, "attach buildx provenance attestations (they carry invocation ids)"),
+    Key("build.no_cache", bool, False,
+        "run every build step again (buildx --no-cache); the ccache mount is kept, so compiles may still hit it"),
     Key("build.cmake_args", list, [], "extra -DNAME=VALUE flags for CMake"),
     Key("build.builder", str, "", "buildx builder name (empty = the current one)"),
     Key("build.progress", str, "auto", "buildx --progress", ("auto", "plain", "tty", "quiet", "rawjson")),

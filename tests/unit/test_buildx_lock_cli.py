@@ -174,3 +174,22 @@ def test_cli_build_help_explains_the_options():
     result = run_cli("build", "--help")
     for text in ("--arch", "--no-vmm / --vmm", "--print", "--source", "[build.arch]", "--cache-from"):
         assert text in result.output
+
+
+def test_no_cache_reaches_buildx_and_changes_no_recorded_input(tmp_path, monkeypatch):
+    """build.no_cache (`buildkit build --no-cache`) says how to build, not what: buildx gets
+    --no-cache, and the plan (labels, inputs, build key) is the same."""
+    from buildkit.flows import pipeline
+    from buildkit.plan.config import load_config
+
+    monkeypatch.setattr(pipeline, "image_store", lambda docker="docker": "containerd")
+    cfgs = {value: load_config(None, env={}, overrides={"build.no_cache": (value, "test")}) for value in (False, True)}
+    argvs = {value: buildx_argv(plan_for(), rendered(tmp_path), pipeline.build_options(cfg), tmp_path / "m.json")
+             for value, cfg in cfgs.items()}
+    assert "--no-cache" in argvs[True] and "--no-cache" not in argvs[False]
+    assert [a for a in argvs[True] if a != "--no-cache"] == argvs[False]
+    assert plan_for(**{"build.no_cache": True}).labels == plan_for().labels
+    env = load_config(None, env={"LLAMA_BUILDKIT_BUILD_NO_CACHE": "1"}, overrides={})
+    assert env["build.no_cache"] is True
+    help_text = CliRunner().invoke(main, ["build", "--help"]).output
+    assert "--no-cache" in help_text and "ccache" in help_text
