@@ -38,8 +38,8 @@ test-unit:
 test-engine:
 	$(PYTEST) -q -ra tests/engine
 
-test-e2e:  # the default build of the real tree takes about 22 minutes cold
-	$(PYTEST) -q -ra --timeout=3600 tests/e2e
+test-e2e:
+	$(PYTEST) -q -ra tests/e2e
 
 bench:
 	$(PYTHON) bench/fetch_bytes.py

@@ -14,6 +14,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cliutil import Cli, cli_env  # noqa: E402
 from gitserver import GitDaemon, serve  # noqa: E402
 
+E2E_TIMEOUT = 3600  # seconds; the default build of the real tree takes about 22 minutes cold (pyproject: 900)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """e2e tests (their session builds included) get E2E_TIMEOUT from pytest-timeout, however run."""
+    for item in items:
+        if item.get_closest_marker("e2e") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(E2E_TIMEOUT))
+
 
 @pytest.fixture(scope="session")
 def git_daemon(tmp_path_factory: pytest.TempPathFactory) -> GitDaemon:
