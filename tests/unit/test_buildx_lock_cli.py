@@ -191,5 +191,5 @@ def test_no_cache_reaches_buildx_and_changes_no_recorded_input(tmp_path, monkeyp
     assert plan_for(**{"build.no_cache": True}).labels == plan_for().labels
     env = load_config(None, env={"LLAMA_BUILDKIT_BUILD_NO_CACHE": "1"}, overrides={})
     assert env["build.no_cache"] is True
-    help_text = CliRunner().invoke(main, ["build", "--help"]).output
+    help_text = run_cli("build", "--help").output
     assert "--no-cache" in help_text and "ccache" in help_text
