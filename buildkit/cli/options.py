@@ -19,7 +19,8 @@ from buildkit.core.errors import BuildkitError
 FLAG_KEYS = {
     "source": "source.url", "commit": "source.commit", "patches": "source.patch_dir",
     "arch": "build.arch", "cuda": "build.cuda_version", "target": "build.target",
-    "platform": "build.platform", "build_platform": "build.build_platform", "cpu_level": "build.cpu_level", "vmm": "build.no_vmm", "jobs": "build.jobs",
+    "platform": "build.platform", "build_platform": "build.build_platform",
+    "emulate_build_platform": "build.emulate_build_platform", "cpu_level": "build.cpu_level", "vmm": "build.no_vmm", "jobs": "build.jobs",
     "cmake_arg": "build.cmake_args", "builder": "build.builder", "progress": "build.progress",
     "cache_from": "build.cache_from", "cache_to": "build.cache_to", "provider": "base.provider",
     "os_image": "base.os_image", "devel_image": "base.devel_image", "runtime_image": "base.runtime_image",
@@ -45,6 +46,11 @@ def config_options(func):
         click.option("--build-platform", help="Where the compile runs (default: this machine); another CPU than "
                                               "--platform's cross-compiles, the same as --platform on another "
                                               "machine emulates [build.build_platform]."),
+        click.option("--emulate-build-platform", is_flag=True, default=None,
+                     help="For tests and CI: run a cross build whose --build-platform is not this engine's CPU "
+                          "under the engine's emulation (QEMU via binfmt_misc, registered beforehand), e.g. an "
+                          "arm64 Mac's build of an amd64 image, proven on an amd64 machine; many times slower "
+                          "[build.emulate_build_platform]."),
         click.option("--cpu-level", help="CPU instruction sets: all (default), x86-64-v2/v3/v4, armv8.2, armv8.6, "
                                          "native, none [build.cpu_level]."),
         click.option("--no-vmm/--vmm", "vmm", default=None,

@@ -154,3 +154,59 @@ def resolve_base_images(refs: list[str], cache: Path | None = None, *,
         else:
             out.append(BaseSource(BaseImage(ref=ref, digest="")))
     return tuple(out)
+
+
+def offered_platforms(layout: Path, digest: str) -> tuple[str, ...]:
+    """The platforms (os/arch[/variant]) the image `digest` of an OCI layout offers: its index's entries
+    (attestation manifests skipped, nested indexes followed), or its config's os and architecture.
+    () when the layout cannot be read (then nothing is checked: the build says what it finds)."""
+    def blob(d: str) -> dict:
+        try:
+            doc = json.loads((layout / "blobs" / Path(*d.split(":", 1))).read_bytes())
+        except (OSError, ValueError, TypeError):
+            return {}
+        return doc if isinstance(doc, dict) else {}
+
+    def walk(doc: dict, depth: int = 0) -> list[str]:
+        if isinstance(doc.get("manifests"), list) and depth < 4:
+            found: list[str] = []
+            for entry in doc["manifests"]:
+                if not isinstance(entry, dict):
+                    continue
+                plat, notes = entry.get("platform"), entry.get("annotations") or {}
+                if isinstance(notes, dict) and notes.get("vnd.docker.reference.type") == "attestation-manifest":
+                    continue
+                if isinstance(plat, dict) and plat.get("architecture") not in (None, "unknown"):
+                    found.append("/".join(str(plat[k]) for k in ("os", "architecture", "variant") if plat.get(k)))
+                elif isinstance(entry.get("digest"), str):
+                    found += walk(blob(entry["digest"]), depth + 1)
+            return found
+        config = doc.get("config")
+        if isinstance(config, dict) and isinstance(config.get("digest"), str):
+            cfg = blob(config["digest"])
+            if cfg.get("architecture"):
+                return ["/".join(str(cfg[k]) for k in ("os", "architecture", "variant") if cfg.get(k))]
+        return []
+
+    return tuple(dict.fromkeys(walk(blob(digest))))
+
+
+def platform_offered(offered: tuple[str, ...], wanted: str) -> bool:
+    """linux/arm64 is offered by linux/arm64 and linux/arm64/v8 (one CPU); linux/amd64 by linux/amd64."""
+    os_, arch = wanted.split("/")[:2]
+    return any(o.split("/")[:2] == [os_, arch] for o in offered)
+
+
+def check_base_platforms(sources: tuple[BaseSource, ...], platforms: tuple[str, ...], why: str) -> None:
+    """Each base image read by content must offer every platform the build runs it on: one line naming
+    the image, the platforms it has and the one asked for, before any work. (An image pinned in its
+    registry is checked by BuildKit when it pulls it.)"""
+    for source in sources:
+        if source.layout is None:
+            continue
+        offered = offered_platforms(source.layout, source.image.digest)
+        missing = [p for p in platforms if offered and not platform_offered(offered, p)]
+        if missing:
+            raise BaseImageError(
+                f"base image {source.image.ref} offers {', '.join(offered)}, not {missing[0]} ({why}); "
+                f"choose a base image that has {' and '.join(platforms)}")

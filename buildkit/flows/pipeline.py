@@ -29,7 +29,7 @@ from typing import Iterator
 
 from buildkit import __version__
 from buildkit.engine.api import get_engine
-from buildkit.engine.baseimages import BaseSource, resolve_base_images
+from buildkit.engine.baseimages import BaseSource, check_base_platforms, resolve_base_images
 from buildkit.plan.buildkey import key_of
 from buildkit.engine.buildx import (BuildOptions, BuildResult, buildx_argv, check_buildx, image_store, oci_archive_path,
                      run_build)
@@ -43,11 +43,13 @@ from buildkit.source.patches import PatchQueue, apply_patches, load_patch_queue
 from buildkit.core.progress import stage
 from buildkit.plan.buildplan import BuildPlan, BuildRequest, SourceFacts, make_plan, make_request
 from buildkit.plan.inputs import BUILD_KEY_LABEL, INPUTS_LABEL, BaseImage, BuildInputs, plan_inputs
-from buildkit.plan.platforms import engine_platform, judge_build_machine
+from buildkit.plan.platforms import engine_platform, judge_build_machine, long_double_differs
 from buildkit.plan.render import RenderResult, templates_sha256, write_context
 from buildkit.plan.tags import build_key_tag
+from buildkit.source.cudasource import long_double_uses
 from buildkit.source.fetch import SourceInfo, export_tree, fetch_source
 from buildkit.core.urlcreds import clean_url
+from buildkit.verify import binfmt
 from buildkit.verify.checks import VerifyReport
 from buildkit.verify.gate import verified_or_removed
 
@@ -159,6 +161,7 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
     ref, pin = ref_and_pin(cfg)
     # base images first: one that cannot be had stops the build before any fetch
     sources = resolve_base_images([request.devel_image, request.runtime_image], cache_root(cfg))
+    check_base_platforms(sources, *base_platforms(request))
     bases = tuple(s.image for s in sources)
     with stage("fetch", clean_url(cfg["source.url"])):
         info = fetch_source(cfg["source.url"], ref, pin, cache_root(cfg))
@@ -168,6 +171,7 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
             export_tree(info, cache_root(cfg), out_dir / "src")
         with stage("patch", f"{len(queue.files)} patch(es)"):
             apply_patches(queue, out_dir / "src")
+        check_cuda_sources(request, out_dir / "src")
         facts = SourceFacts(url=info.url, commit=info.commit, commit_time=info.commit_time,
                             build_number=info.build_number, patch_set_sha256=queue.sha256,
                             patch_names=tuple(p.name for p in queue.files))
@@ -192,6 +196,30 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
         raise
     return Prepared(plan=plan, rendered=rendered, source=info, patches=queue, cuda_root=cuda_root,
                     base_images=bases, build_key=key, cuda_manifest=cuda_manifest)
+
+
+def base_platforms(request: BuildRequest) -> tuple[tuple[str, ...], str]:
+    """The platforms every base image must offer, and why: the image's, and for a cross build the build
+    machine's too (its build stage, and the stage resolving the runtime packages, run on it)."""
+    if request.cross:
+        return ((request.platform, request.build_platform),
+                f"the image is for {request.platform} and its build stage runs on {request.build_platform}")
+    return (request.platform,), f"the image is for {request.platform}"
+
+
+def check_cuda_sources(request: BuildRequest, tree: Path) -> None:
+    """A cross CUDA build whose build machine folds long double in another format than the target:
+    any use of long double in the tree's CUDA sources stops the build before it starts."""
+    if not (request.arch.is_cuda and request.cross and long_double_differs(request.build_platform, request.platform)):
+        return
+    uses = long_double_uses(tree)
+    if uses:
+        where = ", ".join(f"{path}:{line}" for path, line in uses[:3]) + (" ..." if len(uses) > 3 else "")
+        raise ConfigError(
+            f"{len(uses)} use(s) of long double in CUDA sources ({where}): nvcc's front ends fold long double "
+            f"with the build machine's format ({request.build_cpu.long_double} on {request.build_platform}), not "
+            f"the target's ({request.target_cpu.long_double} on {request.platform}), and no flag changes that; "
+            f"build on a {request.platform} machine (leave build.build_platform unset there), or patch them out")
 
 
 def with_key_tag(tags: tuple[str, ...], request: BuildRequest, key: str) -> tuple[str, ...]:
@@ -306,10 +334,20 @@ def last_build_seconds(cfg: ResolvedConfig, request: BuildRequest) -> float | No
     return float(seconds) if isinstance(seconds, (int, float)) and seconds > 0 else None
 
 
-def check_build_machine(request: BuildRequest, stream=None) -> None:
-    """Stop a cross build planned for another build machine; say so when the compile will be emulated."""
-    line = judge_build_machine(request.build_platform, request.platform, engine_platform(get_engine().arch()))
-    if line:
+def check_build_machine(request: BuildRequest, stream=None, *, warn: bool = True) -> None:
+    """Stop a cross build planned for another build machine (unless its emulation is asked for, and a
+    binfmt_misc handler can run that machine's programs); say so when the compile will be emulated."""
+    engine = engine_platform(get_engine().arch())
+    line = judge_build_machine(request.build_platform, request.platform, engine,
+                               emulate=request.emulate_build_platform)
+    if line and request.cross:  # an emulated build machine: the kernel must be able to run its programs
+        machine = request.build_cpu
+        if binfmt.handler_for(binfmt.elf_header(machine.elf_machine), binfmt.registered()) is None:
+            raise ConfigError(f"build.emulate_build_platform: no binfmt_misc handler runs {machine.elf_name} "
+                              f"programs on this machine, so a {request.build_platform} build stage cannot run on "
+                              f"the {engine} engine; register QEMU user-mode emulation for {machine.processor} "
+                              "first (qemu-user-static with binfmt_misc), or build on that machine")
+    if line and warn:
         (stream or sys.stderr).write(f"buildkit: warning: {line}\n")
 
 
@@ -345,5 +383,6 @@ def build(cfg: ResolvedConfig, *, extra_tags: tuple[str, ...] = (), verify: bool
     options = build_options(cfg)
     options = replace(options, no_cache=no_cache or options.no_cache)
     check_buildx(options.docker)
+    check_build_machine(request, warn=False)  # before the fetch and the toolkit: a build that cannot run here
     with prepared_context(cfg, request=request, extra_tags=extra_tags, work_dir=work_dir) as prepared:
         return build_prepared(prepared, cfg, verify=verify, stream=stream, options=options)

@@ -17,7 +17,7 @@ from buildkit.plan.cpulevels import CpuLevel, cmake_flags as cpu_cmake_flags, ge
 from buildkit.core.errors import ConfigError
 from buildkit.oci.imageref import InvalidReference, parse_image_ref
 from buildkit.plan.inputs import request_inputs
-from buildkit.plan.platforms import TOOLCHAIN_PATH, CpuArch, cpu_arch, is_cross, machine_platform
+from buildkit.plan.platforms import TOOLCHAIN_PATH, CpuArch, cpu_arch, cuda_char_flags, is_cross, machine_platform
 from buildkit.plan.tags import build_tags, check_repository, target_variant, variant
 
 
@@ -53,6 +53,9 @@ class BuildRequest:
     title: str
     licenses: str
     variant: str  # arch, CUDA version and CPU level: cuda13.1-sm120, cpu-x86-64-v3 (labels, lock key, caches)
+    # a cross build whose build machine is not the engine's is run under the engine's emulation
+    # (build.emulate_build_platform: tests and CI); where the compile runs, not what it makes: no input
+    emulate_build_platform: bool = False
 
     @property
     def cross(self) -> bool:
@@ -172,6 +175,7 @@ def make_request(cfg: ResolvedConfig) -> BuildRequest:
         image_name=check_repository(cfg["image.name"]), version=version,
         title=cfg["image.title"], licenses=cfg["image.licenses"],
         variant=variant(arch, cuda_version) + variant_suffix(cpu_level, arch.is_cuda),
+        emulate_build_platform=cfg["build.emulate_build_platform"],
     )
 
 
@@ -196,12 +200,21 @@ def cmake_args(request: BuildRequest, source: SourceFacts) -> tuple[str, ...]:
         f"-DLLAMA_BUILD_COMMIT={source.commit}",
         f"-DLLAMA_BUILD_NUMBER={source.build_number}",
     ]
+    extra = list(request.extra_cmake_args)
     if request.arch.is_cuda:
         args += [
             "-DGGML_CUDA=ON",
             f"-DCMAKE_CUDA_ARCHITECTURES={request.arch.cmake_archs}",
             f"-DGGML_CUDA_NO_VMM={'ON' if request.no_vmm else 'OFF'}",
         ]
+        # a cross build: nvcc's front ends told the target's plain char (platforms.cuda_char_flags); a
+        # CMAKE_CUDA_FLAGS of build.cmake_args is kept after them instead of replacing them
+        char_flags = list(cuda_char_flags(request.build_platform, request.platform))
+        if char_flags:
+            prefix = "-DCMAKE_CUDA_FLAGS="
+            theirs = [a[len(prefix):] for a in extra if a.startswith(prefix)]
+            extra = [a for a in extra if not a.startswith(prefix)]
+            args.append(prefix + " ".join(char_flags + [t for t in theirs if t]))
         exe_link = []
         if not request.no_vmm:
             # libggml-cuda then needs libcuda.so.1: link against the toolkit's stub, and let the
@@ -214,7 +227,7 @@ def cmake_args(request: BuildRequest, source: SourceFacts) -> tuple[str, ...]:
             args.append(f"-DCMAKE_SHARED_LINKER_FLAGS=-Wl,-rpath-link,{CUDA_LIB_DIR}")
         if exe_link:
             args.append(f"-DCMAKE_EXE_LINKER_FLAGS=-Wl,{','.join(exe_link)}")
-    return tuple(args) + request.extra_cmake_args
+    return tuple(args) + tuple(extra)
 
 
 def ccache_id(request: BuildRequest) -> str:

@@ -59,6 +59,9 @@ KEYS: tuple[Key, ...] = (
     Key("build.build_platform", str, "",
         "the platform the compile runs on (empty: this machine's); when it differs from build.platform the "
         "build cross-compiles, with no emulation"),
+    Key("build.emulate_build_platform", bool, False,
+        "run a cross build whose build_platform is not the engine's CPU under the engine's emulation (QEMU "
+        "through binfmt_misc): many times slower, for tests and CI that prove a build made on another machine"),
     Key("build.no_vmm", bool, True,
         "build with GGML_CUDA_NO_VMM=ON (no libcuda.so.1 dependency); off links against the libcuda stub"),
     Key("build.cpu_level", str, "all",

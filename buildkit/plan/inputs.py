@@ -16,6 +16,7 @@ buildkey.py when it changes the image's content).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Mapping
@@ -260,6 +261,12 @@ def parse_bases(pairs: Any, where: str) -> tuple[BaseImage, ...]:
     return tuple(out)
 
 
+def split_flags(text: str) -> tuple[str, ...]:
+    """The flags label back into CMake's arguments: each starts with -D, and a value may hold spaces
+    (-DCMAKE_CUDA_FLAGS=-Xcudafe=... -Xcicc=..., a cross CUDA build's), so it is split before each -D."""
+    return tuple(a.strip() for a in re.split(r"\s+(?=-D)", text.strip()) if a.strip())
+
+
 def from_labels(labels: Mapping[str, str], where: str) -> BuildInputs:
     """The model from an image's labels (to_labels' output, or a pushed image's config)."""
     if not isinstance(labels, Mapping):
@@ -286,7 +293,7 @@ def from_labels(labels: Mapping[str, str], where: str) -> BuildInputs:
         target=label(LABEL_PREFIX + "target", "target"), platform=need(record, "platform", where),
         cpu_level=labels.get(LABEL_PREFIX + "cpu-level") or record.get("cpu_level") or "all",
         variant=labels.get(LABEL_PREFIX + "variant", ""), no_vmm=bool(need(record, "no_vmm", where)),
-        cmake_args=tuple(label(LABEL_PREFIX + "flags", "CMake flags").split()),
+        cmake_args=split_flags(label(LABEL_PREFIX + "flags", "CMake flags")),
         extra_cmake_args=tuple(record.get("extra_cmake_args") or ()),
         provider=need(record, "provider", where), devel_image=need(record, "devel_image", where),
         runtime_image=need(record, "runtime_image", where), jobs=int(need(record, "jobs", where)),

@@ -27,6 +27,8 @@ class CpuArch:
     elf_machine: int  # e_machine of its ELF files
     elf_name: str  # how readelf names that machine
     ubuntu_mirror: str  # Ubuntu's archive of this architecture (amd64: archive; the others: ports)
+    char_signed: bool  # plain char in its psABI: signed on x86-64, unsigned on AArch64
+    long_double: str  # the format of long double in its psABI
 
     @property
     def cross_packages(self) -> tuple[str, ...]:
@@ -38,9 +40,9 @@ class CpuArch:
 ARCHES: dict[str, CpuArch] = {
     a.docker: a for a in (
         CpuArch("amd64", "amd64", "x86_64-linux-gnu", "x86_64", "x86_64-linux", 62, "Advanced Micro Devices X86-64",
-                "http://archive.ubuntu.com/ubuntu"),
+                "http://archive.ubuntu.com/ubuntu", True, "x87 80-bit extended"),
         CpuArch("arm64", "arm64", "aarch64-linux-gnu", "aarch64", "sbsa-linux", 183, "AArch64",
-                "http://ports.ubuntu.com/ubuntu-ports"),
+                "http://ports.ubuntu.com/ubuntu-ports", False, "IEEE 128-bit quad"),
     )
 }
 _MACHINE_ALIASES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
@@ -70,21 +72,46 @@ def is_cross(build_platform: str, platform: str) -> bool:
     return cpu_arch(build_platform).docker != cpu_arch(platform).docker
 
 
-def judge_build_machine(build_platform: str, platform: str, engine: str) -> str | None:
+def judge_build_machine(build_platform: str, platform: str, engine: str, *, emulate: bool = False) -> str | None:
     """Whether the engine (running on `engine`, "" when unknown) can run this build's compile natively.
 
-    None: it can. A line to show: the compile is emulated (a native build for another platform; slow).
-    ConfigError: a cross build planned for another build machine (its $BUILDPLATFORM stage would run
-    the other machine's compilers here)."""
+    None: it can. A line to show: the compile is emulated (a native build for another platform, or a
+    cross build whose build machine is emulated on purpose: build.emulate_build_platform; slow).
+    ConfigError: a cross build planned for another build machine without that (its build stage would
+    run the other machine's compilers here)."""
     if not engine or cpu_arch(build_platform).docker == cpu_arch(engine).docker:
         return None
     if is_cross(build_platform, platform):
+        if emulate:
+            return (f"the build machine is emulated: a {build_platform} build stage cross-compiles for {platform} "
+                    f"on a {engine} engine (build.emulate_build_platform); many times slower than on a "
+                    f"{build_platform} machine, meant for tests and CI")
         raise ConfigError(f"this build cross-compiles for {platform} on a {build_platform} machine "
                           f"(build.build_platform), but the engine runs on {engine}: leave build.build_platform "
-                          f"unset (this machine), or build on a {build_platform} engine")
+                          f"unset (this machine), build on a {build_platform} engine, or emulate that machine "
+                          "(--emulate-build-platform, for tests and CI)")
     return (f"the compile runs under emulation: a {platform} build stage on a {engine} engine "
             f"(build.build_platform is {build_platform}); leave build.build_platform unset to cross-compile "
             "natively, many times faster")
+
+
+def cuda_char_flags(build_platform: str, platform: str) -> tuple[str, ...]:
+    """nvcc flags that give its front ends the target's plain char.
+
+    cudafe++ and cicc take char's signedness from the machine nvcc runs on, not from the host compiler
+    it is given: a cross build would see char as signed in one half of a .cu file and unsigned in the
+    other (device loads, and host templates chosen on std::is_signed<char>, which cudafe++ decides).
+    A cross build tells both the target's; a native build needs nothing."""
+    if not is_cross(build_platform, platform):
+        return ()
+    kind = "signed" if cpu_arch(platform).char_signed else "unsigned"
+    return (f"-Xcudafe=--{kind}_chars", f"-Xcicc=--{kind}_chars")
+
+
+def long_double_differs(build_platform: str, platform: str) -> bool:
+    """True when the build machine folds long double constants in another format than the target's
+    (nvcc's front ends follow the machine they run on, and no flag changes that)."""
+    return cpu_arch(build_platform).long_double != cpu_arch(platform).long_double
 
 
 TOOLCHAIN_PATH = "/toolchain.cmake"  # where the build stage has it (templates/toolchain.cmake.j2, in the context)

@@ -50,6 +50,7 @@ static void print_usage(const char * prog, llama_example ex) {
     if (ex == LLAMA_EXAMPLE_SERVER) {
         printf("         --host HOST          ip address to listen on (default: 127.0.0.1) (env: LLAMA_ARG_HOST)\n");
         printf("         --port PORT          port to listen on (default: 8080) (env: LLAMA_ARG_PORT)\n");
+        printf("         --char-probe         print how host code, CUDA host code and a kernel see char, and exit\n");
     } else {
         printf("         --selftest           run the CPU (and CUDA, if built in) kernels and exit\n");
     }
@@ -91,6 +92,10 @@ bool common_params_parse(int argc, char ** argv, common_params & params, llama_e
         }
         if (ex == LLAMA_EXAMPLE_CLI && arg == "--selftest") {
             params.selftest = true;
+            continue;
+        }
+        if (ex == LLAMA_EXAMPLE_SERVER && arg == "--char-probe") {
+            params.char_probe = true;
             continue;
         }
         if (ex == LLAMA_EXAMPLE_SERVER && arg == "--host") {

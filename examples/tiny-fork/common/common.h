@@ -13,6 +13,7 @@ struct common_params {
     std::string model;          // accepted, not loaded: tiny-fork has no model code
     int         n_threads = -1; // accepted
     bool        selftest  = false;
+    bool        char_probe = false; // llama-server --char-probe: how each half of the build sees char
 };
 
 // "OpenSSL 3.0.x ..." when built with LLAMA_OPENSSL, else "no TLS"

@@ -10,6 +10,10 @@
 #include <openssl/ssl.h>
 #endif
 
+#ifdef GGML_USE_CUDA
+#include "ggml-cuda.h"
+#endif
+
 #include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -22,6 +26,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 static volatile sig_atomic_t g_stop = 0;
 
@@ -123,10 +128,45 @@ static int open_listener(const std::string & host, int port) {
     return fd;
 }
 
+template <bool is_signed> struct char_kind      { static constexpr int value = 0; };
+template <>               struct char_kind<true> { static constexpr int value = 1; };
+
+static void print_char_view(const char * who, const int * v) {
+    printf("char-probe %s: (char)200=%d is_signed=%d template=%s\n", who, v[0], v[1], v[2] ? "signed" : "unsigned");
+}
+
+// --char-probe: plain char as the host compiler sees it (the reference: the target's ABI), as the
+// CUDA library's host half and its kernel see it. Exit 0 when every half that ran agrees.
+static int char_probe() {
+    volatile char c = (char) 200;
+    const int ref[3] = { c, std::is_signed<char>::value ? 1 : 0, char_kind<std::is_signed<char>::value>::value };
+    print_char_view("host", ref);
+    int rc = 0;
+#ifdef GGML_USE_CUDA
+    int cu[3] = { 0, 0, 0 };
+    ggml_backend_cuda_char_probe_host(cu);
+    print_char_view("cuda-host", cu);
+    rc |= (cu[0] != ref[0] || cu[1] != ref[1] || cu[2] != ref[2]) ? 1 : 0;
+    const char * err = nullptr;
+    int dev[3] = { 0, 0, 0 };
+    if (ggml_backend_cuda_char_probe_device(dev, &err) == 0) {
+        print_char_view("cuda-device", dev);
+        rc |= (dev[0] != ref[0] || dev[1] != ref[1] || dev[2] != ref[2]) ? 1 : 0;
+    } else {
+        printf("char-probe cuda-device: not run (%s)\n", err ? err : "no device");
+    }
+#endif
+    printf("char-probe: %s\n", rc ? "DISAGREE" : "agree");
+    return rc;
+}
+
 int llama_server_main(int argc, char ** argv) {
     common_params params;
     if (!common_params_parse(argc, argv, params, LLAMA_EXAMPLE_SERVER)) {
         return 1;
+    }
+    if (params.char_probe) {
+        return char_probe();
     }
 
 #ifdef LLAMA_USE_OPENSSL
