@@ -259,10 +259,22 @@ def cmd_run(args) -> int:
         summary["outcome"] = "dry run: libraries resolved, server not started"
         save()
         return 0
+    exe = libplan.roots_of(folder)[0]
+    if args.once:
+        # a one-shot run of the bundle's program (e.g. the example fork's --char-probe): its output and code
+        argv = [str(exe), *args.server_args]
+        say(f"\n$ LD_LIBRARY_PATH={farm} {' '.join(argv)}")
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=args.startup_timeout,
+                              env=dict(os.environ, LD_LIBRARY_PATH=str(farm)))
+        say(done.stdout.rstrip() + ("\n" + done.stderr.rstrip() if done.stderr.strip() else ""))
+        summary["once"] = {"argv": argv, "returncode": done.returncode, "stdout": done.stdout}
+        summary["outcome"] = f"one-shot run exited with {done.returncode}"
+        save()
+        say(summary["outcome"])
+        return done.returncode
     if not args.model:
         raise BuildkitError("run needs --model MODEL.gguf (or --dry-run)")
 
-    exe = libplan.roots_of(folder)[0]
     url = f"http://127.0.0.1:{args.port}"
     argv = [str(exe), "-m", str(Path(args.model).resolve()), "-ngl", str(args.ngl), "--host", "127.0.0.1",
             "--port", str(args.port), *args.server_args]
@@ -384,6 +396,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default=DEFAULT_OUT, help="folder for server.log and summary.json (default: %(default)s)")
     r.add_argument("--startup-timeout", type=float, default=300.0)
     r.add_argument("--dry-run", action="store_true", help="verify and resolve only; do not start the server")
+    r.add_argument("--once", action="store_true",
+                   help="run the bundle's program once with the arguments after -- (no model, no server), "
+                        "e.g. `-- --char-probe`, and exit with its code")
     r.add_argument("--bench", action="store_true", help="run buildkit's bench protocol against the server")
     r.add_argument("--runs", type=int, default=3, help="bench runs (default: %(default)s)")
     r.add_argument("--max-tokens", type=int, default=800, help="bench tokens per run (default: %(default)s)")

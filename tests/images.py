@@ -32,6 +32,9 @@ from pathlib import Path
 DEBIAN_IMAGE = "buildkit-test/debian:bookworm"
 BUSYBOX_IMAGE = "buildkit-test/busybox:latest"
 MULTIARCH_IMAGE = "buildkit-test/debian-multiarch:bookworm"
+# the same, with its arm64 half configured (debootstrap's second stage, run under QEMU): an emulated arm64
+# build stage runs apt in it (the unpack-only half has no users, no configured keyring for apt)
+CONFIGURED_MULTIARCH_IMAGE = "buildkit-test/debian-multiarch-configured:bookworm"
 FOREIGN_ARCH = "arm64"
 DEBIAN_SUITE = "bookworm"
 
@@ -184,21 +187,53 @@ def _installed_status(root: Path) -> str:
     return "\n\n".join(stanzas) + "\n"
 
 
-def _foreign_rootfs(root: Path, arch: str) -> None:
+def _foreign_first_stage(root: Path, arch: str) -> None:
     r = subprocess.run(["debootstrap", "--foreign", f"--arch={arch}", "--variant=minbase", DEBIAN_SUITE, str(root),
                         debian_mirror()], capture_output=True, text=True)
     if r.returncode != 0:
         tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-15:])
         raise ImageError(f"debootstrap --foreign --arch={arch} failed:\n{tail}")
-    (root / "var/lib/dpkg/status").write_text(_installed_status(root))
-    shutil.rmtree(root / "debootstrap")
     proc = root / "proc"  # the first stage leaves proc -> /proc (for a chroot); a container needs a folder
     if proc.is_symlink():
         proc.unlink()
         proc.mkdir(mode=0o555)
+    _empty_dev(root)
+
+
+def _foreign_rootfs(root: Path, arch: str) -> None:
+    """An unpack-only root of `arch`: nothing of it runs (dpkg's status written from the packages)."""
+    _foreign_first_stage(root, arch)
+    (root / "var/lib/dpkg/status").write_text(_installed_status(root))
+    shutil.rmtree(root / "debootstrap")
     for p in (root / "var/cache/apt/archives").glob("*.deb"):
         p.unlink()
-    _empty_dev(root)
+
+
+def _configured_foreign_image(work: Path, arch: str, ref: str) -> None:
+    """`ref`: a configured root of `arch`, debootstrap's second stage run in a container of the first
+    stage's root (under QEMU: the caller registers a binfmt handler; container=lxc, as the second stage
+    in a container wants)."""
+    _foreign_first_stage(work / "rootfs", arch)
+    stage1 = ref + "-stage1"
+    _import_dir(work / "rootfs", stage1, "bash", platform=f"linux/{arch}")
+    shutil.rmtree(work / "rootfs")
+    name = f"buildkit-second-stage-{os.getpid()}"
+    try:
+        r = subprocess.run(["docker", "run", "--name", name, "--platform", f"linux/{arch}", "-e", "container=lxc",
+                            stage1, "/debootstrap/debootstrap", "--second-stage"], capture_output=True, text=True)
+        if r.returncode != 0:
+            tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-15:])
+            raise ImageError(f"debootstrap --second-stage ({arch}, under emulation) failed:\n{tail}")
+        export = subprocess.Popen(["docker", "export", name], stdout=subprocess.PIPE)
+        imp = subprocess.run(["docker", "import", "--platform", f"linux/{arch}", "--change", f"ENV PATH={_DEFAULT_PATH}",
+                              "--change", 'CMD ["bash"]', "-", ref], stdin=export.stdout, capture_output=True, text=True)
+        assert export.stdout is not None
+        export.stdout.close()
+        if export.wait() != 0 or imp.returncode != 0:
+            raise ImageError(f"docker import of {ref} failed: {imp.stderr.strip()}")
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+        subprocess.run(["docker", "rmi", stage1], capture_output=True)
 
 
 def _saved_manifest(ref: str, work: Path, blobs: Path) -> dict:
@@ -222,8 +257,10 @@ def _saved_manifest(ref: str, work: Path, blobs: Path) -> dict:
             "platform": {"architecture": config["architecture"], "os": config["os"]}}
 
 
-def ensure_multiarch_image(ref: str = MULTIARCH_IMAGE, *, force: bool = False) -> str:
-    """Make ``ref``, an OCI index of the amd64 Debian image and an arm64 one, unless it exists."""
+def ensure_multiarch_image(ref: str = MULTIARCH_IMAGE, *, force: bool = False, configured: bool = False) -> str:
+    """Make ``ref``, an OCI index of the amd64 Debian image and an arm64 one, unless it exists.
+    configured: the arm64 half goes through debootstrap's second stage, under QEMU (registered by the
+    caller); otherwise it is only unpacked, and nothing of arm64 runs."""
     import hashlib
     import json
 
@@ -232,12 +269,16 @@ def ensure_multiarch_image(ref: str = MULTIARCH_IMAGE, *, force: bool = False) -
     _need_debootstrap(ref)
     native = ensure_debian_image()
     work = Path(tempfile.mkdtemp(prefix="buildkit-multiarch-"))
-    foreign = f"buildkit-test/debian-{FOREIGN_ARCH}-only:{DEBIAN_SUITE}"
+    foreign = f"buildkit-test/debian-{FOREIGN_ARCH}-{'configured' if configured else 'only'}:{DEBIAN_SUITE}"
     try:
-        _log(f"debootstrap --foreign --arch={FOREIGN_ARCH} (unpack only, nothing of {FOREIGN_ARCH} runs)")
-        _foreign_rootfs(work / "rootfs", FOREIGN_ARCH)
-        _import_dir(work / "rootfs", foreign, "bash", platform=f"linux/{FOREIGN_ARCH}")
-        shutil.rmtree(work / "rootfs")
+        if configured:
+            _log(f"debootstrap --foreign --arch={FOREIGN_ARCH}, then its second stage under emulation")
+            _configured_foreign_image(work, FOREIGN_ARCH, foreign)
+        else:
+            _log(f"debootstrap --foreign --arch={FOREIGN_ARCH} (unpack only, nothing of {FOREIGN_ARCH} runs)")
+            _foreign_rootfs(work / "rootfs", FOREIGN_ARCH)
+            _import_dir(work / "rootfs", foreign, "bash", platform=f"linux/{FOREIGN_ARCH}")
+            shutil.rmtree(work / "rootfs")
         layout = work / "layout"
         blobs = layout / "blobs" / "sha256"
         blobs.mkdir(parents=True)

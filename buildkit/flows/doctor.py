@@ -31,7 +31,7 @@ from buildkit.core.errors import BuildError, BuildkitError
 from buildkit.flows.diskcheck import check_disk, disk_kind, required_gb
 from buildkit.flows.doctorcheck import FAIL, OK, WARN, Check, Variant
 from buildkit.flows.enginecheck import check_buildx_and_builder, check_engine, engine_info
-from buildkit.flows.platformcheck import check_driver, check_emulation
+from buildkit.flows.platformcheck import check_driver, check_emulation, judge_cross_cuda
 from buildkit.flows.registrycheck import check_registry
 
 
@@ -99,6 +99,9 @@ def run_checks(cfg, *, min_free_gb: float | None = None, matrix: bool = False, o
         checks.append(check_registry(cfg["image.name"]))
     checks.append(check_driver(variants))
     checks.append(check_emulation(variants, builder_platforms))
+    cross_cuda = judge_cross_cuda(variants)
+    if cross_cuda is not None:
+        checks.append(cross_cuda)
     return checks
 
 

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Sequence
 
+from buildkit.plan.platforms import cpu_arch, cuda_char_flags
 from buildkit.verify import binfmt
 from buildkit.flows.doctorcheck import FAIL, OK, WARN, Check, Variant, last_line, run_tool, version_tuple
 
@@ -124,3 +125,28 @@ def check_emulation(variants: Sequence[Variant], builder_platforms: Sequence[str
     platforms = sorted({v.runs_on or v.platform for v in variants})
     cross = sorted({v.platform for v in variants if v.runs_on and v.runs_on != v.platform})
     return judge_emulation(platforms, host, binfmt_handlers(), builder_platforms, cross)
+
+
+# How the seed direction (an amd64 CUDA image compiled on arm64) was verified; README "Cross builds".
+CROSS_CUDA_VERIFIED = ("verified: the example fork's char probe (host, CUDA host half and kernel agree), its "
+                       "SASS byte loads, and its kernel run on an NVIDIA GPU (README, cross builds)")
+
+
+def judge_cross_cuda(variants: Sequence[Variant]) -> Check | None:
+    """Pure: for CUDA variants compiled on another CPU than their image's, what buildkit does about nvcc's
+    front ends, which take plain char (and long double) from the machine they run on. None: no such variant."""
+    lines = []
+    for v in variants:
+        if v.cuda is None or not v.runs_on or cpu_arch(v.runs_on).docker == cpu_arch(v.platform).docker:
+            continue
+        target, build = cpu_arch(v.platform), cpu_arch(v.runs_on)
+        flags = " ".join(cuda_char_flags(v.runs_on, v.platform))
+        direction = ("the direction NVIDIA documents (x86_64 host, aarch64 target)" if target.docker == "arm64"
+                     else f"not the direction NVIDIA documents (theirs is x86_64 to aarch64): nvcc from the "
+                          f"{build.processor} toolkit with the {target.triplet}-g++ host compiler")
+        lines.append(f"{v.name} for {v.platform} compiled on {v.runs_on}, {direction}; char is "
+                     f"{'signed' if target.char_signed else 'unsigned'} there, and nvcc's front ends are told so "
+                     f"({flags}); long double in CUDA sources stops the build (no flag fixes it)")
+    if not lines:
+        return None
+    return Check("cross-cuda", OK, "; ".join(lines) + "; " + CROSS_CUDA_VERIFIED)

@@ -12,11 +12,12 @@ import docker
 import pytest
 
 import qemu
+from sass import byte_loads
 from buildkit.plan.platforms import ARCHES
 from buildkit.source.cudaroot import cuda_root_dir
 from buildkit.verify.checks import elf_archs, find_cuobjdump
 from buildkit.verify.elfdeps import read_elf
-from cliutil import buildkit_env, run_cli, write_project
+from cliutil import cli_env, run_cli, write_project
 
 pytestmark = pytest.mark.docker
 
@@ -32,8 +33,7 @@ def cross_project(tmp_path_factory, example_fork, multiarch_base_image, docker_e
                          image={"name": "buildkit-test/tiny-cross"},
                          build={"cuda_version": CUDA, "jobs": 2, "progress": "plain"},
                          base={"provider": "wheels", "os_image": multiarch_base_image, "cublas": False})
-    env = buildkit_env()
-    env["LLAMA_BUILDKIT_CACHE_DIR"] = str(tmp_path_factory.getbasetemp() / "buildkit-cache")
+    env = cli_env(tmp_path_factory.getbasetemp() / "buildkit-cache")  # this checkout's buildkit
     return {"root": root, "env": env, "commit": commit, "cache": Path(env["LLAMA_BUILDKIT_CACHE_DIR"])}
 
 
@@ -58,11 +58,20 @@ def copied_out(ref: str, path: str, dest: Path) -> Path:
     return dest / Path(path).name
 
 
-def test_sm121_is_cross_compiled_for_arm64_without_emulation(cross_project, tmp_path):
+SM121 = "buildkit-test/tiny-cross:cuda13.1-sm121"
+
+
+@pytest.fixture(scope="module")
+def sm121_build(cross_project):
+    """The example fork for sm_121 (arm64 only), cross-compiled on this machine with no handler registered."""
     no_emulation_here()
-    proc = run_cli(cross_project["root"], "build", "--arch", "sm_121", env=cross_project["env"], timeout=1800)
+    return run_cli(cross_project["root"], "build", "--arch", "sm_121", env=cross_project["env"], timeout=1800)
+
+
+def test_sm121_is_cross_compiled_for_arm64_without_emulation(cross_project, sm121_build, tmp_path):
+    proc = sm121_build
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    ref = "buildkit-test/tiny-cross:cuda13.1-sm121"
+    ref = SM121
     assert docker.from_env().images.get(ref).attrs["Architecture"] == "arm64"
     app = copied_out(ref, "/app", tmp_path)
     elves = [p for p in app.rglob("*") if p.is_file() and not p.is_symlink() and p.read_bytes()[:4] == b"\x7fELF"]
@@ -74,22 +83,33 @@ def test_sm121_is_cross_compiled_for_arm64_without_emulation(cross_project, tmp_
     cuobjdump = find_cuobjdump([cuda_root_dir(CUDA, cross_project["cache"], with_cublas=False)])
     assert cuobjdump, "no cuobjdump in the laid-out CUDA root"
     assert elf_archs(cuobjdump, app / "lib" / "libggml-cuda.so.0.0.1") == {"sm_121a"}
+    # plain char is unsigned on AArch64: cicc, running here on x86-64 (signed), was told so, and the
+    # kernel loads the byte zero-extended (LDG.E.U8), as the arm64 host code does
+    assert byte_loads(cuobjdump, app / "lib" / "libggml-cuda.so.0.0.1", "char_probe_kernel") == {"U8"}
     # and buildkit's own report said so, without running anything of arm64
     assert "verify cuda-archs: passed" in proc.stdout and "sm_121a" in proc.stdout
     assert "verify no-vmm: passed" in proc.stdout
     no_emulation_here()
 
 
-def test_with_qemu_registered_the_arm64_server_reports_the_commit(cross_project):
-    """Where a binfmt handler exists, verify also runs the arm64 llama-server --version (emulated)."""
+def test_with_qemu_registered_the_arm64_server_reports_the_commit(cross_project, sm121_build):
+    """Where a binfmt handler exists, verify also runs the arm64 llama-server --version (emulated); and the
+    sm_121 image's host code, run, sees char as the cross g++ does in its CUDA half too."""
     no_emulation_here()
+    assert sm121_build.returncode == 0, sm121_build.stderr[-2000:]
     args = ("build", "--arch", "cpu", "--platform", "linux/arm64", "--tag", "qemu")
     try:
         with qemu.registered("aarch64") as handler:
             proc = run_cli(cross_project["root"], *args, env=cross_project["env"], timeout=1800)
             assert qemu.handler_for("aarch64") == handler
+            probe = subprocess.run(["docker", "run", "--rm", "--platform", "linux/arm64", SM121, "--char-probe"],
+                                   capture_output=True, text=True, timeout=300)
     except qemu.QemuUnavailable as exc:
         pytest.fail(f"QEMU cannot be registered on this machine: {exc}")
+    # cudafe++ ran here (signed char); told the target's, its host half chose the unsigned template
+    assert "char-probe host: (char)200=200 is_signed=0 template=unsigned" in probe.stdout, probe.stdout + probe.stderr
+    assert "char-probe cuda-host: (char)200=200 is_signed=0 template=unsigned" in probe.stdout, probe.stdout
+    assert probe.returncode == 0 and "char-probe: agree" in probe.stdout
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     version = next(line for line in proc.stdout.splitlines() if line.startswith("verify version:"))
     assert version.startswith("verify version: passed") and cross_project["commit"][:7] in version, version

@@ -135,3 +135,19 @@ def test_a_cross_build_needs_both_platforms_of_its_base(tmp_path):
     one, digest1 = _layout(tmp_path / "one", ["linux/arm64"])
     with pytest.raises(BaseImageError, match="not linux/amd64.*build stage runs on linux/amd64"):
         check_base_platforms((BaseSource(BaseImage("arm-only", digest1), one),), *base_platforms(request))
+
+
+def test_doctor_says_what_the_seed_direction_is_and_what_buildkit_does():
+    from buildkit.flows.doctorcheck import OK, Variant
+    from buildkit.flows.platformcheck import judge_cross_cuda
+
+    seed = judge_cross_cuda([Variant("cuda13.1-sm120", (13, 1), "sm_120", "linux/amd64", "linux/arm64", "nvidia")])
+    assert seed.status == OK and seed.name == "cross-cuda"
+    assert "not the direction NVIDIA documents" in seed.detail
+    assert "-Xcudafe=--signed_chars -Xcicc=--signed_chars" in seed.detail and "long double" in seed.detail
+    assert "verified" in seed.detail
+    spark = judge_cross_cuda([Variant("cuda13.1-sm121", (13, 1), "sm_121", "linux/arm64", "linux/amd64", "wheels")])
+    assert "the direction NVIDIA documents" in spark.detail and "--unsigned_chars" in spark.detail
+    native = [Variant("cuda13.1-sm120", (13, 1), "sm_120", "linux/amd64", "linux/amd64"),
+              Variant("cpu", None, "cpu", "linux/arm64", "linux/amd64", "cpu")]
+    assert judge_cross_cuda(native) is None  # nothing to say: no cross CUDA variant

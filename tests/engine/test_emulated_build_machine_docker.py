@@ -1,0 +1,111 @@
+"""The seed's direction, run: amd64 CUDA images of the example fork compiled on an arm64 build machine.
+
+An arm64 Mac's Docker runs an arm64 VM; buildkit cross-compiles the amd64 image there with the aarch64
+nvcc and the x86-64 g++. This amd64 machine stands in for it with `--emulate-build-platform`: the build
+stage (and every program it runs: apt, CMake, nvcc, cicc, ptxas, the cross g++) is linux/arm64 under
+QEMU, registered for this module only (tests/qemu.py). The images are then checked for what a native
+build would give: verify (ELF x86-64, cuobjdump's archs, NEEDED, CPU code), `--version` run natively,
+plain char as the host compiler, the CUDA host half and the kernel's SASS see it (signed on x86-64).
+scripts/gpu_run.py runs the sm_90 image's probe on an H200 (README, cross builds).
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import docker
+import pytest
+
+import images
+import qemu
+from sass import byte_loads
+from buildkit.source.cudaroot import cuda_root_dir
+from buildkit.verify.checks import find_cuobjdump
+from cliutil import cli_env, run_cli, write_project
+
+pytestmark = pytest.mark.docker
+
+CUDA = "13.1"
+IMAGE = "buildkit-test/tiny-seed"
+SEED = ("--platform", "linux/amd64", "--build-platform", "linux/arm64")
+ARCHS = {"sm_90": "sm_90", "sm_120": "sm_120a"}
+
+
+@pytest.fixture(scope="module")
+def seed_project(tmp_path_factory, example_fork, debian_base_image, docker_engine):
+    root = write_project(tmp_path_factory.mktemp("seed-project"),
+                         source={"url": example_fork["url"], "commit": example_fork["commit"], "patch_dir": "patches"},
+                         image={"name": IMAGE},
+                         build={"cuda_version": CUDA, "jobs": 2, "progress": "plain"},
+                         base={"provider": "wheels", "os_image": images.CONFIGURED_MULTIARCH_IMAGE, "cublas": False})
+    env = cli_env(tmp_path_factory.getbasetemp() / "buildkit-cache")  # this checkout's buildkit
+    return {"root": root, "env": env, "commit": example_fork["commit"]}
+
+
+@pytest.fixture(scope="module")
+def seed_builds(seed_project):
+    """sm_90 and sm_120 for linux/amd64, each compiled in a linux/arm64 build stage under QEMU (the second
+    reuses the first's toolchain layers), on a base whose arm64 half is configured (made under QEMU too)."""
+    procs = {}
+    try:
+        with qemu.registered("aarch64"):
+            images.ensure_multiarch_image(images.CONFIGURED_MULTIARCH_IMAGE, configured=True)
+            for arch in ARCHS:
+                procs[arch] = run_cli(seed_project["root"], "build", "--arch", arch, *SEED, "--emulate-build-platform",
+                                      env=seed_project["env"], timeout=3000)
+    except qemu.QemuUnavailable as exc:
+        pytest.fail(f"QEMU cannot be registered on this machine: {exc}")
+    assert qemu.handler_for("aarch64") is None  # removed again: the other tests prove "no emulation"
+    return procs
+
+
+def test_the_emulated_arm64_build_machine_makes_verified_amd64_images(seed_builds, seed_project):
+    for arch, proc in seed_builds.items():
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, out[-4000:]
+        assert "the build machine is emulated" in proc.stderr
+        assert "-Xcudafe=--signed_chars -Xcicc=--signed_chars" in out  # the compile step told nvcc
+        for check in ("elf-machine", "needed-libraries", "cuda-archs", "no-vmm", "cpu-code"):
+            assert f"verify {check}: passed" in proc.stdout, (arch, check, proc.stdout[-3000:])
+        assert ARCHS[arch] in next(ln for ln in proc.stdout.splitlines() if ln.startswith("verify cuda-archs:"))
+        version = next(ln for ln in proc.stdout.splitlines() if ln.startswith("verify version:"))
+        # run natively: an amd64 image on this amd64 engine, no emulator named
+        assert version.startswith("verify version: passed") and seed_project["commit"][:7] in version
+        assert "emulated" not in version
+        ref = f"{IMAGE}:cuda13.1-{arch.replace('_', '')}"
+        assert docker.from_env().images.get(ref).attrs["Architecture"] == "amd64"
+
+
+def test_host_and_device_see_a_signed_char_like_the_target(seed_builds, seed_project, tmp_path):
+    assert all(p.returncode == 0 for p in seed_builds.values())
+    ref = f"{IMAGE}:cuda13.1-sm90"
+    probe = subprocess.run(["docker", "run", "--rm", ref, "--char-probe"], capture_output=True, text=True, timeout=120)
+    assert "char-probe host: (char)200=-56 is_signed=1 template=signed" in probe.stdout, probe.stdout
+    # cudafe++ ran on arm64 (unsigned char there): told otherwise, its host half chose the signed template
+    assert "char-probe cuda-host: (char)200=-56 is_signed=1 template=signed" in probe.stdout, probe.stdout
+    assert probe.returncode == 0 and "char-probe: agree" in probe.stdout
+    # and cicc's device code loads the byte sign-extended, as x86-64's host code does
+    container = docker.from_env().containers.create(ref)
+    try:
+        bits, _ = container.get_archive("/app/lib")
+        with (tmp_path / "lib.tar").open("wb") as fh:
+            for chunk in bits:
+                fh.write(chunk)
+    finally:
+        container.remove()
+    subprocess.run(["tar", "-xf", str(tmp_path / "lib.tar"), "-C", str(tmp_path)], check=True)
+    library = next(p for p in (tmp_path / "lib").glob("libggml-cuda.so*") if p.is_file() and not p.is_symlink())
+    cache = seed_project["env"]["LLAMA_BUILDKIT_CACHE_DIR"]
+    cuobjdump = find_cuobjdump([cuda_root_dir(CUDA, cache, with_cublas=False)])  # the x86-64 (target's) root
+    assert byte_loads(cuobjdump, library, "char_probe_kernel") == {"S8"}
+
+
+def test_another_build_machine_is_refused_before_any_work_unless_emulated_with_a_handler(seed_project):
+    assert qemu.handler_for("aarch64") is None
+    plain = run_cli(seed_project["root"], "build", "--arch", "sm_90", *SEED, env=seed_project["env"], timeout=300)
+    assert plain.returncode == 1 and "--emulate-build-platform" in plain.stderr.strip().splitlines()[-1]
+    asked = run_cli(seed_project["root"], "build", "--arch", "sm_90", *SEED, "--emulate-build-platform",
+                    env=seed_project["env"], timeout=300)
+    last = asked.stderr.strip().splitlines()[-1]
+    assert asked.returncode == 1 and "no binfmt_misc handler runs AArch64 programs" in last, asked.stderr
+    assert "stage fetch" not in asked.stderr + asked.stdout  # nothing fetched or laid out
