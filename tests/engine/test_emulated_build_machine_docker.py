@@ -109,3 +109,12 @@ def test_another_build_machine_is_refused_before_any_work_unless_emulated_with_a
     last = asked.stderr.strip().splitlines()[-1]
     assert asked.returncode == 1 and "no binfmt_misc handler runs AArch64 programs" in last, asked.stderr
     assert "stage fetch" not in asked.stderr + asked.stdout  # nothing fetched or laid out
+
+
+def test_an_amd64_only_base_for_an_arm64_image_is_one_line_before_any_work(seed_project, debian_base_image):
+    proc = run_cli(seed_project["root"], "build", "--arch", "cpu", "--platform", "linux/arm64",
+                   "--os-image", debian_base_image, env=seed_project["env"], timeout=300)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert last.startswith("error: base image ") and f"{debian_base_image} offers linux/amd64, not linux/arm64" in last
+    assert "stage fetch" not in proc.stderr + proc.stdout and "Traceback" not in proc.stderr
