@@ -294,9 +294,8 @@ class RegistryClient(RegistryAuth, BlobTransfers):
             raise self._fail(op, "the answer has no Docker-Content-Digest to check the manifest against "
                                  "(cut off?)")
         if not body or not matches(body, expected):
-            raise self._fail(op, f"the manifest received ({len(body)} bytes) does not match "
-                                 f"{'the digest asked for' if expected == reference else 'its Docker-Content-Digest'}"
-                                 f" {expected}")
+            against = "the digest asked for" if expected == reference else "its Docker-Content-Digest"
+            raise self._fail(op, f"the manifest received ({len(body)} bytes) does not match {against} {expected}")
         if media_type not in MANIFEST_TYPES:
             try:
                 declared = json.loads(body).get("mediaType")

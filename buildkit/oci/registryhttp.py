@@ -68,9 +68,9 @@ def deadlines_from(env: Mapping[str, str]) -> dict[str, float]:
         try:
             value = float(text)
         except ValueError:
-            raise ConfigError(f"{name} must be a number of seconds, got {text!r}") from None
-        if not (value > 0 and math.isfinite(value)):
-            raise ConfigError(f"{name} must be more than 0 seconds, got {text!r}")
+            value = math.nan
+        if not 0 < value < math.inf:
+            raise ConfigError(f"{name} must be a number of seconds above 0, got {text!r}")
         out[argument] = value
     return out
 
