@@ -21,7 +21,8 @@ from buildkit.core.errors import RegistryError, SourceError
 from buildkit.source.gitcmd import _group_size
 from buildkit.oci.registry import RegistryClient
 from buildkit.source.fetch import fetch_source
-from cliutil import buildkit_env
+from cliutil import buildkit_env, write_project
+from gitserver import commit_all, run_git
 from hostile import MODES, HostileServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,9 +75,6 @@ def _one_error_line(proc: subprocess.CompletedProcess) -> str:
 
 
 def _nightly_project(root: Path, image: str) -> Path:
-    from cliutil import write_project
-    from gitserver import commit_all, run_git
-
     fork = root / "fork"
     fork.mkdir(parents=True)
     run_git(fork, "init", "-q", "-b", "main")
