@@ -4,8 +4,14 @@
 * ``stall``: sends a complete-looking status line and headers, then nothing;
 * ``trickle_headers``: sends its headers one byte a second (never finishing them in a test's time);
 * ``trickle_body``: sends the headers at once, then a body of one byte a second (an event stream
-  whose line never ends).
+  whose line never ends);
+* ``status_then_trickle``: sends the status line at once, then the rest of its headers one byte a
+  second (a cut at the deadline leaves a status line and half a header: never an answer);
+* ``answer``: sends the bytes of `answer` (a truncated or lying answer; a dict gives them per request
+  method) and closes the connection.
 
+With `registry=True` a `GET /v2/` is answered as a registry answers it (200, then the connection is
+closed), so a registry client's probe passes and the hostile answer reaches the operation itself.
 `connections` counts the connections accepted.
 """
 
@@ -15,15 +21,19 @@ import socket
 import threading
 import time
 
-MODES = ("silent", "stall", "trickle_headers", "trickle_body")
+MODES = ("silent", "stall", "trickle_headers", "trickle_body", "status_then_trickle")  # never a whole answer
 _HEADERS = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 100000\r\n"
             b"Docker-Distribution-API-Version: registry/2.0\r\n\r\n")
+_STATUS_END = _HEADERS.index(b"\r\n") + 2
+_V2 = (b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nDocker-Distribution-API-Version: registry/2.0\r\n"
+       b"Connection: close\r\n\r\n")
 
 
 class HostileServer:
-    def __init__(self, mode: str, interval: float = 1.0) -> None:
-        assert mode in MODES, mode
-        self.mode, self.interval = mode, interval
+    def __init__(self, mode: str, interval: float = 1.0, *, answer: bytes | dict[str, bytes] = b"",
+                 registry: bool = False) -> None:
+        assert mode in MODES + ("answer",), mode
+        self.mode, self.interval, self.answer, self.registry = mode, interval, answer, registry
         self.connections = 0
         self._sock = socket.socket()
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -73,17 +83,29 @@ class HostileServer:
         try:
             client.settimeout(0.5)
             try:
-                client.recv(65536)
+                request = client.recv(65536)
             except (socket.timeout, OSError):
-                pass
+                request = b""
+            probe = self.registry and request.startswith(b"GET /v2/ ")
+            if probe or self.mode == "answer":
+                method = request.split(b" ", 1)[0].decode("ascii", "replace")
+                answer = self.answer.get(method, b"") if isinstance(self.answer, dict) else self.answer
+                client.sendall(_V2 if probe else answer)
+                client.shutdown(socket.SHUT_WR)  # the end of the answer; the rest of the request is read
+                while client.recv(65536):
+                    pass
+                return
             if self.mode == "stall":
                 client.sendall(_HEADERS)
             elif self.mode == "trickle_body":
                 client.sendall(_HEADERS + b"data: ")
-            payload = _HEADERS if self.mode == "trickle_headers" else b"x" * 100000
+            elif self.mode == "status_then_trickle":
+                client.sendall(_HEADERS[:_STATUS_END])
+            payload = {"trickle_headers": _HEADERS, "status_then_trickle": _HEADERS[_STATUS_END:]}.get(
+                self.mode, b"x" * 100000)
             i = 0
             while not self._stop.is_set():
-                if self.mode in ("trickle_headers", "trickle_body"):
+                if self.mode in ("trickle_headers", "trickle_body", "status_then_trickle"):
                     client.sendall(payload[i % len(payload):i % len(payload) + 1])
                     i += 1
                 time.sleep(self.interval)

@@ -13,23 +13,26 @@ and max, and a degradation flag when the last run is markedly slower than the fi
 3.40 -> 1.52 -> 0.97 tokens/s pattern).
 
 A failed run (server down, time-out, malformed answer, HTTP error) ends the benchmark with one
-message; the runs done before it are kept in the report.
+message; the runs done before it are kept in the report. A run whose figures cannot be true
+(figures.py: negative, above max_tokens, tokens without text, text without tokens, not finite) is
+invalid: left out of the figures, listed in the report, exit code 1, never attached to a lock or
+compared.
 
-Modules: protocol.py (what is asked), results.py (runs, statistics, the report), client.py (the
-SSE client and the benchmark loop), format.py (tables), lockrecord.py (a report kept in the lock),
-container.py (`served(spec)`: a llama-server container for `bench --image`, started through the
-engine seam, waited for on /health, and always stopped and removed, also on Ctrl-C, SIGTERM and
-failures). This module is their public API.
+Modules: protocol.py (what is asked), results.py (runs, statistics, the report), figures.py (the
+checks of a server's figures), client.py (the SSE client and the benchmark loop), format.py
+(tables), lockrecord.py (a report kept in the lock), container.py (`served(spec)`: a llama-server
+container for `bench --image`, started through the engine seam, waited for on /health, and always
+stopped and removed, also on Ctrl-C, SIGTERM and failures). This module is their public API.
 """
 
 from __future__ import annotations
 
-from buildkit.bench.client import (Endpoint, StreamError, _error_text, endpoint, measure_run, run_bench,  # noqa: F401
-                                   stream_chat)
+from buildkit.bench.client import (Endpoint, InvalidFigures, StreamError, _error_text, endpoint,  # noqa: F401
+                                   measure_run, run_bench, stream_chat)
 from buildkit.bench.container import (Served, container_spec, docker_client, local_image_id, served,  # noqa: F401
                                       wait_ready)
 from buildkit.bench.format import (compare, degradation_line, format_compare, format_report,  # noqa: F401
-                                   protocol_differences, run_row)
+                                   invalid_text, protocol_differences, run_row)
 from buildkit.bench.lockrecord import attach_to_lock, find_lock_entry  # noqa: F401
 from buildkit.bench.protocol import (BENCH_LABEL, DEFAULT_MAX_TOKENS, DEFAULT_PROMPT, DEFAULT_RUNS,  # noqa: F401
                                      DEFAULT_TIMEOUT, DEGRADATION_THRESHOLD, REPORT_VERSION, Protocol)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import math
 import socket
 import threading
 import time
@@ -12,6 +11,7 @@ from dataclasses import dataclass
 from typing import Callable
 from urllib.parse import urlsplit
 
+from buildkit.bench.figures import Impossible, request_figures
 from buildkit.bench.protocol import Protocol
 from buildkit.bench.results import BenchReport, RequestResult, RunResult, combine
 from buildkit.core.deadline import Deadline, shut
@@ -20,6 +20,10 @@ from buildkit.core.errors import BenchError
 
 class StreamError(Exception):
     """One request failed; the message is one line."""
+
+
+class InvalidFigures(StreamError):
+    """One request was answered, with figures that cannot be true (figures.py): its run is invalid."""
 
 
 @dataclass(frozen=True)
@@ -184,27 +188,11 @@ def stream_chat(ep: Endpoint, body: dict, timeout: float) -> RequestResult:
 
     if not done and finish is None:
         raise StreamError(f"the stream ended after {received()} without a finish reason (did the server crash?)")
-
-    def num(src: dict | None, key: str, kind=float):
-        value = (src or {}).get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            return kind(value)
-        return None
-
-    if num(usage, "completion_tokens", int) is not None:
-        tokens, source = num(usage, "completion_tokens", int), "usage"
-    elif num(timings, "predicted_n", int) is not None:
-        tokens, source = num(timings, "predicted_n", int), "timings"
-    else:
-        tokens, source = chunks, "chunks"
-    prompt_tokens = num(usage, "prompt_tokens", int)
-    if prompt_tokens is None:
-        prompt_tokens = num(timings, "prompt_n", int)
-    return RequestResult(
-        tokens=tokens, tokens_source=source, chunks=chunks, wall_s=wall, ttft_s=ttft, finish_reason=finish,
-        prompt_tokens=prompt_tokens, prompt_tps=num(timings, "prompt_per_second"),
-        predicted_tps=num(timings, "predicted_per_second"), draft_n=num(timings, "draft_n", int),
-        draft_accepted=num(timings, "draft_n_accepted", int), server_build=build)
+    try:
+        figures = request_figures(usage, timings, chunks, body.get("max_tokens"))
+    except Impossible as exc:
+        raise InvalidFigures(f"the server's figures are impossible: {exc}") from None
+    return RequestResult(wall_s=wall, ttft_s=ttft, finish_reason=finish, server_build=build, **figures)
 
 
 def measure_run(ep: Endpoint, protocol: Protocol, run: int) -> RunResult:
@@ -227,20 +215,28 @@ def measure_run(ep: Endpoint, protocol: Protocol, run: int) -> RunResult:
         while t.is_alive():  # short joins keep Ctrl-C responsive
             t.join(0.2)
     if errors:
-        raise StreamError(f"{errors[0]} ({len(errors)} of {protocol.concurrency} concurrent requests failed)"
-                          if len(errors) > 1 else str(errors[0]))
+        errors.sort(key=lambda e: isinstance(e, InvalidFigures))  # a failure first: the run did not finish
+        raise type(errors[0])(f"{errors[0]} ({len(errors)} of {protocol.concurrency} concurrent requests failed)"
+                              if len(errors) > 1 else str(errors[0]))
     return combine(run, [r for r in results if r is not None])
 
 
 def run_bench(url: str, protocol: Protocol, target: dict | None = None,
-              on_run: Callable[[RunResult], None] | None = None) -> BenchReport:
-    """Run the protocol against the server at url. Failures end it: report.error, runs so far kept."""
+              on_run: Callable[[RunResult], None] | None = None,
+              on_invalid: Callable[[int, str], None] | None = None) -> BenchReport:
+    """Run the protocol against the server at url. Failures end it: report.error, runs so far kept. A run
+    with impossible figures is left out of report.runs and listed in report.invalid; the next one runs."""
     ep = endpoint(url)
     report = BenchReport(target={"url": ep.base, **(target or {})}, protocol=protocol.check())
     for i in range(1, protocol.runs + 1):
         try:
             try:
                 result = measure_run(ep, protocol, i)
+            except InvalidFigures as exc:
+                report.invalid.append({"run": i, "reason": str(exc)})
+                if on_invalid is not None:
+                    on_invalid(i, str(exc))
+                continue
             except StreamError as exc:
                 report.error = f"run {i} of {protocol.runs}: {exc}"
                 break

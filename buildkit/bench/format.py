@@ -60,9 +60,18 @@ def format_report(report: BenchReport) -> str:
         lines.append(degradation_line(s, report.runs))
     else:
         lines.append("no run completed")
+    for bad in report.invalid:
+        lines.append(f"invalid: run {bad['run']}: {bad['reason']} (left out of the figures)")
     if report.error:
         lines.append(f"stopped: {report.error} ({len(report.runs)} of {p.runs} runs done, kept)")
     return "\n".join(lines)
+
+
+def invalid_text(report: BenchReport) -> str:
+    """What a bench with invalid runs says of them, on one line."""
+    first = report.invalid[0]
+    return (f"{len(report.invalid)} of {report.protocol.runs} runs invalid, the first: run {first['run']}: "
+            f"{first['reason']}")
 
 
 COMPARE_ROWS = (

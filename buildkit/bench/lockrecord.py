@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from buildkit.bench.format import invalid_text
 from buildkit.bench.results import BenchReport
-from buildkit.core.errors import LockError
+from buildkit.core.errors import BenchError, LockError
 
 
 def find_lock_entry(builds: dict, image_ref: str, image_id: str | None = None) -> str | None:
@@ -23,8 +24,12 @@ def find_lock_entry(builds: dict, image_ref: str, image_id: str | None = None) -
 
 
 def attach_to_lock(lock_path: Path, key: str, report: BenchReport) -> None:
-    """builds[key]["bench"] = the report, written atomically under the lock's writer lock."""
+    """builds[key]["bench"] = the report, written atomically under the lock's writer lock. A report with an
+    invalid run (impossible figures) is never written."""
     from buildkit.release.lock import update_lock
+
+    if report.invalid:
+        raise BenchError(f"not attached to {lock_path}: {invalid_text(report)}")
 
     def change(data: dict) -> None:
         if key not in data["builds"]:

@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from buildkit import __version__
+from buildkit.bench.figures import Impossible, run_figures
 from buildkit.bench.protocol import DEGRADATION_THRESHOLD, REPORT_VERSION, Protocol
 from buildkit.core.errors import BenchError
 
@@ -128,7 +129,8 @@ def summarize(runs: list[RunResult], runs_asked: int, threshold: float = DEGRADA
 class BenchReport:
     target: dict  # url, image, image_id, model, model_draft, profile, server_args, gpus, server_build
     protocol: Protocol
-    runs: list[RunResult] = field(default_factory=list)
+    runs: list[RunResult] = field(default_factory=list)  # the valid runs
+    invalid: list[dict] = field(default_factory=list)  # {"run": N, "reason": ...}: runs with impossible figures
     error: str | None = None
     interrupted: bool = False
     started: str = field(default_factory=lambda: datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
@@ -149,6 +151,7 @@ class BenchReport:
             "protocol": asdict(self.protocol),
             "runs": [r.to_dict() for r in self.runs],
             "summary": self.summary(),
+            "invalid": self.invalid,
             "error": self.error,
             "interrupted": self.interrupted,
         }
@@ -160,9 +163,19 @@ class BenchReport:
                 raise ValueError(f"report_version {data.get('report_version')!r} is not {REPORT_VERSION}")
             names = {f.name for f in fields(Protocol)}
             protocol = Protocol(**{k: v for k, v in data["protocol"].items() if k in names})
-            runs = [RunResult.from_dict(r) for r in data["runs"]]
-            return cls(target=dict(data["target"]), protocol=protocol, runs=runs, error=data.get("error"),
-                       interrupted=bool(data.get("interrupted")), started=data.get("started", ""))
+            runs = []
+            for i, run in enumerate(data["runs"]):
+                try:
+                    runs.append(RunResult.from_dict(run_figures(run, protocol.max_tokens, protocol.concurrency)))
+                except Impossible as exc:
+                    raise BenchError(f"{where}: runs[{i}] has impossible figures: {exc}") from None
+            invalid = data.get("invalid") or []
+            if not all(isinstance(r, dict) and isinstance(r.get("run"), int) and isinstance(r.get("reason"), str)
+                       for r in invalid):
+                raise ValueError("invalid must be a list of {run, reason} objects")
+            return cls(target=dict(data["target"]), protocol=protocol, runs=runs, invalid=list(invalid),
+                       error=data.get("error"), interrupted=bool(data.get("interrupted")),
+                       started=data.get("started", ""))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise BenchError(f"{where}: not a buildkit bench report ({exc})") from None
 

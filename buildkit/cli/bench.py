@@ -95,8 +95,8 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
     # the client, the results and the container come with requests and docker-py: loaded when measuring,
     # not for every `buildkit` command
     from buildkit.bench.benchmark import (BenchReport, attach_to_lock, compare, docker_client, find_lock_entry,
-                                          format_compare, format_report, load_report, local_image_id, run_bench,
-                                          served)
+                                          format_compare, format_report, invalid_text, load_report, local_image_id,
+                                          run_bench, served)
 
     if bool(url) == bool(image):
         raise BenchError("give either --url (a running server) or --image (buildkit starts it)")
@@ -117,6 +117,8 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
     other = load_report(Path(compare_file)) if compare_file else None
     if other is not None and compare_image:
         raise BenchError("give --compare or --compare-image, not both")
+    if other is not None and other.invalid:
+        raise BenchError(f"--compare {compare_file}: {invalid_text(other)}; an invalid bench is not compared")
     cfg_path = _config_path(config_path)
 
     # everything is checked before anything starts
@@ -164,21 +166,23 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
     def measure(s: ServerSpec | None, img_id: str | None) -> BenchReport:
         _progress(f"bench {s.image if s else url}: {protocol.runs} runs, max_tokens {protocol.max_tokens}, "
                   f"concurrency {protocol.concurrency}")
+        shown = {"on_run": lambda r: _progress(_run_line(r)),
+                 "on_invalid": lambda i, why: _progress(f"run {i}: INVALID, left out: {why}")}
         if s is None:
-            return run_bench(url, protocol, on_run=lambda r: _progress(_run_line(r)))
+            return run_bench(url, protocol, **shown)
         with served(s, startup_timeout, log=_progress) as srv:
-            return run_bench(srv.url, protocol, target=target_of(s, srv.image_id),
-                             on_run=lambda r: _progress(_run_line(r)))
+            return run_bench(srv.url, protocol, target=target_of(s, srv.image_id), **shown)
 
     report = measure(spec, image_id)
-    if compare_image and not report.error:
+    if compare_image and not report.error and not report.invalid:
         from dataclasses import replace
 
         other = measure(replace(spec, image=compare_image), None)
         other.target["image_id"] = local_image_id(client, compare_image)
 
+    compared = other is not None and not report.invalid and not other.invalid  # nothing invalid is compared
     doc = report.to_dict()
-    if other is not None:
+    if compared:
         doc["compare"] = {"base": other.to_dict() if compare_image else {"file": compare_file, "label": other.label},
                           "rows": compare(other, report)}
     if output:
@@ -187,11 +191,11 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
         click.echo(json.dumps(doc, indent=2))
     else:
         click.echo(format_report(report))
-        if other is not None:
-            if compare_image:
-                click.echo(format_report(other))
+        if compare_image and other is not None:
+            click.echo(format_report(other))
+        if compared:
             click.echo(format_compare(other, report, "before" if compare_image else Path(compare_file).name, "now"))
-    if attach_lock and report.runs:
+    if attach_lock and report.runs and not report.invalid:
         attach_to_lock(lock_file, key, report)
         _progress(f"attached the results to {lock_file} entry {key}")
     if report.interrupted:
@@ -199,5 +203,7 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
         sys.exit(130)
     if report.error:
         raise BenchError(report.error)
-    if compare_image and other is not None and other.error:
-        raise BenchError(f"{compare_image}: {other.error}")
+    if report.invalid:
+        raise BenchError(f"{invalid_text(report)}; an invalid bench is not attached to a lock or compared")
+    if compare_image and other is not None and (other.error or other.invalid):
+        raise BenchError(f"{compare_image}: {other.error or invalid_text(other) + '; it is not compared'}")

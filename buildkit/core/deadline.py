@@ -5,6 +5,9 @@ but keep-alive bytes) never trips it. `Deadline` is a timer that, when it fires,
 sockets of the request: the read blocked in another thread returns at once, and the caller, seeing
 `deadline.expired`, reports "no complete answer within N s". Used by the registry client (through
 `TrackingAdapter`, which knows every connection its pools open) and by bench's HTTP client.
+
+`Budget` is the overall deadline of a command's requests: the time spent in them adds up, and each
+request gets at most what is left.
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ from __future__ import annotations
 import socket
 import sys
 import threading
+import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from requests.adapters import HTTPAdapter
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
@@ -49,6 +54,31 @@ class Deadline:
 
     def __exit__(self, *exc: object) -> None:
         self._timer.cancel()
+
+
+class Budget:
+    """An overall deadline for one command's requests of one kind: the time spent inside `spending()`
+    blocks (requests, retries and the waits between them) adds up to at most `seconds`. What the
+    command does between its requests (a build between two registry calls) does not count."""
+
+    def __init__(self, seconds: float, what: str) -> None:
+        self.seconds = float(seconds)
+        self.what = what  # e.g. "this command's registry requests (LLAMA_BUILDKIT_REGISTRY_DEADLINE)"
+        self.spent = 0.0
+
+    def left(self) -> float:
+        return self.seconds - self.spent
+
+    def passed(self) -> str:
+        return f"the overall deadline of {self.seconds:g} s for {self.what} passed"
+
+    @contextmanager
+    def spending(self) -> Iterator[None]:
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.spent += time.monotonic() - start
 
 
 def _tracking(pool_cls: type, conns: "weakref.WeakSet") -> type:

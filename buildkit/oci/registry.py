@@ -13,8 +13,14 @@
   honouring `Retry-After`; both count and each wait are bounded. 401, 403 and 404 never are. A
   request that got no complete answer within its deadline is tried once more, not more.
 * Deadlines: `timeout` bounds each whole request (connect, headers and body), not each read: a
-  server that trickles or stalls has its sockets shut down when the deadline passes (deadline.py).
-  Streamed blob transfers get `transfer_timeout`. A retry says on stderr what it waits for.
+  server that trickles or stalls has its sockets shut down when the deadline passes (deadline.py),
+  and what arrived before is never taken for the answer. `deadline` bounds all of the client's
+  requests together (retries and their waits included), blob bytes aside; `transfer_timeout` all of
+  its blob bytes together. client_for takes them from LLAMA_BUILDKIT_REGISTRY_TIMEOUT (30 s),
+  LLAMA_BUILDKIT_REGISTRY_DEADLINE (600 s) and LLAMA_BUILDKIT_REGISTRY_TRANSFER_DEADLINE (3600 s).
+  A retry says on stderr what it waits for.
+* Answers: a manifest counts only when it matches the digest it was asked by, or the
+  Docker-Content-Digest it came with; a PUT only with 201 Created and the digest that was sent.
 * Errors: every failure is one RegistryError line naming the host, the operation and the status;
   AuthError when credentials are missing or rejected. Secrets never reach a message or a log.
 
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,15 +42,16 @@ from urllib.parse import urljoin, urlsplit
 import requests
 
 from buildkit import __version__
-from buildkit.core.deadline import Deadline, TrackingAdapter, say_waiting
+from buildkit.core.deadline import Budget, Deadline, TrackingAdapter, say_waiting
 from buildkit.core.errors import AuthError, RegistryError
 from buildkit.oci.credentials import Credentials
 from buildkit.oci.imageref import DIGEST, is_docker_hub, registry_api_host
 from buildkit.oci.registryauth import Challenge, RegistryAuth, parse_www_authenticate
 from buildkit.oci.registryblobs import BlobTransfers
-from buildkit.oci.registryhttp import (RETRY_STATUSES, ca_for, certs_dir, check_reference, check_repo,
-                                       describe_connection_error, is_loopback, one_line, ref_text, retry_after,
-                                       sha256_digest, status_text)
+from buildkit.oci.registryhttp import (DEADLINE, DEADLINE_ENV, RETRY_STATUSES, TIMEOUT, TRANSFER_DEADLINE,
+                                       TRANSFER_DEADLINE_ENV, ca_for, certs_dir, check_reference, check_repo,
+                                       deadlines_from, describe_connection_error, is_loopback, matches, not_created,
+                                       one_line, ref_text, retry_after, sha256_digest, status_text)
 
 log = logging.getLogger("buildkit.registry")
 
@@ -67,9 +75,9 @@ class ManifestInfo:
 class RegistryClient(RegistryAuth, BlobTransfers):
     """Manifests and tags of one registry. Use as a context manager, or call close()."""
 
-    def __init__(self, registry_host: str, *, credentials: Credentials | None = None, timeout: float = 30,
-                 retries: int = 5, backoff: float = 0.5, max_wait: float = 30.0,
-                 transfer_timeout: float = 3600.0) -> None:
+    def __init__(self, registry_host: str, *, credentials: Credentials | None = None,
+                 timeout: float = TIMEOUT, retries: int = 5, backoff: float = 0.5, max_wait: float = 30.0,
+                 deadline: float = DEADLINE, transfer_timeout: float = TRANSFER_DEADLINE) -> None:
         if not registry_host or "/" in registry_host or any(c.isspace() for c in registry_host):
             raise RegistryError(f"invalid registry host {registry_host!r}: expected host[:port]")
         self.host = registry_host  # as the user named it (docker.io for Docker Hub)
@@ -77,6 +85,8 @@ class RegistryClient(RegistryAuth, BlobTransfers):
         self.credentials = credentials
         self.timeout = float(timeout)
         self.transfer_timeout = max(float(transfer_timeout), self.timeout)
+        self._requests = Budget(deadline, f"this command's registry requests ({DEADLINE_ENV})")
+        self._transfers = Budget(self.transfer_timeout, f"this command's blob transfers ({TRANSFER_DEADLINE_ENV})")
         self.retries = max(0, int(retries))
         self.backoff = max(0.0, float(backoff))
         self.max_wait = max(0.0, float(max_wait))  # cap of any single wait, Retry-After included
@@ -126,28 +136,38 @@ class RegistryClient(RegistryAuth, BlobTransfers):
 
     def _send(self, method: str, url: str, op: str, **kwargs: Any) -> requests.Response:
         """One request with retries on 429/5xx and connection failures; SSL errors pass through.
-        The whole request (the body too, unless stream=True) ends within self.timeout; an upload within
-        self.transfer_timeout."""
+        The whole request (the body too, unless stream=True) ends within self.timeout, an upload within
+        what is left of self._transfers; every other request and wait within what is left of
+        self._requests. An answer cut at its deadline is a failure, never the answer."""
         netloc = urlsplit(url).netloc
         verify = self._verify if netloc == self.api_host else ca_for(netloc)
+        body = kwargs.get("data")
+        upload = body is not None and hasattr(body, "read")  # a streamed download's body: download_blob
+        budget = self._transfers if upload else self._requests
         timed_out = 0
         for attempt in range(self.retries + 1):
             last = attempt == self.retries
-            body = kwargs.get("data")
-            if hasattr(body, "seek"):  # a file being uploaded: every attempt sends it from its start
+            if upload and hasattr(body, "seek"):  # every attempt sends the file from its start
                 body.seek(0)
-            # an upload's body may take long; a streamed download's body gets its own deadline (download_blob)
-            limit = self.transfer_timeout if body is not None and hasattr(body, "read") else self.timeout
+            own = budget.seconds if upload else self.timeout
+            limit = min(own, budget.left())
+            if limit <= 0:
+                raise self._fail(op, budget.passed())
             try:
-                with Deadline(limit, self._adapter.cut) as deadline:
+                with budget.spending(), Deadline(limit, self._adapter.cut) as deadline:
                     resp = self._session.request(method, url, timeout=min(self.timeout, limit), verify=verify,
                                                  proxies=self._proxies(url), **kwargs)
+                    if deadline.expired:  # what arrived before the cut (a status line) is not the answer
+                        resp.close()
+                        raise requests.ConnectionError("cut at the deadline")
             except requests.exceptions.SSLError:
                 if deadline.expired:
                     raise self._fail(op, f"no complete answer within {limit:g} s") from None
                 raise
             except (requests.ConnectionError, requests.Timeout,
                     requests.exceptions.ChunkedEncodingError) as exc:
+                if deadline.expired and limit < own:
+                    raise self._fail(op, budget.passed()) from None
                 expired = deadline.expired or isinstance(exc, requests.Timeout)
                 why = f"no complete answer within {limit:g} s" if deadline.expired \
                     else describe_connection_error(exc, self.timeout)
@@ -155,12 +175,8 @@ class RegistryClient(RegistryAuth, BlobTransfers):
                 if last or timed_out > 1:
                     tries = f" (after {attempt + 1} attempts)" if attempt else ""
                     raise self._fail(op, why + tries) from None
-                wait = min(self.backoff * 2 ** attempt, self.max_wait)
-                if expired or wait >= 2:  # a long wait says what it waits for; a quick retry stays quiet
-                    say_waiting(f"registry {self.host}: {op}: {why}; trying again in {wait:.1f} s "
-                                f"(attempt {attempt + 2} of at most {self.retries + 1})")
-                log.info("registry %s: %s: %s; retrying in %.1f s", self.host, op, why, wait)
-                time.sleep(wait)
+                self._wait(budget, op, why, min(self.backoff * 2 ** attempt, self.max_wait), attempt,
+                           say=expired)
                 continue
             log.debug("registry %s: %s %s -> %s", self.host, method, urlsplit(url).path, resp.status_code)
             if resp.status_code in RETRY_STATUSES and not last:
@@ -168,15 +184,24 @@ class RegistryClient(RegistryAuth, BlobTransfers):
                 hinted = retry_after(resp)
                 if hinted is not None:
                     wait = max(wait, hinted)
-                wait = min(wait, self.max_wait)
-                if wait >= 2:
-                    say_waiting(f"registry {self.host}: {op}: {resp.status_code}; trying again in {wait:.1f} s")
-                log.info("registry %s: %s: %s; retrying in %.1f s", self.host, op, resp.status_code, wait)
+                why = status_text(resp)
                 resp.close()
-                time.sleep(wait)
+                self._wait(budget, op, why, min(wait, self.max_wait), attempt)
                 continue
             return resp
         raise AssertionError("unreachable")
+
+    def _wait(self, budget: Budget, op: str, why: str, wait: float, attempt: int, say: bool = False) -> None:
+        """Sleep before attempt + 2, within the budget; a long wait (or one after a time-out) says so on stderr."""
+        if wait >= budget.left():
+            raise self._fail(op, f"{why}; trying again would pass the overall deadline of {budget.seconds:g} s "
+                                 f"for {budget.what}")
+        if say or wait >= 2:
+            say_waiting(f"registry {self.host}: {op}: {why}; trying again in {wait:.1f} s "
+                        f"(attempt {attempt + 2} of at most {self.retries + 1})")
+        log.info("registry %s: %s: %s; retrying in %.1f s", self.host, op, why, wait)
+        with budget.spending():
+            time.sleep(wait)
 
     def _base(self) -> str:
         if self._scheme is None:
@@ -234,7 +259,7 @@ class RegistryClient(RegistryAuth, BlobTransfers):
             digest = resp.headers.get("Docker-Content-Digest", "")
             media_type = resp.headers.get("Content-Type", "").split(";")[0].strip()
             size = resp.headers.get("Content-Length", "")
-        if not DIGEST.fullmatch(digest) or not size.isdigit():
+        if not DIGEST.fullmatch(digest) or not size.isdigit() or not int(size):  # GET checks what it gets
             got = self._get_manifest(repo, reference, missing_ok=True)
             if got is None:
                 return None
@@ -262,10 +287,15 @@ class RegistryClient(RegistryAuth, BlobTransfers):
             media_type = resp.headers.get("Content-Type", "").split(";")[0].strip()
             header_digest = resp.headers.get("Docker-Content-Digest", "")
         computed = sha256_digest(body)
-        if DIGEST.fullmatch(reference) and reference.startswith("sha256:") and reference != computed:
-            raise self._fail(op, f"the manifest received has digest {computed}, not the one asked for")
-        if header_digest.startswith("sha256:") and header_digest != computed:
-            raise self._fail(op, f"the manifest received has digest {computed}, the registry says {header_digest}")
+        # what it was asked by, else what it came with: a manifest nothing vouches for (an answer cut
+        # in its headers: an empty body) is not taken
+        expected = reference if DIGEST.fullmatch(reference) else header_digest
+        if not DIGEST.fullmatch(expected):
+            raise self._fail(op, "the answer has no Docker-Content-Digest to check the manifest against "
+                                 "(cut off?)")
+        if not body or not matches(body, expected):
+            against = "the digest asked for" if expected == reference else "its Docker-Content-Digest"
+            raise self._fail(op, f"the manifest received ({len(body)} bytes) does not match {against} {expected}")
         if media_type not in MANIFEST_TYPES:
             try:
                 declared = json.loads(body).get("mediaType")
@@ -285,12 +315,12 @@ class RegistryClient(RegistryAuth, BlobTransfers):
         op = f"put manifest {ref_text(repo, reference)}"
         with self._request("PUT", f"/v2/{repo}/manifests/{reference}", op, f"repository:{repo}:pull,push",
                            data=body, headers={"Content-Type": media_type}) as resp:
-            if resp.status_code not in (200, 201, 202):
-                raise self._fail(op, status_text(resp))
+            if resp.status_code != 201:
+                raise self._fail(op, not_created(resp))
             digest = resp.headers.get("Docker-Content-Digest", "")
         computed = sha256_digest(body)
-        if digest and digest.startswith("sha256:") and digest != computed:
-            raise self._fail(op, f"the registry stored digest {digest}, expected {computed}")
+        if digest != computed:
+            raise self._fail(op, f"the registry acknowledged digest {digest or '(none)'}, not {computed}")
         return computed
 
     def list_tags(self, repo: str, page_size: int = 100) -> list[str]:
@@ -332,7 +362,8 @@ def client_for(registry: str, env: Mapping[str, str] | None = None, **kwargs: An
     from buildkit.oci.imageref import registry_credential_key
 
     creds = lookup_credentials(registry_credential_key(registry), env)
-    return RegistryClient(registry, credentials=creds, **kwargs)
+    return RegistryClient(registry, credentials=creds, **{**deadlines_from(os.environ if env is None else env),
+                                                          **kwargs})
 
 
 __all__ = ["ACCEPT_MANIFESTS", "AuthError", "ManifestInfo", "RegistryClient", "RegistryError", "client_for",

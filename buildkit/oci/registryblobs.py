@@ -1,6 +1,6 @@
 """Blob transfers of the registry client (mixed into RegistryClient, whose requests it makes): a small
 blob read whole, a large one streamed to a file, an existence check, and a monolithic upload, each
-checked against its digest."""
+checked against its digest. Blob bytes count against the client's transfer deadline (_transfers)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ from urllib.parse import urljoin, urlsplit
 import requests
 
 from buildkit.core.deadline import Deadline
-from buildkit.oci.registryhttp import check_reference, check_repo, describe_connection_error, sha256_digest, status_text
+from buildkit.oci.registryhttp import (check_reference, check_repo, describe_connection_error, matches, not_created,
+                                       sha256_digest, status_text)
 
 
 class BlobTransfers:
-    """Blobs for RegistryClient: needs its _request, _fail, _base, _adapter, timeout and transfer_timeout."""
+    """Blobs for RegistryClient: needs its _request, _fail, _base, _adapter, timeout and _transfers."""
 
     def get_blob(self, repo: str, digest: str, max_bytes: int = 4 << 20) -> bytes:
         """A small blob (an image config), checked against its digest."""
@@ -30,12 +31,13 @@ class BlobTransfers:
             body = resp.content
         if len(body) > max_bytes:
             raise self._fail(op, f"the blob is larger than {max_bytes} bytes")
-        if sha256_digest(body) != digest:
+        if not matches(body, digest):
             raise self._fail(op, f"the blob received has digest {sha256_digest(body)}")
         return body
 
     def blob_exists(self, repo: str, digest: str) -> bool:
-        """Whether the repository has the blob (HEAD /v2/<repo>/blobs/<digest>)."""
+        """Whether the repository has the blob (HEAD /v2/<repo>/blobs/<digest>): only a 200 that names
+        the digest counts, so an answer cut in its headers means "upload it", never "it is there"."""
         check_repo(repo)
         check_reference(digest)
         op = f"head blob {repo}@{digest}"
@@ -44,7 +46,7 @@ class BlobTransfers:
                 return False
             if resp.status_code != 200:
                 raise self._fail(op, status_text(resp))
-            return True
+            return resp.headers.get("Docker-Content-Digest") == digest
 
     def download_blob(self, repo: str, digest: str, dest: Path) -> None:
         """Stream a blob of any size into dest (written atomically), checked against its digest."""
@@ -56,8 +58,12 @@ class BlobTransfers:
             if resp.status_code != 200:
                 raise self._fail(op, status_text(resp))
             h = hashlib.sha256()
+            left = self._transfers.left()
+            if left <= 0:
+                raise self._fail(op, self._transfers.passed())
             try:
-                with Deadline(self.transfer_timeout, self._adapter.cut) as deadline, open(tmp, "wb") as fh:
+                with self._transfers.spending(), Deadline(left, self._adapter.cut) as deadline, \
+                        open(tmp, "wb") as fh:
                     for chunk in resp.iter_content(1 << 20):
                         h.update(chunk)
                         fh.write(chunk)
@@ -65,8 +71,7 @@ class BlobTransfers:
                     raise requests.exceptions.ChunkedEncodingError("cut at the deadline")
             except requests.RequestException as exc:
                 tmp.unlink(missing_ok=True)
-                why = f"no complete blob within {self.transfer_timeout:g} s" if deadline.expired \
-                    else describe_connection_error(exc, self.timeout)
+                why = self._transfers.passed() if deadline.expired else describe_connection_error(exc, self.timeout)
                 raise self._fail(op, why) from None
             except BaseException:
                 tmp.unlink(missing_ok=True)
@@ -87,8 +92,8 @@ class BlobTransfers:
         scope = f"repository:{repo}:pull,push"
         with self._request("POST", f"/v2/{repo}/blobs/uploads/", op, scope,
                            headers={"Content-Length": "0"}) as resp:
-            if resp.status_code == 201:  # the registry mounted or already had it
-                return
+            if resp.status_code == 201 and resp.headers.get("Docker-Content-Digest") == digest:
+                return  # the registry already had it (and names it)
             if resp.status_code != 202 or not resp.headers.get("Location"):
                 raise self._fail(op, status_text(resp))
             location = urljoin(resp.url, resp.headers["Location"])
@@ -101,11 +106,11 @@ class BlobTransfers:
             body = _SizedReader(data, size)
         with self._request("PUT", "", op, scope, url=f"{location}{sep}digest={digest}", data=body,
                            headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)}) as resp:
-            if resp.status_code not in (201, 204):
-                raise self._fail(op, status_text(resp))
+            if resp.status_code != 201:
+                raise self._fail(op, not_created(resp))
             stored = resp.headers.get("Docker-Content-Digest", "")
-        if stored and stored != digest:
-            raise self._fail(op, f"the registry stored digest {stored}, expected {digest}")
+        if stored != digest:
+            raise self._fail(op, f"the registry acknowledged digest {stored or '(none)'}, not {digest}")
 
 
 class _SizedReader:

@@ -1,12 +1,14 @@
 """The pieces of a registry request that are not the client's state (pure, but for reading certs.d):
-which hosts are loopback and where their TLS files live, the checks of repository names and
-references, and the one-line texts of a failed answer or connection."""
+which hosts are loopback and where their TLS files live, the deadlines the LLAMA_BUILDKIT_REGISTRY_*
+variables set, the checks of repository names, references and digests, and the one-line texts of a
+failed answer or connection."""
 
 from __future__ import annotations
 
 import email.utils
 import hashlib
 import ipaddress
+import math
 import os
 import time
 from collections.abc import Mapping
@@ -14,12 +16,18 @@ from pathlib import Path
 
 import requests
 
-from buildkit.core.errors import RegistryError
+from buildkit.core.errors import ConfigError, RegistryError
 from buildkit.oci.imageref import DIGEST, REPOSITORY, TAG
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 CERTS_D_ENV = "LLAMA_BUILDKIT_DOCKER_CERTS_D"
 DEFAULT_CERTS_D = "/etc/docker/certs.d"
+# Deadlines, in seconds: of each request (connect, headers, body); of all of one command's requests
+# together but blob bytes (retries and their waits included); of all of its blob bytes together
+TIMEOUT, DEADLINE, TRANSFER_DEADLINE = 30.0, 600.0, 3600.0
+TIMEOUT_ENV = "LLAMA_BUILDKIT_REGISTRY_TIMEOUT"
+DEADLINE_ENV = "LLAMA_BUILDKIT_REGISTRY_DEADLINE"
+TRANSFER_DEADLINE_ENV = "LLAMA_BUILDKIT_REGISTRY_TRANSFER_DEADLINE"
 
 
 def is_loopback(host: str) -> bool:
@@ -47,6 +55,24 @@ def ca_for(host: str) -> str | bool:
     """requests' `verify` for host: its certs.d CA when there is one, else the system's CAs."""
     ca = certs_dir(host) / "ca.crt"
     return str(ca) if ca.is_file() else True
+
+
+def deadlines_from(env: Mapping[str, str]) -> dict[str, float]:
+    """The RegistryClient deadlines the LLAMA_BUILDKIT_REGISTRY_* variables set (an unset one is left out)."""
+    out = {}
+    for argument, name in (("timeout", TIMEOUT_ENV), ("deadline", DEADLINE_ENV),
+                           ("transfer_timeout", TRANSFER_DEADLINE_ENV)):
+        text = env.get(name, "").strip()
+        if not text:
+            continue
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not 0 < value < math.inf:
+            raise ConfigError(f"{name} must be a number of seconds above 0, got {text!r}")
+        out[argument] = value
+    return out
 
 
 def one_line(text: str, limit: int = 200) -> str:
@@ -77,6 +103,11 @@ def status_text(resp: requests.Response) -> str:
         text += f" {resp.reason}"
     detail = error_detail(resp)
     return f"{text} ({detail})" if detail else text
+
+
+def not_created(resp: requests.Response) -> str:
+    """The text of an answer to a PUT other than its documented 201 Created."""
+    return status_text(resp) + ("" if resp.status_code >= 300 else ", not 201 Created")
 
 
 def describe_connection_error(exc: Exception, timeout: float) -> str:
@@ -129,3 +160,9 @@ def ref_text(repo: str, reference: str) -> str:
 
 def sha256_digest(body: bytes) -> str:
     return "sha256:" + hashlib.sha256(body).hexdigest()
+
+
+def matches(body: bytes, digest: str) -> bool:
+    """body has digest (sha256:... or sha512:..., DIGEST's algorithms)."""
+    algorithm, _, hexdigest = digest.partition(":")
+    return algorithm in ("sha256", "sha512") and hashlib.new(algorithm, body).hexdigest() == hexdigest

@@ -21,7 +21,8 @@ from buildkit.core.errors import RegistryError, SourceError
 from buildkit.source.gitcmd import _group_size
 from buildkit.oci.registry import RegistryClient
 from buildkit.source.fetch import fetch_source
-from cliutil import buildkit_env
+from cliutil import buildkit_env, write_project
+from gitserver import commit_all, run_git
 from hostile import MODES, HostileServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,6 +42,76 @@ def test_registry_request_has_a_whole_request_deadline(mode: str) -> None:
     assert "within 2 s" in message or "connection" in message, message
     # at most one retry of a time-out: two deadlines, each for the whole request
     assert took < 2 * 2 + MARGIN, took
+
+
+CUT_AT_THE_DEADLINE = {  # what each operation of the client took for an answer before issue 22
+    "head_manifest": lambda c: c.head_manifest("team/app", "latest"),  # the digest of b"", size 0
+    "get_manifest": lambda c: c.get_manifest("team/app", "latest"),
+    "put_manifest": lambda c: c.put_manifest("team/app", "latest", b"{}", "application/json"),  # "stored"
+    "list_tags": lambda c: c.list_tags("team/app"),
+}
+
+
+@pytest.mark.parametrize("op", CUT_AT_THE_DEADLINE)
+def test_an_answer_cut_at_its_deadline_is_never_taken(op: str) -> None:
+    """The status line arrives, the headers never finish: the cut at the deadline is not their end."""
+    with HostileServer("status_then_trickle", registry=True) as server:
+        client = RegistryClient(server.host, timeout=1, retries=3, backoff=0)
+        with pytest.raises(RegistryError, match=r"no complete answer within 1 s \(after 2 attempts\)"):
+            CUT_AT_THE_DEADLINE[op](client)
+
+
+def _cli(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "buildkit.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=60, env={**buildkit_env(), "PYTHONPATH": str(ROOT),
+                                           "DOCKER_CONFIG": str(cwd / "no-docker-config"), **env})
+
+
+def _one_error_line(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return errors[0]
+
+
+def _nightly_project(root: Path, image: str) -> Path:
+    fork = root / "fork"
+    fork.mkdir(parents=True)
+    run_git(fork, "init", "-q", "-b", "main")
+    commit = commit_all(fork, "one", 1_700_000_000)
+    return write_project(root / "project", source={"url": str(fork), "branch": "main", "commit": commit},
+                         image={"name": image}, matrix={"archs": ["cpu"]})
+
+
+@pytest.mark.parametrize("command", ["promote", "nightly"])
+def test_registry_commands_end_at_the_request_deadline_of_the_variable(command: str, tmp_path: Path) -> None:
+    """promote and nightly against a registry whose headers never finish: LLAMA_BUILDKIT_REGISTRY_TIMEOUT
+    (1 s here, 30 s by default) ends each request; before issue 22 they ran past 120 s."""
+    with HostileServer("status_then_trickle", registry=True) as server:
+        image = f"{server.host}/team/app"
+        if command == "promote":
+            proc = _cli(tmp_path, "promote", "nightly-cpu", "--version", "1.0.0", "--image", image,
+                        LLAMA_BUILDKIT_REGISTRY_TIMEOUT="1")
+        else:
+            proc = _cli(_nightly_project(tmp_path, image), "nightly", LLAMA_BUILDKIT_REGISTRY_TIMEOUT="1")
+    error = _one_error_line(proc)
+    assert f"registry {server.host}: head manifest team/app:nightly-cpu failed: no complete answer within 1 s" \
+        in error, error
+
+
+def test_a_command_ends_at_its_overall_registry_deadline(tmp_path: Path) -> None:
+    """Every answer whole but a 503 asking for a retry a second later: each request is quick, the retries
+    add up; LLAMA_BUILDKIT_REGISTRY_DEADLINE (3 s here, 600 s by default) bounds them all together."""
+    busy = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\n\r\n"
+    with HostileServer("answer", answer=busy, registry=True) as server:
+        start = time.monotonic()
+        proc = _cli(tmp_path, "promote", "nightly-cpu", "--version", "1.0.0", "--image", f"{server.host}/team/app",
+                    LLAMA_BUILDKIT_REGISTRY_DEADLINE="3")
+        took = time.monotonic() - start
+    error = _one_error_line(proc)
+    assert "503 Service Unavailable; trying again would pass the overall deadline of 3 s for this command's " \
+           "registry requests (LLAMA_BUILDKIT_REGISTRY_DEADLINE)" in error, error
+    assert took < 3 + MARGIN, took  # five retries with their waits took 16 s
 
 
 @pytest.mark.parametrize("mode", MODES)

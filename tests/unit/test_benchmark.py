@@ -4,6 +4,7 @@ URL handling and the lock attachment. The real server is measured in test_benchm
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -192,3 +193,71 @@ def test_attach_to_lock_writes_the_bench_into_the_entry_only(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["buildkit.lock"]  # no temporary file left
     with pytest.raises(LockError, match="has no entry 'x/y'"):
         attach_to_lock(path, "x/y", rep)
+
+
+# ---------------------------------------------------------------- a server's figures (issue 22, class 2)
+
+@pytest.mark.parametrize("usage, timings, chunks, said", [
+    ({"completion_tokens": -535048}, None, 5, "usage.completion_tokens is -535048, negative"),
+    ({"completion_tokens": 10 ** 9}, None, 5, "usage.completion_tokens is 1000000000, more than max_tokens 5 (+16)"),
+    (None, None, 22, "the count of text chunks is 22, more than max_tokens 5"),
+    ({"completion_tokens": 5}, None, 0, "usage.completion_tokens is 5, but no text was streamed"),
+    (None, {"predicted_n": 0}, 5, "timings.predicted_n is 0, but 5 chunks of text were streamed"),
+    ({"completion_tokens": 10 ** 400}, None, 5, "impossibly large"),
+    ({"completion_tokens": 5.5}, None, 5, "not a whole number"),
+    ({"completion_tokens": "5"}, None, 5, "usage.completion_tokens is '5', not a number"),
+    ({"completion_tokens": 5}, {"predicted_per_second": float("nan")}, 5, "is nan, not a finite number"),
+    ({"completion_tokens": 5}, {"prompt_per_second": -1.5}, 5, "timings.prompt_per_second is -1.5, negative"),
+    ({"completion_tokens": 5}, {"draft_n": 4, "draft_n_accepted": 6}, 5, "is 6, more than the 4 drafted"),
+])
+def test_impossible_figures_are_named(usage, timings, chunks, said):
+    from buildkit.bench.figures import Impossible, request_figures
+
+    with pytest.raises(Impossible) as caught:
+        request_figures(usage, timings, chunks, max_tokens=5)
+    assert said in str(caught.value)
+
+
+def test_figures_that_can_be_true_pass():
+    from buildkit.bench.figures import TOKEN_SLACK, request_figures
+
+    got = request_figures({"completion_tokens": 5 + TOKEN_SLACK, "prompt_tokens": 62},
+                          {"predicted_per_second": 80.5, "draft_n": 4, "draft_n_accepted": 3}, 3, max_tokens=5)
+    assert (got["tokens"], got["tokens_source"], got["prompt_tokens"], got["predicted_tps"]) == (21, "usage", 62, 80.5)
+    assert request_figures(None, None, 0, None)["tokens"] == 0  # an empty answer is not impossible
+    assert request_figures(None, {"predicted_n": 5.0}, 5, 5)["tokens"] == 5  # a whole float is a count
+
+
+def invalid_report() -> BenchReport:
+    rep = report([10.0])
+    rep.invalid = [{"run": 2, "reason": "the server's figures are impossible: usage.completion_tokens is -1, negative"}]
+    return rep
+
+
+def test_an_invalid_run_is_listed_and_never_attached(tmp_path):
+    from buildkit.bench.benchmark import invalid_text
+
+    text = format_report(invalid_report())
+    assert "invalid: run 2: the server's figures are impossible: usage.completion_tokens is -1" in text
+    assert invalid_text(invalid_report()).startswith("1 of 3 runs invalid, the first: run 2: ")
+    path = tmp_path / "buildkit.lock"
+    path.write_text(json.dumps(lock_doc()))
+    before = path.read_bytes()
+    with pytest.raises(BenchError, match="not attached to .*: 1 of 3 runs invalid, the first: run 2: "):
+        attach_to_lock(path, "cpu/server", invalid_report())
+    assert path.read_bytes() == before
+
+
+def test_a_report_keeps_its_invalid_runs_and_refuses_impossible_figures(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(invalid_report().to_dict()))
+    assert load_report(path).invalid == invalid_report().invalid
+    for change, said in [({"client_tps": -107009.6}, "runs[0] has impossible figures: client_tps is -107009.6, "
+                                                      "negative"),
+                         ({"tokens": 10 ** 9}, "tokens is 1000000000, more than 1 x max_tokens 800 (+16)"),
+                         ({"wall_s": 0}, "wall_s (above 0)"), ({"tokens": "800"}, "not a number")]:
+        data = invalid_report().to_dict()
+        data["runs"][0].update(change)
+        path.write_text(json.dumps(data))
+        with pytest.raises(BenchError, match=re.escape(said)):
+            load_report(path)
