@@ -86,7 +86,7 @@ def verify_variant(prepared, outcome: TargetOutcome):
 
     assert outcome.result is not None
     try:
-        return verified_or_removed(prepared.plan, outcome.result.tags, prepared.cuda_root), ""
+        return verified_or_removed(prepared.plan, outcome.result.tags, prepared.cuda_roots or prepared.cuda_root), ""
     except FailedVerification as exc:
         return exc.report, str(exc)
     except BuildkitError as exc:

@@ -66,6 +66,9 @@ class Prepared:
     base_images: tuple[BaseImage, ...]
     build_key: str
     cuda_manifest: dict | None = None  # the wheels of the CUDA root(s), for the inputs and the lock
+    # every CUDA root laid out (a cross build: the build machine's and the target's): verify reads the
+    # image with the cuobjdump of whichever runs on this machine (an emulated build machine's does not)
+    cuda_roots: tuple[Path, ...] = ()
 
     def inputs(self) -> BuildInputs:
         """Every input of this build (the plan's version: publish re-makes the plan with its own)."""
@@ -194,8 +197,9 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
             for child in out_dir.iterdir():
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
         raise
+    roots = tuple(path for name, path in named if name in ("cuda-root", "cuda-target"))
     return Prepared(plan=plan, rendered=rendered, source=info, patches=queue, cuda_root=cuda_root,
-                    base_images=bases, build_key=key, cuda_manifest=cuda_manifest)
+                    base_images=bases, build_key=key, cuda_manifest=cuda_manifest, cuda_roots=roots)
 
 
 def base_platforms(request: BuildRequest) -> tuple[tuple[str, ...], str]:
@@ -368,7 +372,8 @@ def build_prepared(prepared: Prepared, cfg: ResolvedConfig, *, verify: bool = Tr
     report = VerifyReport(image=result.tags[0] if result.tags else "", checks=())
     if verify:
         with stage("verify", result.tags[0]):
-            report = verified_or_removed(prepared.plan, result.tags, prepared.cuda_root, result.oci_archive)
+            report = verified_or_removed(prepared.plan, result.tags, prepared.cuda_roots or prepared.cuda_root,
+                                         result.oci_archive)
     lock_path = cfg.path_value("lock.path")
     if write_lock:
         write_lock_entry(lock_path, lock_entry(prepared, result))

@@ -36,6 +36,7 @@ from buildkit.verify.cpuhost import cpu_flags, host_cpu_flags, host_platform_arc
 from buildkit.core.errors import BuildkitError, VerifyError
 from buildkit.engine.api import Engine, EngineError, get_engine
 from buildkit.plan.buildplan import BuildPlan
+from buildkit.plan.platforms import cpu_arch, machine_platform
 from buildkit.verify.imagetree import ImageTree, exported
 from buildkit.verify.report import FAILED, PASSED, SKIPPED, Check, VerifyReport
 
@@ -70,17 +71,30 @@ def check_version(engine, plan: BuildPlan, image: str) -> Check:
 
 
 def find_cuobjdump(extra_dirs: list[Path] = ()) -> str | None:
-    """cuobjdump from PATH, $CUDA_HOME, the given CUDA roots, or /usr/local/cuda."""
+    """cuobjdump from PATH, $CUDA_HOME, the given CUDA roots, or /usr/local/cuda: the first one built for
+    this machine's CPU (a cross build's roots hold the build machine's and the target's toolkits, and an
+    emulated build machine's cuobjdump does not run here)."""
     found = shutil.which("cuobjdump")
     if found:
         return found
     candidates = [Path(os.environ["CUDA_HOME"]) / "bin"] if os.environ.get("CUDA_HOME") else []
     candidates += [Path(d) / "bin" for d in extra_dirs] + [Path("/usr/local/cuda/bin")]
+    machine = cpu_arch(machine_platform()).elf_machine
     for directory in candidates:
         path = directory / "cuobjdump"
-        if path.is_file() and os.access(path, os.X_OK):
+        if path.is_file() and os.access(path, os.X_OK) and _elf_machine(path) in (machine, None):
             return str(path)
     return None
+
+
+def _elf_machine(path: Path) -> int | None:
+    """e_machine of an ELF file (little-endian, as on every CPU buildkit builds for); None when not ELF."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(20)
+    except OSError:
+        return None
+    return int.from_bytes(head[18:20], "little") if head[:4] == b"\x7fELF" and len(head) == 20 else None
 
 
 def needed_libraries(path: Path) -> list[str]:

@@ -23,12 +23,13 @@ class FailedVerification(VerifyError):
         self.report = report
 
 
-def verified_or_removed(plan: BuildPlan, tags: Sequence[str], cuda_root: Path | None = None,
+def verified_or_removed(plan: BuildPlan, tags: Sequence[str], cuda_root: Path | Sequence[Path] | None = None,
                         archive: Path | None = None) -> VerifyReport:
     """The report of tags[0]'s checks. When they cannot run (BuildkitError) or one fails
-    (FailedVerification), every tag is removed from the engine first."""
+    (FailedVerification), every tag is removed from the engine first. cuda_root: the CUDA root(s) whose
+    tools (cuobjdump) may read the image; the first whose tools run on this machine is used."""
     tag = tags[0]
-    roots = [cuda_root] if cuda_root else []
+    roots = [cuda_root] if isinstance(cuda_root, Path) else list(cuda_root or [])
     try:
         report = verify_image(plan, tag, cuda_roots=roots, archive=archive)
     except BuildkitError:

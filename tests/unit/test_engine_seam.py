@@ -96,7 +96,7 @@ def test_verification_that_cannot_reach_the_engine_removes_the_tags_too():
 
 def test_a_matrix_variant_that_fails_verification_reports_it_and_loses_its_tags():
     class Prepared:
-        plan, cuda_root = _plan(), None
+        plan, cuda_root, cuda_roots = _plan(), None, ()
 
     fake = FakeEngine(run_result=lambda image, entrypoint, args: (1, "boom"))
     result = BuildResult(digest="sha256:" + "2" * 64, config_digest="", tags=("x/app:cpu",), seconds=1.0)
