@@ -14,7 +14,8 @@ from buildkit.core.errors import ConfigError
 
 
 VERSION_OPTIONS = [
-    click.option("--version", "version", help="Semver version to publish (X.Y.Z[-pre]); sets the version label."),
+    click.option("--version", "version", help="Semver version to publish (X.Y.Z[-pre], a leading v is dropped); sets "
+                                               "the version label."),
     click.option("--bump", type=click.Choice(["patch", "minor", "major"]), default="patch", show_default=True,
                  help="With --push and no --version: bump the highest X.Y.Z-<variant> tag in the registry."),
     click.option("--force", is_flag=True, help="With --push: rebuild even if the registry has this build key."),
@@ -58,6 +59,9 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
     from buildkit.flows.pipeline import build as run_pipeline, build_options, cache_root, prepare
 
     if version:
+        from buildkit.plan.tags import normalise_version
+
+        version = normalise_version(version)  # v1.2.3 is 1.2.3, as docker/metadata-action's type=semver
         kwargs["image_version"] = version
     cfg = resolve(kwargs)
     if no_load and not push:
