@@ -14,7 +14,8 @@ from buildkit.core.errors import ConfigError
 
 
 VERSION_OPTIONS = [
-    click.option("--version", "version", help="Semver version to publish (X.Y.Z[-pre]); sets the version label."),
+    click.option("--version", "version", help="Semver version to publish (X.Y.Z[-pre], a leading v is dropped); sets "
+                                               "the version label."),
     click.option("--bump", type=click.Choice(["patch", "minor", "major"]), default="patch", show_default=True,
                  help="With --push and no --version: bump the highest X.Y.Z-<variant> tag in the registry."),
     click.option("--force", is_flag=True, help="With --push: rebuild even if the registry has this build key."),
@@ -35,7 +36,8 @@ def version_options(func):
               help="Publish to the registry in image.name: skip the build if the registry has its build key, "
                    "else build, verify and push every tag (see `buildkit tags`).")
 @click.option("--print", "print_only", is_flag=True,
-              help="Render into a kept folder and print the exact buildx command instead of building.")
+              help="Print the exact buildx command instead of building (rendered into a temporary folder, "
+                   "removed again; `buildkit render --out DIR` keeps one).")
 @click.option("--no-verify", is_flag=True, help="Skip the smoke checks on the built image.")
 @click.option("--no-cache", "no_cache", is_flag=True, default=None,
               help="Run every build step again, none from the layer cache (buildx --no-cache). The ccache "
@@ -58,6 +60,9 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
     from buildkit.flows.pipeline import build as run_pipeline, build_options, cache_root, prepare
 
     if version:
+        from buildkit.plan.tags import normalise_version
+
+        version = normalise_version(version)  # v1.2.3 is 1.2.3, as docker/metadata-action's type=semver
         kwargs["image_version"] = version
     cfg = resolve(kwargs)
     if no_load and not push:
@@ -74,12 +79,15 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
     if print_only:
         import tempfile
 
-        base = cache_root(cfg) / "contexts"
-        base.mkdir(parents=True, exist_ok=True)
-        out = Path(tempfile.mkdtemp(prefix="render-", dir=base))
-        prepared = prepare(cfg, out / "context", extra_tags=extra_tags)
-        click.echo(shlex.join(buildx_argv(prepared.plan, prepared.rendered, build_options(cfg),
-                                          out / "metadata.json")))
+        # rendered into a temporary folder in the cache (a source tree can be large for /tmp), removed
+        # again: `buildkit render --out DIR` keeps one
+        cache_root(cfg).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="print-", dir=cache_root(cfg)) as tmp:
+            prepared = prepare(cfg, Path(tmp) / "context", extra_tags=extra_tags)
+            click.echo(shlex.join(buildx_argv(prepared.plan, prepared.rendered, build_options(cfg),
+                                              Path(tmp) / "metadata.json")))
+        click.echo("(its context was rendered into a temporary folder, now removed; `buildkit render --out DIR` "
+                   "writes one to build from)", err=True)
         return
     if not no_preflight:
         from buildkit.flows.doctor import preflight

@@ -18,7 +18,7 @@ def config_cmd(as_json: bool, **kwargs):
     """Print the resolved configuration and where each value came from."""
     from buildkit.core.urlcreds import redact_url
 
-    cfg = resolve(kwargs)
+    cfg = resolve(kwargs, notice=False)  # it says `# config file: none (defaults)` itself
     shown = {k.name: redact_url(cfg[k.name]) if isinstance(cfg[k.name], str) else cfg[k.name] for k in KEYS}
     if as_json:
         click.echo(json.dumps({k.name: {"value": shown[k.name], "origin": cfg.origins[k.name]} for k in KEYS},

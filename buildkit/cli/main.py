@@ -16,6 +16,7 @@ from buildkit.cli.ci import ci
 from buildkit.cli.config import config_cmd
 from buildkit.cli.diff import diff
 from buildkit.cli.doctor import doctor
+from buildkit.cli.init import init
 from buildkit.cli.nightly import nightly
 from buildkit.cli.promote import promote
 from buildkit.cli.push import push
@@ -32,6 +33,7 @@ def main():
 
     \b
     Typical use:
+      buildkit init --fork URL --image REF  # a buildkit.toml here, the fork's head pinned
       buildkit archs                      # what can be built
       buildkit config                     # resolved settings and where each came from
       buildkit render --arch sm_120 --out ctx/
@@ -42,7 +44,7 @@ def main():
 
 
 # In the order `buildkit --help` listed them before the split (click sorts them by name anyway).
-for command in (archs, config_cmd, render, build, push, tags, nightly, promote, bake, ci, bench, run, reproduce,
+for command in (init, archs, config_cmd, render, build, push, tags, nightly, promote, bake, ci, bench, run, reproduce,
                 diff, doctor, ccache):
     main.add_command(command)
 

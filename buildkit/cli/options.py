@@ -83,8 +83,29 @@ def config_options(func):
     return func
 
 
-def resolve(kwargs: dict):
-    """Pop the config options out of kwargs and resolve the configuration."""
+_NOTICED: list[bool] = []  # the defaults notice is said once per process
+
+
+def defaults_notice(cfg) -> None:
+    """On stderr, once: no buildkit.toml was found (and none was named), so the built-in defaults apply."""
+    if cfg.path is not None or _NOTICED:
+        return
+    _NOTICED.append(True)
+    from buildkit.core.urlcreds import redact_url
+    from buildkit.oci.imageref import InvalidReference, parse_image_ref
+
+    try:
+        where = parse_image_ref(cfg["image.name"]).name
+    except InvalidReference:
+        where = cfg["image.name"]
+    click.echo(f"buildkit: no buildkit.toml here; built-in defaults in use (where no flag or variable sets a key): "
+               f"fork {redact_url(cfg['source.url'])}, image {cfg['image.name']} ({where} when pushed); "
+               "`buildkit init` writes a buildkit.toml", err=True)
+
+
+def resolve(kwargs: dict, *, notice: bool = True):
+    """Pop the config options out of kwargs and resolve the configuration (saying so on stderr, once,
+    when no buildkit.toml was found: notice=False for a command that says it itself)."""
     config_path = kwargs.pop("config_path")
     overrides = parse_set_option(kwargs.pop("set_items"))
     for flag, key in FLAG_KEYS.items():
@@ -94,7 +115,10 @@ def resolve(kwargs: dict):
         origin = "--no-vmm/--vmm" if flag == "vmm" else "--" + flag.replace("_", "-")
         overrides[key] = (list(value) if isinstance(value, tuple) else value, origin)
     path = find_config_file(config_path, os.environ, Path.cwd())
-    return load_config(path, os.environ, overrides)
+    cfg = load_config(path, os.environ, overrides)
+    if notice:
+        defaults_notice(cfg)
+    return cfg
 
 
 def handle_errors(func):

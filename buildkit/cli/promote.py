@@ -11,12 +11,15 @@ from buildkit.cli.output import echo_published
 @click.command()
 @config_options
 @click.argument("nightly_tag", metavar="nightly-<variant>")
-@click.option("--version", "version", required=True, help="Release version X.Y.Z to give the nightly.")
+@click.option("--version", "version", required=True, help="Release version X.Y.Z to give the nightly (a leading v is dropped).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @handle_errors
 def promote(nightly_tag: str, version: str, as_json: bool, **kwargs):
     """Turn a nightly into a release: its digest gets the release tags of VERSION, nothing is rebuilt."""
+    from buildkit.plan.tags import normalise_version
     from buildkit.release.promote import promote as run_promote
+
+    version = normalise_version(version)  # v1.2.3 is 1.2.3, as docker/metadata-action's type=semver
 
     done = run_promote(resolve(kwargs), nightly_tag, version)
     echo_published(done, f"promoted {done.repository}:{done.source_tag} ({done.nightly_version or 'no version label'}, "

@@ -9,6 +9,8 @@ import click
 
 from buildkit.cli.options import config_options, handle_errors, resolve
 
+METADATA_FILE = "metadata.json"
+
 
 @click.command()
 @config_options
@@ -21,9 +23,11 @@ def render(out_dir: str, **kwargs):
     from buildkit.flows.pipeline import build_options, prepare
 
     cfg = resolve(kwargs)
-    prepared = prepare(cfg, Path(out_dir))
-    argv = buildx_argv(prepared.plan, prepared.rendered, build_options(cfg),
-                       Path(out_dir).resolve().parent / "metadata.json")
+    out = Path(out_dir).resolve()
+    prepared = prepare(cfg, out)
+    # the command writes only into DIR (its metadata file, an OCI archive), which is also its context:
+    # the context's .dockerignore leaves those out (plan/render.py)
+    argv = buildx_argv(prepared.plan, prepared.rendered, build_options(cfg), out / METADATA_FILE)
     click.echo(f"rendered {prepared.rendered.dockerfile} for {prepared.plan.request.variant} "
                f"at {prepared.source.commit}")
     click.echo("build it with:\n  " + shlex.join(argv))

@@ -1,37 +1,55 @@
-"""`buildkit tags`: the tags a published build of a version gets."""
+"""`buildkit tags`: the tags a published build of a version gets, and the rules of those named only then.
+
+The sha- tag's commit is --commit (source.commit), 7 to 40 hex digits: one option, no --commit-sha."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import click
 
 from buildkit.cli.options import config_options, handle_errors, resolve
 from buildkit.core.errors import ConfigError
 
+_SHA = re.compile(r"[0-9a-fA-F]{7,40}")
+
 
 @click.command()
 @config_options
-@click.option("--version", "version", required=True, help="Semver version, X.Y.Z[-pre].")
-@click.option("--commit-sha", help="Commit for the sha- tag (default: the pinned source.commit).")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON: {repository, version, immutable, moving}.")
+@click.option("--version", "version", required=True, help="Semver version, X.Y.Z[-pre] (a leading v is dropped).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON: {repository, version, commit, variant, immutable, moving, rules}.")
 @handle_errors
-def tags(version: str, commit_sha: str | None, as_json: bool, **kwargs):
-    """Print the tags a published build of VERSION gets, immutable first."""
-    from buildkit.flows.pipeline import ref_and_pin
+def tags(version: str, as_json: bool, **kwargs):
+    """Print the tags a published build of VERSION gets, immutable first, then the rules of the tags a
+    publish names only then (the build key's, the nightly's). --commit gives the sha- tag's commit."""
+    from buildkit.plan.buildplan import make_request
+    from buildkit.plan.tags import normalise_version, parse_version, publish_rules
     from buildkit.release.publish import tags_for
 
+    version = normalise_version(version)
+    parse_version(version)
     cfg = resolve(kwargs)
-    _, pin = ref_and_pin(cfg)
-    commit = commit_sha or pin
-    if not commit:
-        raise ConfigError("source.commit is not a full SHA; pass --commit-sha for the sha- tag")
+    commit = cfg["source.commit"].strip()
+    if not _SHA.fullmatch(commit):
+        raise ConfigError(f"the sha- tag needs a commit SHA (7 to 40 hex digits); source.commit is {commit!r} "
+                          f"({cfg.origins['source.commit']}): pass --commit SHA")
+    commit = commit.lower()
     tag_set = tags_for(cfg, version, commit)
+    name = make_request(cfg).tag_variant
+    rules = publish_rules(name, commit)
+    repo = cfg["image.name"]
     if as_json:
-        click.echo(json.dumps({"repository": cfg["image.name"], "version": version, "commit": commit,
-                               "immutable": list(tag_set.immutable), "moving": list(tag_set.moving)}, indent=2))
+        click.echo(json.dumps({"repository": repo, "version": version, "commit": commit, "variant": name,
+                               "immutable": list(tag_set.immutable), "moving": list(tag_set.moving),
+                               "rules": [{"tag": r.pattern, "kind": r.kind, "when": r.when} for r in rules]},
+                              indent=2))
         return
     for tag in tag_set.immutable:
-        click.echo(f"{cfg['image.name']}:{tag}    immutable")
+        click.echo(f"{repo}:{tag}    immutable")
     for tag in tag_set.moving:
-        click.echo(f"{cfg['image.name']}:{tag}    moving")
+        click.echo(f"{repo}:{tag}    moving")
+    click.echo("# and, named only when published:")
+    for rule in rules:
+        click.echo(f"# {repo}:{rule.pattern}    {rule.kind}: {rule.when}")

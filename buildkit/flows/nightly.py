@@ -68,33 +68,54 @@ def nightly_tag(key: str) -> str:
 
 # ---------------------------------------------------------------- the branch head
 
-def ls_remote_head(url: str, branch: str, timeout: float = 120, auth: UrlAuth | None = None) -> str:
-    """The commit refs/heads/<branch> points at, asked of the server; nothing is cloned or fetched.
-    Credentials in url reach git through the environment only (gitcmd.py)."""
+def _ls_remote(url: str, args: tuple[str, ...], about: str, timeout: float, auth: UrlAuth | None) -> str:
+    """`git ls-remote ARGS -- URL REFS` through gitcmd.py; a failure is one SourceError line."""
     import git
 
     from buildkit.source.gitcmd import Git
 
-    if not branch or branch.startswith("-"):
-        raise ConfigError(f"source.branch {branch!r} is not a branch name")
-    url, given = split_credentials(url)
-    auth = auth or given
-    ref = f"refs/heads/{branch}"
     try:
-        out = Git(auth=auth, timeout=timeout).run("ls-remote", "--", url, ref, what=f"ls-remote of {url}")
+        return Git(auth=auth, timeout=timeout).run("ls-remote", *args, what=f"ls-remote of {url}")
     except git.GitCommandError as err:
         lines = [ln.strip() for ln in getattr(err, "raw_stderr", "").splitlines() if ln.strip()]
         lines = [ln.removeprefix("fatal: ") for ln in lines
                  if not ln.lower().startswith(("please make sure", "and the repository"))]
         lines = [ln for ln in lines if ln]
         said = redact_text(lines[-1]) if lines else "no output"
-        raise SourceError(f"cannot ask {url} for its branch {branch} ({said}); "
-                          "check source.url and the network") from None
+        raise SourceError(f"cannot ask {url} for {about} ({said}); check source.url and the network") from None
+
+
+def ls_remote_head(url: str, branch: str, timeout: float = 120, auth: UrlAuth | None = None) -> str:
+    """The commit refs/heads/<branch> points at, asked of the server; nothing is cloned or fetched.
+    Credentials in url reach git through the environment only (gitcmd.py)."""
+    if not branch or branch.startswith("-"):
+        raise ConfigError(f"source.branch {branch!r} is not a branch name")
+    url, given = split_credentials(url)
+    ref = f"refs/heads/{branch}"
+    out = _ls_remote(url, ("--", url, ref), f"its branch {branch}", timeout, auth or given)
     for line in out.splitlines():
         sha, _, name = line.partition("\t")
         if name == ref:
             return sha.strip().lower()
     raise SourceError(f"{url} has no branch {branch!r} (source.branch)")
+
+
+def ls_remote_default(url: str, timeout: float = 120, auth: UrlAuth | None = None) -> tuple[str | None, str]:
+    """(the branch HEAD names, or None where the server does not say; the commit of HEAD), in one ls-remote."""
+    url, given = split_credentials(url)
+    out = _ls_remote(url, ("--symref", "--", url, "HEAD"), "its HEAD", timeout, auth or given)
+    branch, commit = None, None
+    for line in out.splitlines():
+        left, _, name = line.partition("\t")
+        if name != "HEAD":
+            continue
+        if left.startswith("ref: refs/heads/"):
+            branch = left.removeprefix("ref: refs/heads/").strip()
+        elif re.fullmatch(r"[0-9a-fA-F]{40}", left.strip()):
+            commit = left.strip().lower()
+    if commit is None:
+        raise SourceError(f"{url} has no HEAD commit (an empty repository?); push a branch first")
+    return branch, commit
 
 
 # ---------------------------------------------------------------- what was built last

@@ -18,7 +18,7 @@ from buildkit.core.errors import ConfigError
 from buildkit.oci.imageref import InvalidReference, parse_image_ref
 from buildkit.plan.inputs import request_inputs
 from buildkit.plan.platforms import TOOLCHAIN_PATH, CpuArch, cpu_arch, cuda_char_flags, is_cross, machine_platform
-from buildkit.plan.tags import build_tags, check_repository, target_variant, variant
+from buildkit.plan.tags import build_tags, check_repository, normalise_version, target_variant, variant
 
 
 # What may reach a shell line or a FROM line. Values are also shell-quoted in the templates.
@@ -160,7 +160,7 @@ def make_request(cfg: ResolvedConfig) -> BuildRequest:
         if not CMAKE_ARG_RE.match(arg):
             raise ConfigError(f"build.cmake_args: {arg!r} is not of the form -DNAME=VALUE "
                               "(value without spaces, quotes or shell characters)")
-    version = cfg["image.version"]
+    version = normalise_version(cfg["image.version"])  # v1.2.3 is 1.2.3 (metadata-action's type=semver)
     if not VERSION_RE.match(version):
         raise ConfigError(f"image.version {version!r} is not a valid version")
     for key in ("image.title", "image.licenses"):

@@ -120,7 +120,8 @@ def write_context(plan: BuildPlan, context_dir: Path,
         (context_dir / "toolchain.cmake").write_text(toolchain)
     dockerfile = context_dir / "Dockerfile"
     dockerfile.write_text(text)
-    (context_dir / ".dockerignore").write_text("Dockerfile\n.dockerignore\n")
+    # what `buildkit render`'s printed command writes into the context folder stays out of the context
+    (context_dir / ".dockerignore").write_text("Dockerfile\n.dockerignore\nmetadata.json\nimage.oci.tar\n")
     return RenderResult(
         context_dir=context_dir,
         dockerfile=dockerfile,

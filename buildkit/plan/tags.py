@@ -67,9 +67,18 @@ class TagSet:
         return self.immutable + self.moving
 
 
+def normalise_version(text: str) -> str:
+    """v1.2.3 is 1.2.3, as docker/metadata-action's type=semver has it (a git tag's v is stripped);
+    anything else is returned as given (parse_version judges it)."""
+    if isinstance(text, str) and len(text) > 1 and text[0] in "vV" and text[1].isdigit():
+        return text[1:]
+    return text
+
+
 def parse_version(text: str) -> semver.Version:
+    """X.Y.Z[-PRERELEASE], a leading v allowed (normalise_version)."""
     try:
-        return semver.Version.parse(text)
+        return semver.Version.parse(normalise_version(text))
     except (ValueError, TypeError):
         raise ConfigError(f"version {text!r} is not semver (MAJOR.MINOR.PATCH[-PRERELEASE])") from None
 
@@ -110,6 +119,34 @@ def release_tags(version: str, commit: str, variant_name: str, *, default_varian
     if build_key:
         immutable.append(build_key_tag(build_key, variant_name))
     return TagSet(immutable=tuple(check_tag(t) for t in immutable), moving=tuple(check_tag(t) for t in moving))
+
+
+@dataclass(frozen=True)
+class TagRule:
+    """A tag a publish writes whose name is known only then (or only to another command)."""
+    pattern: str
+    kind: str  # immutable or moving
+    when: str
+
+
+def publish_rules(variant_name: str, commit: str | None = None) -> tuple[TagRule, ...]:
+    """The tags of a publish that `buildkit tags` cannot name in full: the build-key tag, the sha- rule,
+    the nightly's tags and --tag's."""
+    sha = f" (here sha-{commit[:7]}-{variant_name})" if commit else ""
+    return (
+        TagRule(f"bk-<build key, first 24 hex>-{variant_name}", "immutable",
+                "every build --push and push: the build key hashes every input (commit, patches, templates, base "
+                "image digests, flags) and is known once the build context is rendered (`buildkit build --json` "
+                "prints it); a publish that finds this tag in the registry builds nothing"),
+        TagRule(f"sha-<commit, first 7 hex>-{variant_name}", "immutable",
+                f"every release that is not a prerelease, and every local build{sha}"),
+        TagRule(f"<next patch>-nightly.<YYYYMMDD>[.N]-{variant_name}", "immutable",
+                "buildkit nightly, instead of the release tags: the next patch after the highest release of any "
+                "variant, the UTC date, .N for a further nightly that day"),
+        TagRule(f"nightly-{variant_name}", "moving",
+                "buildkit nightly: its latest nightly; `buildkit promote` gives that digest a version's release tags"),
+        TagRule("<TAG>", "moving", "build --push --tag TAG, as given"),
+    )
 
 
 BUMPS = ("patch", "minor", "major")

@@ -176,7 +176,7 @@ def test_tags_json_is_the_tag_set(tmp_path):
                                             'default_variant = "cpu"\n[build]\narch = "cpu"\n')
     commit = "ab" * 20
     result = CliRunner().invoke(main, ["tags", "--config", str(tmp_path / "buildkit.toml"), "--version", "1.2.3",
-                                       "--commit-sha", commit, "--json"])
+                                       "--commit", commit, "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["repository"] == "reg.example/t/l" and data["commit"] == commit

@@ -1,0 +1,88 @@
+"""`buildkit init`: a starting project in a folder: buildkit.toml (commented, generated from the schema:
+plan/starter.py) with the fork's current head pinned, and an empty patches/ folder.
+
+Everything that can be checked without the network is checked first (the file is generated, parsed and
+planned as `buildkit build` would); then one `git ls-remote` asks the fork for its HEAD; only then is
+anything written. An unreachable fork, a bad arch or image name, or an existing buildkit.toml (without
+force) is one error line and leaves the folder as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from buildkit.core.errors import ConfigError
+from buildkit.core.urlcreds import split_credentials
+from buildkit.flows.nightly import ls_remote_default, normalise_url
+from buildkit.plan.archs import get_arch
+from buildkit.plan.buildplan import make_request
+from buildkit.plan.config import CONFIG_FILE, KEY_BY_NAME, ConfigDocument, load_config
+from buildkit.plan.starter import starter_toml
+from buildkit.plan.tags import check_repository, target_variant, variant
+
+
+@dataclass(frozen=True)
+class Initialised:
+    config: Path
+    patches: Path
+    url: str
+    branch: str
+    commit: str
+    image: str
+    arch: str
+    credentials_dropped: bool
+
+
+def _chosen(url: str, branch: str, commit: str, image: str, arch_name: str) -> dict:
+    arch = get_arch(arch_name)  # an unknown arch: one line naming the choices
+    cuda = KEY_BY_NAME["build.cuda_version"].default
+    default_variant = target_variant(variant(arch, cuda), KEY_BY_NAME["build.target"].default)
+    return {"source.url": url, "source.branch": branch, "source.commit": commit, "source.patch_dir": "patches",
+            "image.name": image, "image.title": image.rsplit("/", 1)[-1], "image.default_variant": default_variant, "build.arch": arch.name,
+            "matrix.archs": [arch.name]}
+
+
+def _text(path: Path, chosen: dict, notes: dict) -> str:
+    """The file's text, checked the way every command reads it (schema, then the build request)."""
+    text = starter_toml(chosen, notes)
+    document = ConfigDocument(path, tomllib.loads(text))
+    make_request(load_config(document, env={}, overrides={}, cwd=path.parent))
+    return text
+
+
+def init_project(folder: Path, *, fork: str | None = None, image: str | None = None, arch: str | None = None,
+                 force: bool = False, timeout: float = 120) -> Initialised:
+    folder = Path(folder).resolve()
+    config = folder / CONFIG_FILE
+    patches = folder / "patches"
+    if (config.exists() or config.is_symlink()) and not force:
+        raise ConfigError(f"{config} exists already; edit it, or pass --force to write a new one over it")
+    if patches.exists() and not patches.is_dir():
+        raise ConfigError(f"{patches} exists and is not a folder; move it away first")
+    given = fork or KEY_BY_NAME["source.url"].default
+    if not given.strip() or given.startswith("-"):
+        raise ConfigError(f"--fork {given!r} is not a repository URL or path")
+    url, auth = normalise_url(given), split_credentials(given)[1]
+    image = image or KEY_BY_NAME["image.name"].default
+    check_repository(image)
+    arch = arch or KEY_BY_NAME["build.arch"].default
+    placeholder = KEY_BY_NAME["source.commit"].default
+    _text(config, _chosen(url, KEY_BY_NAME["source.branch"].default, placeholder, image, arch), {})
+    branch, commit = ls_remote_default(url, timeout=timeout, auth=auth)
+    branch = branch or KEY_BY_NAME["source.branch"].default
+    notes = {"source.commit": f"Pinned by `buildkit init`: the head of {branch} then. Move it to build a newer "
+                              "commit (a full 40-hex SHA)."}
+    chosen = _chosen(url, branch, commit, image, arch)
+    text = _text(config, chosen, notes)
+    try:
+        patches.mkdir(exist_ok=True)
+        tmp = config.with_name(f".{CONFIG_FILE}.{os.getpid()}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, config)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {config}: {exc.strerror or exc}") from None
+    return Initialised(config=config, patches=patches, url=url, branch=branch, commit=commit, image=image,
+                       arch=chosen["build.arch"], credentials_dropped=auth is not None)
