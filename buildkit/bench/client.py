@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from buildkit.bench.protocol import Protocol
 from buildkit.bench.results import BenchReport, RequestResult, RunResult, combine
 from buildkit.core.deadline import Deadline, shut
+from buildkit.core.interrupts import describe
 from buildkit.core.errors import BenchError
 
 
@@ -249,8 +250,8 @@ def run_bench(url: str, protocol: Protocol, target: dict | None = None,
                 report.target.setdefault("server_build", result.requests[0].server_build)
             if on_run is not None:
                 on_run(result)
-        except KeyboardInterrupt:
-            report.error = f"interrupted during run {len(report.runs) + 1} of {protocol.runs}"
+        except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP (core/interrupts.py)
+            report.error = f"{describe(exc)} during run {len(report.runs) + 1} of {protocol.runs}"
             report.interrupted = True
             break
     return report

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import click
 from buildkit.bench.protocol import (DEFAULT_MAX_TOKENS, DEFAULT_PROMPT, DEFAULT_RUNS, DEFAULT_TIMEOUT,
                                      DEGRADATION_THRESHOLD, Protocol)
 from buildkit.cli.options import handle_errors
+from buildkit.core import interrupts
 from buildkit.plan.config import find_config_file, load_config, read_document
 from buildkit.core.errors import BenchError
 from buildkit.plan.profiles import ServerSpec, get_profile, make_spec
@@ -196,7 +198,7 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
         _progress(f"attached the results to {lock_file} entry {key}")
     if report.interrupted:
         click.echo(f"error: {report.error} ({len(report.runs)} of {protocol.runs} runs done, kept)", err=True)
-        sys.exit(130)
+        sys.exit(128 + (interrupts.received() or signal.SIGINT))
     if report.error:
         raise BenchError(report.error)
     if compare_image and other is not None and other.error:

@@ -92,16 +92,25 @@ def resolve(kwargs: dict):
 
 
 def handle_errors(func):
+    """One line and exit 1 for a BuildkitError; for SIGINT, SIGTERM and SIGHUP (core/interrupts.py) one
+    line and 128 + the signal. On every way out, the process groups buildkit started are stopped first."""
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
+        from buildkit.core import children, interrupts
+
         try:
-            return func(*args, **kwargs)
+            with interrupts.as_exceptions():
+                try:
+                    return func(*args, **kwargs)
+                finally:
+                    with interrupts.deferred():
+                        children.stop_all()
         except BuildkitError as exc:
             from buildkit.core.urlcreds import redact_text
 
             click.echo(f"error: {redact_text(str(exc))}", err=True)  # a URL's credentials, never
             sys.exit(1)
-        except KeyboardInterrupt:
-            click.echo("error: interrupted", err=True)
-            sys.exit(130)
+        except KeyboardInterrupt as exc:
+            click.echo(f"error: {interrupts.describe(exc)}", err=True)
+            sys.exit(interrupts.exit_code(exc))
     return wrapper

@@ -243,7 +243,17 @@ class DockerEngine(Engine):
                               "command elsewhere")
         old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to docker run, which stops it
         try:
-            return subprocess.call(list(run_argv), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+            proc = subprocess.Popen(list(run_argv), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+            try:
+                return proc.wait()
+            except KeyboardInterrupt as exc:  # SIGTERM or SIGHUP to buildkit alone (core/interrupts.py):
+                proc.send_signal(getattr(exc, "signum", signal.SIGTERM))  # docker run passes it to the container
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                raise
         finally:
             signal.signal(signal.SIGINT, old)
 
