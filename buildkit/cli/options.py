@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from buildkit.plan.config import find_config_file, load_config, parse_set_option
+from buildkit.plan.config import find_config_file, load_config, parse_set_option, unknown_variables
 from buildkit.core.errors import BuildkitError
 
 
@@ -101,6 +101,8 @@ def handle_errors(func):
         try:
             with interrupts.as_exceptions():
                 try:
+                    for line in unknown_variables(os.environ, FLAG_KEYS):
+                        click.echo(f"warning: {line}", err=True)
                     return func(*args, **kwargs)
                 finally:
                     with interrupts.deferred():

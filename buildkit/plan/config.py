@@ -10,6 +10,7 @@ tables from it instead of parsing the file again.
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -99,6 +100,19 @@ KEYS: tuple[Key, ...] = (
 )
 
 KEY_BY_NAME: dict[str, Key] = {k.name: k for k in KEYS}
+# The LLAMA_BUILDKIT_* variables that are not settings (tests/unit/test_config.py finds every one in the code).
+OTHER_VARIABLES: dict[str, str] = {
+    ENV_PREFIX + "CONFIG": "the buildkit.toml to read (--config)",
+    ENV_PREFIX + "GIT_TIMEOUT": "seconds each git command may take (source/gitcmd.py)",
+    ENV_PREFIX + "GIT_USERNAME": "set by buildkit for git only (core/urlcreds.py)",
+    ENV_PREFIX + "GIT_PASSWORD": "set by buildkit for git only (core/urlcreds.py)",
+    ENV_PREFIX + "DOCKER_CERTS_D": "where registries' TLS files are (oci/registryhttp.py)",
+    ENV_PREFIX + "ENGINE_LOCK": "the engine turn's lock file (engine/runner.py)",
+    ENV_PREFIX + "CI": "the test suite runs in CI (tests/fixtures_docker.py)",
+    ENV_PREFIX + "TEST_CACHE": "the tests' cache of real images (tests/realserver.py)",
+    ENV_PREFIX + "DOCKER_DATA_ROOT": "scripts/install-engine.sh",
+    ENV_PREFIX + "DOCKERD_LOG": "scripts/install-engine.sh",
+}
 # Tables whose keys are names the user chooses; their own modules read and validate them.
 FREE_FORM_SECTIONS = ("profiles",)
 
@@ -130,6 +144,26 @@ class ResolvedConfig:
 
 def _suggest(name: str) -> str:
     return suggestion(name, KEY_BY_NAME)
+
+
+def unknown_variables(env: Mapping[str, str], flags: Mapping[str, str] | None = None) -> list[str]:
+    """A warning for each LLAMA_BUILDKIT_* variable in env that nothing reads, naming the one meant: the
+    variable of the key a flag sets (flags: flag name -> dotted key; ..._CUDA means --cuda's
+    build.cuda_version), else one holding every word of it (ARCH: BUILD_ARCH), else the closest spelling."""
+    known = {name.removeprefix(ENV_PREFIX): name for name in [k.env_var for k in KEYS] + list(OTHER_VARIABLES)}
+    warnings = []
+    for name in sorted(env):
+        rest = name.removeprefix(ENV_PREFIX)
+        if not name.startswith(ENV_PREFIX) or rest in known:
+            continue
+        flag_key = (flags or {}).get(rest.lower())
+        words = set(rest.split("_"))
+        meant = [KEY_BY_NAME[flag_key].env_var] if flag_key in KEY_BY_NAME else \
+            [known[k] for k in sorted((k for k in known if words <= set(k.split("_"))), key=len)[:1]
+             or difflib.get_close_matches(rest, list(known), n=1)]
+        hint = f" (did you mean {meant[0]}?)" if meant else ""
+        warnings.append(f"{name} is not a buildkit variable and is ignored{hint}")
+    return warnings
 
 
 def parse_text(key: Key, text: str, where: str) -> Any:
