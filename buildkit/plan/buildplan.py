@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from buildkit.plan.archs import Arch, check_cuda_support, check_platform, default_platform, get_arch, parse_cuda_version
+from buildkit.plan.archs import Arch, check_cuda_release, check_cuda_support, check_platform, default_platform, get_arch
 from buildkit.plan.config import PLATFORM_FOLLOWS, ResolvedConfig
 from buildkit.plan.cpulevels import CpuLevel, cmake_flags as cpu_cmake_flags, get_level, variant_suffix
 from buildkit.core.errors import ConfigError
@@ -122,7 +122,7 @@ def make_request(cfg: ResolvedConfig) -> BuildRequest:
     cuda_version: str | None = None
     if arch.is_cuda:
         cuda_version = cfg["build.cuda_version"]
-        parse_cuda_version(cuda_version)
+        check_cuda_release(cuda_version)
         check_cuda_support(arch, cuda_version)
         provider = cfg["base.provider"]
     else:
