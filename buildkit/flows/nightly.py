@@ -222,7 +222,7 @@ def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = F
     lock_path = cfg.path_value("lock.path")
     summary = Summary(repository=repository.name, url=url, branch=branch, date=date, old_commit=None,
                       new_commit=None, excluded=[{"combination": c, "reason": r} for c, r in excluded])
-    queue = load_patch_queue(patch_dir(cfg))
+    queue = load_patch_queue(patch_dir(cfg), required=cfg.origins["source.patch_dir"] != "default")
     try:
         head = ls_remote_head(url, branch, auth=auth)
         summary.new_commit = head
