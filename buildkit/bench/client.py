@@ -70,7 +70,7 @@ def _error_text(body: bytes) -> str:
             text = str(err.get("message") or err)
         elif isinstance(err, str):
             text = err
-    except ValueError:
+    except (ValueError, RecursionError):
         pass
     text = " ".join(text.split())
     return (text[:200] + "...") if len(text) > 200 else (text or "(empty body)")
@@ -141,7 +141,7 @@ def stream_chat(ep: Endpoint, body: dict, timeout: float) -> RequestResult:
                 break
             try:
                 data = json.loads(payload)
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise StreamError(f"invalid JSON in the response stream after {received()}: "
                                   f"{_snippet(payload)}") from None
             if not isinstance(data, dict):

@@ -103,6 +103,8 @@ def _read_config(path: Path, shown: str) -> dict[str, Any] | None:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
+    except UnicodeDecodeError as exc:
+        raise RegistryError(f"{shown} is not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
         raise RegistryError(f"cannot read {shown}: {exc.strerror or exc}") from None
     if not text.strip():
@@ -111,6 +113,8 @@ def _read_config(path: Path, shown: str) -> dict[str, Any] | None:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise RegistryError(f"{shown} is not valid JSON (line {exc.lineno}, column {exc.colno})") from None
+    except RecursionError:
+        raise RegistryError(f"{shown} is not valid JSON (nested too deeply)") from None
     if not isinstance(data, dict):
         raise RegistryError(f"{shown} must hold a JSON object")
     return data

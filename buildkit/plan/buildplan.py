@@ -27,6 +27,7 @@ VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z.+-]*$")
 CMAKE_ARG_RE = re.compile(r"^-D[A-Za-z_][A-Za-z0-9_]*(?::[A-Z]+)?=[A-Za-z0-9_.,;:/+=@%-]*$")
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 
+MAX_JOBS = 4096  # parallel compile jobs (make -j): more is a typo
 CUDA_LIB_DIR = "/usr/local/cuda/lib64"  # where the templates put the CUDA libraries to link
 TARGET_BINARIES = {"server": ("llama-server",), "light": ("llama-cli",), "full": ()}  # () = everything
 
@@ -151,8 +152,8 @@ def make_request(cfg: ResolvedConfig) -> BuildRequest:
         raise ConfigError(f"build.cpu_level native compiles for this machine's CPU ({build_platform}); an image "
                           f"for {platform} needs another level (all, or one of its platform)")
     jobs = cfg["build.jobs"]
-    if jobs < 0:
-        raise ConfigError(f"build.jobs must be 0 (all cores) or more, got {jobs}")
+    if not 0 <= jobs <= MAX_JOBS:
+        raise ConfigError(f"build.jobs must be 0 (all cores) to {MAX_JOBS}, got {jobs}")
     for arg in cfg["build.cmake_args"]:
         if not CMAKE_ARG_RE.match(arg):
             raise ConfigError(f"build.cmake_args: {arg!r} is not of the form -DNAME=VALUE "

@@ -200,6 +200,8 @@ def load_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: not valid TOML: the file is not UTF-8 text (byte {exc.start})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {str(exc).splitlines()[0]}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid TOML: its tables or arrays are nested too deeply") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the config file: {exc.strerror or exc}") from None
 
