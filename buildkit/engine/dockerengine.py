@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from buildkit.core.errors import BuildError, RegistryError
+from buildkit.core.interrupts import signal_of
 from buildkit.engine.api import ContainerSpec, ContainerState, Engine, EngineError, Finished, ImageInfo
 
 MIN_BUILDX = (0, 10, 0)  # --build-context, --metadata-file digests, cache mounts
@@ -247,7 +248,7 @@ class DockerEngine(Engine):
             try:
                 return proc.wait()
             except KeyboardInterrupt as exc:  # SIGTERM or SIGHUP to buildkit alone (core/interrupts.py):
-                proc.send_signal(getattr(exc, "signum", signal.SIGTERM))  # docker run passes it to the container
+                proc.send_signal(signal_of(exc))  # docker run passes it on to the container
                 try:
                     proc.wait(timeout=30)
                 except subprocess.TimeoutExpired:

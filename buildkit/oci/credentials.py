@@ -141,7 +141,7 @@ def run_helper(name: str, server_url: str, env: Mapping[str, str] | None = None,
     try:
         out, err = proc.communicate(server_url, timeout=timeout)
     except subprocess.TimeoutExpired:
-        children.stop(proc, grace=0)
+        children.stop(proc, grace=0)  # a helper has nothing to clean up: SIGKILL at once
         raise RegistryError(f"credential helper {program}{where} did not answer within {timeout:g} s; "
                             f"it was stopped") from None
     except BaseException:

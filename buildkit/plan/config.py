@@ -147,23 +147,27 @@ def _suggest(name: str) -> str:
 
 
 def unknown_variables(env: Mapping[str, str], flags: Mapping[str, str] | None = None) -> list[str]:
-    """A warning for each LLAMA_BUILDKIT_* variable in env that nothing reads, naming the one meant: the
-    variable of the key a flag sets (flags: flag name -> dotted key; ..._CUDA means --cuda's
-    build.cuda_version), else one holding every word of it (ARCH: BUILD_ARCH), else the closest spelling."""
+    """A warning for each LLAMA_BUILDKIT_* variable in env that nothing reads, naming the one meant."""
     known = {name.removeprefix(ENV_PREFIX): name for name in [k.env_var for k in KEYS] + list(OTHER_VARIABLES)}
     warnings = []
     for name in sorted(env):
         rest = name.removeprefix(ENV_PREFIX)
-        if not name.startswith(ENV_PREFIX) or rest in known:
-            continue
-        flag_key = (flags or {}).get(rest.lower())
-        words = set(rest.split("_"))
-        meant = [KEY_BY_NAME[flag_key].env_var] if flag_key in KEY_BY_NAME else \
-            [known[k] for k in sorted((k for k in known if words <= set(k.split("_"))), key=len)[:1]
-             or difflib.get_close_matches(rest, list(known), n=1)]
-        hint = f" (did you mean {meant[0]}?)" if meant else ""
-        warnings.append(f"{name} is not a buildkit variable and is ignored{hint}")
+        if name.startswith(ENV_PREFIX) and rest not in known:
+            meant = _meant(rest, known, flags or {})
+            warnings.append(f"{name} is not a buildkit variable and is ignored"
+                            + (f" (did you mean {meant}?)" if meant else ""))
     return warnings
+
+
+def _meant(rest: str, known: Mapping[str, str], flags: Mapping[str, str]) -> str | None:
+    """The variable of the key the flag of that name sets (flags: flag -> dotted key; _CUDA: --cuda's
+    build.cuda_version), else the shortest one holding all its words (ARCH: BUILD_ARCH), else the closest."""
+    if flags.get(rest.lower()) in KEY_BY_NAME:
+        return KEY_BY_NAME[flags[rest.lower()]].env_var
+    words = set(rest.split("_"))
+    holding = sorted((k for k in known if words <= set(k.split("_"))), key=len)
+    close = holding[:1] or difflib.get_close_matches(rest, list(known), n=1)
+    return known[close[0]] if close else None
 
 
 def parse_text(key: Key, text: str, where: str) -> Any:

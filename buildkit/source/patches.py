@@ -40,14 +40,14 @@ class PatchQueue:
     directory: Path
     files: tuple[Path, ...]
     sha256: str
-    names: tuple[str, ...] = ()  # each patch's path relative to the folder, as the hash covers it
+    names: tuple[str, ...]  # each patch's path relative to the folder, as the hash covers it
 
 
 def load_patch_queue(directory: Path | None, *, required: bool = False) -> PatchQueue:
     """The queue in directory (series order, else by name). None, or a folder that does not exist when
     it is not required (the default source.patch_dir), is an empty queue; PatchError otherwise."""
     if directory is None or not (required or Path(directory).exists()):
-        return PatchQueue(directory=Path(directory or "."), files=(), sha256=_queue_hash(()))
+        return PatchQueue(directory=Path(directory or "."), files=(), sha256=_queue_hash((), ()), names=())
     directory = Path(directory)
     if not directory.is_dir():
         what = "does not exist" if not directory.exists() else "is not a folder"
@@ -57,9 +57,9 @@ def load_patch_queue(directory: Path | None, *, required: bool = False) -> Patch
     if series.is_file():
         entries = _series(series)
     else:
-        entries = [(p.name, f"{directory}") for p in sorted(directory.glob("*.patch"))]
+        entries = [(p.name, str(directory)) for p in sorted(directory.glob("*.patch"))]
     files = tuple(_inside(directory, entry, where) for entry, where in entries)
-    names = tuple(_relative(entry) for entry, _ in entries)
+    names = tuple(posixpath.normpath(entry) for entry, _ in entries)
     return PatchQueue(directory=directory, files=files, sha256=_queue_hash(files, names), names=names)
 
 
@@ -99,14 +99,9 @@ def _series(series: Path) -> list[tuple[str, str]]:
     return entries
 
 
-def _relative(entry: str) -> str:
-    return posixpath.normpath(entry)
-
-
 def _inside(directory: Path, entry: str, where: str) -> Path:
     """directory/entry, checked: a readable file whose real path is inside the folder."""
-    path = directory / entry
-    rel = _relative(entry)
+    path, rel = directory / entry, posixpath.normpath(entry)
     try:
         real, root = Path(os.path.realpath(path)), Path(os.path.realpath(directory))
     except (ValueError, OSError):  # a NUL byte, a symlink loop
@@ -115,8 +110,10 @@ def _inside(directory: Path, entry: str, where: str) -> Path:
         raise PatchError(f"{where}: patch {entry} is outside the patch folder {directory} (it is {real}); "
                          f"keep every patch inside the folder")
     if not real.is_file():
-        why = f"a symlink to {os.readlink(path)}, which does not exist" if path.is_symlink() and not real.exists() \
-            else "not in the folder" if not real.exists() else "not a file"
+        if path.is_symlink() and not real.exists():
+            why = f"a symlink to {os.readlink(path)}, which does not exist"
+        else:
+            why = "not a file" if real.exists() else "not in the folder"
         raise PatchError(f"{where}: patch {entry} is {why}; add it to {directory}, or remove it from the queue")
     return path
 
@@ -128,7 +125,7 @@ def _read(path: Path) -> bytes:
         raise PatchError(f"patch {path}: cannot read it: {exc.strerror or exc}") from None
 
 
-def _queue_hash(files: tuple[Path, ...], names: tuple[str, ...] = ()) -> str:
+def _queue_hash(files: tuple[Path, ...], names: tuple[str, ...]) -> str:
     """Over each patch's path relative to the folder and its bytes (for a flat folder, the name: the
     hash of a flat queue is the one it had when only names were hashed)."""
     digest = hashlib.sha256(_HASH_DOMAIN)
