@@ -4,7 +4,8 @@ Whatever they hold, buildkit gives a value or one line (a BuildkitError; at the 
 and a non-zero exit, or click's usage error for what is not a number at all), never a traceback.
 
 Files: the patch queue's series and patches (applied with real `git apply`: all or nothing), a bench
-report (`bench --compare`), a prompt file, [profiles.NAME] tables, the lock's nightly record."""
+report (`bench --compare`), a prompt file, [profiles.NAME] tables, the lock's nightly record, Docker's
+config.json; and a report or summary that cannot be written when the run is over is kept elsewhere."""
 
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ json_or_extreme = json_values | st.sampled_from(EXTREME_INTS + EXTREME_FLOATS)
 def _tree_hash(root: Path) -> str:
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*")):
-        digest.update(str(path.relative_to(root)).encode() + (path.read_bytes() if path.is_file() else b"/"))
+        digest.update(f"{path.relative_to(root)}\0{path.stat().st_mode:o}\0".encode())
+        digest.update(path.read_bytes() if path.is_file() else b"")
     return digest.hexdigest()
 
 
