@@ -102,15 +102,16 @@ def _upstream(tmp: Path, attributes: str = "") -> tuple[Path, str]:
     return bare, head
 
 
+@pytest.mark.docker
 @signals
-def test_interrupt_during_fetch(tmp_path: Path, sig: int) -> None:
+def test_interrupt_during_fetch(tmp_path: Path, busybox_image, sig: int) -> None:
     bare, head = _upstream(tmp_path)
     cache = tmp_path / "cache"
     with serve_http(tmp_path, smart=True) as server:
         url = server.url_for(bare)
         server.stall_posts = True  # ls-remote answers; the pack request is held
         cli = Cli(["render", "--source", url, "--commit", "main", "--arch", "cpu", "--out", str(tmp_path / "out"),
-                   "--os-image", "buildkit-test/debian:bookworm", "--cache-dir", str(cache)], tmp_path, {})
+                   "--os-image", busybox_image, "--cache-dir", str(cache)], tmp_path, {})
         cli.wait_for(server.stalled.is_set, "held pack request")
         _assert_interrupted(*cli.send(sig), sig)
         server.release.set()
@@ -123,8 +124,9 @@ def test_interrupt_during_fetch(tmp_path: Path, sig: int) -> None:
     assert "promisor" not in (history / "config").read_text()
 
 
+@pytest.mark.docker
 @signals
-def test_interrupt_during_export(tmp_path: Path, sig: int) -> None:
+def test_interrupt_during_export(tmp_path: Path, busybox_image, sig: int) -> None:
     marker = tmp_path / "exporting"
     bare, head = _upstream(tmp_path, attributes="*.txt filter=slow\n")
     cache = tmp_path / "cache"
@@ -132,7 +134,7 @@ def test_interrupt_during_export(tmp_path: Path, sig: int) -> None:
            "GIT_CONFIG_VALUE_0": f"sh -c 'touch {marker}; sleep 120; cat'"}
     out = tmp_path / "out"
     cli = Cli(["render", "--source", str(bare), "--commit", head, "--arch", "cpu", "--out", str(out),
-               "--os-image", "buildkit-test/debian:bookworm", "--cache-dir", str(cache)], tmp_path, env)
+               "--os-image", busybox_image, "--cache-dir", str(cache)], tmp_path, env)
     cli.wait_for(marker.exists, "git archive running its filter")
     _assert_interrupted(*cli.send(sig), sig)  # git and its filter went with the signal
     assert not out.exists()  # the half-exported context is removed
