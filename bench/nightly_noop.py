@@ -75,7 +75,7 @@ def main() -> int:
         make_fork_repo(fork, ROOT / "examples" / "tiny-fork")
         with serve(tmp_path / "serve") as daemon, RegistryServer(tmp_path / "registry") as registry:
             project = tmp_path / "project"
-            project.mkdir()
+            (project / "patches").mkdir(parents=True)  # a patch_dir that is set must exist
             url = daemon.url_for(fork)
             (project / "buildkit.toml").write_text(f"""schema_version = 1
 [source]

@@ -37,4 +37,4 @@ from buildkit.bench.lockrecord import attach_to_lock, find_lock_entry  # noqa: F
 from buildkit.bench.protocol import (BENCH_LABEL, DEFAULT_MAX_TOKENS, DEFAULT_PROMPT, DEFAULT_RUNS,  # noqa: F401
                                      DEFAULT_TIMEOUT, DEGRADATION_THRESHOLD, REPORT_VERSION, Protocol)
 from buildkit.bench.results import (BenchReport, RequestResult, RunResult, combine, degradation,  # noqa: F401
-                                    load_report, stats, summarize)
+                                    load_report, save_report, stats, summarize)

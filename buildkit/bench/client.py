@@ -15,6 +15,7 @@ from buildkit.bench.figures import Impossible, request_figures
 from buildkit.bench.protocol import Protocol
 from buildkit.bench.results import BenchReport, RequestResult, RunResult, combine
 from buildkit.core.deadline import Deadline, shut
+from buildkit.core.interrupts import describe
 from buildkit.core.errors import BenchError
 
 
@@ -73,7 +74,7 @@ def _error_text(body: bytes) -> str:
             text = str(err.get("message") or err)
         elif isinstance(err, str):
             text = err
-    except ValueError:
+    except (ValueError, RecursionError):
         pass
     text = " ".join(text.split())
     return (text[:200] + "...") if len(text) > 200 else (text or "(empty body)")
@@ -144,7 +145,7 @@ def stream_chat(ep: Endpoint, body: dict, timeout: float) -> RequestResult:
                 break
             try:
                 data = json.loads(payload)
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise StreamError(f"invalid JSON in the response stream after {received()}: "
                                   f"{_snippet(payload)}") from None
             if not isinstance(data, dict):
@@ -245,8 +246,8 @@ def run_bench(url: str, protocol: Protocol, target: dict | None = None,
                 report.target.setdefault("server_build", result.requests[0].server_build)
             if on_run is not None:
                 on_run(result)
-        except KeyboardInterrupt:
-            report.error = f"interrupted during run {len(report.runs) + 1} of {protocol.runs}"
+        except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP (core/interrupts.py)
+            report.error = f"{describe(exc)} during run {len(report.runs) + 1} of {protocol.runs}"
             report.interrupted = True
             break
     return report

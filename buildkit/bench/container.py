@@ -1,11 +1,9 @@
 """The server container of `bench --image`: started through the engine (engine/api.py), waited for,
-and always stopped and removed, also on Ctrl-C, SIGTERM and failures."""
+and always stopped and removed, also on Ctrl-C, SIGTERM, SIGHUP (core/interrupts.py) and failures."""
 
 from __future__ import annotations
 
 import http.client
-import signal
-import threading
 import time
 import uuid
 from contextlib import contextmanager
@@ -14,6 +12,7 @@ from typing import Callable, Iterator
 
 from buildkit.bench.client import endpoint
 from buildkit.bench.protocol import BENCH_LABEL
+from buildkit.core import interrupts
 from buildkit.core.deadline import Deadline, shut
 from buildkit.core.errors import BenchError
 from buildkit.engine.api import ContainerSpec, Engine, EngineError, Mount, get_engine
@@ -94,37 +93,6 @@ def wait_ready(url: str, engine: Engine, container: str, timeout: float, interva
         time.sleep(interval)
 
 
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises KeyboardInterrupt like Ctrl-C, so the container is removed either way."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
-@contextmanager
-def _no_interrupts() -> Iterator[None]:
-    """Ignore Ctrl-C and SIGTERM while cleaning up (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
 def docker_client() -> Engine:
     """The engine, once it answered (BenchError otherwise)."""
     engine = get_engine()
@@ -146,7 +114,7 @@ def local_image_id(engine: Engine, ref: str) -> str:
 def served(spec: ServerSpec, startup_timeout: float = 300.0,
            log: Callable[[str], None] | None = None) -> Iterator[Served]:
     """Start spec's container (model read-only, port on 127.0.0.1), wait for /health, yield, then always
-    stop and remove it: on success, failure, Ctrl-C and SIGTERM."""
+    stop and remove it: on success, failure, Ctrl-C, SIGTERM and SIGHUP."""
     from dataclasses import replace
 
     log = log or (lambda msg: None)
@@ -156,7 +124,7 @@ def served(spec: ServerSpec, startup_timeout: float = 300.0,
     name = cspec.name or f"buildkit-bench-{uuid.uuid4().hex[:10]}"
     cspec = replace(cspec, name=name, labels={**cspec.labels, BENCH_LABEL: "1"})
     container = None
-    with _sigterm_as_interrupt():
+    with interrupts.as_exceptions():
         try:
             try:
                 container = engine.start(cspec)
@@ -177,7 +145,7 @@ def served(spec: ServerSpec, startup_timeout: float = 300.0,
                          startup_s=startup)
         finally:
             if container is not None:
-                with _no_interrupts():
+                with interrupts.deferred():  # a signal now waits for the container to go
                     engine.stop(container, timeout=5)
                     try:
                         removed = engine.remove(container)

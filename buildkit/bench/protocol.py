@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from buildkit.core.errors import BenchError
 
@@ -18,6 +19,29 @@ DEFAULT_TIMEOUT = 600.0
 DEGRADATION_THRESHOLD = 0.7  # last run slower than this fraction of the first: degraded
 REPORT_VERSION = 1
 BENCH_LABEL = "org.llama-buildkit.bench"  # on every container bench starts
+
+
+MAX_CONCURRENCY = 1024
+MAX_SECONDS = 1e6  # a time-out longer than 11 days is a typo (and more than a socket's time-out can hold)
+
+
+def check_seconds(option: str, value: float) -> float:
+    """value, a time-out in seconds: more than 0 and at most MAX_SECONDS (not nan, not inf)."""
+    if not value > 0:
+        raise BenchError(f"{option} must be more than 0 seconds, got {value:g}")
+    if not value <= MAX_SECONDS:
+        raise BenchError(f"{option} must be at most {MAX_SECONDS:g} seconds, got {value:g}")
+    return value
+
+
+def read_prompt(path: str | Path) -> str:
+    """The text of a --prompt-file (UTF-8), or one BenchError line."""
+    try:
+        return Path(path).read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BenchError(f"--prompt-file {path}: not UTF-8 text (byte {exc.start}); save the prompt as UTF-8") from None
+    except OSError as exc:
+        raise BenchError(f"--prompt-file {path}: cannot read it: {exc.strerror or exc}") from None
 
 
 @dataclass(frozen=True)
@@ -37,8 +61,9 @@ class Protocol:
         for name in ("runs", "max_tokens", "concurrency"):
             if getattr(self, name) < 1:
                 raise BenchError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        if not self.timeout > 0:
-            raise BenchError(f"--timeout must be more than 0 seconds, got {self.timeout:g}")
+        if self.concurrency > MAX_CONCURRENCY:  # a thread each
+            raise BenchError(f"--concurrency must be at most {MAX_CONCURRENCY}, got {self.concurrency}")
+        check_seconds("--timeout", self.timeout)
         if not 0 < self.degradation_threshold <= 1:
             raise BenchError(f"the degradation threshold must be in (0, 1], got {self.degradation_threshold:g}")
         if not self.prompt.strip():

@@ -158,36 +158,91 @@ class BenchReport:
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "report") -> "BenchReport":
+        """A report read back, checked key by key (a hand-edited or foreign one is one BenchError line)."""
         try:
-            if data.get("report_version") != REPORT_VERSION:
-                raise ValueError(f"report_version {data.get('report_version')!r} is not {REPORT_VERSION}")
-            names = {f.name for f in fields(Protocol)}
-            protocol = Protocol(**{k: v for k, v in data["protocol"].items() if k in names})
-            runs = []
-            for i, run in enumerate(data["runs"]):
-                try:
-                    runs.append(RunResult.from_dict(run_figures(run, protocol.max_tokens, protocol.concurrency)))
-                except Impossible as exc:
-                    raise BenchError(f"{where}: runs[{i}] has impossible figures: {exc}") from None
-            invalid = data.get("invalid") or []
-            if not all(isinstance(r, dict) and isinstance(r.get("run"), int) and isinstance(r.get("reason"), str)
-                       for r in invalid):
-                raise ValueError("invalid must be a list of {run, reason} objects")
-            return cls(target=dict(data["target"]), protocol=protocol, runs=runs, invalid=list(invalid),
-                       error=data.get("error"), interrupted=bool(data.get("interrupted")),
-                       started=data.get("started", ""))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            return cls._from_dict(data, where)
+        except ValueError as exc:
             raise BenchError(f"{where}: not a buildkit bench report ({exc})") from None
+
+    @classmethod
+    def _from_dict(cls, data, where: str) -> "BenchReport":
+        if not isinstance(data, dict) or data.get("report_version") != REPORT_VERSION:
+            got = data.get("report_version") if isinstance(data, dict) else data
+            raise ValueError(f"report_version {str(got)[:40]} is not {REPORT_VERSION}")
+        protocol = Protocol(**_typed(Protocol, data.get("protocol"), "protocol", defaults=True))
+        runs, target = data.get("runs"), data.get("target")
+        if not isinstance(runs, list):
+            raise ValueError(f"runs must be a list, got {_kind(runs)}")
+        if not isinstance(target, dict) or not all(isinstance(target.get(k), (str, type(None))) for k in ("image", "url")):
+            raise ValueError("target must be an object whose image and url are strings")
+        error, started, interrupted = data.get("error"), data.get("started", ""), data.get("interrupted", False)
+        if not isinstance(error, (str, type(None))) or not isinstance(started, str) or not isinstance(interrupted, bool):
+            raise ValueError("error and started must be strings, interrupted true or false")
+        checked = []
+        for i, run in enumerate(runs):
+            typed = _typed(RunResult, run, f"runs[{i}]", defaults=False)
+            try:  # and sane as figures (bench/figures.py), as a fresh run's are
+                run_figures(typed, protocol.max_tokens, protocol.concurrency)
+            except Impossible as exc:
+                raise BenchError(f"{where}: runs[{i}] has impossible figures: {exc}") from None
+            checked.append(RunResult(**typed))
+        invalid = data.get("invalid") or []
+        if not isinstance(invalid, list) or not all(
+                isinstance(r, dict) and isinstance(r.get("run"), int) and isinstance(r.get("reason"), str)
+                for r in invalid):
+            raise ValueError("invalid must be a list of {run, reason} objects")
+        return cls(target=dict(target), protocol=protocol, error=error, started=started, interrupted=interrupted,
+                   runs=checked, invalid=list(invalid))
+
+
+MAX_FIGURE = 1e12  # tokens, seconds, tokens/s: a number in a report is from 0 to this
+_KINDS = {"int": ((int,), "a whole number"), "float": ((int, float), "a number"), "str": ((str,), "a string"),
+          "bool": ((bool,), "true or false")}
+
+
+def _kind(value) -> str:
+    return type(value).__name__ if value is not None else "null"
+
+
+def _typed(cls, data, where: str, *, defaults: bool) -> dict:
+    """data's fields of dataclass cls, checked against their annotations (`int`, `float | None`, ...): ValueError
+    naming the first that is not. An absent field takes its default (defaults) or None (when it may be None)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{where} must be an object, got {_kind(data)}")
+    out = {}
+    for f in fields(cls):
+        kind, _, optional = f.type.partition(" | ")
+        if kind not in _KINDS or (f.name not in data and defaults):
+            continue
+        value = data.get(f.name)
+        if value is None and optional:
+            out[f.name] = None
+            continue
+        types, want = _KINDS[kind]
+        ok = isinstance(value, types) and (kind == "bool") == isinstance(value, bool)
+        if ok and kind in ("int", "float") and not 0 <= value <= MAX_FIGURE:  # nan and inf are not
+            ok, want = False, f"{want} from 0 to {MAX_FIGURE:g}"
+        if not ok:
+            raise ValueError(f"{where}.{f.name} must be {want}, got {_kind(value)} {str(value)[:40]}")
+        out[f.name] = value
+    return out
+
+
+def save_report(path: Path, report: BenchReport) -> str:
+    """Write report as JSON to path: "" when done, else one line saying where it is instead (core/savefile.py)."""
+    from buildkit.core.savefile import write_or_keep
+
+    return write_or_keep(path, json.dumps(report.to_dict(), indent=2) + "\n", "the report")
 
 
 def load_report(path: Path) -> BenchReport:
     """A report written by `buildkit bench --json` or `--output`."""
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(Path(path).read_bytes())
     except FileNotFoundError:
         raise BenchError(f"{path}: no such file") from None
-    except (OSError, ValueError) as exc:
-        raise BenchError(f"{path}: cannot read a bench report: {exc}") from None
+    except (OSError, ValueError, RecursionError) as exc:
+        raise BenchError(f"{path}: cannot read a bench report: {str(exc)[:200] or 'nested too deeply'}") from None
     if not isinstance(data, dict):
         raise BenchError(f"{path}: not a buildkit bench report (not a JSON object)")
     return BenchReport.from_dict(data, str(path))

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
 import click
 
 from buildkit.bench.protocol import (DEFAULT_MAX_TOKENS, DEFAULT_PROMPT, DEFAULT_RUNS, DEFAULT_TIMEOUT,
-                                     DEGRADATION_THRESHOLD, Protocol)
+                                     DEGRADATION_THRESHOLD, Protocol, check_seconds, read_prompt)
 from buildkit.cli.options import handle_errors
+from buildkit.core import interrupts
 from buildkit.plan.config import find_config_file, load_config, read_document
 from buildkit.core.errors import BenchError
 from buildkit.plan.profiles import ServerSpec, get_profile, make_spec
@@ -96,7 +98,7 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
     # not for every `buildkit` command
     from buildkit.bench.benchmark import (BenchReport, attach_to_lock, compare, docker_client, find_lock_entry,
                                           format_compare, format_report, invalid_text, load_report, local_image_id,
-                                          run_bench, served)
+                                          run_bench, save_report, served)
 
     if bool(url) == bool(image):
         raise BenchError("give either --url (a running server) or --image (buildkit starts it)")
@@ -110,7 +112,11 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
     if prompt and prompt_file:
         raise BenchError("give --prompt or --prompt-file, not both")
     if prompt_file:
-        prompt = Path(prompt_file).read_text()
+        prompt = read_prompt(prompt_file)
+    if output and not Path(output).resolve().parent.is_dir():
+        raise BenchError(f"--output {output}: the folder {Path(output).resolve().parent} does not exist; create it "
+                         "first (the report is written after the runs)")
+    check_seconds("--startup-timeout", startup_timeout)
     protocol = Protocol(prompt=prompt or DEFAULT_PROMPT, runs=runs, max_tokens=max_tokens, concurrency=concurrency,
                         timeout=timeout, ignore_eos=ignore_eos, enable_thinking=thinking, cache_prompt=cache_prompt,
                         degradation_threshold=degradation_threshold).check()
@@ -185,8 +191,7 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
     if compared:
         doc["compare"] = {"base": other.to_dict() if compare_image else {"file": compare_file, "label": other.label},
                           "rows": compare(other, report)}
-    if output:
-        Path(output).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    unsaved = save_report(Path(output), report) if output else ""  # "" or where the report went instead
     if as_json:
         click.echo(json.dumps(doc, indent=2))
     else:
@@ -198,12 +203,15 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
     if attach_lock and report.runs and not report.invalid:
         attach_to_lock(lock_file, key, report)
         _progress(f"attached the results to {lock_file} entry {key}")
+    also = f"; {unsaved}" if unsaved else ""
     if report.interrupted:
-        click.echo(f"error: {report.error} ({len(report.runs)} of {protocol.runs} runs done, kept)", err=True)
-        sys.exit(130)
+        click.echo(f"error: {report.error} ({len(report.runs)} of {protocol.runs} runs done, kept){also}", err=True)
+        sys.exit(128 + (interrupts.received() or signal.SIGINT))
     if report.error:
-        raise BenchError(report.error)
+        raise BenchError(report.error + also)
     if report.invalid:
-        raise BenchError(f"{invalid_text(report)}; an invalid bench is not attached to a lock or compared")
+        raise BenchError(f"{invalid_text(report)}; an invalid bench is not attached to a lock or compared{also}")
+    if unsaved:
+        raise BenchError(unsaved)
     if compare_image and other is not None and (other.error or other.invalid):
         raise BenchError(f"{compare_image}: {other.error or invalid_text(other) + '; it is not compared'}")

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import click
 
 from buildkit.cli.options import config_options, handle_errors, resolve
+from buildkit.core.errors import ConfigError
 
 
 @click.command()
@@ -32,8 +34,10 @@ def nightly(json_path: str | None, date: str | None, force: bool, no_verify: boo
     from buildkit.flows.nightly import run_nightly, write_summaries
 
     cfg = resolve(kwargs)
+    if json_path and json_path != "-" and Path(json_path).is_dir():
+        raise ConfigError(f"--json {json_path} is a folder; name the summary's file")
     summary = run_nightly(cfg, date=date, force=force, verify=not no_verify)
-    write_summaries(summary, json_path)
+    unsaved = write_summaries(summary, json_path)
     out = sys.stderr if json_path == "-" else sys.stdout
     if json_path == "-":
         click.echo(json.dumps(summary.to_dict(), indent=2))
@@ -50,6 +54,7 @@ def nightly(json_path: str | None, date: str | None, force: bool, no_verify: boo
         took = f" in {v.build_seconds:.0f}s" if v.build_seconds is not None else ""
         detail = f": {v.error}" if v.error else (f" {v.digest}" if v.digest else "")
         click.echo(f"{v.variant}: {v.status}{took}{detail}", file=out)
-    if summary.error:
-        click.echo(f"error: {summary.error}", err=True)
-    sys.exit(0 if summary.ok else 1)
+    errors = [summary.error] if summary.error else []
+    if errors or unsaved:
+        click.echo(f"error: {'; '.join(errors + unsaved)}", err=True)
+    sys.exit(0 if summary.ok and not unsaved else 1)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from buildkit.plan.config import find_config_file, load_config, parse_set_option
+from buildkit.plan.config import find_config_file, load_config, parse_set_option, unknown_variables
 from buildkit.core.errors import BuildkitError
 
 
@@ -122,16 +122,27 @@ def resolve(kwargs: dict, *, notice: bool = True):
 
 
 def handle_errors(func):
+    """One line and exit 1 for a BuildkitError; for SIGINT, SIGTERM and SIGHUP (core/interrupts.py) one
+    line and 128 + the signal. On every way out, the process groups buildkit started are stopped first."""
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
+        from buildkit.core import children, interrupts
+
         try:
-            return func(*args, **kwargs)
+            with interrupts.as_exceptions():
+                try:
+                    for line in unknown_variables(os.environ, FLAG_KEYS):
+                        click.echo(f"warning: {line}", err=True)
+                    return func(*args, **kwargs)
+                finally:
+                    with interrupts.deferred():
+                        children.stop_all()
         except BuildkitError as exc:
             from buildkit.core.urlcreds import redact_text
 
             click.echo(f"error: {redact_text(str(exc))}", err=True)  # a URL's credentials, never
             sys.exit(1)
-        except KeyboardInterrupt:
-            click.echo("error: interrupted", err=True)
-            sys.exit(130)
+        except KeyboardInterrupt as exc:
+            click.echo(f"error: {interrupts.describe(exc)}", err=True)
+            sys.exit(interrupts.exit_code(exc))
     return wrapper

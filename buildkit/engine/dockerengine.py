@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from buildkit.core.errors import BuildError, RegistryError
+from buildkit.core.interrupts import signal_of
 from buildkit.engine.api import ContainerSpec, ContainerState, Engine, EngineError, Finished, ImageInfo
 
 MIN_BUILDX = (0, 10, 0)  # --build-context, --metadata-file digests, cache mounts
@@ -243,7 +244,17 @@ class DockerEngine(Engine):
                               "command elsewhere")
         old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to docker run, which stops it
         try:
-            return subprocess.call(list(run_argv), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+            proc = subprocess.Popen(list(run_argv), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+            try:
+                return proc.wait()
+            except KeyboardInterrupt as exc:  # SIGTERM or SIGHUP to buildkit alone (core/interrupts.py):
+                proc.send_signal(signal_of(exc))  # docker run passes it on to the container
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                raise
         finally:
             signal.signal(signal.SIGINT, old)
 

@@ -22,11 +22,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
+from buildkit.core import children
 from buildkit.core.errors import BuildError
 from buildkit.core.filelock import file_lock
 from buildkit.engine.api import Finished
 
 ENGINE_LOCK_ENV = "LLAMA_BUILDKIT_ENGINE_LOCK"
+BUILDX_GRACE = 10.0  # seconds buildx gets to cancel its build (about 3 here) before SIGKILL
 
 
 def engine_lock_path() -> Path:
@@ -126,7 +128,7 @@ def _popen_tty(argv: list[str], stream) -> tuple[subprocess.Popen, int]:
     except (OSError, AttributeError, ValueError):
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, close_fds=True)
+        proc = children.start(argv, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, close_fds=True)
     finally:
         os.close(slave)
     return proc, master
@@ -136,7 +138,8 @@ def stream_command(argv: Sequence[str], on_line: Callable[[str], None], *, strea
                    tty: bool = False, write_lock: threading.Lock | None = None) -> Finished:
     """Run argv in the engine turn. Without tty its output is piped to stream line by line (under
     write_lock when several run at once); with tty it runs on a pseudo-terminal that draws straight
-    to stream. Every line (without its newline) goes to on_line. Ctrl-C stops the command."""
+    to stream. Every line (without its newline) goes to on_line. The command runs in a process group of
+    its own (core/children.py), stopped whole on Ctrl-C, SIGTERM or SIGHUP."""
     argv = list(argv)
     with engine_turn(exclusive, stream):
         start = time.monotonic()
@@ -146,8 +149,8 @@ def stream_command(argv: Sequence[str], on_line: Callable[[str], None], *, strea
                 proc, master = _popen_tty(argv, stream)
                 lines: Iterator[str] = _lines_from_pty(proc, master, stream)
             else:
-                proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                        errors="replace", bufsize=1)
+                proc = children.start(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                      errors="replace", bufsize=1)
                 assert proc.stdout is not None
                 lines = iter(proc.stdout)
         except FileNotFoundError:
@@ -162,11 +165,11 @@ def stream_command(argv: Sequence[str], on_line: Callable[[str], None], *, strea
                         stream.write(line)
                 on_line(line.rstrip("\n"))
             code = proc.wait()
-        except KeyboardInterrupt:
-            proc.terminate()
-            proc.wait()
+        except BaseException:  # Ctrl-C, SIGTERM, SIGHUP (core/interrupts.py), a failing on_line
+            children.stop(proc, grace=BUILDX_GRACE)
             raise
         finally:
             if master >= 0:
                 os.close(master)
+        children.finish(proc)
         return Finished(code=code, seconds=time.monotonic() - start, tty=tty)

@@ -27,12 +27,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Sequence
 
-from buildkit.core.errors import BuildError, BuildkitError
+from buildkit.core.errors import BuildError, BuildkitError, ConfigError
 from buildkit.flows.diskcheck import check_disk, disk_kind, required_gb
 from buildkit.flows.doctorcheck import FAIL, OK, WARN, Check, Variant
 from buildkit.flows.enginecheck import check_buildx_and_builder, check_engine, engine_info
 from buildkit.flows.platformcheck import check_driver, check_emulation, judge_cross_cuda
 from buildkit.flows.registrycheck import check_registry
+
+MAX_FREE_GB = 1e6  # a petabyte
 
 
 def _variant(req) -> Variant:
@@ -75,6 +77,8 @@ def run_checks(cfg, *, min_free_gb: float | None = None, matrix: bool = False, o
     """Every check, in the order of the screen. cheap_only: engine and disk (what `build` runs first)."""
     from buildkit.flows.pipeline import cache_root
 
+    if min_free_gb is not None and not 0 <= min_free_gb <= MAX_FREE_GB:  # nan and inf are not
+        raise ConfigError(f"--min-free-gb must be a number of GB from 0 to {MAX_FREE_GB:g}, got {min_free_gb:g}")
     checks: list[Check] = []
     try:
         variants = variants_of(cfg, matrix)

@@ -57,6 +57,7 @@ from buildkit.core.urlcreds import UrlAuth, redact_text, split_credentials
 
 REVISION_LABEL = "org.opencontainers.image.revision"
 PATCH_SET_LABEL = "org.llama-buildkit.patch-set"
+RECORD_FIELDS = ("commit", "patch_set_sha256", "digest", "version", "date")  # of each variant's record
 VERSION_LABEL = "org.opencontainers.image.version"
 NIGHTLY_RECORD = "nightly"
 _SCP_LIKE = re.compile(r"[^/]+:")  # top-level key of buildkit.lock
@@ -130,14 +131,20 @@ class Previous:
 
 
 def read_nightly_record(lock_path: Path, url: str, branch: str) -> dict:
-    """The lock's nightly record, if it is about this repository and branch."""
+    """The lock's nightly record, if it is about this repository and branch and has the shape nightly
+    writes; anything else is no record (the registry's labels are asked instead, and it is rewritten)."""
     try:
         record = read_lock(lock_path).get(NIGHTLY_RECORD) or {}
     except LockError:
         return {}
-    if record.get("url") != url or record.get("branch") != branch:
-        return {}
-    return record
+    return record if _ours(record, url, branch) else {}
+
+
+def _ours(record: dict, url: str, branch: str) -> bool:
+    variants = record.get("variants", {})
+    return record.get("url") == url and record.get("branch") == branch and isinstance(variants, dict) and all(
+        isinstance(v, dict) and all(isinstance(v.get(k), (str, type(None))) for k in RECORD_FIELDS)
+        for v in variants.values())
 
 
 def last_built(client: RegistryClient, repo: str, key: str, record: dict | None) -> Previous | None:
@@ -184,7 +191,7 @@ def update_nightly_record(lock_path: Path, url: str, branch: str, key: str, entr
     """Set the record of one variant (atomically, under the lock's writer lock)."""
     def change(data: dict) -> None:
         record = data.get(NIGHTLY_RECORD) or {}
-        if record.get("url") != url or record.get("branch") != branch:
+        if not _ours(record, url, branch):
             record = {"url": url, "branch": branch, "variants": {}}
         record.setdefault("variants", {})[key] = entry
         record["variants"] = dict(sorted(record["variants"].items()))
@@ -243,7 +250,7 @@ def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = F
     lock_path = cfg.path_value("lock.path")
     summary = Summary(repository=repository.name, url=url, branch=branch, date=date, old_commit=None,
                       new_commit=None, excluded=[{"combination": c, "reason": r} for c, r in excluded])
-    queue = load_patch_queue(patch_dir(cfg))
+    queue = load_patch_queue(patch_dir(cfg), required=cfg.origins["source.patch_dir"] != "default")
     try:
         head = ls_remote_head(url, branch, auth=auth)
         summary.new_commit = head

@@ -120,14 +120,21 @@ def _md(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def write_summaries(summary: Summary, json_path: str | None, env=None) -> None:
-    """JSON to json_path ('-' = stdout, done by the caller), Markdown appended to $GITHUB_STEP_SUMMARY."""
+def write_summaries(summary: Summary, json_path: str | None, env=None) -> list[str]:
+    """JSON to json_path ('-' = stdout, done by the caller), Markdown appended to $GITHUB_STEP_SUMMARY.
+    Returns a line for each that could not be written, saying where it was kept instead."""
+    from buildkit.core.savefile import write_or_keep
+
     env = os.environ if env is None else env
+    problems = []
     if json_path and json_path != "-":
         path = Path(json_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass  # write_or_keep says why the file cannot be written
+        problems.append(write_or_keep(path, json.dumps(summary.to_dict(), indent=2) + "\n", "the JSON summary"))
     step_summary = env.get("GITHUB_STEP_SUMMARY")
     if step_summary:
-        with open(step_summary, "a", encoding="utf-8") as fh:
-            fh.write(summary.to_markdown())
+        problems.append(write_or_keep(step_summary, summary.to_markdown(), "the step summary", append=True))
+    return [p for p in problems if p]

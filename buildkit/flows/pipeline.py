@@ -160,7 +160,7 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
     """Check the request, fetch, export, patch and render into out_dir (Dockerfile + src/).
     ccache_recache: the compile reads nothing from the ccache (BuildPlan.ccache_recache)."""
     request = request or make_request(cfg)  # an unknown arch or unbuildable CUDA version stops here
-    queue = load_patch_queue(patch_dir(cfg))
+    queue = load_patch_queue(patch_dir(cfg), required=cfg.origins["source.patch_dir"] != "default")
     ref, pin = ref_and_pin(cfg)
     # base images first: one that cannot be had stops the build before any fetch
     sources = resolve_base_images([request.devel_image, request.runtime_image], cache_root(cfg))
@@ -177,7 +177,7 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
         check_cuda_sources(request, out_dir / "src")
         facts = SourceFacts(url=info.url, commit=info.commit, commit_time=info.commit_time,
                             build_number=info.build_number, patch_set_sha256=queue.sha256,
-                            patch_names=tuple(p.name for p in queue.files))
+                            patch_names=queue.names)
         plan = make_plan(request, facts, template_sha256=templates_sha256(), tool_version=__version__,
                          extra_tags=extra_tags)
         if ccache_recache:

@@ -130,9 +130,9 @@ def check_inputs(rec: Recorded, cfg: ResolvedConfig, stream=None) -> list[str]:
         raise ReproduceError(f"the templates here hash to {here[:12]}, the recorded build used "
                              f"{i.template_sha256[:12]}; "
                              f"use the templates of buildkit {i.tool_version}")
-    queue = load_patch_queue(patch_dir(cfg))
+    queue = load_patch_queue(patch_dir(cfg), required=cfg.origins["source.patch_dir"] != "default")
     if queue.sha256 != i.patch_set_sha256:
-        names = ", ".join(p.name for p in queue.files) or "none"
+        names = ", ".join(queue.names) or "none"
         recorded = f" ({', '.join(i.patches) or 'no patches'})"
         raise ReproduceError(f"the patch set in {patch_dir(cfg)} ({names}) hashes to {queue.sha256[:12]}, the recorded "
                              f"one{recorded} to {i.patch_set_sha256[:12]}; point --patches at the recorded patches")

@@ -23,13 +23,13 @@ import binascii
 import json
 import os
 import shutil
-import signal
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from buildkit.core import children
 from buildkit.core.errors import RegistryError
 from buildkit.oci.imageref import DOCKER_HUB_CREDENTIAL_KEY, is_docker_hub
 
@@ -103,6 +103,8 @@ def _read_config(path: Path, shown: str) -> dict[str, Any] | None:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
+    except UnicodeDecodeError as exc:
+        raise RegistryError(f"{shown} is not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
         raise RegistryError(f"cannot read {shown}: {exc.strerror or exc}") from None
     if not text.strip():
@@ -111,21 +113,11 @@ def _read_config(path: Path, shown: str) -> dict[str, Any] | None:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise RegistryError(f"{shown} is not valid JSON (line {exc.lineno}, column {exc.colno})") from None
+    except RecursionError:
+        raise RegistryError(f"{shown} is not valid JSON (nested too deeply)") from None
     if not isinstance(data, dict):
         raise RegistryError(f"{shown} must hold a JSON object")
     return data
-
-
-def _stop_group(proc: subprocess.Popen) -> None:
-    """Kill the helper's whole process group (its own session) and reap it."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.communicate(timeout=5)
-    except (subprocess.TimeoutExpired, OSError, ValueError):
-        pass  # killed already; its pipes may be closed (ValueError) or it may not be reapable yet
 
 
 def run_helper(name: str, server_url: str, env: Mapping[str, str] | None = None,
@@ -138,22 +130,24 @@ def run_helper(name: str, server_url: str, env: Mapping[str, str] | None = None,
     if exe is None:
         raise RegistryError(f"credential helper {program}{where} is not on PATH; install it, "
                             f"or remove it from the configuration and run `docker login` again")
-    # Its own process group: a helper that hangs is stopped with every process it started.
+    # Its own process group: a helper that hangs is stopped with every process it started, and what
+    # one that answered left running in its group is stopped too (core/children.py).
     # Nothing it prints (stdout carries the secret) is ever put into a message.
     try:
-        proc = subprocess.Popen([exe, "get"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=dict(env), start_new_session=True)
+        proc = children.start([exe, "get"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=dict(env))
     except OSError as exc:
         raise RegistryError(f"cannot run credential helper {program}: {exc.strerror or exc}") from None
     try:
         out, err = proc.communicate(server_url, timeout=timeout)
     except subprocess.TimeoutExpired:
-        _stop_group(proc)
+        children.stop(proc, grace=0)  # a helper has nothing to clean up: SIGKILL at once
         raise RegistryError(f"credential helper {program}{where} did not answer within {timeout:g} s; "
                             f"it was stopped") from None
     except BaseException:
-        _stop_group(proc)
+        children.stop(proc, grace=0)
         raise
+    children.finish(proc)
     out = out.strip()
     if proc.returncode != 0:
         if "credentials not found" in (out + "\n" + err).lower():

@@ -59,6 +59,25 @@ ARCHS: dict[str, Arch] = {
 }
 
 
+# The CUDA toolkit releases (MAJOR.MINOR) NVIDIA has published: 12.7 never was. A version outside this
+# catalogue is refused before any work (a typo would otherwise surface later, as a missing base image).
+CUDA_RELEASES: tuple[tuple[int, int], ...] = (
+    *((10, m) for m in range(3)), *((11, m) for m in range(9)), *((12, m) for m in range(10) if m != 7),
+    *((13, m) for m in range(3)),
+)
+
+
+def check_cuda_release(text: str, setting: str = "--cuda or build.cuda_version") -> tuple[int, int]:
+    """parse_cuda_version, and the version must be a release of the catalogue (ArchError naming them)."""
+    version = parse_cuda_version(text)
+    if version not in CUDA_RELEASES:
+        newest = ".".join(map(str, CUDA_RELEASES[-1]))
+        oldest = ".".join(map(str, CUDA_RELEASES[0]))
+        raise ArchError(f"CUDA {text} is not a CUDA release buildkit knows ({oldest} to {newest}, no 12.7); "
+                        f"choose one of them in {setting}")
+    return version
+
+
 def parse_cuda_version(text: str) -> tuple[int, int]:
     """'13.1' -> (13, 1). Raises ArchError for anything that is not MAJOR.MINOR."""
     parts = str(text).strip().split(".")

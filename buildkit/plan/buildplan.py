@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from buildkit.plan.archs import Arch, check_cuda_support, check_platform, default_platform, get_arch, parse_cuda_version
+from buildkit.plan.archs import Arch, check_cuda_release, check_cuda_support, check_platform, default_platform, get_arch
 from buildkit.plan.config import PLATFORM_FOLLOWS, ResolvedConfig
 from buildkit.plan.cpulevels import CpuLevel, cmake_flags as cpu_cmake_flags, get_level, variant_suffix
 from buildkit.core.errors import ConfigError
@@ -27,6 +27,7 @@ VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z.+-]*$")
 CMAKE_ARG_RE = re.compile(r"^-D[A-Za-z_][A-Za-z0-9_]*(?::[A-Z]+)?=[A-Za-z0-9_.,;:/+=@%-]*$")
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 
+MAX_JOBS = 4096  # parallel compile jobs (make -j): more is a typo
 CUDA_LIB_DIR = "/usr/local/cuda/lib64"  # where the templates put the CUDA libraries to link
 TARGET_BINARIES = {"server": ("llama-server",), "light": ("llama-cli",), "full": ()}  # () = everything
 
@@ -125,7 +126,7 @@ def make_request(cfg: ResolvedConfig) -> BuildRequest:
     cuda_version: str | None = None
     if arch.is_cuda:
         cuda_version = cfg["build.cuda_version"]
-        parse_cuda_version(cuda_version)
+        check_cuda_release(cuda_version)
         check_cuda_support(arch, cuda_version)
         provider = cfg["base.provider"]
     else:
@@ -154,8 +155,8 @@ def make_request(cfg: ResolvedConfig) -> BuildRequest:
         raise ConfigError(f"build.cpu_level native compiles for this machine's CPU ({build_platform}); an image "
                           f"for {platform} needs another level (all, or one of its platform)")
     jobs = cfg["build.jobs"]
-    if jobs < 0:
-        raise ConfigError(f"build.jobs must be 0 (all cores) or more, got {jobs}")
+    if not 0 <= jobs <= MAX_JOBS:
+        raise ConfigError(f"build.jobs must be 0 (all cores) to {MAX_JOBS}, got {jobs}")
     for arg in cfg["build.cmake_args"]:
         if not CMAKE_ARG_RE.match(arg):
             raise ConfigError(f"build.cmake_args: {arg!r} is not of the form -DNAME=VALUE "

@@ -10,6 +10,7 @@ tables from it instead of parsing the file again.
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -102,6 +103,19 @@ KEYS: tuple[Key, ...] = (
 )
 
 KEY_BY_NAME: dict[str, Key] = {k.name: k for k in KEYS}
+# The LLAMA_BUILDKIT_* variables that are not settings (tests/unit/test_config.py finds every one in the code).
+OTHER_VARIABLES: dict[str, str] = {
+    ENV_PREFIX + "CONFIG": "the buildkit.toml to read (--config)",
+    ENV_PREFIX + "GIT_TIMEOUT": "seconds each git command may take (source/gitcmd.py)",
+    ENV_PREFIX + "GIT_USERNAME": "set by buildkit for git only (core/urlcreds.py)",
+    ENV_PREFIX + "GIT_PASSWORD": "set by buildkit for git only (core/urlcreds.py)",
+    ENV_PREFIX + "DOCKER_CERTS_D": "where registries' TLS files are (oci/registryhttp.py)",
+    ENV_PREFIX + "ENGINE_LOCK": "the engine turn's lock file (engine/runner.py)",
+    ENV_PREFIX + "CI": "the test suite runs in CI (tests/fixtures_docker.py)",
+    ENV_PREFIX + "TEST_CACHE": "the tests' cache of real images (tests/realserver.py)",
+    ENV_PREFIX + "DOCKER_DATA_ROOT": "scripts/install-engine.sh",
+    ENV_PREFIX + "DOCKERD_LOG": "scripts/install-engine.sh",
+}
 # Tables whose keys are names the user chooses; their own modules read and validate them.
 FREE_FORM_SECTIONS = ("profiles",)
 
@@ -133,6 +147,30 @@ class ResolvedConfig:
 
 def _suggest(name: str) -> str:
     return suggestion(name, KEY_BY_NAME)
+
+
+def unknown_variables(env: Mapping[str, str], flags: Mapping[str, str] | None = None) -> list[str]:
+    """A warning for each LLAMA_BUILDKIT_* variable in env that nothing reads, naming the one meant."""
+    known = {name.removeprefix(ENV_PREFIX): name for name in [k.env_var for k in KEYS] + list(OTHER_VARIABLES)}
+    warnings = []
+    for name in sorted(env):
+        rest = name.removeprefix(ENV_PREFIX)
+        if name.startswith(ENV_PREFIX) and rest not in known:
+            meant = _meant(rest, known, flags or {})
+            warnings.append(f"{name} is not a buildkit variable and is ignored"
+                            + (f" (did you mean {meant}?)" if meant else ""))
+    return warnings
+
+
+def _meant(rest: str, known: Mapping[str, str], flags: Mapping[str, str]) -> str | None:
+    """The variable of the key the flag of that name sets (flags: flag -> dotted key; _CUDA: --cuda's
+    build.cuda_version), else the shortest one holding all its words (ARCH: BUILD_ARCH), else the closest."""
+    if flags.get(rest.lower()) in KEY_BY_NAME:
+        return KEY_BY_NAME[flags[rest.lower()]].env_var
+    words = set(rest.split("_"))
+    holding = sorted((k for k in known if words <= set(k.split("_"))), key=len)
+    close = holding[:1] or difflib.get_close_matches(rest, list(known), n=1)
+    return known[close[0]] if close else None
 
 
 def parse_text(key: Key, text: str, where: str) -> Any:
@@ -169,6 +207,8 @@ def load_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: not valid TOML: the file is not UTF-8 text (byte {exc.start})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {str(exc).splitlines()[0]}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid TOML: its tables or arrays are nested too deeply") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the config file: {exc.strerror or exc}") from None
 

@@ -210,7 +210,7 @@ def _record_of(labels: Mapping[str, str], where: str) -> dict:
                           "builds); the inputs jobs, ccache, provider and base image digests are missing")
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise InputsError(f"{where}: the {INPUTS_LABEL} label is not JSON") from None
     if not isinstance(data, dict):
         raise InputsError(f"{where}: the {INPUTS_LABEL} label is not a JSON object")

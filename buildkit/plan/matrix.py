@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, replace
 
 from buildkit.core.errors import ArchError, ConfigError
-from buildkit.plan.archs import check_cuda_support, check_platform, get_arch
+from buildkit.plan.archs import check_cuda_release, check_cuda_support, check_platform, get_arch
 from buildkit.plan.buildplan import BuildRequest, make_request
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.platforms import is_multi, parse_platforms
@@ -77,6 +77,8 @@ def matrix_variants(cfg: ResolvedConfig) -> tuple[list[Variant], list[tuple[str,
     for target in targets:
         if target not in ("server", "full", "light"):
             raise ConfigError(f"matrix.targets: {target!r} is not one of server, full, light")
+    for cuda in cudas:
+        check_cuda_release(cuda, "matrix.cuda_versions")
     platforms = parse_platforms(cfg["build.platform"]) if is_multi(cfg["build.platform"]) else (None,)
     variants: list[Variant] = []
     excluded: list[tuple[str, str]] = []

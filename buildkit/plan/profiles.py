@@ -99,7 +99,10 @@ def parse_profile(name: str, table: Any, where: str, base_dir: Path) -> Profile:
     values = check_table(table, _KEY_BY_NAME, where, list_known=True)
     for key in ("model", "model_draft"):
         if values.get(key):
-            values[key] = (base_dir / Path(values[key]).expanduser()).resolve()
+            try:
+                values[key] = (base_dir / Path(values[key]).expanduser()).resolve()
+            except (ValueError, OSError, RuntimeError):  # a NUL byte, a symlink loop
+                raise ConfigError(f"{where}: {key} {values[key]!r} is not a file name") from None
         else:
             values.pop(key, None)
     gpus = values.get("gpus", "")

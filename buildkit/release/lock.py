@@ -163,9 +163,9 @@ def read_lock(path: Path) -> dict:
         return {"lock_version": LOCK_VERSION, "builds": {}}
     except IsADirectoryError:
         raise LockError(f"{path}: is a folder, not a lock file") from None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise LockError(f"{path}: cannot read the lock file (it is left as it is): "
-                        f"{str(exc).splitlines()[0][:200]}") from None
+                        f"{(str(exc).splitlines() or ['nested too deeply'])[0][:200]}") from None
     return check_lock(data, path)
 
 

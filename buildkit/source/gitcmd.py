@@ -4,8 +4,9 @@ What each command gets:
 
 * a deadline for the whole command (`LLAMA_BUILDKIT_GIT_TIMEOUT` seconds, default 900, or the
   caller's), after which its whole process group is stopped (SIGTERM, then SIGKILL);
-* its own process group (a new session): Ctrl-C reaches buildkit, which stops git itself, so git
-  cannot turn an interrupt into a GitCommandError and no git process outlives buildkit;
+* its own process group (a new session, core/children.py): Ctrl-C, SIGTERM and SIGHUP reach buildkit,
+  which stops git's group itself, so git cannot turn an interrupt into a GitCommandError and no git
+  process outlives buildkit;
 * a bound on the processes of that group (MAX_PROCESSES): a git that keeps spawning itself (a
   partial clone fetching lazily over dumb HTTP did) is stopped and reported;
 * no prompts (no terminal: GIT_TERMINAL_PROMPT=0, SSH_ASKPASS_REQUIRE=never), no lazy fetching
@@ -22,8 +23,6 @@ A wait longer than WAIT_NOTICE seconds says on stderr what it waits for.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -33,6 +32,8 @@ from typing import IO, Iterator
 
 import git
 
+from buildkit.core import children
+from buildkit.core.children import STOP_GRACE, group_size as _group_size, stop as stop_group
 from buildkit.core.errors import SourceError
 from buildkit.core.urlcreds import UrlAuth, clean_url, redact_url, split_credentials
 
@@ -41,7 +42,6 @@ DEFAULT_TIMEOUT = 900.0
 MAX_PROCESSES = 32  # git, its remote helper, ssh, index-pack...: a handful; dozens means a runaway
 WAIT_NOTICE = 10.0  # seconds before a wait says what it waits for, then every WAIT_REPEAT
 WAIT_REPEAT = 30.0
-STOP_GRACE = 3.0  # seconds between SIGTERM (git removes its temporary files) and SIGKILL
 _BASE_ENV = {
     "GIT_TERMINAL_PROMPT": "0", "SSH_ASKPASS_REQUIRE": "never", "GIT_NO_LAZY_FETCH": "1",
     "GIT_HTTP_LOW_SPEED_LIMIT": "1", "GIT_HTTP_LOW_SPEED_TIME": "60", "LC_ALL": "C", "LANGUAGE": "C",
@@ -67,44 +67,6 @@ def default_timeout() -> float:
     if not value > 0:
         raise SourceError(f"{TIMEOUT_ENV} must be more than 0 seconds, got {text!r}")
     return value
-
-
-def _group_size(pgid: int) -> int:
-    """Live (not zombie) processes in process group pgid (Linux /proc)."""
-    count = 0
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return 0
-    for name in entries:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] != b"Z":
-            count += 1
-    return count
-
-
-def stop_group(proc, grace: float = STOP_GRACE) -> None:
-    """SIGTERM the process group of proc (its own session), then SIGKILL whatever is left."""
-    pgid = proc.pid
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            break
-        if sig == signal.SIGTERM:
-            end = time.monotonic() + grace
-            while time.monotonic() < end and _group_size(pgid) > 0:
-                time.sleep(0.05)
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        pass  # a process SIGKILL did not end is the kernel's to reap; we do not wait longer
 
 
 def _say(line: str) -> None:
@@ -165,7 +127,7 @@ class Git:
         # GitPython's AutoInterrupt handle terminates git when it is collected: it lives as long as proc
         handle = self._runner.execute(argv, as_process=True, env=self.env, istream=stdin,
                                       start_new_session=True)
-        proc = handle.proc
+        proc = children.adopt(handle.proc)
         proc._buildkit_handle = handle
         return argv, proc
 
@@ -193,6 +155,7 @@ class Git:
             raise
         finally:
             dog.stop()
+        children.finish(proc)
         if dog.reason:
             raise self._failed(what, dog.reason)
         if proc.returncode != 0:
@@ -229,6 +192,7 @@ class Git:
             for pipe in (proc.stdout, proc.stderr):
                 if pipe is not None:
                     pipe.close()
+        children.finish(proc)
         if dog.reason:
             raise self._failed(what, dog.reason)
         if proc.returncode != 0:

@@ -1,7 +1,10 @@
 """The patch queue: which patches, in what order, their combined hash, and applying them all or none.
 
-Order: the `series` file of the folder if there is one (blank lines and `#` comments ignored), else
-the `*.patch` files by name. The hash covers each patch's name and content, in order.
+Order: the `series` file of the folder if there is one (UTF-8; blank lines and `#` comments ignored),
+else the `*.patch` files by name. Every patch is a file inside the folder: an entry that leaves it
+(`../x.patch`, an absolute path, a symlink whose target is outside), a dangling symlink or a patch that
+cannot be read is a PatchError before any work. The hash covers each patch's path relative to the
+folder (its name, in a flat folder) and its bytes, in order.
 
 Applying: the tree has no .git. All patches are concatenated into one stream and given to a single
 `git apply --check`, which applies them cumulatively in memory (a later patch sees the earlier ones'
@@ -17,6 +20,8 @@ consult its index and attributes); it then behaves as a plain `patch -p1` replac
 from __future__ import annotations
 
 import hashlib
+import os
+import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,18 +40,27 @@ class PatchQueue:
     directory: Path
     files: tuple[Path, ...]
     sha256: str
+    names: tuple[str, ...]  # each patch's path relative to the folder, as the hash covers it
 
 
-def load_patch_queue(directory: Path | None) -> PatchQueue:
-    """The queue in directory (series order, else by name); None or a missing folder is an empty queue."""
-    if directory is None or not Path(directory).exists():
-        return PatchQueue(directory=Path(directory or "."), files=(), sha256=_queue_hash(()))
+def load_patch_queue(directory: Path | None, *, required: bool = False) -> PatchQueue:
+    """The queue in directory (series order, else by name). None, or a folder that does not exist when
+    it is not required (the default source.patch_dir), is an empty queue; PatchError otherwise."""
+    if directory is None or not (required or Path(directory).exists()):
+        return PatchQueue(directory=Path(directory or "."), files=(), sha256=_queue_hash((), ()), names=())
     directory = Path(directory)
     if not directory.is_dir():
-        raise PatchError(f"the patch queue {directory} is not a folder")
+        what = "does not exist" if not directory.exists() else "is not a folder"
+        raise PatchError(f"the patch folder {directory} {what}; point --patches (source.patch_dir) at the patch "
+                         f"queue")
     series = directory / "series"
-    files = _series(series) if series.is_file() else sorted(p for p in directory.glob("*.patch") if p.is_file())
-    return PatchQueue(directory=directory, files=tuple(files), sha256=_queue_hash(files))
+    if series.is_file():
+        entries = _series(series)
+    else:
+        entries = [(p.name, str(directory)) for p in sorted(directory.glob("*.patch"))]
+    files = tuple(_inside(directory, entry, where) for entry, where in entries)
+    names = tuple(posixpath.normpath(entry) for entry, _ in entries)
+    return PatchQueue(directory=directory, files=files, sha256=_queue_hash(files, names), names=names)
 
 
 def apply_patches(queue: PatchQueue, tree_dir: Path) -> None:
@@ -65,34 +79,65 @@ def apply_patches(queue: PatchQueue, tree_dir: Path) -> None:
         if error is not None:
             # If the culprit does not even parse, its own --stat error has line numbers within it.
             error = _git_apply(tree_dir, texts[count - 1], "--stat") or error
-            raise PatchError(_describe(queue.files[count - 1], error))
+            raise PatchError(_describe(queue.names[count - 1], error))
     raise PatchError(f"the patch queue {queue.directory} does not apply to {tree_dir}")  # not reached
 
 
-def _series(series: Path) -> list[Path]:
-    files = []
-    for number, line in enumerate(series.read_text().splitlines(), start=1):
+def _series(series: Path) -> list[tuple[str, str]]:
+    """(entry, where it is named) for each patch the series file lists."""
+    try:
+        text = series.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PatchError(f"{series}: not UTF-8 text (byte {exc.start}); write the series file as UTF-8") from None
+    except OSError as exc:
+        raise PatchError(f"{series}: cannot read it: {exc.strerror or exc}") from None
+    entries = []
+    for number, line in enumerate(text.splitlines(), start=1):
         name = line.strip()
-        if not name or name.startswith("#"):
-            continue
-        path = series.parent / name
-        if not path.is_file():
-            raise PatchError(f"{series}, line {number}: patch {name} is not in {series.parent}")
-        files.append(path)
-    return files
+        if name and not name.startswith("#"):
+            entries.append((name, f"{series}, line {number}"))
+    return entries
 
 
-def _queue_hash(files: tuple[Path, ...] | list[Path]) -> str:
+def _inside(directory: Path, entry: str, where: str) -> Path:
+    """directory/entry, checked: a readable file whose real path is inside the folder."""
+    path, rel = directory / entry, posixpath.normpath(entry)
+    try:
+        real, root = Path(os.path.realpath(path)), Path(os.path.realpath(directory))
+    except (ValueError, OSError):  # a NUL byte, a symlink loop
+        raise PatchError(f"{where}: {entry!r} is not a file name") from None
+    if posixpath.isabs(rel) or rel.split("/")[0] == ".." or not real.is_relative_to(root):
+        raise PatchError(f"{where}: patch {entry} is outside the patch folder {directory} (it is {real}); "
+                         f"keep every patch inside the folder")
+    if not real.is_file():
+        if path.is_symlink() and not real.exists():
+            why = f"a symlink to {os.readlink(path)}, which does not exist"
+        else:
+            why = "not a file" if real.exists() else "not in the folder"
+        raise PatchError(f"{where}: patch {entry} is {why}; add it to {directory}, or remove it from the queue")
+    return path
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise PatchError(f"patch {path}: cannot read it: {exc.strerror or exc}") from None
+
+
+def _queue_hash(files: tuple[Path, ...], names: tuple[str, ...]) -> str:
+    """Over each patch's path relative to the folder and its bytes (for a flat folder, the name: the
+    hash of a flat queue is the one it had when only names were hashed)."""
     digest = hashlib.sha256(_HASH_DOMAIN)
-    for path in files:
-        content = path.read_bytes()
-        digest.update(f"{path.name}\0{len(content)}\0".encode())
+    for path, name in zip(files, names):
+        content = _read(path)
+        digest.update(f"{name}\0{len(content)}\0".encode())
         digest.update(content)
     return digest.hexdigest()
 
 
 def _patch_text(path: Path) -> bytes:
-    text = path.read_bytes()
+    text = _read(path)
     return text if text.endswith(b"\n") else text + b"\n"
 
 
@@ -120,7 +165,7 @@ def _git_apply(tree_dir: Path, patch: bytes, *flags: str) -> str | None:
     return None
 
 
-def _describe(patch: Path, error: str) -> str:
+def _describe(patch: str, error: str) -> str:
     """One line: which patch, on which file of the tree, and why."""
     if failed := _FAILED_AT.search(error):
         where = f"{failed['path']} (the hunk at line {failed['line']} does not match)"
@@ -129,4 +174,4 @@ def _describe(patch: Path, error: str) -> str:
     else:
         lines = [line.removeprefix("error: ") for line in error.splitlines() if line.strip()]
         where = f"the patch itself ({lines[-1] if lines else 'git apply failed'})"
-    return f"patch {patch.name} does not apply: it fails on {where}; refresh it against this commit"
+    return f"patch {patch} does not apply: it fails on {where}; refresh it against this commit"

@@ -1,10 +1,12 @@
-"""Ctrl-C at each stage: the CLI exits 130 with `error: interrupted`, leaves no temporary file and no
-process behind, and the mirror, caches and lock stay usable.
+"""Signals at each stage: Ctrl-C (SIGINT to the CLI's whole process group, as a terminal sends it), and
+SIGTERM and SIGHUP to the CLI alone (`kill`, `timeout`, a CI cancel, a closed terminal). The CLI exits
+128 + the signal with one line, leaves no temporary file and no process behind (the real process
+table: tests/proctable.py), and the mirror, caches and lock stay usable.
 
-Ctrl-C is simulated as the terminal sends it: SIGINT to the CLI's whole process group. Each stage is
-held at a controlled point by a real server or real git feature: a smart HTTP server that holds the
-pack request (fetch), a git smudge filter that waits (export, which runs `git archive`), a registry
-that accepts and never answers (push), a llama-server stand-in that trickles (bench).
+Each stage is held at a controlled point by a real server or real git feature: a smart HTTP server that
+holds the pack request (fetch), a git smudge filter that waits (export, which runs `git archive`), a
+credential helper that waits or leaves a child behind, a registry that accepts and never answers (push,
+promote), a llama-server stand-in that trickles (bench), a cache registry that BuildKit waits for (buildx).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -25,17 +28,24 @@ from cliutil import buildkit_env, default_sigint
 from githttp import serve_http
 from gitserver import commit_all, run_git
 from hostile import HostileServer
+from proctable import left_behind, marked_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+SIGNALS = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP]
+signals = pytest.mark.parametrize("sig", SIGNALS, ids=[s.name for s in SIGNALS])
+
+
 class Cli:
-    """`python -m buildkit.cli ARGS` in its own session (so SIGINT to its group is Ctrl-C)."""
+    """`python -m buildkit.cli ARGS` in its own session (so SIGINT to its group is Ctrl-C), its processes
+    marked (tests/proctable.py)."""
 
     def __init__(self, args: list[str], cwd: Path, env: dict[str, str]) -> None:
         self.out, self.err = cwd / "cli.out", cwd / "cli.err"
+        mark, self.token = marked_env()
         self.proc = subprocess.Popen([sys.executable, "-m", "buildkit.cli", *args], cwd=cwd,
-                                     env={**buildkit_env(), "PYTHONPATH": str(ROOT), **env},
+                                     env={**buildkit_env(), "PYTHONPATH": str(ROOT), **mark, **env},
                                      stdout=self.out.open("w"), stderr=self.err.open("w"), start_new_session=True,
                                      preexec_fn=default_sigint)
 
@@ -46,15 +56,23 @@ class Cli:
             assert time.monotonic() < deadline, f"no {what} within {timeout} s"
             time.sleep(0.05)
 
-    def ctrl_c(self) -> tuple[int, str]:
-        os.killpg(self.proc.pid, signal.SIGINT)
+    def send(self, sig: int) -> tuple[int, str]:
+        """SIGINT to the CLI's group (a terminal's Ctrl-C), the others to the CLI alone; (exit code, stderr)
+        once it exited, after checking that no process it started is left."""
+        if sig == signal.SIGINT:
+            os.killpg(self.proc.pid, sig)
+        else:
+            os.kill(self.proc.pid, sig)
         code = self.proc.wait(timeout=60)
-        return code, self.err.read_text()
+        stderr = self.err.read_text()
+        assert left_behind(self.token) == [], stderr[-2000:]
+        return code, stderr
 
 
-def _assert_interrupted(code: int, stderr: str) -> None:
-    assert code == 130, stderr[-2000:]
-    assert stderr.rstrip().splitlines()[-1].startswith("error: interrupted")
+def _assert_interrupted(code: int, stderr: str, sig: int = signal.SIGINT) -> None:
+    assert code == 128 + sig, stderr[-2000:]
+    said = "error: interrupted" + ("" if sig == signal.SIGINT else f" by {signal.Signals(sig).name}")
+    assert stderr.rstrip().splitlines()[-1].startswith(said)
     assert "Traceback" not in stderr
 
 
@@ -84,16 +102,18 @@ def _upstream(tmp: Path, attributes: str = "") -> tuple[Path, str]:
     return bare, head
 
 
-def test_interrupt_during_fetch(tmp_path: Path) -> None:
+@pytest.mark.docker
+@signals
+def test_interrupt_during_fetch(tmp_path: Path, busybox_image, sig: int) -> None:
     bare, head = _upstream(tmp_path)
     cache = tmp_path / "cache"
     with serve_http(tmp_path, smart=True) as server:
         url = server.url_for(bare)
         server.stall_posts = True  # ls-remote answers; the pack request is held
         cli = Cli(["render", "--source", url, "--commit", "main", "--arch", "cpu", "--out", str(tmp_path / "out"),
-                   "--os-image", "buildkit-test/debian:bookworm", "--cache-dir", str(cache)], tmp_path, {})
+                   "--os-image", busybox_image, "--cache-dir", str(cache)], tmp_path, {})
         cli.wait_for(server.stalled.is_set, "held pack request")
-        _assert_interrupted(*cli.ctrl_c())
+        _assert_interrupted(*cli.send(sig), sig)
         server.release.set()
         server.stall_posts = False
         _no_temp_files(cache)
@@ -104,7 +124,9 @@ def test_interrupt_during_fetch(tmp_path: Path) -> None:
     assert "promisor" not in (history / "config").read_text()
 
 
-def test_interrupt_during_export(tmp_path: Path) -> None:
+@pytest.mark.docker
+@signals
+def test_interrupt_during_export(tmp_path: Path, busybox_image, sig: int) -> None:
     marker = tmp_path / "exporting"
     bare, head = _upstream(tmp_path, attributes="*.txt filter=slow\n")
     cache = tmp_path / "cache"
@@ -112,13 +134,11 @@ def test_interrupt_during_export(tmp_path: Path) -> None:
            "GIT_CONFIG_VALUE_0": f"sh -c 'touch {marker}; sleep 120; cat'"}
     out = tmp_path / "out"
     cli = Cli(["render", "--source", str(bare), "--commit", head, "--arch", "cpu", "--out", str(out),
-               "--os-image", "buildkit-test/debian:bookworm", "--cache-dir", str(cache)], tmp_path, env)
+               "--os-image", busybox_image, "--cache-dir", str(cache)], tmp_path, env)
     cli.wait_for(marker.exists, "git archive running its filter")
-    _assert_interrupted(*cli.ctrl_c())
+    _assert_interrupted(*cli.send(sig), sig)  # git and its filter went with the signal
     assert not out.exists()  # the half-exported context is removed
     _no_temp_files(cache)
-    sleepers = subprocess.run(["pgrep", "-f", f"touch {marker}"], capture_output=True, text=True).stdout.split()
-    assert sleepers == []  # git and its filter went with the interrupt
     assert fetch_source(str(bare), head, head, cache).fetched is False  # the mirror is intact
 
 
@@ -138,7 +158,8 @@ def _lock_with(tmp_path: Path, image: str, image_id: str) -> Path:
 
 
 @pytest.mark.docker
-def test_interrupt_during_push(tmp_path: Path, busybox_image) -> None:
+@signals
+def test_interrupt_during_push(tmp_path: Path, busybox_image, sig: int) -> None:
     import docker
 
     image_id = docker.from_env().images.get(busybox_image).id
@@ -148,12 +169,13 @@ def test_interrupt_during_push(tmp_path: Path, busybox_image) -> None:
         cli = Cli(["push", "--arch", "cpu", "--image", f"{registry.host}/team/app", "--lock", str(lock)],
                   tmp_path, {"DOCKER_CONFIG": str(tmp_path / "docker-config")})
         cli.wait_for(lambda: registry.connections > 0, "a connection to the registry")
-        _assert_interrupted(*cli.ctrl_c())
+        _assert_interrupted(*cli.send(sig), sig)
     assert lock.read_bytes() == before  # the lock is untouched
     _no_temp_files(tmp_path)
 
 
-def test_interrupt_during_bench(tmp_path: Path) -> None:
+@signals
+def test_interrupt_during_bench(tmp_path: Path, sig: int) -> None:
     lock = tmp_path / "buildkit.lock"
     _lock_with(tmp_path, "buildkit-test/app", "sha256:" + "0" * 64)
     before = lock.read_bytes()
@@ -161,7 +183,7 @@ def test_interrupt_during_bench(tmp_path: Path) -> None:
         cli = Cli(["bench", "--url", server.url, "--timeout", "300", "--runs", "1", "--attach-lock",
                    "--lock-entry", "cpu/server", "--lock", str(lock)], tmp_path, {})
         cli.wait_for(lambda: server.connections > 0, "the benchmark request")
-        _assert_interrupted(*cli.ctrl_c())
+        _assert_interrupted(*cli.send(sig), sig)
     assert lock.read_bytes() == before
     _no_temp_files(tmp_path)
 
@@ -184,7 +206,7 @@ def test_interrupt_during_build(tmp_path: Path, debian_base_image) -> None:
                "--image", image, "--cache-dir", str(tmp_path / "cache"), "--lock", str(lock), "--progress", "plain",
                "--no-verify"], tmp_path, {"TMPDIR": str(temp)})
     cli.wait_for(lambda: "buildkit-interrupt-test: holding" in cli.err.read_text(), "the held CMake step", 900)
-    _assert_interrupted(*cli.ctrl_c())
+    _assert_interrupted(*cli.send(signal.SIGINT))
     assert not lock.exists()
     # the build context went with it (the engine-turn lock file stays: it is shared, by design)
     assert [p.name for p in temp.iterdir() if p.name != "llama-buildkit-buildx.lock"] == []
@@ -192,3 +214,80 @@ def test_interrupt_during_build(tmp_path: Path, debian_base_image) -> None:
                           capture_output=True, text=True, check=True).stdout.split()
     assert tags == []
     _no_temp_files(tmp_path / "cache")
+
+
+def _credential_helper(tmp_path: Path, body: str) -> dict[str, str]:
+    """DOCKER_CONFIG naming credential helper `held` (docker-credential-held, a shell script: body)."""
+    bindir, config = tmp_path / "bin", tmp_path / "docker-config"
+    bindir.mkdir()
+    config.mkdir()
+    helper = bindir / "docker-credential-held"
+    helper.write_text("#!/bin/sh\n" + body)
+    helper.chmod(0o755)
+    (config / "config.json").write_text(json.dumps({"credsStore": "held"}))
+    return {"DOCKER_CONFIG": str(config), "PATH": f"{bindir}:{os.environ['PATH']}"}
+
+
+@signals
+@pytest.mark.parametrize("helper", ["waits", "answers"])
+def test_interrupt_with_a_credential_helper(tmp_path: Path, sig: int, helper: str) -> None:
+    """A helper that starts a child of its own and then waits (the signal comes while buildkit waits for
+    it), or answers and leaves that child running (the signal comes while the registry is asked): no
+    helper and no child of it outlives buildkit."""
+    asked = tmp_path / "asked"
+    then = f"touch {asked}; sleep 300\n" if helper == "waits" else \
+        'echo \'{"ServerURL": "r", "Username": "u", "Secret": "s"}\'\n'
+    env = _credential_helper(tmp_path, f"cat > /dev/null\nsleep 300 > /dev/null 2>&1 &\n{then}")
+    with HostileServer("silent") as registry:
+        cli = Cli(["promote", "nightly-cpu", "--version", "1.0.0", "--image", f"{registry.host}/team/app"],
+                  tmp_path, env)
+        cli.wait_for(asked.exists if helper == "waits" else lambda: registry.connections > 0,
+                     "the credential helper" if helper == "waits" else "a connection to the registry")
+        _assert_interrupted(*cli.send(sig), sig)
+
+
+class _CacheRegistry(HostileServer):
+    """A cache registry BuildKit waits for: a TLS hello is answered as a plain HTTP server answers it, so
+    BuildKit asks again over http:// (127.0.0.1 is an insecure registry to dockerd), and that request is
+    held."""
+
+    def __init__(self) -> None:
+        super().__init__("silent")
+        self.held = threading.Event()
+
+    def _serve(self, client) -> None:
+        try:
+            first = client.recv(65536)
+            if first[:1] == b"\x16":  # a TLS record: a handshake
+                client.sendall(b"HTTP/1.0 400 Bad Request\r\n\r\n")
+                client.close()
+                return
+            self.held.set()
+            self._stop.wait()
+        except OSError:
+            pass
+
+
+@pytest.mark.docker
+@signals
+def test_interrupt_during_buildx(tmp_path: Path, busybox_image, sig: int) -> None:
+    """buildx held by BuildKit importing a cache (before any step runs, so the smallest base image will
+    do): buildx and everything in its process group go with the signal; no image, lock or context stays."""
+    work = tmp_path / "work"
+    run_git(tmp_path, "init", "-q", "-b", "main", work.name)
+    (work / "CMakeLists.txt").write_text("project(held C)\n")
+    head = commit_all(work, "held", 1_700_000_000)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    lock, image = tmp_path / "buildkit.lock", "buildkit-test/interrupted-buildx"
+    with _CacheRegistry() as cache:
+        cli = Cli(["build", "--source", str(work), "--commit", head, "--arch", "cpu", "--os-image", busybox_image,
+                   "--image", image, "--cache-dir", str(tmp_path / "cache"), "--lock", str(lock), "--progress",
+                   "plain", "--no-verify", "--no-preflight", "--cache-from", f"type=registry,ref={cache.host}/c"],
+                  tmp_path, {"TMPDIR": str(temp), "LLAMA_BUILDKIT_ENGINE_LOCK": str(tmp_path / "engine.lock")})
+        cli.wait_for(cache.held.is_set, "BuildKit asking the cache registry", 300)
+        _assert_interrupted(*cli.send(sig), sig)
+    assert not lock.exists() and list(temp.iterdir()) == []
+    tags = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", image],
+                          capture_output=True, text=True, check=True).stdout.split()
+    assert tags == []

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from buildkit.plan.archs import ARCHS, arch_table, check_cuda_support, get_arch, parse_cuda_version
@@ -65,3 +67,30 @@ def test_table_rows():
     rows = {r["arch"]: r for r in arch_table()}
     assert rows["sm_120"]["cmake"] == "120a-real" and rows["sm_120"]["min CUDA"] == "12.8"
     assert rows["cpu"]["cmake"] == "-"
+
+
+# ---------------------------------------------------------------- the CUDA catalogue (issue 22)
+
+@pytest.mark.parametrize("version", ["99.9", "12.7", "13.9", "9.2", "0.0"])
+def test_a_cuda_version_outside_the_catalogue_stops_before_any_work(version):
+    """--cuda 99.9 is one line from make_request (the first step of every build), not a missing base
+    image after a DNS lookup; the matrix refuses it the same way."""
+    from buildkit.plan.buildplan import make_request
+    from buildkit.plan.config import load_config
+    from buildkit.plan.matrix import matrix_variants
+
+    cfg = load_config(None, env={}, overrides={"build.cuda_version": (version, "--cuda")})
+    with pytest.raises(ArchError, match=rf"CUDA {re.escape(version)} is not a CUDA release buildkit knows") as info:
+        make_request(cfg)
+    assert "\n" not in str(info.value) and "--cuda" in str(info.value)
+    matrix = load_config(None, env={}, overrides={"matrix.cuda_versions": (["13.1", version], "t")})
+    with pytest.raises(ArchError, match="matrix.cuda_versions"):
+        matrix_variants(matrix)
+
+
+def test_every_release_of_the_catalogue_is_accepted():
+    from buildkit.plan.archs import CUDA_RELEASES, check_cuda_release
+
+    assert "13.1" in [f"{a}.{b}" for a, b in CUDA_RELEASES] and (12, 7) not in CUDA_RELEASES
+    for major, minor in CUDA_RELEASES:
+        assert check_cuda_release(f"{major}.{minor}") == (major, minor)

@@ -1,3 +1,6 @@
+import json
+import os
+import re
 from pathlib import Path
 
 import pytest
@@ -106,3 +109,45 @@ def test_project_buildkit_toml_is_valid():
     root = Path(__file__).resolve().parents[2]
     cfg = load_config(root / "buildkit.toml", env={})
     assert cfg["source.commit"] == "905483277823858fdec17ff5c3750451cb1b7cdc"
+
+
+# ---------------------------------------------------------------- LLAMA_BUILDKIT_* variables nothing reads (issue 22)
+
+def test_a_misspelt_variable_is_a_warning_naming_the_one_meant():
+    """`LLAMA_BUILDKIT_ARCH=sm_999 buildkit config`: still exit 0 with build.arch from its default, and
+    one warning line naming LLAMA_BUILDKIT_BUILD_ARCH (the variable of --arch's key)."""
+    from click.testing import CliRunner
+
+    from buildkit.cli.main import main
+
+    env = {k: None for k in os.environ if k.startswith("LLAMA_BUILDKIT_")} | {"LLAMA_BUILDKIT_ARCH": "sm_999"}
+    result = CliRunner().invoke(main, ["config", "--json"], env=env)
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["build.arch"]["value"] == "sm_120"
+    assert result.stderr.splitlines() == ["warning: LLAMA_BUILDKIT_ARCH is not a buildkit variable and is ignored "
+                                          "(did you mean LLAMA_BUILDKIT_BUILD_ARCH?)"]
+
+
+@pytest.mark.parametrize("name,meant", [
+    ("LLAMA_BUILDKIT_CUDA", "LLAMA_BUILDKIT_BUILD_CUDA_VERSION"), ("LLAMA_BUILDKIT_PATCHES", "LLAMA_BUILDKIT_SOURCE_PATCH_DIR"),
+    ("LLAMA_BUILDKIT_JOBS", "LLAMA_BUILDKIT_BUILD_JOBS"), ("LLAMA_BUILDKIT_GIT_TIMOUT", "LLAMA_BUILDKIT_GIT_TIMEOUT"),
+    ("LLAMA_BUILDKIT_CACHE", "LLAMA_BUILDKIT_CACHE_DIR"), ("LLAMA_BUILDKIT_XYZZY", None)])
+def test_the_variable_meant(name, meant):
+    from buildkit.cli.options import FLAG_KEYS
+    from buildkit.plan.config import unknown_variables
+
+    warnings = unknown_variables({name: "1", "LLAMA_BUILDKIT_BUILD_ARCH": "sm_89", "PATH": "/bin"}, FLAG_KEYS)
+    assert len(warnings) == 1 and warnings[0].startswith(f"{name} is not a buildkit variable")
+    assert (f"(did you mean {meant}?)" in warnings[0]) if meant else "did you mean" not in warnings[0]
+
+
+def test_every_variable_buildkit_reads_is_known():
+    """Every LLAMA_BUILDKIT_* name in the code and the scripts is a setting's variable or in OTHER_VARIABLES, so
+    a variable buildkit reads never draws the warning."""
+    from buildkit.plan.config import unknown_variables
+
+    root = Path(__file__).resolve().parents[2]
+    found = {name for folder in ("buildkit", "scripts") for path in (root / folder).rglob("*")
+             if path.suffix in (".py", ".sh") for name in re.findall(r"LLAMA_BUILDKIT_[A-Z0-9_]*[A-Z0-9]", path.read_text())}
+    assert len(found) > 5
+    assert unknown_variables(dict.fromkeys(found, "")) == []

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from buildkit.plan.config import KEYS, load_config, parse_set_option, parse_text, read_config_file
@@ -88,6 +88,7 @@ def test_config_file_of_any_shape(tmp_path_factory, version, data) -> None:
 
 @SETTINGS
 @given(raw=st.binary(max_size=300))
+@example(raw=b"a = " + b"[" * 100_000)  # tomllib: RecursionError
 def test_config_file_of_any_bytes(tmp_path_factory, raw) -> None:
     path = tmp_path_factory.mktemp("cfg") / "buildkit.toml"
     path.write_bytes(b"schema_version = 1\n" + raw)
@@ -125,6 +126,7 @@ VALID_ENTRY = {
 
 @SETTINGS
 @given(raw=st.binary(max_size=200))
+@example(raw=b"[" * 100_000)  # json.loads: RecursionError
 def test_lock_of_any_bytes(tmp_path_factory, raw) -> None:
     path = tmp_path_factory.mktemp("lock") / "buildkit.lock"
     path.write_bytes(raw)

@@ -180,3 +180,94 @@ def test_tree_inside_an_enclosing_repository(maker: PatchMaker, tmp_path: Path) 
     patched = (tree / "src" / "a.c").read_bytes()
     assert b"line five\n" in patched and b"\r" not in patched
     assert not (tree / "build").exists()
+
+
+# ---------------------------------------------------------------- the folder, its entries, the hash (issue 22)
+
+def test_a_patch_folder_that_was_named_must_exist(tmp_path: Path) -> None:
+    assert load_patch_queue(tmp_path / "nope").files == ()  # the default source.patch_dir may be absent
+    with pytest.raises(PatchError, match=r"the patch folder .*nope does not exist; point --patches") as caught:
+        load_patch_queue(tmp_path / "nope", required=True)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_missing_patch_folder_stops_a_build_before_any_work(tmp_path: Path) -> None:
+    """--patches /no/such/dir: one line before the base images are looked up and anything is fetched."""
+    from buildkit.engine.api import use_engine
+    from buildkit.flows.pipeline import prepare
+    from buildkit.plan.config import load_config
+    from fakeengine import FakeEngine
+
+    cfg = load_config(None, env={}, overrides={
+        "source.patch_dir": (str(tmp_path / "no-such-dir"), "--patches"), "build.arch": ("cpu", "--arch"),
+        "base.os_image": ("127.0.0.1:1/no-such/image:1", "--os-image"), "source.url": (str(tmp_path / "fork"), "t"),
+        "cache.dir": (str(tmp_path / "cache"), "t")})
+    with use_engine(FakeEngine()), pytest.raises(PatchError, match="no-such-dir does not exist"):
+        prepare(cfg, tmp_path / "out")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("entry", ["../outside.patch", "{abs}", "sub/../../outside.patch", "link.patch"])
+def test_a_series_entry_outside_the_folder_is_refused(tmp_path: Path, entry: str) -> None:
+    queue = tmp_path / "queue"
+    queue.mkdir()
+    (tmp_path / "outside.patch").write_text("outside")
+    os.symlink(tmp_path / "outside.patch", queue / "link.patch")
+    (queue / "series").write_text(entry.format(abs=tmp_path / "outside.patch") + "\n")
+    with pytest.raises(PatchError, match=r"series, line 1: patch .* is outside the patch folder") as caught:
+        load_patch_queue(queue)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_patch_symlink_to_outside_the_folder_is_refused(tmp_path: Path) -> None:
+    queue = tmp_path / "queue"
+    queue.mkdir()
+    (tmp_path / "outside.patch").write_text("outside")
+    os.symlink(tmp_path / "outside.patch", queue / "0001-link.patch")
+    with pytest.raises(PatchError, match="0001-link.patch is outside the patch folder"):
+        load_patch_queue(queue)
+
+
+def test_a_symlink_inside_the_folder_is_a_patch(tmp_path: Path) -> None:
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "real.patch").write_text("real")
+    os.symlink("kept/real.patch", tmp_path / "0001-link.patch")
+    queue = load_patch_queue(tmp_path)
+    assert queue.names == ("0001-link.patch",) and queue.files == (tmp_path / "0001-link.patch",)
+
+
+@pytest.mark.parametrize("listed", [False, True])
+def test_a_dangling_patch_is_an_error(tmp_path: Path, listed: bool) -> None:
+    (tmp_path / "0001-a.patch").write_text("a")
+    os.symlink("gone/0002-b.patch", tmp_path / "0002-b.patch")
+    if listed:
+        (tmp_path / "series").write_text("0001-a.patch\n0002-b.patch\n")
+    with pytest.raises(PatchError, match=r"patch 0002-b.patch is a symlink to gone/0002-b.patch, which does not "
+                                         r"exist") as caught:
+        load_patch_queue(tmp_path)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_series_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "series").write_bytes(b"0001-\xff.patch\n")
+    with pytest.raises(PatchError, match=r"series: not UTF-8 text \(byte 5\)"):
+        load_patch_queue(tmp_path)
+
+
+def test_hash_covers_the_path_relative_to_the_folder(tmp_path: Path) -> None:
+    """Two queues of one patch each, same bytes and base name, in other subfolders: other hashes. A flat
+    folder hashes as before (the relative path of a flat patch is its name): pinned."""
+    for sub in ("a", "b"):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / "fix.patch").write_text("same bytes")
+    (tmp_path / "series").write_text("a/fix.patch\n")
+    first = load_patch_queue(tmp_path)
+    (tmp_path / "series").write_text("b/fix.patch\n")
+    second = load_patch_queue(tmp_path)
+    assert first.names == ("a/fix.patch",) and second.names == ("b/fix.patch",)
+    assert first.sha256 != second.sha256
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    (flat / "0001-fix.patch").write_bytes(b"same bytes")
+    expected = hashlib.sha256(b"buildkit-patch-queue-v1\n0001-fix.patch\x0010\x00same bytes").hexdigest()
+    assert load_patch_queue(flat).sha256 == expected
