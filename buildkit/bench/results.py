@@ -180,12 +180,12 @@ class BenchReport:
             raise ValueError("error and started must be strings, interrupted true or false")
         checked = []
         for i, run in enumerate(runs):
-            typed = _typed(RunResult, run, f"runs[{i}]", defaults=False)
-            try:  # and sane as figures (bench/figures.py), as a fresh run's are
-                run_figures(typed, protocol.max_tokens, protocol.concurrency)
+            try:  # sane as figures (bench/figures.py), as a fresh run's are, and then of the right types
+                if isinstance(run, dict):
+                    run_figures(run, protocol.max_tokens, protocol.concurrency)
             except Impossible as exc:
                 raise BenchError(f"{where}: runs[{i}] has impossible figures: {exc}") from None
-            checked.append(RunResult(**typed))
+            checked.append(RunResult(**_typed(RunResult, run, f"runs[{i}]", defaults=False)))
         invalid = data.get("invalid") or []
         if not isinstance(invalid, list) or not all(
                 isinstance(r, dict) and isinstance(r.get("run"), int) and isinstance(r.get("reason"), str)

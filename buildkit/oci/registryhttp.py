@@ -1,5 +1,5 @@
 """The pieces of a registry request that are not the client's state (pure, but for reading certs.d):
-which hosts are loopback and where their TLS files live, the deadlines the LLAMA_BUILDKIT_REGISTRY_*
+which hosts are loopback and where their TLS files live, the deadlines the registry variables
 variables set, the checks of repository names, references and digests, and the one-line texts of a
 failed answer or connection."""
 
@@ -58,7 +58,7 @@ def ca_for(host: str) -> str | bool:
 
 
 def deadlines_from(env: Mapping[str, str]) -> dict[str, float]:
-    """The RegistryClient deadlines the LLAMA_BUILDKIT_REGISTRY_* variables set (an unset one is left out)."""
+    """The RegistryClient deadlines that TIMEOUT_ENV, DEADLINE_ENV and TRANSFER_DEADLINE_ENV set (an unset one is left out)."""
     out = {}
     for argument, name in (("timeout", TIMEOUT_ENV), ("deadline", DEADLINE_ENV),
                            ("transfer_timeout", TRANSFER_DEADLINE_ENV)):
