@@ -2,8 +2,9 @@
 lock or compared (pure).
 
 A count or a rate is a finite number, not negative and below FIGURE_LIMIT; a count is whole. The
-tokens of one request are at most max_tokens + TOKEN_SLACK, come with streamed text, and text never
-comes with a count of 0. A run that breaks any of these is invalid, with the first reason found.
+tokens of one request are at most max_tokens + TOKEN_SLACK, come with streamed text (but for one: a
+server counts the end-of-generation token it stopped at, and streams no text for it; llama-server does),
+and text never comes with a count of 0. A run that breaks any of these is invalid, with the first reason found.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def request_figures(usage: dict | None, timings: dict | None, chunks: int, max_t
         tokens, source, what = chunks, "chunks", "the count of text chunks"
     if max_tokens is not None and tokens > max_tokens + TOKEN_SLACK:
         raise Impossible(f"{what} is {tokens}, more than max_tokens {max_tokens} (+{TOKEN_SLACK})")
-    if tokens and not chunks:
+    if tokens > 1 and not chunks:  # one token may be the end-of-generation token, counted but never streamed
         raise Impossible(f"{what} is {tokens}, but no text was streamed")
     if chunks and not tokens:
         raise Impossible(f"{what} is 0, but {chunks} chunks of text were streamed")

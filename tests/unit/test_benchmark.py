@@ -225,6 +225,9 @@ def test_figures_that_can_be_true_pass():
                           {"predicted_per_second": 80.5, "draft_n": 4, "draft_n_accepted": 3}, 3, max_tokens=5)
     assert (got["tokens"], got["tokens_source"], got["prompt_tokens"], got["predicted_tps"]) == (21, "usage", 62, 80.5)
     assert request_figures(None, None, 0, None)["tokens"] == 0  # an empty answer is not impossible
+    # a server that stopped at once counts the end-of-generation token, which it does not stream (the real
+    # llama-server: tests/e2e/test_benchmark_e2e.py, ignore_eos off)
+    assert request_figures({"completion_tokens": 1}, None, 0, 100)["tokens"] == 1
     assert request_figures(None, {"predicted_n": 5.0}, 5, 5)["tokens"] == 5  # a whole float is a count
 
 
