@@ -296,8 +296,11 @@ def test_missing_image_is_refused_before_anything_starts(tiny_model, client):
     assert code == 1 and "is not in the local engine (bench never pulls" in err.strip().splitlines()[-1]
 
 
-@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 130)], ids=["SIGINT", "SIGTERM"])
-def test_ctrl_c_and_sigterm_stop_and_remove_the_container(real_server_image, tiny_model, client, tmp_path, sig, code):
+# 128 + the signal (issue 22): 130 for Ctrl-C, 143 for SIGTERM, whose line names it
+@pytest.mark.parametrize("sig,code,said", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "interrupted by SIGTERM")],
+                         ids=["SIGINT", "SIGTERM"])
+def test_ctrl_c_and_sigterm_stop_and_remove_the_container(real_server_image, tiny_model, client, tmp_path, sig, code,
+                                                           said):
     proc = subprocess.Popen([sys.executable, "-m", "buildkit.cli", "bench", "--image", real_server_image.ref,
                              "--model", str(tiny_model), "--runs", "1000", "--max-tokens", "400", "--json",
                              "--", "--ctx-size", "2048"],
@@ -318,7 +321,7 @@ def test_ctrl_c_and_sigterm_stop_and_remove_the_container(real_server_image, tin
             proc.wait()
     assert proc.returncode == code, "".join(seen) + rest
     last = rest.strip().splitlines()[-1]
-    assert last.startswith("error: interrupted during run ") and last.endswith("runs done, kept)"), rest
+    assert last.startswith(f"error: {said} during run ") and last.endswith("runs done, kept)"), rest
     doc = json.loads(out)
     assert doc["interrupted"] is True and len(doc["runs"]) >= 2
     assert bench_containers(client) == []
