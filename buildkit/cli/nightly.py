@@ -8,11 +8,11 @@ from pathlib import Path
 
 import click
 
-from buildkit.cli.options import config_options, handle_errors, resolve
+from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, resolve
 from buildkit.core.errors import ConfigError
 
 
-@click.command()
+@click.command(cls=BuildkitCommand)
 @config_options
 @click.option("--json", "json_path", metavar="FILE",
               help="Write the summary as JSON to FILE ('-' for stdout; the text summary then goes to stderr).")
