@@ -61,8 +61,9 @@ def _command(direction: str, help_text: str) -> click.Command:
         _carry(direction, folder, registry_repo, kwargs)
 
     command.__doc__ = help_text
-    # the variants (and the matrix's) and the builder: no source, base or image option does anything here
-    shared = config_options(only=("variant", "machine", "files"))
+    # the variants (and the matrix's) and the builder: no source or base option does anything here (--image is
+    # taken, as the workflow passes it to every command)
+    shared = config_options(only=("variant", "machine", "image", "files"))
     return ccache.command(direction, cls=BuildkitCommand)(shared(where_options(handle_errors(command))))
 
 

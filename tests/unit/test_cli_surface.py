@@ -49,7 +49,7 @@ def test_build_help_lists_its_own_options_first_then_the_shared_ones_by_group():
 @pytest.mark.parametrize("command, absent", [
     ("tags", ("--source", "--patches", "--os-image", "--builder", "--jobs", "--lock")),
     ("promote", ("--arch", "--source", "--os-image", "--builder", "--cpu-level")),
-    ("ccache export", ("--source", "--os-image", "--image")),
+    ("ccache export", ("--source", "--os-image", "--patches")),
 ])
 def test_commands_offer_no_shared_option_that_does_nothing_there(command, absent):
     every = [name for names in help_sections(command).values() for name in names]
