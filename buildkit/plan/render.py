@@ -76,6 +76,8 @@ def template_context(plan: BuildPlan) -> dict[str, object]:
         "ubuntu_mirror": req.target_cpu.ubuntu_mirror,
         "toolchain_path": TOOLCHAIN_PATH,
         "objcopy": f"{req.target_cpu.triplet}-objcopy" if req.cross else "objcopy",
+        "user": req.user.split(":")[0] if req.user else "",
+        "user_id": req.user.split(":")[1] if req.user else "",
     }
 
 

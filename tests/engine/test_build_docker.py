@@ -109,6 +109,18 @@ def test_cpu_build(project, fork, client):
     assert client.images.get(ref).id == entry["image_id"]
 
 
+def test_build_user_runs_the_image_as_that_user_with_a_home(project, fork, client):
+    """build.user: the server, and anything run in the image, is not root; $HOME is its own and writable.
+    Shares the cpu build's compile (only the runtime stage differs)."""
+    build(project, "--arch", "cpu", "--set", "build.user=llama", "--tag", "user")
+    ref = "buildkit-test/tiny-fork:user"
+    assert client.images.get(ref).attrs["Config"]["User"] == "10001:10001"
+    out = client.containers.run(ref, ["-c", 'id && touch "$HOME/written" && echo "home=$HOME"'],
+                                entrypoint=["/bin/sh"], remove=True, stdout=True, stderr=True).decode()
+    assert "uid=10001(llama) gid=10001(llama)" in out and "home=/home/llama" in out, out
+    assert fork["commit"] in run_version(client, ref)  # llama-server itself runs as the user
+
+
 @pytest.mark.parametrize("arch,elf", [("sm_120", "sm_120a"), ("sm_89", "sm_89")])
 def test_cuda_build_contains_exactly_the_requested_arch(project, fork, client, arch, elf, tmp_path):
     proc = build(project, "--arch", arch)
