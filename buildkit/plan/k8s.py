@@ -52,9 +52,9 @@ def pinned_image(ref: str, repo_digests: tuple[str, ...]) -> str:
                 return candidate
         except InvalidReference:
             continue
-    raise ConfigError(f"image {ref} has no registry digest in the local engine (it was never pushed or pulled): "
-                      "a cluster pulls it by digest, so push it first (buildkit build --push) or pass "
-                      "--image REPOSITORY@sha256:DIGEST")
+    raise ConfigError(f"image {ref} has no digest in the local engine (not there, or the classic image store, "
+                      "which has one only for images pushed or pulled): a cluster pulls it by digest, so push it "
+                      "(buildkit build --push) or pass --image REPOSITORY@sha256:DIGEST")
 
 
 def gpu_count(gpus: str) -> int:

@@ -170,6 +170,17 @@ def test_the_loader_finds_a_driver_mounted_where_kubernetes_mounts_it(vmm_build,
     assert "libcuda.so.1 => /usr/local/nvidia/lib64/libcuda.so.1" in out, out
 
 
+def test_the_kubernetes_deployment_pins_the_built_image_and_asks_for_a_gpu(vmm_build, project):
+    proc = buildkit("run", "--image", "buildkit-test/tiny-fork:vmm", "--model", "/models-on-the-cluster/m.gguf",
+                    "--print", "--format", "k8s", cwd=project["root"], env=project["env"])
+    assert proc.returncode == 0, proc.stderr
+    deployment = json.loads(proc.stdout)["items"][0]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    entry = next(e for e in lock_entries(project).values() if "buildkit-test/tiny-fork:vmm" in e["tags"])
+    assert container["image"] == f"buildkit-test/tiny-fork@{entry['image_digest']}"  # what a push publishes
+    assert container["resources"] == {"limits": {"nvidia.com/gpu": "1"}}  # a CUDA image, by its labels
+
+
 def test_second_build_of_the_same_commit_fetches_nothing(project, fork):
     from buildkit.source.fetch import fetch_source
 

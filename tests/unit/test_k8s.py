@@ -107,7 +107,7 @@ def test_an_image_given_by_digest_needs_no_engine_and_dollars_stay_literal(proje
 
 @pytest.mark.parametrize("args,message", [
     (["--image", f"{REPO}:other", "--model", "m.gguf", "--print", "--format", "k8s"],
-     f"error: image {REPO}:other has no registry digest in the local engine"),
+     f"error: image {REPO}:other has no digest in the local engine"),
     (["--image", f"{REPO}:cpu", "--model", "m.gguf", "--format", "k8s"], "error: --format k8s prints a manifest"),
     (["--image", f"{REPO}:cpu", "--model", "m.gguf", "--print", "--format", "k8s", "--name", "Chat_1"],
      "error: --name 'Chat_1': a Kubernetes name"),
