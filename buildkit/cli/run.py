@@ -11,10 +11,11 @@ from buildkit.cli.bench import _config_path
 from buildkit.cli.options import handle_errors
 from buildkit.core.errors import ConfigError
 from buildkit.plan.config import read_document
+from buildkit.plan.inputs import LABEL_PREFIX
 from buildkit.plan.k8s import gpu_count, manifest_text, object_name, pinned_image
 from buildkit.plan.profiles import ServerSpec, docker_run_argv, get_profile, make_spec
 
-CUDA_LABEL = "org.llama-buildkit.cuda-version"
+CUDA_LABEL = LABEL_PREFIX + "cuda-version"
 
 
 @click.command("run", context_settings={"ignore_unknown_options": False})
@@ -24,7 +25,8 @@ CUDA_LABEL = "org.llama-buildkit.cuda-version"
                                                                 "(default: the profile's model).")
 @click.option("--model-draft", type=click.Path(dir_okay=False), help="Draft model for speculative decoding.")
 @click.option("--gpus", help="docker --gpus value (all, 2, device=0); none = no GPU. Default: the profile's.")
-@click.option("--port", type=int, help="Host port to publish the server on (default: the profile's, else 8080).")
+@click.option("--port", type=int, help="Host port to publish the server on (default: the profile's, else 8080; "
+                                       "with --format k8s: the port the server listens on and the Service has).")
 @click.option("--bind", default="", help="Host address to publish on (default: all).")
 @click.option("--name", default="", help="Container name (with --format k8s: the Deployment's and Service's).")
 @click.option("--detach", "-d", is_flag=True, help="Run in the background (docker run --detach).")
