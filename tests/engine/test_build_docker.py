@@ -111,9 +111,11 @@ def test_cpu_build(project, fork, client):
 
 def test_build_user_runs_the_image_as_that_user_with_a_home(project, fork, client):
     """build.user: the server, and anything run in the image, is not root; $HOME is its own and writable.
-    Shares the cpu build's compile (only the runtime stage differs)."""
-    build(project, "--arch", "cpu", "--set", "build.user=llama", "--tag", "user")
-    ref = "buildkit-test/tiny-fork:user"
+    Shares the cpu build's compile (only the runtime stage differs); an image name and lock of its own, so
+    that the :cpu tag and the lock's cpu entry stay the root image the other tests use."""
+    build(project, "--arch", "cpu", "--set", "build.user=llama", "--set", "image.name=buildkit-test/tiny-fork-user",
+          "--set", "lock.path=user.lock")
+    ref = "buildkit-test/tiny-fork-user:cpu"
     assert client.images.get(ref).attrs["Config"]["User"] == "10001:10001"
     out = client.containers.run(ref, ["-c", 'id && touch "$HOME/written" && echo "home=$HOME"'],
                                 entrypoint=["/bin/sh"], remove=True, stdout=True, stderr=True).decode()
