@@ -11,7 +11,11 @@ from buildkit.cli.bench import _config_path
 from buildkit.cli.options import handle_errors
 from buildkit.core.errors import ConfigError
 from buildkit.plan.config import read_document
-from buildkit.plan.profiles import docker_run_argv, get_profile, make_spec
+from buildkit.plan.inputs import LABEL_PREFIX
+from buildkit.plan.k8s import gpu_count, manifest_text, object_name, pinned_image
+from buildkit.plan.profiles import ServerSpec, docker_run_argv, get_profile, make_spec
+
+CUDA_LABEL = LABEL_PREFIX + "cuda-version"
 
 
 @click.command("run", context_settings={"ignore_unknown_options": False})
@@ -21,27 +25,42 @@ from buildkit.plan.profiles import docker_run_argv, get_profile, make_spec
                                                                 "(default: the profile's model).")
 @click.option("--model-draft", type=click.Path(dir_okay=False), help="Draft model for speculative decoding.")
 @click.option("--gpus", help="docker --gpus value (all, 2, device=0); none = no GPU. Default: the profile's.")
-@click.option("--port", type=int, help="Host port to publish the server on (default: the profile's, else 8080).")
+@click.option("--port", type=int, help="Host port to publish the server on (default: the profile's, else 8080; "
+                                       "with --format k8s: the port the server listens on and the Service has).")
 @click.option("--bind", default="", help="Host address to publish on (default: all).")
-@click.option("--name", default="", help="Container name.")
+@click.option("--name", default="", help="Container name (with --format k8s: the Deployment's and Service's).")
 @click.option("--detach", "-d", is_flag=True, help="Run in the background (docker run --detach).")
 @click.option("--print", "print_only", is_flag=True, help="Print the docker run command instead of running it.")
+@click.option("--format", "output_format", type=click.Choice(["docker", "k8s"]), default="docker", show_default=True,
+              help="With --print: docker (the docker run command) or k8s (a Kubernetes Deployment and Service as "
+                   "JSON for kubectl apply -f: the image by digest, the nvidia.com/gpu limit, the model files from "
+                   "the PersistentVolumeClaim NAME-models, probes on /health; --name names the objects).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="buildkit.toml to read (default: ./buildkit.toml, or $LLAMA_BUILDKIT_CONFIG).")
 @click.argument("server_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA-SERVER ARGS...]")
 @handle_errors
-def run(profile_name, image, model, model_draft, gpus, port, bind, name, detach, print_only, config_path,
-        server_args):
+def run(profile_name, image, model, model_draft, gpus, port, bind, name, detach, print_only, output_format,
+        config_path, server_args):
     """Run an image's llama-server with a runtime profile: prints or executes the docker run command.
 
     \b
       buildkit run --profile dflash --image buun-llama-cpp:cuda13.1-sm120 --model m.gguf --model-draft d.gguf --print
+      buildkit run --profile dflash --image REGISTRY/buun-llama-cpp:cuda13.1-sm120 --print --format k8s | kubectl apply -f -
     """
     profile = get_profile(read_document(_config_path(config_path)), profile_name) if profile_name else None
     if port is not None and not 0 < port < 65536:
         raise ConfigError(f"--port must be between 1 and 65535, got {port}")
+    k8s = output_format == "k8s"
+    if k8s and not print_only:
+        raise ConfigError("--format k8s prints a manifest (buildkit applies nothing): add --print")
+    if k8s and (detach or bind):
+        raise ConfigError("--detach and --bind are docker run's; a Kubernetes manifest has neither")
     spec = make_spec(image=image, model=model, model_draft=model_draft, profile=profile,
-                     extra_args=tuple(server_args), gpus=gpus, host_port=port, bind=bind, name=name)
+                     extra_args=tuple(server_args), gpus=gpus, host_port=port, bind=bind, name=name,
+                     check_files=not k8s)
+    if k8s:
+        click.echo(kubernetes_manifest(spec, gpus_given=gpus is not None))
+        return
     argv = docker_run_argv(spec, detach=detach)
     if print_only:
         click.echo(shlex.join(argv))
@@ -50,3 +69,16 @@ def run(profile_name, image, model, model_draft, gpus, port, bind, name, detach,
 
     click.echo(f"+ {shlex.join(argv)}", err=True)
     sys.exit(get_engine().attach(argv))
+
+
+def kubernetes_manifest(spec: ServerSpec, *, gpus_given: bool) -> str:
+    """The manifest of spec, its image pinned by the engine's repo digest; a CUDA image (its label) gets
+    one GPU unless --gpus or the profile says otherwise."""
+    from buildkit.engine.api import get_engine
+
+    info = get_engine().image(spec.image)
+    gpus = gpu_count(spec.gpus)
+    if not gpus and not gpus_given and info is not None and info.labels.get(CUDA_LABEL, "none") not in ("", "none"):
+        gpus = 1
+    return manifest_text(spec, image=pinned_image(spec.image, info.repo_digests if info else ()),
+                         name=object_name(spec.name, spec.profile), gpus=gpus)

@@ -94,6 +94,7 @@ def overrides_for(rec: Recorded, source: str | None = None, patches: str | None 
         "build.ccache": (i.ccache, "recorded"),
         "build.cpu_level": (i.cpu_level, "recorded"),
         "build.cmake_args": (list(i.extra_cmake_args), "recorded"),
+        "build.user": (i.user, "recorded"),
         "image.name": (rec.image_name, "recorded"),
         "image.version": (i.version, "recorded"),
         "image.title": (i.title, "recorded"),

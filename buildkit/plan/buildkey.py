@@ -36,6 +36,8 @@ def key_fields(inputs: BuildInputs) -> dict:
         fields["cpu_host"] = inputs.cpu_host
     if inputs.build_platform is not None:  # a cross build's compilers run on (and are built for) it
         fields["build_platform"] = inputs.build_platform
+    if inputs.user:  # the image's passwd, home and USER
+        fields["user"] = inputs.user
     return fields
 
 

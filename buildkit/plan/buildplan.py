@@ -27,6 +27,8 @@ PLATFORM_RE = re.compile(r"^[a-z0-9]+/[a-z0-9_]+(?:/[a-z0-9]+)?$")
 VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z.+-]*$")
 CMAKE_ARG_RE = re.compile(r"^-D[A-Za-z_][A-Za-z0-9_]*(?::[A-Z]+)?=[A-Za-z0-9_.,;:/+=@%-]*$")
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+USER_RE = re.compile(r"^([a-z_][a-z0-9_-]{0,31})(?::([0-9]+))?$")  # a POSIX user name, as useradd takes it
+DEFAULT_UID = 10001  # above the ids of system users and of a distribution's first user (ubuntu is 1000)
 
 MAX_JOBS = 4096  # parallel compile jobs (make -j): more is a typo
 CUDA_LIB_DIR = "/usr/local/cuda/lib64"  # where the templates put the CUDA libraries to link
@@ -55,6 +57,7 @@ class BuildRequest:
     title: str
     licenses: str
     variant: str  # arch, CUDA version and CPU level: cuda13.1-sm120, cpu-x86-64-v3 (labels, lock key, caches)
+    user: str = ""  # build.user as NAME:UID (the image runs as it); empty = root
     # a cross build whose build machine is not the engine's is run under the engine's emulation
     # (build.emulate_build_platform: tests and CI); where the compile runs, not what it makes: no input
     emulate_build_platform: bool = False
@@ -126,6 +129,20 @@ def _check_image_ref(name: str, value: str) -> str:
     return value
 
 
+def check_user(value: str) -> str:
+    """build.user as NAME:UID ("" = root): a name the passwd file takes and a uid that is not root's."""
+    if not value:
+        return ""
+    match = USER_RE.match(value)
+    if not match:
+        raise ConfigError(f"build.user {value!r} is not NAME or NAME:UID (a lower-case user name such as "
+                          "llama, optionally with a numeric uid: llama:1001)")
+    name, uid = match.group(1), int(match.group(2) or DEFAULT_UID)
+    if name == "root" or not 0 < uid < 2**31 - 1:
+        raise ConfigError(f"build.user {value!r}: the user must not be root (uid 1 to 2147483646)")
+    return f"{name}:{uid}"
+
+
 def make_request(cfg: ResolvedConfig) -> BuildRequest:
     arch = get_arch(cfg["build.arch"])
     cuda_version: str | None = None
@@ -181,7 +198,7 @@ def make_request(cfg: ResolvedConfig) -> BuildRequest:
         image_name=check_repository(cfg["image.name"]), version=version,
         title=cfg["image.title"], licenses=cfg["image.licenses"],
         variant=variant(arch, cuda_version) + variant_suffix(cpu_level, arch.is_cuda),
-        emulate_build_platform=cfg["build.emulate_build_platform"],
+        emulate_build_platform=cfg["build.emulate_build_platform"], user=check_user(cfg["build.user"]),
     )
 
 

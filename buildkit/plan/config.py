@@ -78,6 +78,9 @@ KEYS: tuple[Key, ...] = (
     Key("build.no_cache", bool, False,
         "run every build step again (buildx --no-cache); the ccache mount is kept, so compiles may still hit it"),
     Key("build.cmake_args", list, [], "extra -DNAME=VALUE flags for CMake"),
+    Key("build.user", str, "",
+        "run the image as this user instead of root: NAME or NAME:UID (uid and gid 10001 unless given; "
+        "home /home/NAME); empty = root"),
     Key("build.builder", str, "", "buildx builder name (empty = the current one)"),
     Key("build.progress", str, "auto", "auto: buildkit's live display on a terminal, plain lines elsewhere; "
         "plain, tty, quiet, rawjson: buildx's own --progress", ("auto", "plain", "tty", "quiet", "rawjson")),

@@ -72,6 +72,7 @@ class BuildInputs:
     cublas: bool | None = None  # whether the CUDA root holds cuBLAS (provider wheels)
     cpu_host: str | None = None  # cpu_level native: the build machine's CPU
     build_platform: str | None = None  # a cross build: where its compile ran (None: on the target platform)
+    user: str = ""  # build.user (NAME:UID) the image runs as; "" = root
 
     # ------------------------------------------------------------------ labels (the serialiser)
 
@@ -118,6 +119,8 @@ class BuildInputs:
             record["cpu_host"] = self.cpu_host
         if self.build_platform is not None:
             record["build_platform"] = self.build_platform
+        if self.user:
+            record["user"] = self.user
         return record
 
     def record_label(self) -> tuple[str, str]:
@@ -173,7 +176,8 @@ def request_inputs(request: "BuildRequest", source: "SourceFacts", *, template_s
         no_vmm=request.no_vmm, cmake_args=tuple(cmake_args), extra_cmake_args=tuple(request.extra_cmake_args),
         provider=request.provider, devel_image=request.devel_image, runtime_image=request.runtime_image,
         jobs=request.jobs, ccache=request.ccache, version=request.version, title=request.title,
-        licenses=request.licenses, build_platform=request.build_platform if request.cross else None)
+        licenses=request.licenses, build_platform=request.build_platform if request.cross else None,
+        user=request.user)
 
 
 def plan_inputs(plan: "BuildPlan", base_images=(), cuda_manifest: dict | None = None,
@@ -199,7 +203,7 @@ _INPUT_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "no_vmm": ((bool,), "true or false"), "extra_cmake_args": ((list,), "a list of strings"),
     "patches": ((list,), "a list of strings"), "cuda_wheels": ((list,), "a list of strings"),
     "cublas": ((bool,), "true or false"), "image_name": ((str,), "a string"), "cpu_host": ((str,), "a string"),
-    "cpu_level": ((str,), "a string"), "build_platform": ((str,), "a string"),
+    "cpu_level": ((str,), "a string"), "build_platform": ((str,), "a string"), "user": ((str,), "a string"),
 }
 
 
@@ -301,7 +305,7 @@ def from_labels(labels: Mapping[str, str], where: str) -> BuildInputs:
         title=labels.get(OCI + "title", ""), licenses=labels.get(OCI + "licenses", ""),
         base_images=parse_bases(record.get("base_images"), where),
         cuda_wheels=None if wheels is None else tuple(wheels), cublas=record.get("cublas"),
-        cpu_host=record.get("cpu_host"), build_platform=record.get("build_platform"))
+        cpu_host=record.get("cpu_host"), build_platform=record.get("build_platform"), user=record.get("user") or "")
 
 
 def from_lock_entry(entry: Mapping[str, Any], where: str) -> BuildInputs:

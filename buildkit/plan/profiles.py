@@ -170,8 +170,9 @@ class ServerSpec:
 def make_spec(*, image: str | None, model: str | Path | None, model_draft: str | Path | None = None,
               profile: Profile | None = None, extra_args: tuple[str, ...] = (), gpus: str | None = None,
               host_port: int | None = None, use_profile_port: bool = True, bind: str = "", name: str = "",
-              labels: tuple[tuple[str, str], ...] = ()) -> ServerSpec:
-    """Merge the profile with the command line and check that every file is there."""
+              labels: tuple[tuple[str, str], ...] = (), check_files: bool = True) -> ServerSpec:
+    """Merge the profile with the command line and check that every file is there (check_files: on this
+    machine; a Kubernetes manifest names files that are on the cluster's volume)."""
     where = profile.source if profile else "the command line"
     image = image or (profile.image if profile else "")
     if not image:
@@ -184,7 +185,7 @@ def make_spec(*, image: str | None, model: str | Path | None, model_draft: str |
         raise ConfigError(f"profile {profile.name!r} needs a draft model: pass --model-draft FILE "
                           f"or set model_draft = in {where}")
     for what, path in (("model", model_path), ("draft model", draft_path)):
-        if path is not None and not path.is_file():
+        if check_files and path is not None and not path.is_file():
             raise ConfigError(f"{what} file {path} does not exist" if not path.exists()
                               else f"{what} {path} is not a file")
     _check_args(list(extra_args), "extra llama-server arguments")
@@ -200,9 +201,9 @@ def make_spec(*, image: str | None, model: str | Path | None, model_draft: str |
                       profile=profile.name if profile else "")
 
 
-def server_command(spec: ServerSpec) -> list[str]:
+def server_command(spec: ServerSpec, port: int = CONTAINER_PORT) -> list[str]:
     """llama-server's arguments inside the container (the image's entrypoint is llama-server)."""
-    cmd = ["--host", "0.0.0.0", "--port", str(CONTAINER_PORT), "--model", spec.model_in_container]
+    cmd = ["--host", "0.0.0.0", "--port", str(port), "--model", spec.model_in_container]
     if spec.model_draft:
         cmd += ["--model-draft", spec.draft_in_container]
     return cmd + list(spec.args)

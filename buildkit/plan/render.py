@@ -79,6 +79,8 @@ def template_context(plan: BuildPlan) -> dict[str, object]:
         # GCC of another release than the base's own (plan.gcc_major): its packages and commands
         "gcc_packages": gcc_packages(req.build_platform, req.platform, plan.gcc_major),
         "compilers": gcc_commands(req.build_platform, req.platform, plan.gcc_major),
+        "user": req.user.split(":")[0] if req.user else "",
+        "user_id": req.user.split(":")[1] if req.user else "",
     }
 
 

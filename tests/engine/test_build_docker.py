@@ -18,7 +18,7 @@ import pytest
 from buildkit.source.cudaroot import cuda_root_dir
 from buildkit.verify.checks import elf_archs, find_cuobjdump
 from forkrepo import FORK_EPOCH, make_fork_repo
-from cliutil import buildkit_env, write_project
+from cliutil import cli_env, write_project
 
 pytestmark = pytest.mark.docker
 
@@ -49,10 +49,15 @@ def project(tmp_path_factory, fork, debian_base_image, docker_engine):
                   image={"name": "buildkit-test/tiny-fork", "version": "0.2.0"},
                   build={"cuda_version": CUDA, "jobs": 2},
                   base={"provider": "wheels", "os_image": debian_base_image, "cublas": False})
-    env = buildkit_env()
-    env["LLAMA_BUILDKIT_CACHE_DIR"] = str(tmp_path_factory.getbasetemp() / "buildkit-cache")
+    env = cli_env(tmp_path_factory.getbasetemp() / "buildkit-cache")  # this checkout's buildkit
     env["LLAMA_BUILDKIT_BUILD_PROGRESS"] = "plain"
     return {"root": root, "env": env, "cache": Path(env["LLAMA_BUILDKIT_CACHE_DIR"]), "os_image": debian_base_image}
+
+
+@pytest.fixture(scope="module")
+def vmm_build(project):
+    """An sm_120 image built with VMM on: its libggml-cuda needs the driver's libcuda.so.1."""
+    return build(project, "--arch", "sm_120", "--vmm", "--tag", "vmm")
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +109,20 @@ def test_cpu_build(project, fork, client):
     assert client.images.get(ref).id == entry["image_id"]
 
 
+def test_build_user_runs_the_image_as_that_user_with_a_home(project, fork, client):
+    """build.user: the server, and anything run in the image, is not root; $HOME is its own and writable.
+    Shares the cpu build's compile (only the runtime stage differs); an image name and lock of its own, so
+    that the :cpu tag and the lock's cpu entry stay the root image the other tests use."""
+    build(project, "--arch", "cpu", "--set", "build.user=llama", "--set", "image.name=buildkit-test/tiny-fork-user",
+          "--set", "lock.path=user.lock")
+    ref = "buildkit-test/tiny-fork-user:cpu"
+    assert client.images.get(ref).attrs["Config"]["User"] == "10001:10001"
+    out = client.containers.run(ref, ["-c", 'id && touch "$HOME/written" && echo "home=$HOME"'],
+                                entrypoint=["/bin/sh"], remove=True, stdout=True, stderr=True).decode()
+    assert "uid=10001(llama) gid=10001(llama)" in out and "home=/home/llama" in out, out
+    assert fork["commit"] in run_version(client, ref)  # llama-server itself runs as the user
+
+
 @pytest.mark.parametrize("arch,elf", [("sm_120", "sm_120a"), ("sm_89", "sm_89")])
 def test_cuda_build_contains_exactly_the_requested_arch(project, fork, client, arch, elf, tmp_path):
     proc = build(project, "--arch", arch)
@@ -131,12 +150,37 @@ def test_cuda_build_contains_exactly_the_requested_arch(project, fork, client, a
     assert entry["cuda_root"]["wheels"], "the lock records the CUDA wheels used"
 
 
-def test_vmm_build_links_the_stub_and_needs_libcuda(project, client, tmp_path):
-    proc = build(project, "--arch", "sm_120", "--vmm", "--tag", "vmm")
+def test_vmm_build_links_the_stub_and_needs_libcuda(vmm_build, client):
+    proc = vmm_build
     assert "verify vmm: passed" in proc.stdout and "needs libcuda.so.1" in proc.stdout
     assert "verify version: skipped" in proc.stdout
     labels = image_labels(client, "buildkit-test/tiny-fork:vmm")
     assert "-DGGML_CUDA_NO_VMM=OFF" in labels["org.llama-buildkit.flags"]
+
+
+def test_the_loader_finds_a_driver_mounted_where_kubernetes_mounts_it(vmm_build, client, tmp_path):
+    """GKE's driver installer (and NVIDIA's device plugin) mount libcuda.so.1 at /usr/local/nvidia/lib64
+    and rely on the image's LD_LIBRARY_PATH naming it, as NVIDIA's base images do."""
+    driver = tmp_path / "nvidia-lib64"
+    driver.mkdir()
+    (tmp_path / "libcuda.c").write_text("int cuInit(unsigned int flags) { return 0; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(driver / "libcuda.so.1"),
+                    str(tmp_path / "libcuda.c")], check=True)
+    out = client.containers.run("buildkit-test/tiny-fork:vmm", ["-c", "ldd /app/lib/libggml-cuda.so*"],
+                                entrypoint=["/bin/sh"], remove=True, stdout=True, stderr=True,
+                                volumes={str(driver): {"bind": "/usr/local/nvidia/lib64", "mode": "ro"}}).decode()
+    assert "libcuda.so.1 => /usr/local/nvidia/lib64/libcuda.so.1" in out, out
+
+
+def test_the_kubernetes_deployment_pins_the_built_image_and_asks_for_a_gpu(vmm_build, project):
+    proc = buildkit("run", "--image", "buildkit-test/tiny-fork:vmm", "--model", "/models-on-the-cluster/m.gguf",
+                    "--print", "--format", "k8s", cwd=project["root"], env=project["env"])
+    assert proc.returncode == 0, proc.stderr
+    deployment = json.loads(proc.stdout)["items"][0]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    entry = next(e for e in lock_entries(project).values() if "buildkit-test/tiny-fork:vmm" in e["tags"])
+    assert container["image"] == f"buildkit-test/tiny-fork@{entry['image_digest']}"  # what a push publishes
+    assert container["resources"] == {"limits": {"nvidia.com/gpu": "1"}}  # a CUDA image, by its labels
 
 
 def test_second_build_of_the_same_commit_fetches_nothing(project, fork):

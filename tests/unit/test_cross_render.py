@@ -45,7 +45,8 @@ def assert_no_target_code(text: str) -> None:
     {"build.arch": "sm_120", "base.provider": "wheels", "base.os_image": "debian:bookworm"},
     {"build.arch": "sm_120", "base.provider": "nvidia"},
     {"build.arch": "sm_90", "base.provider": "wheels", "base.os_image": "debian:bookworm", "build.no_vmm": False},
-], ids=["cpu", "wheels", "nvidia", "wheels-vmm"])
+    {"build.arch": "cpu", "build.user": "llama"},
+], ids=["cpu", "wheels", "nvidia", "wheels-vmm", "cpu-user"])
 @pytest.mark.parametrize("direction", [ARM64_ON_AMD64, AMD64_ON_ARM64], ids=["arm64-on-amd64", "amd64-on-arm64"])
 def test_cross_builds_run_nothing_of_the_target(overrides, direction):
     plan = plan_for(**overrides, **direction)

@@ -176,3 +176,16 @@ def test_recache_compiles_every_object_again_and_changes_no_recorded_input(arch)
     assert replace(plan, ccache_recache=True).labels == plan.labels
     off = plan_for(**{"build.arch": arch, "build.ccache": False})
     assert "CCACHE_RECACHE" not in render_dockerfile(replace(off, ccache_recache=True))
+
+
+@pytest.mark.parametrize("provider,expected", [
+    ("nvidia", "/app/lib:/usr/local/nvidia/lib:/usr/local/nvidia/lib64"),
+    ("wheels", "/app/lib:/usr/local/cuda/lib64:/usr/local/nvidia/lib:/usr/local/nvidia/lib64"),
+])
+def test_cuda_images_keep_the_folders_kubernetes_mounts_the_driver_in(provider, expected):
+    """NVIDIA's base sets LD_LIBRARY_PATH=/usr/local/nvidia/lib:/usr/local/nvidia/lib64 (GKE mounts the
+    driver there); the image's own ENV replaces it, so it must name them (the engine test runs the loader)."""
+    text = render_dockerfile(plan_for(**{"base.provider": provider}))
+    assert re.findall(r"^ENV LD_LIBRARY_PATH=(\S+)$", text, re.M) == [expected]
+    cpu = render_dockerfile(plan_for(**{"build.arch": "cpu"}))
+    assert re.findall(r"^ENV LD_LIBRARY_PATH=(\S+)$", cpu, re.M) == ["/app/lib"]
