@@ -19,7 +19,7 @@ import signal
 import subprocess
 import threading
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 STOP_GRACE = 3.0  # seconds between SIGTERM (git removes its temporary files, buildx cancels) and SIGKILL
 KILL_WAIT = 5.0  # seconds to wait for a SIGKILLed group to be gone

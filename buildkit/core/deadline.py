@@ -48,7 +48,7 @@ class Deadline:
         self.expired = True
         self._cut()
 
-    def __enter__(self) -> "Deadline":
+    def __enter__(self) -> Deadline:
         self._timer.start()
         return self
 
@@ -81,7 +81,7 @@ class Budget:
             self.spent += time.monotonic() - start
 
 
-def _tracking(pool_cls: type, conns: "weakref.WeakSet") -> type:
+def _tracking(pool_cls: type, conns: weakref.WeakSet) -> type:
     class Tracking(pool_cls):  # type: ignore[misc, valid-type]
         def _new_conn(self):
             conn = super()._new_conn()

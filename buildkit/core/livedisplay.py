@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
 
 STEP = re.compile(r"^#\d+ \[([^\]]+)\] (.+)$")
 CCACHE_SO_FAR = re.compile(r"ccache so far: (\d+) hits, (\d+) misses")
-_ACTIVE: list["LiveDisplay"] = []
+_ACTIVE: list[LiveDisplay] = []
 
 
 @dataclass

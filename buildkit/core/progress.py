@@ -20,9 +20,9 @@ from __future__ import annotations
 import re
 import sys
 import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
 
 STATUS_EVERY = 30.0  # seconds between two compile status lines
 PERCENT = re.compile(r"\[\s*(\d{1,3})%\]")

@@ -18,8 +18,9 @@ import json
 import struct
 import tarfile
 import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import IO, Iterable, Iterator
+from typing import IO
 
 from buildkit.core.errors import ImageSourceError
 from buildkit.oci.ocilayout import Descriptor, Image
@@ -159,7 +160,8 @@ def _kind(member: tarfile.TarInfo) -> str:
     return "other"
 
 
-def iter_layer(image: Image, layer: Descriptor, want: set[str] | None = None) -> Iterator[tuple[FileEntry, bytes | None]]:
+def iter_layer(image: Image, layer: Descriptor,
+               want: set[str] | None = None) -> Iterator[tuple[FileEntry, bytes | None]]:
     """Every entry of a layer as a FileEntry; with `want`, also the bytes of those paths."""
     with image.open_blob(layer.digest) as raw:
         buffered = raw if hasattr(raw, "peek") else io.BufferedReader(raw)  # type: ignore[arg-type]
@@ -302,7 +304,8 @@ def diff_images(a: Image, b: Image, *, files: bool = True) -> ImageDiff:
         lb = b.layers[i] if i < len(b.layers) else None
         if la is not None and lb is not None and la.digest == lb.digest:
             continue
-        step = (history_a[i] if i < len(history_a) else history_b[i] if i < len(history_b) else {}).get("created_by", "")
+        entry = history_a[i] if i < len(history_a) else history_b[i] if i < len(history_b) else {}
+        step = entry.get("created_by", "")
         layer = LayerDiff(index=i, a=la, b=lb, created_by=_step(step))
         if files and la is not None and lb is not None:
             layer.files, layer.note = diff_layer(a, la, b, lb)

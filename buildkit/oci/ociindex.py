@@ -20,10 +20,10 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from buildkit.core.errors import ImageSourceError
 from buildkit.oci.ocilayout import OCI_INDEX, Image, OciArchive, sha256_digest

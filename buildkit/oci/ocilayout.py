@@ -20,10 +20,11 @@ import hashlib
 import json
 import tarfile
 import tempfile
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Callable, Protocol
+from typing import IO, Protocol
 
 from buildkit.core.errors import BuildkitError, ImageSourceError
 
@@ -66,7 +67,7 @@ class Descriptor:
     platform: dict = field(default_factory=dict, compare=False)
 
     @classmethod
-    def from_json(cls, data: dict) -> "Descriptor":
+    def from_json(cls, data: dict) -> Descriptor:
         ok = (isinstance(data, dict) and isinstance(data.get("digest"), str) and ":" in data["digest"]
               and isinstance(data.get("mediaType", ""), str) and isinstance(data.get("annotations") or {}, dict)
               and isinstance(data.get("platform") or {}, dict))
@@ -186,7 +187,7 @@ class OciArchive:
         if self._tar is not None:
             self._tar.close()
 
-    def __enter__(self) -> "OciArchive":
+    def __enter__(self) -> OciArchive:
         return self
 
     def __exit__(self, *exc: object) -> None:

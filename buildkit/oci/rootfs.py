@@ -19,9 +19,10 @@ import shutil
 import subprocess
 import tarfile
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Callable, Iterable
+from typing import IO
 
 from buildkit.core.errors import ImageSourceError
 

@@ -293,7 +293,8 @@ def _has_commit(repo: Git, commit: str) -> bool:
 
 def _git_said(err: git.GitCommandError) -> str:
     """git's last meaningful stderr line (not its boilerplate), without fatal:/error: prefixes."""
-    stderr = getattr(err, "raw_stderr", None) or str(err.stderr or "").strip().removeprefix("stderr: '").removesuffix("'")
+    stderr = getattr(err, "raw_stderr", None) \
+        or str(err.stderr or "").strip().removeprefix("stderr: '").removesuffix("'")
     lines = [re.sub(r"^(fatal|error|warning): ", "", line.strip()) for line in stderr.splitlines()]
     lines = [line for line in lines if line and not line.lower().startswith(_BOILERPLATE)]
     return redact_text(lines[-1])[:300] if lines else ""

@@ -26,14 +26,15 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 import git
 
 from buildkit.core import children
-from buildkit.core.children import STOP_GRACE, group_size as _group_size, stop as stop_group
+from buildkit.core.children import STOP_GRACE, group_size as _group_size, stop as stop_group  # noqa: F401 (STOP_GRACE: for callers)
 from buildkit.core.errors import SourceError
 from buildkit.core.urlcreds import UrlAuth, clean_url, redact_url, split_credentials
 

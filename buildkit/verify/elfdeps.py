@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 PT_LOAD, PT_DYNAMIC, PT_INTERP = 1, 2, 3
 DT_NULL, DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_SONAME, DT_RPATH, DT_RUNPATH = 0, 1, 5, 10, 14, 15, 29
@@ -45,7 +45,7 @@ class ElfInfo:
     runpath: tuple[str, ...] = ()
     interpreter: str | None = None  # PT_INTERP: the dynamic linker a program names (absolute path)
 
-    def compatible(self, other: "ElfInfo") -> bool:
+    def compatible(self, other: ElfInfo) -> bool:
         return self.elf_class == other.elf_class and self.machine == other.machine
 
 
