@@ -7,6 +7,7 @@ import statistics
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from buildkit import __version__
 from buildkit.bench.figures import Impossible, run_figures
@@ -69,7 +70,8 @@ class RunResult:
     @classmethod
     def from_dict(cls, data: dict) -> RunResult:
         names = {f.name for f in fields(cls)} - {"requests"}
-        return cls(**{k: data.get(k) for k in names})
+        values: dict[str, Any] = {k: data.get(k) for k in names}
+        return cls(**values)
 
 
 def _mean(values: list[float]) -> float | None:
@@ -211,12 +213,12 @@ def _typed(cls, data, where: str, *, defaults: bool) -> dict:
     naming the first that is not. An absent field takes its default (defaults) or None (when it may be None)."""
     if not isinstance(data, dict):
         raise ValueError(f"{where} must be an object, got {_kind(data)}")
-    out = {}
+    out: dict[str, Any] = {}
     for f in fields(cls):
         kind, _, optional = f.type.partition(" | ")
         if kind not in _KINDS or (f.name not in data and defaults):
             continue
-        value = data.get(f.name)
+        value: Any = data.get(f.name)  # a JSON value, checked below
         if value is None and optional:
             out[f.name] = None
             continue

@@ -53,6 +53,7 @@ import re
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import git
@@ -72,7 +73,7 @@ _BOILERPLATE = ("could not read from remote repository", "please make sure you h
 # Export the exact tree: ignore export-ignore / export-subst attributes the tree may carry.
 _EXPORT_ATTRIBUTES = "* -export-ignore -export-subst\n"
 # Extraction filter "tar": no absolute or escaping member paths, no setuid bits (Python >= 3.11.4).
-_TAR_FILTER = {"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}
+_TAR_FILTER: dict[str, Any] = {"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}
 
 
 @dataclass(frozen=True)

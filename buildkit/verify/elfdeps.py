@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -167,7 +167,7 @@ def find_in(name: str, dirs: list[tuple[str, str]], want: ElfInfo) -> tuple[Path
 Finder = Callable[[str, ElfInfo, tuple[str, ...]], "tuple[Path, str] | None"]
 
 
-def ld_so_finder(ld_library_path: list[str] = (), system_dirs: tuple[str, ...] = SYSTEM_DIRS) -> Finder:
+def ld_so_finder(ld_library_path: Sequence[str] = (), system_dirs: tuple[str, ...] = SYSTEM_DIRS) -> Finder:
     """ld.so's order: DT_RPATH (of the chain, when the object has no DT_RUNPATH), LD_LIBRARY_PATH,
     DT_RUNPATH, the system folders."""
     def find(name: str, obj: ElfInfo, rpath: tuple[str, ...]) -> tuple[Path, str] | None:
@@ -178,7 +178,7 @@ def ld_so_finder(ld_library_path: list[str] = (), system_dirs: tuple[str, ...] =
     return find
 
 
-def resolve(roots: list[Path], ld_library_path: list[str] = (), system_dirs: tuple[str, ...] = SYSTEM_DIRS,
+def resolve(roots: list[Path], ld_library_path: Sequence[str] = (), system_dirs: tuple[str, ...] = SYSTEM_DIRS,
             finder: Finder | None = None) -> Resolution:
     """Every library the roots need, directly or not, with the file ld.so would pick (or the
     finder, when one is given).
