@@ -162,7 +162,8 @@ def make_bundle(archive_path: Path, out: Path, *, platform: str = "linux/amd64",
         partial = out.with_name(out.name + ".partial")
         body = json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n"
         # xz_preset is an int 0-9; typeshed asks for a literal
-        with tarfile.open(partial, "w:xz", preset=xz_preset, format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
+        xz = tarfile.open(partial, "w:xz", preset=xz_preset, format=tarfile.PAX_FORMAT)  # type: ignore[call-overload]
+        with xz as tar:
             info = tarfile.TarInfo(MANIFEST)
             info.size, info.mode, info.mtime = len(body), 0o644, 0
             tar.addfile(info, io.BytesIO(body))

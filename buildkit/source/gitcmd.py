@@ -35,7 +35,8 @@ from typing import IO, Any, BinaryIO, cast
 import git
 
 from buildkit.core import children
-from buildkit.core.children import STOP_GRACE, group_size as _group_size, stop as stop_group  # noqa: F401 (STOP_GRACE: for callers)
+from buildkit.core.children import STOP_GRACE as STOP_GRACE  # re-exported: callers time git against it
+from buildkit.core.children import group_size as _group_size, stop as stop_group
 from buildkit.core.errors import SourceError
 from buildkit.core.urlcreds import UrlAuth, clean_url, redact_url, split_credentials
 
