@@ -7,8 +7,8 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 from urllib.parse import urlsplit
 
 from buildkit.bench.figures import Impossible, request_figures
@@ -85,7 +85,7 @@ def _snippet(raw: bytes) -> str:
     return repr(text[:80] + ("..." if len(text) > 80 else ""))
 
 
-def _stream_error(exc: Exception, ep: "Endpoint", received: str) -> StreamError:
+def _stream_error(exc: Exception, ep: Endpoint, received: str) -> StreamError:
     """The one line for a failed request (not a time-out)."""
     if isinstance(exc, ConnectionRefusedError):
         return StreamError(f"cannot connect to {ep.base}: connection refused (is the server running?)")
@@ -126,12 +126,12 @@ def stream_chat(ep: Endpoint, body: dict, timeout: float) -> RequestResult:
         while True:
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
-                raise socket.timeout()
+                raise TimeoutError()
             if conn.sock is not None:
                 conn.sock.settimeout(remaining)
             raw = resp.readline(1 << 22)
             if watchdog.expired:
-                raise socket.timeout()
+                raise TimeoutError()
             if not raw:
                 break
             line = raw.strip()

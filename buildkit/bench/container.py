@@ -6,9 +6,9 @@ from __future__ import annotations
 import http.client
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 from buildkit.bench.client import endpoint
 from buildkit.bench.protocol import BENCH_LABEL

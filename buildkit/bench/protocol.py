@@ -57,7 +57,7 @@ class Protocol:
     cache_prompt: bool = False  # off: every run processes the whole prompt, so prompt tok/s compare too
     degradation_threshold: float = DEGRADATION_THRESHOLD
 
-    def check(self) -> "Protocol":
+    def check(self) -> Protocol:
         for name in ("runs", "max_tokens", "concurrency"):
             if getattr(self, name) < 1:
                 raise BenchError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import statistics
 from dataclasses import asdict, dataclass, field, fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from buildkit import __version__
 from buildkit.bench.figures import Impossible, run_figures
@@ -67,9 +68,10 @@ class RunResult:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict) -> "RunResult":
+    def from_dict(cls, data: dict) -> RunResult:
         names = {f.name for f in fields(cls)} - {"requests"}
-        return cls(**{k: data.get(k) for k in names})
+        values: dict[str, Any] = {k: data.get(k) for k in names}
+        return cls(**values)
 
 
 def _mean(values: list[float]) -> float | None:
@@ -133,7 +135,7 @@ class BenchReport:
     invalid: list[dict] = field(default_factory=list)  # {"run": N, "reason": ...}: runs with impossible figures
     error: str | None = None
     interrupted: bool = False
-    started: str = field(default_factory=lambda: datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    started: str = field(default_factory=lambda: datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
     @property
     def label(self) -> str:
@@ -157,7 +159,7 @@ class BenchReport:
         }
 
     @classmethod
-    def from_dict(cls, data: dict, where: str = "report") -> "BenchReport":
+    def from_dict(cls, data: dict, where: str = "report") -> BenchReport:
         """A report read back, checked key by key (a hand-edited or foreign one is one BenchError line)."""
         try:
             return cls._from_dict(data, where)
@@ -165,7 +167,7 @@ class BenchReport:
             raise BenchError(f"{where}: not a buildkit bench report ({exc})") from None
 
     @classmethod
-    def _from_dict(cls, data, where: str) -> "BenchReport":
+    def _from_dict(cls, data, where: str) -> BenchReport:
         if not isinstance(data, dict) or data.get("report_version") != REPORT_VERSION:
             got = data.get("report_version") if isinstance(data, dict) else data
             raise ValueError(f"report_version {str(got)[:40]} is not {REPORT_VERSION}")
@@ -173,10 +175,12 @@ class BenchReport:
         runs, target = data.get("runs"), data.get("target")
         if not isinstance(runs, list):
             raise ValueError(f"runs must be a list, got {_kind(runs)}")
-        if not isinstance(target, dict) or not all(isinstance(target.get(k), (str, type(None))) for k in ("image", "url")):
+        if not isinstance(target, dict) or not all(isinstance(target.get(k), (str, type(None)))
+                                                   for k in ("image", "url")):
             raise ValueError("target must be an object whose image and url are strings")
         error, started, interrupted = data.get("error"), data.get("started", ""), data.get("interrupted", False)
-        if not isinstance(error, (str, type(None))) or not isinstance(started, str) or not isinstance(interrupted, bool):
+        if not isinstance(error, (str, type(None))) or not isinstance(started, str) \
+                or not isinstance(interrupted, bool):
             raise ValueError("error and started must be strings, interrupted true or false")
         checked = []
         for i, run in enumerate(runs):
@@ -209,12 +213,12 @@ def _typed(cls, data, where: str, *, defaults: bool) -> dict:
     naming the first that is not. An absent field takes its default (defaults) or None (when it may be None)."""
     if not isinstance(data, dict):
         raise ValueError(f"{where} must be an object, got {_kind(data)}")
-    out = {}
+    out: dict[str, Any] = {}
     for f in fields(cls):
         kind, _, optional = f.type.partition(" | ")
         if kind not in _KINDS or (f.name not in data and defaults):
             continue
-        value = data.get(f.name)
+        value: Any = data.get(f.name)  # a JSON value, checked below
         if value is None and optional:
             out[f.name] = None
             continue

@@ -19,13 +19,14 @@ import signal
 import subprocess
 import threading
 import time
-from typing import Sequence
+from collections.abc import Sequence
+from typing import Any
 
 STOP_GRACE = 3.0  # seconds between SIGTERM (git removes its temporary files, buildx cancels) and SIGKILL
 KILL_WAIT = 5.0  # seconds to wait for a SIGKILLed group to be gone
 
 _lock = threading.Lock()
-_groups: dict[int, subprocess.Popen] = {}  # pgid (= the leader's pid) -> the leader
+_groups: dict[int, subprocess.Popen[Any]] = {}  # pgid (= the leader's pid) -> the leader
 
 
 def group_size(pgid: int) -> int:
@@ -49,12 +50,12 @@ def group_size(pgid: int) -> int:
     return count
 
 
-def start(argv: Sequence[str], **popen) -> subprocess.Popen:
+def start(argv: Sequence[str], **popen: Any) -> subprocess.Popen[Any]:
     """subprocess.Popen(argv, **popen) in a new session (its own process group), registered."""
     return adopt(subprocess.Popen(list(argv), start_new_session=True, **popen))
 
 
-def adopt(proc: subprocess.Popen) -> subprocess.Popen:
+def adopt(proc: subprocess.Popen[Any]) -> subprocess.Popen[Any]:
     """Register proc, which was started in a new session."""
     with _lock:
         _groups[proc.pid] = proc
@@ -70,7 +71,7 @@ def _wait_empty(pgid: int, seconds: float) -> bool:
     return True
 
 
-def stop(proc: subprocess.Popen, grace: float = STOP_GRACE) -> None:
+def stop(proc: subprocess.Popen[Any], grace: float = STOP_GRACE) -> None:
     """SIGTERM proc's group, SIGKILL whatever is left after grace seconds; proc is reaped."""
     pgid = proc.pid
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, KILL_WAIT)):
@@ -88,7 +89,7 @@ def stop(proc: subprocess.Popen, grace: float = STOP_GRACE) -> None:
         _groups.pop(pgid, None)
 
 
-def finish(proc: subprocess.Popen) -> None:
+def finish(proc: subprocess.Popen[Any]) -> None:
     """proc has ended: stop what it left running in its group, and forget the group."""
     if proc.poll() is not None and group_size(proc.pid) == 0:
         with _lock:

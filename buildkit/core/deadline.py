@@ -19,9 +19,12 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.poolmanager import PoolManager
 
 
 def shut(sock: socket.socket | None) -> None:
@@ -48,7 +51,7 @@ class Deadline:
         self.expired = True
         self._cut()
 
-    def __enter__(self) -> "Deadline":
+    def __enter__(self) -> Deadline:
         self._timer.start()
         return self
 
@@ -81,10 +84,11 @@ class Budget:
             self.spent += time.monotonic() - start
 
 
-def _tracking(pool_cls: type, conns: "weakref.WeakSet") -> type:
-    class Tracking(pool_cls):  # type: ignore[misc, valid-type]
-        def _new_conn(self):
-            conn = super()._new_conn()
+def _tracking(pool_cls: type[HTTPConnectionPool],
+              conns: weakref.WeakSet[HTTPConnection]) -> type[HTTPConnectionPool]:
+    class Tracking(pool_cls):  # type: ignore[misc, valid-type]  # a base class chosen at run time
+        def _new_conn(self) -> HTTPConnection:
+            conn: HTTPConnection = super()._new_conn()
             conns.add(conn)
             return conn
     return Tracking
@@ -94,19 +98,19 @@ class TrackingAdapter(HTTPAdapter):
     """requests' adapter whose open connections can all be cut (shut down) from another thread. A client
     using it sends one request at a time (RegistryClient does), so cutting them all cuts that request."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        self._conns: weakref.WeakSet = weakref.WeakSet()
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._conns: weakref.WeakSet[HTTPConnection] = weakref.WeakSet()
         super().__init__(*args, **kwargs)
 
-    def _track(self, manager) -> None:
+    def _track(self, manager: PoolManager) -> None:
         manager.pool_classes_by_scheme = {"http": _tracking(HTTPConnectionPool, self._conns),
                                           "https": _tracking(HTTPSConnectionPool, self._conns)}
 
-    def init_poolmanager(self, *args, **kwargs) -> None:
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
         super().init_poolmanager(*args, **kwargs)
         self._track(self.poolmanager)
 
-    def proxy_manager_for(self, proxy, **kwargs):
+    def proxy_manager_for(self, proxy: str, **kwargs: Any) -> Any:  # Any: as requests declares it
         fresh = proxy not in self.proxy_manager
         manager = super().proxy_manager_for(proxy, **kwargs)
         if fresh:

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
+from types import FrameType
+from typing import TypedDict
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -41,7 +43,13 @@ def exit_code(exc: BaseException) -> int:
     return 128 + signal_of(exc)
 
 
-_state = {"installed": False, "raised": 0, "deferred": None}  # raised: the signal raised (0: none yet)
+class _State(TypedDict):
+    installed: bool
+    raised: int  # the signal raised (0: none yet)
+    deferred: int | None  # within deferred(): the signal that came (0: none yet); None outside
+
+
+_state: _State = {"installed": False, "raised": 0, "deferred": None}
 
 
 def received() -> int:
@@ -49,7 +57,7 @@ def received() -> int:
     return _state["raised"]
 
 
-def _handler(signum: int, frame) -> None:
+def _handler(signum: int, frame: FrameType | None) -> None:
     if _state["raised"]:
         return
     if _state["deferred"] is not None:
@@ -66,13 +74,13 @@ def as_exceptions() -> Iterator[None]:
         yield
         return
     old = {sig: signal.signal(sig, _handler) for sig in SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN}
-    _state.update(installed=True, raised=0, deferred=None)
+    _state.update({"installed": True, "raised": 0, "deferred": None})
     try:
         yield
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
-        _state.update(installed=False, deferred=None)
+        _state.update({"installed": False, "deferred": None})
 
 
 @contextmanager

@@ -13,13 +13,18 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # rich is imported when a display starts
+    from rich.console import Console
+    from rich.table import Table
 
 STEP = re.compile(r"^#\d+ \[([^\]]+)\] (.+)$")
 CCACHE_SO_FAR = re.compile(r"ccache so far: (\d+) hits, (\d+) misses")
-_ACTIVE: list["LiveDisplay"] = []
+_ACTIVE: list[LiveDisplay] = []
 
 
 @dataclass
@@ -65,14 +70,14 @@ class LiveState:
 class LiveDisplay:
     """The rich Live area of one command; stage lines and buildkit's own lines print above it."""
 
-    def __init__(self, console) -> None:
+    def __init__(self, console: Console) -> None:
         from rich.live import Live
 
         self.console = console
         self.state = LiveState()
         self.live = Live(self, console=console, refresh_per_second=4, transient=True, redirect_stderr=False)
 
-    def __rich__(self):
+    def __rich__(self) -> Table:
         from rich.progress_bar import ProgressBar
         from rich.table import Table
         from rich.text import Text  # plain text: buildx's "[build 4/7]" is no markup

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 
-def cache_dir(env: dict[str, str] | None = None) -> Path:
+def cache_dir(env: Mapping[str, str] | None = None) -> Path:
     """The cache root: $LLAMA_BUILDKIT_CACHE_DIR, else $XDG_CACHE_HOME/llama-buildkit, else ~/.cache/llama-buildkit."""
     env = os.environ if env is None else env
     if env.get("LLAMA_BUILDKIT_CACHE_DIR"):

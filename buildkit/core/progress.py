@@ -20,9 +20,10 @@ from __future__ import annotations
 import re
 import sys
 import time
-from contextlib import contextmanager
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Any, TextIO
 
 STATUS_EVERY = 30.0  # seconds between two compile status lines
 PERCENT = re.compile(r"\[\s*(\d{1,3})%\]")
@@ -161,11 +162,11 @@ class CompileMeter:
 class Stages:
     """Stage lines with elapsed times on a stream (stderr by default)."""
 
-    def __init__(self, stream=None) -> None:
+    def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream
         self.times: dict[str, float] = {}
 
-    def _out(self):
+    def _out(self) -> TextIO:
         return sys.stderr if self.stream is None else self.stream
 
     def say(self, text: str) -> None:
@@ -211,12 +212,12 @@ def stages() -> Stages:
     return _STAGES
 
 
-def stage(name: str, detail: str = ""):
+def stage(name: str, detail: str = "") -> AbstractContextManager[None]:
     return _STAGES.stage(name, detail)
 
 
 def summary(variant: str, seconds: float, size: int | None, packed: int | None, ccache: tuple[int, int] | None,
-            times: dict[str, float] | None = None, tty: bool = False) -> dict:
+            times: dict[str, float] | None = None, tty: bool = False) -> dict[str, Any]:
     """The facts of the final summary line (and of `build --json`); size is the engine's size of
     the image (Engine.image_size)."""
     return {"variant": variant, "build_seconds": round(seconds, 1), "image_size": size,
@@ -225,7 +226,7 @@ def summary(variant: str, seconds: float, size: int | None, packed: int | None, 
             "stages": {k: round(v, 1) for k, v in (times or {}).items()}}
 
 
-def summary_line(facts: dict) -> str:
+def summary_line(facts: Mapping[str, Any]) -> str:
     ccache = (facts["ccache_hits"], facts["ccache_calls"]) if facts["ccache_calls"] is not None else None
     size = size_text(facts["image_size"])
     if facts["compressed_size"] and size_text(facts["compressed_size"]) != size:

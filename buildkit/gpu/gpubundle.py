@@ -30,7 +30,9 @@ import stat
 import tarfile
 import tempfile
 from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from buildkit.core.errors import ImageSourceError
 from buildkit.oci.ocilayout import OciArchive
@@ -64,10 +66,11 @@ class Section:
     patterns: tuple[str, ...] = ("*",)  # file names taken (all files below image_dir for "*")
 
 
-def sections(with_cuda: str | bool, extra: list[str] = (), cuda_dir: str = CUDA_LIB) -> list[Section]:
+def sections(with_cuda: str | bool, extra: Sequence[str] = (), cuda_dir: str = CUDA_LIB) -> list[Section]:
     """What the bundle takes: /app, the CUDA runtime (none, cudart alone, or all of CUDA_RUNTIME), extra files."""
-    choice = {True: "all", False: "none"}.get(with_cuda, with_cuda)
-    if choice not in CUDA_CHOICES:
+    named: dict[str | bool, str] = {True: "all", False: "none"}
+    choice = named.get(with_cuda, with_cuda)
+    if not isinstance(choice, str) or choice not in CUDA_CHOICES:
         raise ImageSourceError(f"with_cuda: one of {', '.join(CUDA_CHOICES)}, not {with_cuda!r}")
     out = [Section(APP, APP)]
     if CUDA_CHOICES[choice]:
@@ -99,7 +102,7 @@ def _collect(root: Path, section: Section) -> list[tuple[str, Path]]:
 
 
 def make_bundle(archive_path: Path, out: Path, *, platform: str = "linux/amd64", with_cuda: str | bool = "none",
-                extra: list[str] = (), cuda_dir: str = CUDA_LIB, xz_preset: int = 6,
+                extra: Sequence[str] = (), cuda_dir: str = CUDA_LIB, xz_preset: int = 6,
                 scratch: Path | None = None, log=lambda msg: None) -> dict:
     """Write the bundle of the image in an OCI archive or layout to `out` (tar.xz); returns its manifest."""
     secs = sections(with_cuda, extra, cuda_dir)
@@ -111,8 +114,8 @@ def make_bundle(archive_path: Path, out: Path, *, platform: str = "linux/amd64",
             f"({sum(d.size for d in image.layers) / 1e6:.1f} MB compressed)")
         applied = apply_layers(image, Path(tmp) / "root", include=lambda rel: is_under(rel, prefixes))
         root = applied.root
-        entries: list[dict] = []
-        members: list[tuple[str, Path | None, dict]] = []
+        entries: list[dict[str, Any]] = []
+        members: list[tuple[str, Path | None, dict[str, Any]]] = []
         for sec in secs:
             taken = _collect(root, sec)
             if not taken and sec.image_dir == APP:
@@ -124,8 +127,8 @@ def make_bundle(archive_path: Path, out: Path, *, platform: str = "linux/amd64",
             for rel, src in taken:
                 bundle_path = f"{sec.bundle_dir}/{rel}"
                 image_rel = f"{sec.image_dir}/{rel}"
-                entry = {"path": bundle_path, "image_path": "/" + image_rel,
-                         "layer": applied.origin.get(image_rel)}
+                entry: dict[str, Any] = {"path": bundle_path, "image_path": "/" + image_rel,
+                                         "layer": applied.origin.get(image_rel)}
                 if src.is_symlink():
                     resolved = secure_join(root, image_rel)
                     try:
@@ -158,19 +161,21 @@ def make_bundle(archive_path: Path, out: Path, *, platform: str = "linux/amd64",
         out.parent.mkdir(parents=True, exist_ok=True)
         partial = out.with_name(out.name + ".partial")
         body = json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n"
-        with tarfile.open(partial, "w:xz", preset=xz_preset, format=tarfile.PAX_FORMAT) as tar:
+        # xz_preset is an int 0-9; typeshed asks for a literal
+        xz = tarfile.open(partial, "w:xz", preset=xz_preset, format=tarfile.PAX_FORMAT)  # type: ignore[call-overload]
+        with xz as tar:
             info = tarfile.TarInfo(MANIFEST)
             info.size, info.mode, info.mtime = len(body), 0o644, 0
             tar.addfile(info, io.BytesIO(body))
-            for name, src, entry in members:
+            for name, member_src, entry in members:
                 info = tarfile.TarInfo(name)
                 info.mtime = 0
-                if src is None:
+                if member_src is None:
                     info.type, info.linkname, info.mode = tarfile.SYMTYPE, entry["target"], 0o777
                     tar.addfile(info)
                 else:
                     info.size, info.mode = entry["size"], entry["mode"]
-                    with open(src, "rb") as fh:
+                    with open(member_src, "rb") as fh:
                         tar.addfile(info, fh)
         partial.replace(out)
         sidecar = out.with_name(out.name + ".manifest.json")

@@ -18,8 +18,9 @@ import json
 import struct
 import tarfile
 import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import IO, Iterable, Iterator
+from typing import IO, Any
 
 from buildkit.core.errors import ImageSourceError
 from buildkit.oci.ocilayout import Descriptor, Image
@@ -39,7 +40,7 @@ class FileEntry:
     mtime: int
     link: str = ""
 
-    def meta(self) -> tuple:
+    def meta(self) -> tuple[str, int, int, int, int, str]:
         return (self.kind, self.mode, self.uid, self.gid, self.mtime, self.link)
 
 
@@ -95,7 +96,7 @@ class ImageDiff:
     def differing_paths(self) -> list[str]:
         return [f.path for layer in self.layers for f in layer.files]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "a": self.a, "b": self.b, "a_digest": self.a_digest, "b_digest": self.b_digest, "same": self.same,
             "config": [{"field": k, "a": va, "b": vb} for k, va, vb in self.config],
@@ -137,13 +138,14 @@ def _short(value: object, limit: int = 120) -> str:
 def _decompressed(fh: IO[bytes], media_type: str) -> IO[bytes]:
     if media_type.endswith("+zstd") or media_type.endswith(".zstd"):
         try:
-            import zstandard  # type: ignore[import-not-found]
+            import zstandard
         except ImportError:
             raise ImageSourceError("a layer is zstd-compressed; install the zstandard package to compare it") from None
-        return zstandard.ZstdDecompressor().stream_reader(fh)
+        reader: IO[bytes] = zstandard.ZstdDecompressor().stream_reader(fh)
+        return reader
     head = fh.peek(2)[:2] if hasattr(fh, "peek") else b""
     if media_type.endswith("gzip") or head == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=fh)  # type: ignore[return-value]
+        return gzip.GzipFile(fileobj=fh)  # type: ignore[return-value]  # a binary file; typeshed: no IO[bytes]
     return fh
 
 
@@ -159,10 +161,12 @@ def _kind(member: tarfile.TarInfo) -> str:
     return "other"
 
 
-def iter_layer(image: Image, layer: Descriptor, want: set[str] | None = None) -> Iterator[tuple[FileEntry, bytes | None]]:
+def iter_layer(image: Image, layer: Descriptor,
+               want: set[str] | None = None) -> Iterator[tuple[FileEntry, bytes | None]]:
     """Every entry of a layer as a FileEntry; with `want`, also the bytes of those paths."""
     with image.open_blob(layer.digest) as raw:
-        buffered = raw if hasattr(raw, "peek") else io.BufferedReader(raw)  # type: ignore[arg-type]
+        # any binary file does for BufferedReader; typeshed asks for a raw stream
+        buffered = raw if hasattr(raw, "peek") else io.BufferedReader(raw)  # type: ignore[type-var]
         stream = _decompressed(buffered, layer.media_type)
         try:
             with tarfile.open(fileobj=stream, mode="r|") as tar:
@@ -262,7 +266,8 @@ def diff_layer(a_img: Image, a: Descriptor, b_img: Image, b: Descriptor) -> tupl
 
 def _uncompressed_digest(image: Image, layer: Descriptor) -> str:
     with image.open_blob(layer.digest) as raw:
-        buffered = raw if hasattr(raw, "peek") else io.BufferedReader(raw)  # type: ignore[arg-type]
+        # any binary file does for BufferedReader; typeshed asks for a raw stream
+        buffered = raw if hasattr(raw, "peek") else io.BufferedReader(raw)  # type: ignore[type-var]
         stream = _decompressed(buffered, layer.media_type)
         h = hashlib.sha256()
         while chunk := stream.read(1 << 20):
@@ -283,7 +288,7 @@ def _flatten(value: object, prefix: str = "") -> Iterable[tuple[str, object]]:
         yield prefix, value
 
 
-def config_diff(a: dict, b: dict) -> list[tuple[str, object, object]]:
+def config_diff(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, object, object]]:
     fa, fb = dict(_flatten(a)), dict(_flatten(b))
     return [(key, fa.get(key), fb.get(key)) for key in sorted(set(fa) | set(fb)) if fa.get(key) != fb.get(key)]
 
@@ -302,7 +307,8 @@ def diff_images(a: Image, b: Image, *, files: bool = True) -> ImageDiff:
         lb = b.layers[i] if i < len(b.layers) else None
         if la is not None and lb is not None and la.digest == lb.digest:
             continue
-        step = (history_a[i] if i < len(history_a) else history_b[i] if i < len(history_b) else {}).get("created_by", "")
+        entry = history_a[i] if i < len(history_a) else history_b[i] if i < len(history_b) else {}
+        step = entry.get("created_by", "")
         layer = LayerDiff(index=i, a=la, b=lb, created_by=_step(step))
         if files and la is not None and lb is not None:
             layer.files, layer.note = diff_layer(a, la, b, lb)

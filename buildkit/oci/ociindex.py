@@ -20,13 +20,17 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import IO, TYPE_CHECKING, Any
 
 from buildkit.core.errors import ImageSourceError
 from buildkit.oci.ocilayout import OCI_INDEX, Image, OciArchive, sha256_digest
+
+if TYPE_CHECKING:
+    from buildkit.oci.registry import RegistryClient
 
 IMAGE_NAME = "io.containerd.image.name"
 REF_NAME = "org.opencontainers.image.ref.name"
@@ -40,7 +44,7 @@ class PlatformManifest:
     size: int
     media_type: str
 
-    def descriptor(self) -> dict:
+    def descriptor(self) -> dict[str, Any]:
         parts = self.platform.split("/")
         if len(parts) not in (2, 3) or not all(parts):
             raise ImageSourceError(f"platform {self.platform!r} is not of the form os/arch[/variant]")
@@ -75,7 +79,7 @@ def index_digest_of(archives: Sequence[tuple[str, Path]]) -> str:
     return sha256_digest(index_document(manifests))
 
 
-def _add(tar: tarfile.TarFile, name: str, size: int, fh) -> None:
+def _add(tar: tarfile.TarFile, name: str, size: int, fh: IO[bytes]) -> None:
     info = tarfile.TarInfo(name)
     info.size, info.mtime, info.mode, info.uid, info.gid = size, 0, 0o644, 0, 0
     info.uname = info.gname = ""
@@ -126,7 +130,7 @@ def write_index_archive(archives: Sequence[tuple[str, Path]], dest: Path, tags: 
     return digest
 
 
-def push_index(client, repo: str, archive: Path, tags: Sequence[str]) -> str:
+def push_index(client: RegistryClient, repo: str, archive: Path, tags: Sequence[str]) -> str:
     """Push an index archive (write_index_archive's): each image's blobs and manifest by digest,
     then the index, byte for byte, under every tag; returns the index digest (the registry's)."""
     from buildkit.oci.ocilayout import Descriptor, image_from, json_document, push_layout

@@ -20,12 +20,16 @@ import hashlib
 import json
 import tarfile
 import tempfile
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Callable, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from buildkit.core.errors import BuildkitError, ImageSourceError
+
+if TYPE_CHECKING:
+    from buildkit.oci.registry import RegistryClient
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -40,7 +44,8 @@ def sha256_digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def json_document(body: bytes | str, where: str, what: str, error: type = ImageSourceError) -> dict:
+def json_document(body: bytes | str, where: str, what: str,
+                  error: type[Exception] = ImageSourceError) -> dict[str, Any]:
     """A JSON object (an index, manifest or image config) read from an untrusted source; one line naming
     where and what otherwise."""
     try:
@@ -62,11 +67,11 @@ class Descriptor:
     media_type: str
     digest: str
     size: int
-    annotations: dict = field(default_factory=dict, compare=False)
-    platform: dict = field(default_factory=dict, compare=False)
+    annotations: dict[str, Any] = field(default_factory=dict, compare=False)
+    platform: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @classmethod
-    def from_json(cls, data: dict) -> "Descriptor":
+    def from_json(cls, data: dict[str, Any]) -> Descriptor:
         ok = (isinstance(data, dict) and isinstance(data.get("digest"), str) and ":" in data["digest"]
               and isinstance(data.get("mediaType", ""), str) and isinstance(data.get("annotations") or {}, dict)
               and isinstance(data.get("platform") or {}, dict))
@@ -87,10 +92,10 @@ class Image:
     source: str  # what the user named
     manifest_digest: str
     manifest_bytes: bytes
-    manifest: dict
+    manifest: dict[str, Any]
     config_digest: str
     config_bytes: bytes
-    config: dict
+    config: dict[str, Any]
     layers: list[Descriptor]
     open_blob: Callable[[str], IO[bytes]]  # digest -> readable binary file (caller closes)
     media_type: str = OCI_MANIFEST
@@ -102,7 +107,7 @@ class Image:
         return labels if isinstance(labels, dict) else {}
 
     @property
-    def history(self) -> list[dict]:
+    def history(self) -> list[dict[str, Any]]:
         """The history entries that made a layer, in layer order."""
         return [h for h in self.config.get("history") or [] if not h.get("empty_layer")]
 
@@ -111,7 +116,7 @@ class Image:
         return list((self.config.get("rootfs") or {}).get("diff_ids") or [])
 
 
-def _platform_matches(platform: dict, wanted: str | None) -> bool:
+def _platform_matches(platform: dict[str, Any], wanted: str | None) -> bool:
     if not wanted:
         return True
     parts = wanted.split("/")
@@ -121,7 +126,8 @@ def _platform_matches(platform: dict, wanted: str | None) -> bool:
     return got == parts
 
 
-def select_manifest(read: Callable[[str], bytes], index: dict, platform: str | None, where: str) -> Descriptor:
+def select_manifest(read: Callable[[str], bytes], index: dict[str, Any], platform: str | None,
+                    where: str) -> Descriptor:
     """The image manifest an index stands for: nested indexes are followed, attestation manifests
     skipped, several entries for one digest (one per tag) counted once."""
     seen: dict[str, Descriptor] = {}
@@ -186,7 +192,7 @@ class OciArchive:
         if self._tar is not None:
             self._tar.close()
 
-    def __enter__(self) -> "OciArchive":
+    def __enter__(self) -> OciArchive:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -215,7 +221,7 @@ class OciArchive:
         with self.open_blob(digest) as fh:
             return fh.read()
 
-    def index(self) -> dict:
+    def index(self) -> dict[str, Any]:
         with self.open_path("index.json") as fh:
             return json_document(fh.read(), str(self.path), "index.json")
 
@@ -245,7 +251,7 @@ class EngineImages(Protocol):
 class _RegistryBlobs:
     """Blobs of one registry repository, fetched once each into a temporary folder."""
 
-    def __init__(self, client, repo: str, tmp: Path) -> None:
+    def __init__(self, client: RegistryClient, repo: str, tmp: Path) -> None:
         self.client, self.repo, self.tmp = client, repo, tmp
 
     def path(self, digest: str) -> Path:
@@ -323,7 +329,7 @@ def open_image(spec: str, stack: ExitStack, *, platform: str | None = "linux/amd
 
 # --------------------------------------------------------------------------- pushing an archive
 
-def push_layout(client, repo: str, image: Image, tags: list[str] | tuple[str, ...]) -> str:
+def push_layout(client: RegistryClient, repo: str, image: Image, tags: list[str] | tuple[str, ...]) -> str:
     """Upload the image's blobs (skipping those the registry has) and put its manifest, byte for
     byte, under every tag; returns the manifest digest (the archive's)."""
     if not tags:

@@ -147,7 +147,7 @@ class RegistryClient(RegistryAuth, BlobTransfers):
         timed_out = 0
         for attempt in range(self.retries + 1):
             last = attempt == self.retries
-            if upload and hasattr(body, "seek"):  # every attempt sends the file from its start
+            if upload and body is not None and hasattr(body, "seek"):  # every attempt sends the file from its start
                 body.seek(0)
             own = budget.seconds if upload else self.timeout
             limit = min(own, budget.left())

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import requests
 
-from buildkit.core.errors import AuthError
+from buildkit.core.errors import AuthError, RegistryError
+from buildkit.oci.credentials import Credentials
 from buildkit.oci.registryhttp import status_text
 
 TOKEN_CLIENT_ID = "llama-buildkit"
@@ -49,6 +50,17 @@ def parse_www_authenticate(header: str) -> Challenge | None:
 class RegistryAuth:
     """Auth for RegistryClient: needs its host, credentials, _basic, _bearer, _tokens, _base, _send,
     _fail and _may_send_secret."""
+
+    # What RegistryClient sets and defines (declared for the type checker; no values here).
+    host: str
+    credentials: Credentials | None
+    _basic: bool
+    _bearer: Challenge | None
+    _tokens: dict[str, tuple[str, float]]
+    _base: Callable[[], str]
+    _send: Callable[..., requests.Response]
+    _fail: Callable[[str, str], RegistryError]
+    _may_send_secret: Callable[[str], bool]
 
     def _learn(self, challenge: Challenge | None) -> None:
         if challenge is None:

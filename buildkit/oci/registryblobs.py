@@ -6,19 +6,29 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import urljoin, urlsplit
 
 import requests
 
-from buildkit.core.deadline import Deadline
+from buildkit.core.deadline import Budget, Deadline, TrackingAdapter
+from buildkit.core.errors import RegistryError
 from buildkit.oci.registryhttp import (check_reference, check_repo, describe_connection_error, matches, not_created,
                                        sha256_digest, status_text)
 
 
 class BlobTransfers:
     """Blobs for RegistryClient: needs its _request, _fail, _base, _adapter, timeout and _transfers."""
+
+    # What RegistryClient sets and defines (declared for the type checker; no values here).
+    timeout: float
+    _adapter: TrackingAdapter
+    _transfers: Budget
+    _request: Callable[..., requests.Response]
+    _fail: Callable[[str, str], RegistryError]
+    _base: Callable[[], str]
 
     def get_blob(self, repo: str, digest: str, max_bytes: int = 4 << 20) -> bytes:
         """A small blob (an image config), checked against its digest."""
@@ -116,7 +126,7 @@ class BlobTransfers:
 class _SizedReader:
     """A file of known size for requests (sent with Content-Length, not chunked); rewound on a retry."""
 
-    def __init__(self, fh: Any, size: int) -> None:
+    def __init__(self, fh: IO[bytes], size: int) -> None:
         self.fh, self.size, self.start = fh, size, fh.tell()
         self.len = size
 

@@ -58,7 +58,8 @@ def ca_for(host: str) -> str | bool:
 
 
 def deadlines_from(env: Mapping[str, str]) -> dict[str, float]:
-    """The RegistryClient deadlines that TIMEOUT_ENV, DEADLINE_ENV and TRANSFER_DEADLINE_ENV set (an unset one is left out)."""
+    """The RegistryClient deadlines that TIMEOUT_ENV, DEADLINE_ENV and TRANSFER_DEADLINE_ENV set (an unset
+    one is left out)."""
     out = {}
     for argument, name in (("timeout", TIMEOUT_ENV), ("deadline", DEADLINE_ENV),
                            ("transfer_timeout", TRANSFER_DEADLINE_ENV)):

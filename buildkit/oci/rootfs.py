@@ -19,11 +19,15 @@ import shutil
 import subprocess
 import tarfile
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Callable, Iterable
+from typing import IO, TYPE_CHECKING
 
 from buildkit.core.errors import ImageSourceError
+
+if TYPE_CHECKING:
+    from buildkit.oci.ocilayout import Descriptor, Image
 
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
@@ -97,14 +101,16 @@ def open_layer(fh: IO[bytes], media_type: str, digest: str) -> tarfile.TarFile:
         if shutil.which("zstd") is None:
             raise ImageSourceError(f"layer {digest[:19]} is zstd-compressed and no `zstd` program is installed")
         proc = subprocess.Popen(["zstd", "-dc"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        stdin = proc.stdin
+        assert stdin is not None  # a pipe
 
         def feed() -> None:
             try:
-                shutil.copyfileobj(fh, proc.stdin, 1 << 20)
+                shutil.copyfileobj(fh, stdin, 1 << 20)
             except OSError:
                 pass
             finally:
-                proc.stdin.close()
+                stdin.close()
 
         threading.Thread(target=feed, daemon=True).start()
         return tarfile.open(fileobj=proc.stdout, mode="r|")
@@ -176,17 +182,19 @@ def apply_layer(tar: tarfile.TarFile, applied: Applied, digest: str,
         if member.issym():
             os.symlink(member.linkname, target)
         elif member.islnk():
+            assert source is not None  # set above for a hardlink
             os.link(source, target, follow_symlinks=False)
         else:
             src = tar.extractfile(member)
+            assert src is not None  # a regular file
             with open(target, "wb") as out:
                 shutil.copyfileobj(src, out, 1 << 20)
             os.chmod(target, member.mode & 0o7777)
         applied.origin[rel] = digest
 
 
-def apply_layers(image, root: Path, include: Callable[[str], bool] = lambda rel: True,
-                 layers: Iterable | None = None) -> Applied:
+def apply_layers(image: Image, root: Path, include: Callable[[str], bool] = lambda rel: True,
+                 layers: Iterable[Descriptor] | None = None) -> Applied:
     """Apply the image's layers (an ocilayout.Image) in order into root (created, must be empty)."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)

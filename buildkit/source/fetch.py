@@ -53,6 +53,7 @@ import re
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import git
@@ -72,7 +73,7 @@ _BOILERPLATE = ("could not read from remote repository", "please make sure you h
 # Export the exact tree: ignore export-ignore / export-subst attributes the tree may carry.
 _EXPORT_ATTRIBUTES = "* -export-ignore -export-subst\n"
 # Extraction filter "tar": no absolute or escaping member paths, no setuid bits (Python >= 3.11.4).
-_TAR_FILTER = {"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}
+_TAR_FILTER: dict[str, Any] = {"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}
 
 
 @dataclass(frozen=True)
@@ -293,7 +294,8 @@ def _has_commit(repo: Git, commit: str) -> bool:
 
 def _git_said(err: git.GitCommandError) -> str:
     """git's last meaningful stderr line (not its boilerplate), without fatal:/error: prefixes."""
-    stderr = getattr(err, "raw_stderr", None) or str(err.stderr or "").strip().removeprefix("stderr: '").removesuffix("'")
+    stderr = getattr(err, "raw_stderr", None) \
+        or str(err.stderr or "").strip().removeprefix("stderr: '").removesuffix("'")
     lines = [re.sub(r"^(fatal|error|warning): ", "", line.strip()) for line in stderr.splitlines()]
     lines = [line for line in lines if line and not line.lower().startswith(_BOILERPLATE)]
     return redact_text(lines[-1])[:300] if lines else ""

@@ -23,17 +23,20 @@ A wait longer than WAIT_NOTICE seconds says on stderr what it waits for.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Any, BinaryIO, cast
 
 import git
 
 from buildkit.core import children
-from buildkit.core.children import STOP_GRACE, group_size as _group_size, stop as stop_group
+from buildkit.core.children import STOP_GRACE as STOP_GRACE  # re-exported: callers time git against it
+from buildkit.core.children import group_size as _group_size, stop as stop_group
 from buildkit.core.errors import SourceError
 from buildkit.core.urlcreds import UrlAuth, clean_url, redact_url, split_credentials
 
@@ -122,13 +125,14 @@ class Git:
         self.env.update(env or {})
         self._runner = git.Git(str(git_dir) if git_dir is not None else None)
 
-    def _start(self, args: tuple[str, ...], stdin: IO | None = None):
+    def _start(self, args: tuple[str, ...],
+               stdin: BinaryIO | None = None) -> tuple[list[str], subprocess.Popen[Any]]:
         argv = [git.Git.GIT_PYTHON_GIT_EXECUTABLE or "git", *args]
         # GitPython's AutoInterrupt handle terminates git when it is collected: it lives as long as proc
         handle = self._runner.execute(argv, as_process=True, env=self.env, istream=stdin,
                                       start_new_session=True)
-        proc = children.adopt(handle.proc)
-        proc._buildkit_handle = handle
+        proc = children.adopt(cast("subprocess.Popen[Any]", handle.proc))  # started, so never None
+        proc._buildkit_handle = handle  # type: ignore[attr-defined]  # our own attribute, to keep handle alive
         return argv, proc
 
     def _watch(self, proc, what: str, timeout: float | None) -> _Watchdog:
@@ -141,7 +145,7 @@ class Git:
     def _failed(what: str, reason: str) -> SourceError:
         return SourceError(f"git {what} {reason}; it was stopped (raise {TIMEOUT_ENV} for a slow server)")
 
-    def run(self, *args: str, what: str = "", timeout: float | None = None, stdin: IO | None = None) -> str:
+    def run(self, *args: str, what: str = "", timeout: float | None = None, stdin: BinaryIO | None = None) -> str:
         """stdout of `git ARGS` (stdin: a file to read from); GitFailed (with stderr) when git fails,
         SourceError when it is stopped for its deadline or its process count."""
         what = what or args[0]
@@ -175,11 +179,13 @@ class Git:
         """`git ARGS` with its stdout to read; checked (and stopped if need be) when the block ends."""
         what = what or args[0]
         argv, proc = self._start(args)
+        stdout, stderr = proc.stdout, proc.stderr
+        assert stdout is not None and stderr is not None  # GitPython pipes both
         dog = self._watch(proc, what, timeout)
         try:
-            yield proc.stdout
-            proc.stdout.read()  # drain what the reader left, so git can exit
-            err = proc.stderr.read()
+            yield stdout
+            stdout.read()  # drain what the reader left, so git can exit
+            err = stderr.read()
             proc.wait()
         except BaseException:
             dog.stop()

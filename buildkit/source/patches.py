@@ -129,7 +129,7 @@ def _queue_hash(files: tuple[Path, ...], names: tuple[str, ...]) -> str:
     """Over each patch's path relative to the folder and its bytes (for a flat folder, the name: the
     hash of a flat queue is the one it had when only names were hashed)."""
     digest = hashlib.sha256(_HASH_DOMAIN)
-    for path, name in zip(files, names):
+    for path, name in zip(files, names, strict=True):
         content = _read(path)
         digest.update(f"{name}\0{len(content)}\0".encode())
         digest.update(content)

@@ -47,8 +47,8 @@ class Handler:
         chunk = header[self.offset:self.offset + len(self.magic)]
         if len(chunk) < len(self.magic):
             return False
-        mask = self.mask or b"\xff" * len(self.magic)
-        return all((c & m) == (g & m) for c, m, g in zip(chunk, mask, self.magic))
+        mask = self.mask or b"\xff" * len(self.magic)  # the kernel keeps a mask as long as its magic
+        return all((c & m) == (g & m) for c, m, g in zip(chunk, mask, self.magic, strict=False))
 
 
 def parse_handler(name: str, text: str) -> Handler | None:

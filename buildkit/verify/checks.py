@@ -27,6 +27,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from buildkit.verify import binfmt, cpucode, elfcheck
@@ -70,7 +71,7 @@ def check_version(engine, plan: BuildPlan, image: str) -> Check:
     return Check("version", PASSED, line.strip())
 
 
-def find_cuobjdump(extra_dirs: list[Path] = ()) -> str | None:
+def find_cuobjdump(extra_dirs: Sequence[Path] = ()) -> str | None:
     """cuobjdump from PATH, $CUDA_HOME, the given CUDA roots, or /usr/local/cuda: the first one built for
     this machine's CPU (a cross build's roots hold the build machine's and the target's toolkits, and an
     emulated build machine's cuobjdump does not run here)."""
@@ -107,7 +108,9 @@ def needed_libraries(path: Path) -> list[str]:
         needed: list[str] = []
         for section in elf.iter_sections():
             if isinstance(section, DynamicSection):
-                needed += [tag.needed for tag in section.iter_tags() if tag.entry.d_tag == "DT_NEEDED"]
+                # pyelftools sets `needed` on a DT_NEEDED tag at run time
+                needed += [tag.needed for tag in section.iter_tags()  # type: ignore[attr-defined]
+                           if tag.entry.d_tag == "DT_NEEDED"]
         return needed
 
 
@@ -142,7 +145,9 @@ def check_cuda_library(engine, plan: BuildPlan, image: str, cuda_roots: list[Pat
                                 f"{library.name} {'needs' if needs_driver else 'does not need'} libcuda.so.1 "
                                 "(VMM build, linked against the stub)"))
         cuobjdump = find_cuobjdump(cuda_roots)
-        expected = {plan.arch.elf_arch}
+        elf_arch = plan.arch.elf_arch
+        assert elf_arch is not None  # a CUDA arch's: verify_image checks the CUDA library for those only
+        expected = {elf_arch}
         if cuobjdump is None:
             checks.append(Check("cuda-archs", SKIPPED, "no cuobjdump on this machine (PATH, CUDA_HOME, "
                                                        "/usr/local/cuda); install nvidia-cuda-cuobjdump"))
@@ -245,7 +250,8 @@ def check_cpu_backends(engine, plan: BuildPlan, image: str, *, not_run: str = ""
 
 
 def _check_code(plan: BuildPlan, libs: dict[str, Path], objdump: str, host: set[str]) -> Check:
-    bad, good = [], []
+    bad: list[str] = []
+    good: list[str] = []
     for name, path in sorted(libs.items()):
         wanted = backend_class(plan, name, host)
         counts = cpucode.disassembly_counts(objdump, path)
@@ -314,7 +320,7 @@ def _header(tree: ImageTree | None, plan: BuildPlan) -> bytes:
 VMM_NOT_RUN = "a VMM build needs the NVIDIA driver's libcuda.so.1 to start; no driver here"
 
 
-def verify_image(plan: BuildPlan, image: str, *, cuda_roots: list[Path] = (),
+def verify_image(plan: BuildPlan, image: str, *, cuda_roots: Sequence[Path] = (),
                  archive: Path | None = None) -> VerifyReport:
     """archive: the OCI archive the build exported that image to (its files are read from it)."""
     engine = _engine()

@@ -140,7 +140,7 @@ def check_needed(plan: BuildPlan, tree: ImageTree, files: ElfFiles) -> Check:
     found = len(resolution.libraries) - len(resolution.missing)
     driver = [r.soname for r in resolution.missing if r.soname in absent_ok]
     note = f"; {', '.join(driver)} absent as expected (the NVIDIA driver's, mounted at run time)" if driver else ""
-    interpreters = sorted({files.infos[p].interpreter for p in roots if files.infos[p].interpreter})
+    interpreters = sorted({i for i in (files.infos[p].interpreter for p in roots) if i})
     note += f"; interpreter {', '.join(interpreters)} present" if interpreters else ""
     return Check("needed-libraries", PASSED, f"{_count(found)} needed by {len(roots)} ELF files under /app "
                                              f"resolve inside the image{note}")

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 PT_LOAD, PT_DYNAMIC, PT_INTERP = 1, 2, 3
 DT_NULL, DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_SONAME, DT_RPATH, DT_RUNPATH = 0, 1, 5, 10, 14, 15, 29
@@ -45,7 +45,7 @@ class ElfInfo:
     runpath: tuple[str, ...] = ()
     interpreter: str | None = None  # PT_INTERP: the dynamic linker a program names (absolute path)
 
-    def compatible(self, other: "ElfInfo") -> bool:
+    def compatible(self, other: ElfInfo) -> bool:
         return self.elf_class == other.elf_class and self.machine == other.machine
 
 
@@ -167,7 +167,7 @@ def find_in(name: str, dirs: list[tuple[str, str]], want: ElfInfo) -> tuple[Path
 Finder = Callable[[str, ElfInfo, tuple[str, ...]], "tuple[Path, str] | None"]
 
 
-def ld_so_finder(ld_library_path: list[str] = (), system_dirs: tuple[str, ...] = SYSTEM_DIRS) -> Finder:
+def ld_so_finder(ld_library_path: Sequence[str] = (), system_dirs: tuple[str, ...] = SYSTEM_DIRS) -> Finder:
     """ld.so's order: DT_RPATH (of the chain, when the object has no DT_RUNPATH), LD_LIBRARY_PATH,
     DT_RUNPATH, the system folders."""
     def find(name: str, obj: ElfInfo, rpath: tuple[str, ...]) -> tuple[Path, str] | None:
@@ -178,7 +178,7 @@ def ld_so_finder(ld_library_path: list[str] = (), system_dirs: tuple[str, ...] =
     return find
 
 
-def resolve(roots: list[Path], ld_library_path: list[str] = (), system_dirs: tuple[str, ...] = SYSTEM_DIRS,
+def resolve(roots: list[Path], ld_library_path: Sequence[str] = (), system_dirs: tuple[str, ...] = SYSTEM_DIRS,
             finder: Finder | None = None) -> Resolution:
     """Every library the roots need, directly or not, with the file ld.so would pick (or the
     finder, when one is given).

@@ -6,8 +6,8 @@ into "keep the image" or "remove its tags and say why".
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from buildkit.core.errors import BuildkitError, VerifyError
 from buildkit.engine.api import get_engine

@@ -17,10 +17,10 @@ from __future__ import annotations
 import os
 import posixpath
 import tempfile
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from buildkit.core.errors import ImageSourceError
 from buildkit.oci.ocilayout import open_image
