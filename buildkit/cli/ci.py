@@ -67,6 +67,11 @@ def github(out_path, cron, username_secret, password_secret, python_version, ins
     from buildkit.plan.matrix import matrix_variants
 
     cfg = resolve(kwargs)
+    passed = [origin for origin in set(cfg.origins.values())
+              if origin.startswith(("--", "env ")) and origin not in ("--image", "--config")]
+    if passed:
+        raise ConfigError(f"{', '.join(sorted(passed))}: the workflow runs with buildkit.toml and --image only; "
+                          "put the setting in buildkit.toml")
     if cfg.path is None:
         raise ConfigError("no buildkit.toml here (or --config FILE): the workflow runs the nightly of a "
                           "configuration in this repository; write one with `buildkit init`")
