@@ -52,6 +52,7 @@ def cli(tmp_path: Path) -> Cli:
     return Cli(tmp_path, cli_env(tmp_path / "cache"))
 
 
-from fixtures_docker import busybox_image, debian_base_image, docker_engine, multiarch_base_image  # noqa: E402,F401  (fixtures)
+from fixtures_docker import (busybox_image, debian_base_image, docker_engine, multiarch_base_image,  # noqa: E402,F401
+                             trixie_multiarch_base_image)  # noqa: E402,F401  (fixtures)
 from registryserver import registry_auth, registry_plain, registry_token  # noqa: E402,F401  (fixtures)
 from realserver import real_server_image, single_level_build  # noqa: E402,F401  (fixture: the real llama-server image, built by buildkit)

@@ -96,6 +96,16 @@ def debian_base_image(docker_engine: DockerEngine) -> str:
 
 
 @pytest.fixture(scope="session")
+def trixie_multiarch_base_image(docker_engine: DockerEngine) -> str:
+    """Debian 13 for linux/amd64 and linux/arm64: GCC 14, which arm64's SME CPU variants need."""
+    try:
+        return images.ensure_multiarch_image(images.TRIXIE_MULTIARCH_IMAGE, suite="trixie")
+    except (images.ImageError, subprocess.CalledProcessError, OSError) as e:
+        unavailable(f"cannot make {images.TRIXIE_MULTIARCH_IMAGE}: {e}")
+        raise  # unreachable
+
+
+@pytest.fixture(scope="session")
 def multiarch_base_image(debian_base_image: str) -> str:
     """One local image for linux/amd64 and linux/arm64 (cross builds use both halves)."""
     try:

@@ -9,6 +9,8 @@ Nothing can be pulled on the test machines, so the images builds start FROM are 
   cross builds: the amd64 image above, and arm64 made with ``debootstrap --foreign --arch=arm64``,
   which only unpacks the packages (no arm64 code runs, so no QEMU is needed). dpkg's status file is
   written from the unpacked packages' control fields, as the second stage would have.
+* ``buildkit-test/debian-multiarch:trixie``: the same two platforms of Debian 13, whose GCC 14 compiles
+  llama.cpp's armv9.2 (SME) CPU variants (the real tree's default CPU level for arm64).
 * ``buildkit-test/busybox:latest``: the static busybox of the host (package busybox-static) and its
   applet links, for tiny cases.
 
@@ -35,6 +37,8 @@ MULTIARCH_IMAGE = "buildkit-test/debian-multiarch:bookworm"
 # the same, with its arm64 half configured (debootstrap's second stage, run under QEMU): an emulated arm64
 # build stage runs apt in it (the unpack-only half has no users, no configured keyring for apt)
 CONFIGURED_MULTIARCH_IMAGE = "buildkit-test/debian-multiarch-configured:bookworm"
+# Debian 13: GCC 14, natively and as a cross compiler (tests/e2e/test_e2e_cross.py)
+TRIXIE_MULTIARCH_IMAGE = "buildkit-test/debian-multiarch:trixie"
 FOREIGN_ARCH = "arm64"
 DEBIAN_SUITE = "bookworm"
 
@@ -147,8 +151,9 @@ def _empty_dev(root: Path) -> None:
             p.unlink()
 
 
-def ensure_debian_image(ref: str = DEBIAN_IMAGE, *, force: bool = False) -> str:
-    """Make ``ref`` from ``debootstrap --variant=minbase bookworm`` unless it exists; returns ref."""
+def ensure_debian_image(ref: str = DEBIAN_IMAGE, *, force: bool = False, suite: str = DEBIAN_SUITE) -> str:
+    """Make ``ref`` from ``debootstrap --variant=minbase <suite>`` unless it exists; returns ref. Every suite
+    comes from the machine's own Debian mirror (the one serving bookworm serves them all)."""
     if not force and image_exists(ref):
         return ref
     _need_debootstrap(ref)
@@ -156,8 +161,8 @@ def ensure_debian_image(ref: str = DEBIAN_IMAGE, *, force: bool = False) -> str:
     work = Path(tempfile.mkdtemp(prefix="buildkit-debootstrap-"))
     try:
         root = work / "rootfs"
-        _log(f"debootstrap --variant=minbase {DEBIAN_SUITE} from the machine's apt source")
-        r = subprocess.run(["debootstrap", "--variant=minbase", DEBIAN_SUITE, str(root), mirror],
+        _log(f"debootstrap --variant=minbase {suite} from the machine's apt source")
+        r = subprocess.run(["debootstrap", "--variant=minbase", suite, str(root), mirror],
                            capture_output=True, text=True)
         if r.returncode != 0:
             tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-15:])
@@ -187,8 +192,8 @@ def _installed_status(root: Path) -> str:
     return "\n\n".join(stanzas) + "\n"
 
 
-def _foreign_first_stage(root: Path, arch: str) -> None:
-    r = subprocess.run(["debootstrap", "--foreign", f"--arch={arch}", "--variant=minbase", DEBIAN_SUITE, str(root),
+def _foreign_first_stage(root: Path, arch: str, suite: str = DEBIAN_SUITE) -> None:
+    r = subprocess.run(["debootstrap", "--foreign", f"--arch={arch}", "--variant=minbase", suite, str(root),
                         debian_mirror()], capture_output=True, text=True)
     if r.returncode != 0:
         tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-15:])
@@ -200,20 +205,20 @@ def _foreign_first_stage(root: Path, arch: str) -> None:
     _empty_dev(root)
 
 
-def _foreign_rootfs(root: Path, arch: str) -> None:
+def _foreign_rootfs(root: Path, arch: str, suite: str = DEBIAN_SUITE) -> None:
     """An unpack-only root of `arch`: nothing of it runs (dpkg's status written from the packages)."""
-    _foreign_first_stage(root, arch)
+    _foreign_first_stage(root, arch, suite)
     (root / "var/lib/dpkg/status").write_text(_installed_status(root))
     shutil.rmtree(root / "debootstrap")
     for p in (root / "var/cache/apt/archives").glob("*.deb"):
         p.unlink()
 
 
-def _configured_foreign_image(work: Path, arch: str, ref: str) -> None:
+def _configured_foreign_image(work: Path, arch: str, ref: str, suite: str = DEBIAN_SUITE) -> None:
     """`ref`: a configured root of `arch`, debootstrap's second stage run in a container of the first
     stage's root (under QEMU: the caller registers a binfmt handler; container=lxc, as the second stage
     in a container wants)."""
-    _foreign_first_stage(work / "rootfs", arch)
+    _foreign_first_stage(work / "rootfs", arch, suite)
     stage1 = ref + "-stage1"
     _import_dir(work / "rootfs", stage1, "bash", platform=f"linux/{arch}")
     shutil.rmtree(work / "rootfs")
@@ -257,8 +262,9 @@ def _saved_manifest(ref: str, work: Path, blobs: Path) -> dict:
             "platform": {"architecture": config["architecture"], "os": config["os"]}}
 
 
-def ensure_multiarch_image(ref: str = MULTIARCH_IMAGE, *, force: bool = False, configured: bool = False) -> str:
-    """Make ``ref``, an OCI index of the amd64 Debian image and an arm64 one, unless it exists.
+def ensure_multiarch_image(ref: str = MULTIARCH_IMAGE, *, force: bool = False, configured: bool = False,
+                           suite: str = DEBIAN_SUITE) -> str:
+    """Make ``ref``, an OCI index of the amd64 Debian image and an arm64 one (of `suite`), unless it exists.
     configured: the arm64 half goes through debootstrap's second stage, under QEMU (registered by the
     caller); otherwise it is only unpacked, and nothing of arm64 runs."""
     import hashlib
@@ -267,16 +273,17 @@ def ensure_multiarch_image(ref: str = MULTIARCH_IMAGE, *, force: bool = False, c
     if not force and image_exists(ref):
         return ref
     _need_debootstrap(ref)
-    native = ensure_debian_image()
+    native = ensure_debian_image() if suite == DEBIAN_SUITE else \
+        ensure_debian_image(f"buildkit-test/debian:{suite}", suite=suite)
     work = Path(tempfile.mkdtemp(prefix="buildkit-multiarch-"))
-    foreign = f"buildkit-test/debian-{FOREIGN_ARCH}-{'configured' if configured else 'only'}:{DEBIAN_SUITE}"
+    foreign = f"buildkit-test/debian-{FOREIGN_ARCH}-{'configured' if configured else 'only'}:{suite}"
     try:
         if configured:
             _log(f"debootstrap --foreign --arch={FOREIGN_ARCH}, then its second stage under emulation")
-            _configured_foreign_image(work, FOREIGN_ARCH, foreign)
+            _configured_foreign_image(work, FOREIGN_ARCH, foreign, suite)
         else:
             _log(f"debootstrap --foreign --arch={FOREIGN_ARCH} (unpack only, nothing of {FOREIGN_ARCH} runs)")
-            _foreign_rootfs(work / "rootfs", FOREIGN_ARCH)
+            _foreign_rootfs(work / "rootfs", FOREIGN_ARCH, suite)
             _import_dir(work / "rootfs", foreign, "bash", platform=f"linux/{FOREIGN_ARCH}")
             shutil.rmtree(work / "rootfs")
         layout = work / "layout"

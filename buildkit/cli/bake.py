@@ -9,10 +9,10 @@ from pathlib import Path
 
 import click
 
-from buildkit.cli.options import config_options, handle_errors, resolve
+from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, resolve
 
 
-@click.command()
+@click.command(cls=BuildkitCommand)
 @config_options
 @click.option("--print", "print_only", is_flag=True,
               help="Render every variant into a kept folder and print docker-bake.json instead of building.")

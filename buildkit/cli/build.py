@@ -8,16 +8,16 @@ from pathlib import Path
 
 import click
 
-from buildkit.cli.options import config_options, handle_errors, resolve
+from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, release_option, resolve
 from buildkit.cli.output import echo_published
 from buildkit.core.errors import ConfigError
 
 
 VERSION_OPTIONS = [
-    click.option("--version", "version", help="Semver version to publish (X.Y.Z[-pre], a leading v is dropped); sets "
-                                               "the version label."),
+    release_option("Semver version to publish (X.Y.Z[-pre], a leading v is dropped): the version label "
+                   "[image.version], and with --push the release tags."),
     click.option("--bump", type=click.Choice(["patch", "minor", "major"]), default="patch", show_default=True,
-                 help="With --push and no --version: bump the highest X.Y.Z-<variant> tag in the registry."),
+                 help="With --push and no --release: bump the highest X.Y.Z-<variant> tag in the registry."),
     click.option("--force", is_flag=True, help="With --push: rebuild even if the registry has this build key."),
 ]
 
@@ -28,7 +28,7 @@ def version_options(func):
     return func
 
 
-@click.command()
+@click.command(cls=BuildkitCommand)
 @config_options
 @version_options
 @click.option("--tag", "extra_tags", multiple=True, help="Extra local tag (the part after ':'), repeatable; with --push also pushed (a moving tag).")
@@ -84,8 +84,14 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
         cache_root(cfg).mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="print-", dir=cache_root(cfg)) as tmp:
             prepared = prepare(cfg, Path(tmp) / "context", extra_tags=extra_tags)
-            click.echo(shlex.join(buildx_argv(prepared.plan, prepared.rendered, build_options(cfg),
-                                              Path(tmp) / "metadata.json")))
+            argv = buildx_argv(prepared.plan, prepared.rendered, build_options(cfg), Path(tmp) / "metadata.json")
+            if as_json:
+                plan = prepared.plan
+                click.echo(json.dumps({"argv": argv, "variant": plan.request.variant, "build_key": prepared.build_key,
+                                       "commit": plan.source.commit, "tags": list(plan.tags),
+                                       "cmake_args": list(plan.cmake_args), "labels": dict(plan.labels)}, indent=2))
+            else:
+                click.echo(shlex.join(argv))
         click.echo("(its context was rendered into a temporary folder, now removed; `buildkit render --out DIR` "
                    "writes one to build from)", err=True)
         return

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from buildkit.cli.options import config_options, handle_errors, resolve
+from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, resolve
 
 WHERE = [
     click.option("--dir", "folder", type=click.Path(file_okay=False),
@@ -63,7 +63,9 @@ def _command(direction: str, help_text: str) -> click.Command:
         _carry(direction, folder, registry_repo, unit, kwargs)
 
     command.__doc__ = help_text
-    return ccache.command(direction)(config_options(where_options(handle_errors(command))))
+    # the variants (and the matrix's) and the builder: no source, base or image option does anything here
+    shared = config_options(only=("variant", "machine", "files"))
+    return ccache.command(direction, cls=BuildkitCommand)(shared(where_options(handle_errors(command))))
 
 
 export_cmd = _command("export", "Copy each variant's ccache out of the builder.")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from buildkit.cli.options import config_options, handle_errors, resolve
+from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, resolve
 
 
 @click.group()
@@ -15,7 +15,7 @@ def ci():
     """Generate CI configuration that runs buildkit."""
 
 
-@ci.command("github")
+@ci.command("github", cls=BuildkitCommand)
 @config_options
 @click.option("--out", "out_path", type=click.Path(dir_okay=False),
               help="Workflow file to write [default: .github/workflows/buildkit-nightly.yml].")

@@ -6,11 +6,11 @@ import json
 
 import click
 
-from buildkit.cli.options import config_options, handle_errors, resolve
+from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, resolve
 from buildkit.plan.config import KEYS
 
 
-@click.command("config")
+@click.command("config", cls=BuildkitCommand)
 @config_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: {key: {value, origin}}.")
 @handle_errors

@@ -7,10 +7,10 @@ import sys
 
 import click
 
-from buildkit.cli.options import config_options, handle_errors, resolve
+from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, resolve
 
 
-@click.command()
+@click.command(cls=BuildkitCommand)
 @config_options
 @click.option("--min-free-gb", type=float, default=None,
               help="Free disk space the build needs, in GB (default: by variant kind, 25 for CUDA, 4 for cpu, "

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import click
 
-from buildkit.cli.options import config_options, handle_errors, resolve
+from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, release_option, resolve
 from buildkit.core.errors import ConfigError
 from buildkit.flows.nightlysummary import PASSED
 
 
-@click.command()
+@click.command(cls=BuildkitCommand)
 @config_options
 @click.option("--json", "json_path", metavar="FILE",
               help="Write the summary as JSON to FILE ('-' for stdout; the text summary then goes to stderr).")
@@ -28,13 +28,15 @@ from buildkit.flows.nightlysummary import PASSED
                    "(amd64=ubuntu-latest, arm64=ubuntu-24.04-arm) [default: those two].")
 @click.option("--job", "job_unit", metavar="UNIT",
               help="CI: build, verify and push one unit of the plan (its id: cpu, cuda13_1-sm120_linux_arm64) "
-                   "at --commit with --image-version, by digest under its build-key tag; the result to --json.")
+                   "at --commit as --release, by digest under its build-key tag; the result to --json.")
+@release_option("With --job: the nightly version the plan gave (the image's version label).")
 @click.option("--assemble", "assemble_dir", type=click.Path(file_okay=False), metavar="DIR",
               help="CI: put the nightly tags (and multi-platform indexes) on the digests the jobs pushed, "
                    "from DIR/plan.json and the jobs' results in DIR; nothing is built.")
 @handle_errors
 def nightly(json_path: str | None, date: str | None, force: bool, no_verify: bool, plan_only: bool,
-            runners: tuple[str, ...], job_unit: str | None, assemble_dir: str | None, **kwargs):
+            runners: tuple[str, ...], job_unit: str | None, assemble_dir: str | None, version: str | None,
+            **kwargs):
     """Build and push the matrix for the head of source.branch, unless every variant has it already.
 
     \b
@@ -56,8 +58,10 @@ def nightly(json_path: str | None, date: str | None, force: bool, no_verify: boo
         raise ConfigError("give one of --plan, --job and --assemble")
     if runners and not plan_only:
         raise ConfigError("--runner goes with --plan")
-    if job_unit and not (kwargs.get("commit") and kwargs.get("image_version")):
-        raise ConfigError("--job needs the plan's --commit and --image-version")
+    if (job_unit or version) and not (job_unit and version and kwargs.get("commit")):
+        raise ConfigError("--job needs the plan's --commit and --release (and --release goes with --job)")
+    if version:
+        kwargs["image_version"] = version
     cfg = resolve(kwargs)
     if json_path and json_path != "-" and Path(json_path).is_dir():
         raise ConfigError(f"--json {json_path} is a folder; name the summary's file")

@@ -29,58 +29,137 @@ FLAG_KEYS = {
 }
 
 
-def config_options(func):
-    """The options shared by every command that resolves a build: each one names its config key."""
-    opts = [
-        click.option("--config", "config_path", type=click.Path(dir_okay=False),
+# The shared options in the groups `--help` shows them in, after each command's own options.
+OPTION_GROUPS = (
+    ("source", "Source"), ("variant", "What the image is"), ("bases", "Base images"),
+    ("machine", "Where and how it builds"), ("image", "Image name"), ("files", "Config and files"),
+)
+_GROUP_OF = {
+    "config_path": "files", "source": "source", "commit": "source", "patches": "source",
+    "arch": "variant", "cuda": "variant", "target": "variant", "platform": "variant", "cpu_level": "variant",
+    "vmm": "variant", "cmake_arg": "variant", "build_platform": "machine", "emulate_build_platform": "machine",
+    "jobs": "machine", "builder": "machine", "progress": "machine", "cache_from": "machine", "cache_to": "machine",
+    "provenance": "machine", "provider": "bases", "os_image": "bases", "devel_image": "bases",
+    "runtime_image": "bases", "cuda_root": "bases", "image": "image",
+    "cache_dir": "files", "lock": "files", "set_items": "files",
+}
+
+
+class SharedOption(click.Option):
+    """An option of config_options: `--help` lists it under its group's heading."""
+
+    def __init__(self, *args, group: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.group = group
+
+
+class BuildkitCommand(click.Command):
+    """A command whose `--help` shows its own options first, then the shared ones by group."""
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        own = [r for p in self.get_params(ctx) if not isinstance(p, SharedOption) and (r := p.get_help_record(ctx))]
+        if own:
+            with formatter.section("Options"):
+                formatter.write_dl(own)
+        for group, heading in OPTION_GROUPS:
+            records = [r for p in self.get_params(ctx) if isinstance(p, SharedOption) and p.group == group
+                       and (r := p.get_help_record(ctx))]
+            if records:
+                with formatter.section(heading):
+                    formatter.write_dl(records)
+
+
+def _shared(*decls, **attrs):
+    dest = next((d for d in decls if not d.startswith("-")), decls[0].split("/")[0].lstrip("-").replace("-", "_"))
+    return click.option(*decls, cls=SharedOption, group=_GROUP_OF[dest], **attrs), dest
+
+
+def config_options(func=None, *, only: tuple[str, ...] = (), also: tuple[str, ...] = ()):
+    """The options shared by every command that resolves a build: each one names its config key. Bare, every
+    one; with only=(groups...) those groups' options and the named ones of also=(dest...), so a command
+    offers no option that does nothing there (`tags` has no --source)."""
+    if func is None:
+        return lambda f: config_options(f, only=only, also=also)
+    opts = [_shared(*o[0], **o[1]) for o in _SHARED_OPTIONS]
+    for opt, dest in reversed(opts):
+        if not only or _GROUP_OF[dest] in only or dest in also or dest in ("config_path", "set_items"):
+            func = opt(func)
+    return func
+
+
+def _o(*decls, **attrs):
+    return decls, attrs
+
+
+_SHARED_OPTIONS = [
+        _o("--config", "config_path", type=click.Path(dir_okay=False),
                      help="buildkit.toml to read (default: ./buildkit.toml, or $LLAMA_BUILDKIT_CONFIG)."),
-        click.option("--source", help="Fork repository: URL, local path or mirror [source.url]."),
-        click.option("--commit", help="Pinned commit, full 40-hex SHA; a branch or tag builds its head "
+        _o("--source", help="Fork repository: URL, local path or mirror [source.url]."),
+        _o("--commit", help="Pinned commit, full 40-hex SHA; a branch or tag builds its head "
                                       "[source.commit]."),
-        click.option("--patches", help="Patch queue folder [source.patch_dir]."),
-        click.option("--arch", help="CUDA architecture or cpu, see `buildkit archs` [build.arch]."),
-        click.option("--cuda", help="CUDA version, MAJOR.MINOR [build.cuda_version]."),
-        click.option("--target", type=click.Choice(["server", "full", "light"]), help="Image target [build.target]."),
-        click.option("--platform", help="Platform(s) of the image, e.g. linux/arm64, or linux/amd64,linux/arm64 for "
+        _o("--patches", help="Patch queue folder [source.patch_dir]."),
+        _o("--arch", help="CUDA architecture or cpu, see `buildkit archs` [build.arch]."),
+        _o("--cuda", help="CUDA version, MAJOR.MINOR [build.cuda_version]."),
+        _o("--target", type=click.Choice(["server", "full", "light"]), help="Image target [build.target]."),
+        _o("--platform", help="Platform(s) of the image, e.g. linux/arm64, or linux/amd64,linux/arm64 for "
                                         "one index of both; default: the arch's [build.platform]."),
-        click.option("--build-platform", help="Where the compile runs (default: this machine); another CPU than "
+        _o("--build-platform", help="Where the compile runs (default: this machine); another CPU than "
                                               "--platform's cross-compiles, the same as --platform on another "
                                               "machine emulates [build.build_platform]."),
-        click.option("--emulate-build-platform", is_flag=True, default=None,
+        _o("--emulate-build-platform", is_flag=True, default=None,
                      help="For tests and CI: run a cross build whose --build-platform is not this engine's CPU "
                           "under the engine's emulation (QEMU via binfmt_misc, registered beforehand), e.g. an "
                           "arm64 Mac's build of an amd64 image, proven on an amd64 machine; many times slower "
                           "[build.emulate_build_platform]."),
-        click.option("--cpu-level", help="CPU instruction sets: all (default), x86-64-v2/v3/v4, armv8.2, armv8.6, "
+        _o("--cpu-level", help="CPU instruction sets: all (default), x86-64-v2/v3/v4, armv8.2, armv8.6, "
                                          "native, none [build.cpu_level]."),
-        click.option("--no-vmm/--vmm", "vmm", default=None,
+        _o("--no-vmm/--vmm", "vmm", default=None,
                      help="GGML_CUDA_NO_VMM on (default) or off; off links the libcuda stub [build.no_vmm]."),
-        click.option("--jobs", type=int, help="Parallel compile jobs, 0 = all cores [build.jobs]."),
-        click.option("--cmake-arg", multiple=True, help="Extra -DNAME=VALUE for CMake, repeatable [build.cmake_args]."),
-        click.option("--provider", type=click.Choice(["nvidia", "wheels"]),
+        _o("--jobs", type=int, help="Parallel compile jobs, 0 = all cores [build.jobs]."),
+        _o("--cmake-arg", multiple=True, help="Extra -DNAME=VALUE for CMake, repeatable [build.cmake_args]."),
+        _o("--provider", type=click.Choice(["nvidia", "wheels"]),
                      help="CUDA toolkit from NVIDIA images, or from PyPI wheels on --os-image [base.provider]."),
-        click.option("--os-image", help="Debian/Ubuntu base for cpu and provider wheels [base.os_image]."),
-        click.option("--devel-image", help="Build stage image, provider nvidia [base.devel_image]."),
-        click.option("--runtime-image", help="Runtime stage image, provider nvidia [base.runtime_image]."),
-        click.option("--cuda-root", help="Ready CUDA root folder for provider wheels [base.cuda_root]."),
-        click.option("--image", help="Image repository name [image.name]."),
-        click.option("--image-version", help="Version label [image.version]."),
-        click.option("--builder", help="buildx builder [build.builder]."),
-        click.option("--progress", type=click.Choice(["auto", "plain", "tty", "quiet", "rawjson"]),
+        _o("--os-image", help="Debian/Ubuntu base for cpu and provider wheels [base.os_image]."),
+        _o("--devel-image", help="Build stage image, provider nvidia [base.devel_image]."),
+        _o("--runtime-image", help="Runtime stage image, provider nvidia [base.runtime_image]."),
+        _o("--cuda-root", help="Ready CUDA root folder for provider wheels [base.cuda_root]."),
+        _o("--image", help="Image repository name [image.name]."),
+        _o("--builder", help="buildx builder [build.builder]."),
+        _o("--progress", type=click.Choice(["auto", "plain", "tty", "quiet", "rawjson"]),
                      help="buildx progress output [build.progress]."),
-        click.option("--cache-from", multiple=True, help="buildx --cache-from, repeatable [build.cache_from]."),
-        click.option("--cache-to", multiple=True, help="buildx --cache-to, repeatable [build.cache_to]."),
-        click.option("--provenance/--no-provenance", "provenance", default=None,
+        _o("--cache-from", multiple=True, help="buildx --cache-from, repeatable [build.cache_from]."),
+        _o("--cache-to", multiple=True, help="buildx --cache-to, repeatable [build.cache_to]."),
+        _o("--provenance/--no-provenance", "provenance", default=None,
                      help="Attach buildx provenance attestations (off by default: they make digests differ) "
                           "[build.provenance]."),
-        click.option("--cache-dir", help="Cache folder for git mirrors and CUDA roots [cache.dir]."),
-        click.option("--lock", help="Lock file to write [lock.path]."),
-        click.option("--set", "set_items", multiple=True, metavar="KEY=VALUE",
+        _o("--cache-dir", help="Cache folder for git mirrors and CUDA roots [cache.dir]."),
+        _o("--lock", help="Lock file to write [lock.path]."),
+        _o("--set", "set_items", multiple=True, metavar="KEY=VALUE",
                      help="Override any config key, e.g. --set build.jobs=4 (see `buildkit config`)."),
-    ]
-    for opt in reversed(opts):
-        func = opt(func)
-    return func
+]
+
+
+def release_option(help_text: str, *, required: bool = False):
+    """--release X.Y.Z, the version a build is published (or promoted) as, passed on as `version`. A command's
+    --version, its name before (`buildkit --version` prints buildkit's own), still works with a warning."""
+    def decorate(func):
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            legacy = kwargs.pop("legacy_version", None)
+            if legacy is not None:
+                if kwargs.get("version") not in (None, legacy):
+                    raise click.UsageError("--release and --version name different versions; give --release only")
+                click.echo("warning: a command's --version is now --release (`buildkit --version` prints "
+                           "buildkit's own version)", err=True)
+                kwargs["version"] = legacy
+            if required and not kwargs.get("version"):
+                raise click.UsageError("Missing option '--release'.")
+            return func(*args, **kwargs)
+
+        wrapper = click.option("--version", "legacy_version", hidden=True)(wrapper)
+        return click.option("--release", "version", metavar="X.Y.Z",
+                            help=help_text + ("  [required]" if required else ""))(wrapper)
+    return decorate
 
 
 _NOTICED: list[bool] = []  # the defaults notice is said once per process
@@ -140,9 +219,19 @@ def handle_errors(func):
         except BuildkitError as exc:
             from buildkit.core.urlcreds import redact_text
 
-            click.echo(f"error: {redact_text(str(exc))}", err=True)  # a URL's credentials, never
-            sys.exit(1)
+            _fail(redact_text(str(exc)), 1, kwargs)  # a URL's credentials, never
         except KeyboardInterrupt as exc:
-            click.echo(f"error: {interrupts.describe(exc)}", err=True)
-            sys.exit(interrupts.exit_code(exc))
+            _fail(interrupts.describe(exc), interrupts.exit_code(exc), kwargs)
     return wrapper
+
+
+def _fail(message: str, code: int, kwargs: dict) -> None:
+    """The one error line on stderr; under --json also {"error", "exit_code"} on stdout, where a script
+    reading the JSON looks."""
+    click.echo(f"error: {message}", err=True)
+    if kwargs.get("as_json") is True:
+        import json
+
+        click.echo(json.dumps({"error": message, "exit_code": code}))
+    sys.exit(code)
+

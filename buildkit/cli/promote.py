@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import click
 
-from buildkit.cli.options import config_options, handle_errors, resolve
+from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, release_option, resolve
 from buildkit.cli.output import echo_published
 
 
-@click.command()
-@config_options
+@click.command(cls=BuildkitCommand)
+@config_options(only=("image",))
 @click.argument("nightly_tag", metavar="nightly-<variant>")
-@click.option("--version", "version", required=True, help="Release version X.Y.Z to give the nightly (a leading v is dropped).")
+@release_option("Release version X.Y.Z to give the nightly (a leading v is dropped).", required=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @handle_errors
 def promote(nightly_tag: str, version: str, as_json: bool, **kwargs):
-    """Turn a nightly into a release: its digest gets the release tags of VERSION, nothing is rebuilt."""
+    """Turn a nightly into a release: its digest gets the release tags of --release, nothing is rebuilt."""
     from buildkit.plan.tags import normalise_version
     from buildkit.release.promote import promote as run_promote
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from buildkit.cli.options import config_options, handle_errors, resolve
+from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, resolve
 from buildkit.cli.output import echo_published
 
 
-@click.command()
+@click.command(cls=BuildkitCommand)
 @config_options
 @click.option("--force", is_flag=True, help="Push even if the registry has this build key already.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")

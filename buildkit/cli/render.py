@@ -7,12 +7,12 @@ from pathlib import Path
 
 import click
 
-from buildkit.cli.options import config_options, handle_errors, resolve
+from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, resolve
 
 METADATA_FILE = "metadata.json"
 
 
-@click.command()
+@click.command(cls=BuildkitCommand)
 @config_options
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Folder to write the Dockerfile and build context into (new or empty).")

@@ -9,20 +9,20 @@ import re
 
 import click
 
-from buildkit.cli.options import config_options, handle_errors, resolve
+from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, release_option, resolve
 from buildkit.core.errors import ConfigError
 
 _SHA = re.compile(r"[0-9a-fA-F]{7,40}")
 
 
-@click.command()
-@config_options
-@click.option("--version", "version", required=True, help="Semver version, X.Y.Z[-pre] (a leading v is dropped).")
+@click.command(cls=BuildkitCommand)
+@config_options(only=("variant", "image"), also=("commit",))
+@release_option("Semver version of the release, X.Y.Z[-pre] (a leading v is dropped).", required=True)
 @click.option("--json", "as_json", is_flag=True,
               help="Print JSON: {repository, version, commit, variant, immutable, moving, rules}.")
 @handle_errors
 def tags(version: str, as_json: bool, **kwargs):
-    """Print the tags a published build of VERSION gets, immutable first, then the rules of the tags a
+    """Print the tags a published build of a --release gets, immutable first, then the rules of the tags a
     publish names only then (the build key's, the nightly's). --commit gives the sha- tag's commit."""
     from buildkit.plan.buildplan import make_request
     from buildkit.plan.tags import normalise_version, parse_version, publish_rules

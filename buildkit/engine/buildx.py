@@ -123,9 +123,14 @@ def buildx_argv(plan: BuildPlan, rendered: RenderResult, options: BuildOptions,
 
 # Failures with a known cause, and what to do: (pattern in the build's output, the hint).
 KNOWN_FAILURES = (
+    (re.compile(r"E: (?:Unable to locate package |Package '?)g(?:cc|\+\+)-1[4-9]\b"),
+     "the build base has no GCC 14 package, which llama.cpp's armv9.2 (SME) CPU variants need (cpu level all "
+     "for arm64): use a base whose archive has it (Ubuntu 24.04, the default, or Debian 13), "
+     "or --cpu-level armv8.6 (or armv8.2)"),
     (re.compile(r"unknown value 'armv9[.0-9]*-a[^']*\+sme[^']*' for '-march'"),
-     "the build stage's GCC is older than 14 and cannot compile llama.cpp's armv9.2 (SME) CPU variants of "
-     "cpu level all for arm64: use a base image with GCC 14 or newer (Debian 13, Ubuntu 24.10 or later), "
+     "the build stage's GCC is older than 14 and cannot compile the tree's armv9.2 (SME) CPU variants of "
+     "cpu level all for arm64 (buildkit installs GCC 14 for the variants ggml/src/CMakeLists.txt declares; "
+     "this tree declares them elsewhere): use a base image with GCC 14 or newer (Debian 13), "
      "or --cpu-level armv8.6 (or armv8.2)"),
 )
 

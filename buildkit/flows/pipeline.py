@@ -46,6 +46,7 @@ from buildkit.plan.inputs import BUILD_KEY_LABEL, INPUTS_LABEL, BaseImage, Build
 from buildkit.plan.platforms import engine_platform, judge_build_machine, long_double_differs
 from buildkit.plan.render import RenderResult, templates_sha256, write_context
 from buildkit.plan.tags import build_key_tag
+from buildkit.source.cpuvariants import declared_variants
 from buildkit.source.cudasource import long_double_uses
 from buildkit.source.fetch import SourceInfo, export_tree, fetch_source
 from buildkit.core.urlcreds import clean_url
@@ -177,7 +178,7 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
         check_cuda_sources(request, out_dir / "src")
         facts = SourceFacts(url=info.url, commit=info.commit, commit_time=info.commit_time,
                             build_number=info.build_number, patch_set_sha256=queue.sha256,
-                            patch_names=queue.names)
+                            patch_names=queue.names, cpu_variants=declared_variants(out_dir / "src"))
         plan = make_plan(request, facts, template_sha256=templates_sha256(), tool_version=__version__,
                          extra_tags=extra_tags)
         if ccache_recache:

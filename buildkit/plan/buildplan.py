@@ -13,11 +13,12 @@ from dataclasses import dataclass
 
 from buildkit.plan.archs import Arch, check_cuda_release, check_cuda_support, check_platform, default_platform, get_arch
 from buildkit.plan.config import PLATFORM_FOLLOWS, ResolvedConfig
-from buildkit.plan.cpulevels import CpuLevel, cmake_flags as cpu_cmake_flags, get_level, variant_suffix
+from buildkit.plan.cpulevels import CpuLevel, cmake_flags as cpu_cmake_flags, gcc_needed, get_level, variant_suffix
 from buildkit.core.errors import ConfigError
 from buildkit.oci.imageref import InvalidReference, parse_image_ref
 from buildkit.plan.inputs import request_inputs
-from buildkit.plan.platforms import TOOLCHAIN_PATH, CpuArch, cpu_arch, cuda_char_flags, is_cross, machine_platform
+from buildkit.plan.platforms import (TOOLCHAIN_PATH, CpuArch, cpu_arch, cuda_char_flags, gcc_commands, is_cross,
+                                     machine_platform)
 from buildkit.plan.tags import build_tags, check_repository, normalise_version, target_variant, variant
 
 
@@ -85,6 +86,8 @@ class SourceFacts:
     build_number: int
     patch_set_sha256: str
     patch_names: tuple[str, ...]
+    # (name, features) of the CPU variants the tree's ggml declares (source/cpuvariants.py)
+    cpu_variants: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,8 @@ class BuildPlan:
     labels: tuple[tuple[str, str], ...]
     tags: tuple[str, ...]
     ccache_id: str
+    # the GCC release the build stage installs and compiles with, None for the base's own (cpulevels.gcc_needed)
+    gcc_major: int | None = None
     # compile every object again and store it, reading nothing from the ccache (CCACHE_RECACHE): how
     # `reproduce` rebuilds, so that its proof never rests on objects the original build left behind.
     # It changes how the compile runs, not what it makes: it is in no input, label or build key.
@@ -184,6 +189,14 @@ def cmake_args(request: BuildRequest, source: SourceFacts) -> tuple[str, ...]:
     """The -D flags; the same for real llama.cpp and the bundled example fork."""
     # a cross build: Debian's cross compilers and the target's multiarch folders (platforms.toolchain_file)
     args = [f"-DCMAKE_TOOLCHAIN_FILE={TOOLCHAIN_PATH}"] if request.cross else []
+    gcc = gcc_needed(request.cpu_level, request.platform, source.cpu_variants)
+    if gcc is not None:
+        # the compilers by name (the toolchain file of a cross build names the same): in the flags label
+        c, cxx = gcc_commands(request.build_platform, request.platform, gcc)
+        args += [f"-DCMAKE_C_COMPILER={c}", f"-DCMAKE_CXX_COMPILER={cxx}"]
+        if request.arch.is_cuda and not request.cross:
+            # nvcc keeps the base's own g++, the host compiler CUDA's support matrix is checked against
+            args.append(f"-DCMAKE_CUDA_HOST_COMPILER={gcc_commands(request.build_platform, request.platform, None)[1]}")
     args += [
         "-DCMAKE_BUILD_TYPE=Release",
         # the CPU backend: every instruction-set flag explicit (cpulevels.py), since ggml's defaults
@@ -247,6 +260,7 @@ def make_plan(request: BuildRequest, source: SourceFacts, *, template_sha256: st
         template_sha256=template_sha256,
         tool_version=tool_version,
         cmake_args=flags,
+        gcc_major=gcc_needed(request.cpu_level, request.platform, source.cpu_variants),
         build_targets=TARGET_BINARIES[request.target],
         labels=request_inputs(request, source, template_sha256=template_sha256, tool_version=tool_version,
                               cmake_args=flags).plan_labels(),

@@ -164,6 +164,23 @@ def cmake_flags(level: CpuLevel, platform: str) -> tuple[str, ...]:
     return tuple(args)
 
 
+# GCC's first release that knows -march=armv9.2-a+sme (llama.cpp's armv9.2 variants of arm64 Linux)
+SME_GCC = 14
+# Variants of other operating systems in the same CMake file (not built for a Linux image)
+_OTHER_OS_PREFIXES = ("android_", "apple_")
+
+
+def gcc_needed(level: CpuLevel, platform: str, declared: tuple[tuple[str, tuple[str, ...]], ...]) -> int | None:
+    """The GCC release the CPU backend needs beyond the base's own compiler, or None: level all for arm64
+    compiles every Linux variant the tree declares (source/cpuvariants.py), and one with SME needs GCC 14
+    (Debian 12 has 12, Ubuntu 24.04 13 by default)."""
+    if not (level.all_variants and platform_arch(platform) == "arm64"):
+        return None
+    if any("SME" in feats and not name.startswith(_OTHER_OS_PREFIXES) for name, feats in declared):
+        return SME_GCC
+    return None
+
+
 # --------------------------------------------------------------------------- what verify expects
 
 def variants_for(platform: str) -> dict[str, tuple[str, ...]]:
@@ -207,7 +224,7 @@ def best_variant(names: list[str], supported: set[str], platform: str) -> str | 
 # features promise. x64/none: nothing required.
 def simd_class(features: tuple[str, ...], platform: str) -> str:
     if platform_arch(platform) == "arm64":
-        return "sve" if "SVE" in features else "neon"
+        return "sme" if "SME" in features else "sve" if "SVE" in features else "neon"
     if "AVX512" in features:
         return "avx512"
     if "AVX2" in features:

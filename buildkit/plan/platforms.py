@@ -37,6 +37,25 @@ class CpuArch:
         return (f"gcc-{name}", f"g++-{name}", f"binutils-{name}")
 
 
+def gcc_packages(build_platform: str, platform: str, major: int | None) -> tuple[str, ...]:
+    """The packages of GCC `major` for the target (Debian's and Ubuntu's names): gcc-14, g++-14 natively;
+    gcc-14-aarch64-linux-gnu, g++-14-aarch64-linux-gnu across. () for the base's own compiler (None)."""
+    if major is None:
+        return ()
+    if not is_cross(build_platform, platform):
+        return (f"gcc-{major}", f"g++-{major}")
+    name = cpu_arch(platform).triplet.replace("_", "-")
+    return (f"gcc-{major}-{name}", f"g++-{major}-{name}")
+
+
+def gcc_commands(build_platform: str, platform: str, major: int | None) -> tuple[str, str]:
+    """The C and C++ compilers of a build for platform: (gcc, g++) natively, the triplet's across; with
+    the release's suffix when a release other than the base's own is asked for (gcc-14)."""
+    prefix = f"{cpu_arch(platform).triplet}-" if is_cross(build_platform, platform) else ""
+    suffix = f"-{major}" if major is not None else ""
+    return f"{prefix}gcc{suffix}", f"{prefix}g++{suffix}"
+
+
 ARCHES: dict[str, CpuArch] = {
     a.docker: a for a in (
         CpuArch("amd64", "amd64", "x86_64-linux-gnu", "x86_64", "x86_64-linux", 62, "Advanced Micro Devices X86-64",

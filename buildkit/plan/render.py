@@ -16,7 +16,7 @@ import jinja2
 from buildkit.core.errors import RenderError
 from buildkit.core.paths import templates_dir
 from buildkit.plan.buildplan import BuildPlan
-from buildkit.plan.platforms import TOOLCHAIN_PATH
+from buildkit.plan.platforms import TOOLCHAIN_PATH, gcc_commands, gcc_packages
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,9 @@ def template_context(plan: BuildPlan) -> dict[str, object]:
         "ubuntu_mirror": req.target_cpu.ubuntu_mirror,
         "toolchain_path": TOOLCHAIN_PATH,
         "objcopy": f"{req.target_cpu.triplet}-objcopy" if req.cross else "objcopy",
+        # GCC of another release than the base's own (plan.gcc_major): its packages and commands
+        "gcc_packages": gcc_packages(req.build_platform, req.platform, plan.gcc_major),
+        "compilers": gcc_commands(req.build_platform, req.platform, plan.gcc_major),
     }
 
 

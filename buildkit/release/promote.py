@@ -39,7 +39,7 @@ def promote(cfg: ResolvedConfig, source_tag: str, version: str) -> Promotion:
     key = tag[len("nightly-"):]
     parsed = parse_version(version)
     if parsed.prerelease and str(parsed.prerelease).startswith("nightly"):
-        raise ConfigError(f"--version {version} is a nightly version; promote to a release (X.Y.Z or X.Y.Z-rc.N)")
+        raise ConfigError(f"--release {version} is a nightly version; promote to a release (X.Y.Z or X.Y.Z-rc.N)")
     repository = _repository(cfg["image.name"])
     repo = repository.repository
     with client_for(repository.registry) as client:

@@ -96,7 +96,7 @@ def point_tags(client: RegistryClient, repo: str, digest: str, tags: TagSet, *, 
             continue
         if current is not None and tag in tags.immutable and not (force and tag.startswith("bk-")):
             raise RegistryError(f"{repo}:{tag} already points at {current.digest}, not {digest}; "
-                                "immutable tags are never moved (choose another --version)")
+                                "immutable tags are never moved (choose another --release)")
         client.put_manifest(repo, tag, body, media_type)
         changed.append(tag)
     return changed
@@ -111,7 +111,7 @@ def check_immutable_free(client: RegistryClient, repo: str, tags: TagSet, allowe
         current = client.head_manifest(repo, tag)
         if current is not None and current.digest != allowed_digest:
             raise RegistryError(f"{repo}:{tag} already exists with digest {current.digest}; immutable tags are "
-                                "never overwritten (use --version to choose another version, or --bump)")
+                                "never overwritten (use --release to choose another version, or --bump)")
 
 
 def docker_push(ref: str, stream=None) -> None:

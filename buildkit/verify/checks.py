@@ -172,7 +172,12 @@ def expected_backends(plan: BuildPlan) -> tuple[str, ...]:
     """Variant names the level must bring ('' = one plain libggml-cpu.so)."""
     level = plan.request.cpu_level
     if level.all_variants:
-        return cpulevels.REQUIRED_VARIANTS.get(cpulevels.platform_arch(plan.request.platform), ())
+        # upstream's lasting variants, and every variant of the platform the tree declares that buildkit knows
+        # (the armv9.2 SME ones among them: GCC 14 was installed for them, cpulevels.gcc_needed)
+        platform = plan.request.platform
+        required = cpulevels.REQUIRED_VARIANTS.get(cpulevels.platform_arch(platform), ())
+        known = cpulevels.variants_for(platform)
+        return required + tuple(n for n, _ in plan.source.cpu_variants if n in known and n not in required)
     return ("",)
 
 
@@ -249,7 +254,8 @@ def _check_code(plan: BuildPlan, libs: dict[str, Path], objdump: str, host: set[
             good.append(f"{label}: {cpucode.summary(counts)} (variant unknown to buildkit, not judged)")
             continue
         why = cpucode.problems(wanted, counts)
-        (bad if why else good).append(f"{label} ({wanted}): {'; '.join(why) if why else cpucode.summary(counts)}")
+        shown = cpucode.summary(counts, always=("sme",) if wanted == "sme" else ())
+        (bad if why else good).append(f"{label} ({wanted}): {'; '.join(why) if why else shown}")
     if bad:
         return Check("cpu-code", FAILED, "CPU backend without the code of its level: " + " | ".join(bad))
     return Check("cpu-code", PASSED, " | ".join(good))

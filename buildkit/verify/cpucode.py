@@ -3,7 +3,9 @@ counted per instruction-set class. The counting is pure (tested on text); runnin
 
 Classes (x86-64): sse42 (SSSE3/SSE4 integer ops such as pshufb, pmaddubsw, ptest), avx (any ymm
 register), avx2 (integer ops on ymm: vpmaddubsw, vpshufb, vpbroadcast*, ...; AVX1 has no 256-bit
-integer ops), avx512 (any zmm register). arm64: neon (vector registers v0.16b ...), sve (z0.s ...).
+integer ops), avx512 (any zmm register). arm64: neon (vector registers v0.16b ...), sve (z0.s ...),
+sme (streaming mode switches and the ZA array: smstart, za0h.s ...), counted, required of no level: ggml's
+armv9.2 variants compile with +sme, but only KleidiAI's kernels hold SME instructions.
 """
 
 from __future__ import annotations
@@ -23,13 +25,14 @@ SIGNATURES: dict[str, re.Pattern[str]] = {
     "avx512": re.compile(r"%zmm"),
     "neon": re.compile(r"\bv\d+\.(?:16b|8b|8h|4h|4s|2s|2d)\b"),
     "sve": re.compile(r"\bz\d+\.[bhsd]\b"),
+    "sme": re.compile(r"\t(?:smstart|smstop)\b|\bza(?:\d+[hv])?(?:\.[bhsdq])?\[|\bza\d+[hv]?\.[bhsdq]\b|\bzt0\b"),
 }
 # What a class promises: the class itself is required; the wider registers above it must be absent
 # (code the CPU of that level could not run).
 ABOVE = {"baseline": ("avx", "avx512"), "sse42": ("avx", "avx512"), "avx": ("avx512",), "avx2": ("avx512",),
-         "avx512": (), "neon": (), "sve": ()}
+         "avx512": (), "neon": (), "sve": (), "sme": ()}
 REQUIRED = {"baseline": (), "sse42": ("sse42",), "avx": ("avx",), "avx2": ("avx2",),
-            "avx512": ("avx512",), "neon": ("neon",), "sve": ("sve",)}
+            "avx512": ("avx512",), "neon": ("neon",), "sve": ("sve",), "sme": ("sve",)}
 
 
 def count_lines(lines) -> dict[str, int]:
@@ -52,8 +55,9 @@ def problems(simd_class: str, counts: dict[str, int]) -> list[str]:
     return out
 
 
-def summary(counts: dict[str, int]) -> str:
-    shown = [f"{name} {n}" for name, n in counts.items() if n]
+def summary(counts: dict[str, int], always: tuple[str, ...] = ()) -> str:
+    """The classes found, with their counts; those of `always` even when none was found."""
+    shown = [f"{name} {n}" for name, n in counts.items() if n or name in always]
     return ", ".join(shown) or "no vector instructions"
 
 

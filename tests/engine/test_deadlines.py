@@ -90,7 +90,7 @@ def test_registry_commands_end_at_the_request_deadline_of_the_variable(command: 
     with HostileServer("status_then_trickle", registry=True) as server:
         image = f"{server.host}/team/app"
         if command == "promote":
-            proc = _cli(tmp_path, "promote", "nightly-cpu", "--version", "1.0.0", "--image", image,
+            proc = _cli(tmp_path, "promote", "nightly-cpu", "--release", "1.0.0", "--image", image,
                         LLAMA_BUILDKIT_REGISTRY_TIMEOUT="1")
         else:
             proc = _cli(_nightly_project(tmp_path, image), "nightly", LLAMA_BUILDKIT_REGISTRY_TIMEOUT="1")
@@ -105,7 +105,7 @@ def test_a_command_ends_at_its_overall_registry_deadline(tmp_path: Path) -> None
     busy = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\n\r\n"
     with HostileServer("answer", answer=busy, registry=True) as server:
         start = time.monotonic()
-        proc = _cli(tmp_path, "promote", "nightly-cpu", "--version", "1.0.0", "--image", f"{server.host}/team/app",
+        proc = _cli(tmp_path, "promote", "nightly-cpu", "--release", "1.0.0", "--image", f"{server.host}/team/app",
                     LLAMA_BUILDKIT_REGISTRY_DEADLINE="3")
         took = time.monotonic() - start
     error = _one_error_line(proc)

@@ -175,7 +175,7 @@ def test_tags_json_is_the_tag_set(tmp_path):
     (tmp_path / "buildkit.toml").write_text('schema_version = 1\n[image]\nname = "reg.example/t/l"\n'
                                             'default_variant = "cpu"\n[build]\narch = "cpu"\n')
     commit = "ab" * 20
-    result = CliRunner().invoke(main, ["tags", "--config", str(tmp_path / "buildkit.toml"), "--version", "1.2.3",
+    result = CliRunner().invoke(main, ["tags", "--config", str(tmp_path / "buildkit.toml"), "--release", "1.2.3",
                                        "--commit", commit, "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)

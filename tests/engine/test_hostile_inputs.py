@@ -99,7 +99,7 @@ def test_nonsense_manifests_are_one_line(manifest: bytes, blob: bytes, said: str
 
 def test_promote_against_a_nonsense_registry_is_one_line(tmp_path: Path) -> None:
     with NonsenseRegistry(b'{"schemaVersion": 2}') as registry:
-        proc = cli(tmp_path, "promote", "nightly-cpu", "--version", "1.0.0", "--image", f"{registry.host}/team/app")
+        proc = cli(tmp_path, "promote", "nightly-cpu", "--release", "1.0.0", "--image", f"{registry.host}/team/app")
     assert_one_line(proc, "has no config")
 
 

@@ -239,7 +239,7 @@ def test_interrupt_with_a_credential_helper(tmp_path: Path, sig: int, helper: st
         'echo \'{"ServerURL": "r", "Username": "u", "Secret": "s"}\'\n'
     env = _credential_helper(tmp_path, f"cat > /dev/null\nsleep 300 > /dev/null 2>&1 &\n{then}")
     with HostileServer("silent") as registry:
-        cli = Cli(["promote", "nightly-cpu", "--version", "1.0.0", "--image", f"{registry.host}/team/app"],
+        cli = Cli(["promote", "nightly-cpu", "--release", "1.0.0", "--image", f"{registry.host}/team/app"],
                   tmp_path, env)
         cli.wait_for(asked.exists if helper == "waits" else lambda: registry.connections > 0,
                      "the credential helper" if helper == "waits" else "a connection to the registry")

@@ -249,7 +249,7 @@ def test_a_failing_variant_does_not_block_the_others(night):
 
 def test_promote_gives_a_nightly_release_tags_without_building(night):
     before = registry_tags(night)
-    proc = buildkit(night, "promote", "nightly-cpu", "--version", "1.0.0")
+    proc = buildkit(night, "promote", "nightly-cpu", "--release", "1.0.0")
     assert proc.returncode == 0, proc.stderr
     after = registry_tags(night)
     digest = before["nightly-cpu"]
@@ -257,10 +257,10 @@ def test_promote_gives_a_nightly_release_tags_without_building(night):
         assert after[tag] == digest, tag
     assert {t: d for t, d in after.items() if t in before} == before  # nothing else moved
     assert "buildx" not in docker_calls(night) and "push" not in docker_calls(night).split()
-    again = buildkit(night, "promote", "nightly-cpu", "--version", "1.0.0")
+    again = buildkit(night, "promote", "nightly-cpu", "--release", "1.0.0")
     assert again.returncode == 0 and "changed: nothing" in again.stdout
-    other = buildkit(night, "promote", f"nightly-{CUDA_VARIANT}", "--version", "1.0.0")
+    other = buildkit(night, "promote", f"nightly-{CUDA_VARIANT}", "--release", "1.0.0")
     assert other.returncode == 0, other.stderr  # other variant: its own tags (1.0.0-cuda..., no bare 1.0.0)
     assert registry_tags(night)["1.0.0"] == digest
-    bad = buildkit(night, "promote", "cpu", "--version", "1.0.1")
+    bad = buildkit(night, "promote", "cpu", "--release", "1.0.1")
     assert bad.returncode == 1 and bad.stderr.startswith("error:") and "nightly-<variant>" in bad.stderr

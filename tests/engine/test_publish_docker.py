@@ -133,7 +133,7 @@ def test_changed_input_bumps_the_version_and_moves_only_moving_tags(plain):
         # asking for an existing version with other inputs is refused before building
         patch.write_text(patch.read_text().replace("patched by", "patched again by"))
         plain["log"].write_text("")
-        proc = buildkit(plain["project"], plain["env"], "build", "--push", "--version", "0.1.0")
+        proc = buildkit(plain["project"], plain["env"], "build", "--push", "--release", "0.1.0")
         assert proc.returncode == 1 and "0.1.0-cpu already exists" in proc.stderr
         # one error line; the rest is progress (buildkit: <stage> ...)
         assert [ln for ln in proc.stderr.strip().splitlines() if not ln.startswith("buildkit: ")] == \

@@ -73,7 +73,7 @@ def test_init_pins_the_forks_head_and_the_file_loads(tmp_path, local_fork):
     # the next commands read it: no defaults notice, the values from the file
     shown = run_cli(tmp_path, "config", "--json")
     assert json.loads(shown.stdout)["source.commit"] == {"value": local_fork["commit"], "origin": "buildkit.toml"}
-    tags = run_cli(tmp_path, "tags", "--version", "1.0.0")
+    tags = run_cli(tmp_path, "tags", "--release", "1.0.0")
     assert tags.returncode == 0 and tags.stderr == "", tags.stderr
     assert f"reg.example/you/llama:sha-{local_fork['commit'][:7]}-cpu    immutable" in tags.stdout
 
@@ -113,7 +113,7 @@ def test_init_failures_are_one_line_and_write_nothing(tmp_path, args, words):
 # --------------------------------------------------------------------------- the defaults notice
 
 def test_defaults_notice_once_on_stderr_naming_fork_and_image(tmp_path):
-    proc = run_cli(tmp_path, "tags", "--version", "1.2.3")
+    proc = run_cli(tmp_path, "tags", "--release", "1.2.3")
     assert proc.returncode == 0, proc.stderr
     notices = [line for line in proc.stderr.splitlines() if NOTICE in line]
     assert len(notices) == 1 and NOTICE not in proc.stdout
@@ -131,7 +131,7 @@ def test_no_defaults_notice_for_archs_help_init_and_config(tmp_path, args):
 def test_no_defaults_notice_with_a_config(tmp_path):
     other = tmp_path / "elsewhere.toml"
     other.write_text("schema_version = 1\n")
-    proc = run_cli(tmp_path, "tags", "--version", "1.2.3", "--config", str(other))
+    proc = run_cli(tmp_path, "tags", "--release", "1.2.3", "--config", str(other))
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
 
 
@@ -159,25 +159,25 @@ def _tags(tmp_path, *args):
 
 
 def test_tags_accepts_v_as_metadata_action_does(tmp_path):
-    plain, with_v = _tags(tmp_path, "--version", "1.2.3"), _tags(tmp_path, "--version", "v1.2.3")
+    plain, with_v = _tags(tmp_path, "--release", "1.2.3"), _tags(tmp_path, "--release", "v1.2.3")
     assert plain.returncode == with_v.returncode == 0, with_v.stderr
     assert plain.stdout == with_v.stdout and "reg.example/t/l:1.2.3-cpu    immutable" in plain.stdout
 
 
 def test_tags_has_one_commit_option_checked_as_hex(tmp_path):
-    ok = _tags(tmp_path, "--version", "1.2.3", "--commit", "ABCDEF1")
+    ok = _tags(tmp_path, "--release", "1.2.3", "--commit", "ABCDEF1")
     assert ok.returncode == 0 and "reg.example/t/l:sha-abcdef1-cpu    immutable" in ok.stdout, ok.stderr
     for bad in ("xyz", "abc123", "a" * 41, "master"):
-        proc = _tags(tmp_path, "--version", "1.2.3", "--commit", bad)
+        proc = _tags(tmp_path, "--release", "1.2.3", "--commit", bad)
         assert proc.returncode == 1 and proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, bad
         assert "7 to 40 hex" in proc.stderr
-    gone = _tags(tmp_path, "--version", "1.2.3", "--commit-sha", "abcdef1")
+    gone = _tags(tmp_path, "--release", "1.2.3", "--commit-sha", "abcdef1")
     assert gone.returncode == 2 and "No such option '--commit-sha'. Did you mean '--commit'?" in gone.stderr
-    assert run_cli(tmp_path, "tags", "--version", "1.2.3", "--commit", "xyz").stderr.count("error: ") == 1
+    assert run_cli(tmp_path, "tags", "--release", "1.2.3", "--commit", "xyz").stderr.count("error: ") == 1
 
 
 def test_tags_lists_every_tag_a_publish_writes(tmp_path):
-    proc = _tags(tmp_path, "--version", "1.2.3", "--commit", "ab" * 20, "--json")
+    proc = _tags(tmp_path, "--release", "1.2.3", "--commit", "ab" * 20, "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["immutable"][:2] == ["1.2.3-cpu", "sha-abababa-cpu"] and data["variant"] == "cpu"
@@ -187,7 +187,7 @@ def test_tags_lists_every_tag_a_publish_writes(tmp_path):
     assert rules["nightly-cpu"]["kind"] == "moving"
     assert rules["<next patch>-nightly.<YYYYMMDD>[.N]-cpu"]["kind"] == "immutable"
     assert "sha-abababa-cpu" in rules["sha-<commit, first 7 hex>-cpu"]["when"]
-    text = _tags(tmp_path, "--version", "1.2.3", "--commit", "ab" * 20).stdout
+    text = _tags(tmp_path, "--release", "1.2.3", "--commit", "ab" * 20).stdout
     for pattern in rules:
         assert f"reg.example/t/l:{pattern}" in text
 

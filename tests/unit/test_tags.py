@@ -103,7 +103,7 @@ def test_cli_tags_for_the_full_target(tmp_path):
 
     env = {k: None for k in __import__("os").environ if k.startswith("LLAMA_BUILDKIT_")}
     with CliRunner().isolated_filesystem(temp_dir=tmp_path):
-        out = CliRunner().invoke(main, ["tags", "--version", "1.2.3", "--commit", C, "--target", "full"],
+        out = CliRunner().invoke(main, ["tags", "--release", "1.2.3", "--commit", C, "--target", "full"],
                                  env=env, catch_exceptions=False).stdout  # stderr: the defaults notice
     lines = [line.split()[0].split(":", 1)[1] for line in out.splitlines() if not line.startswith("#")]
     assert lines and all(t.endswith("cuda13.1-sm120-full") for t in lines), out
