@@ -66,7 +66,7 @@ def github(out_path, cron, username_secret, password_secret, python_version, ins
     from buildkit.flows.nightlyjobs import DEFAULT_RUNNERS, check_runners, parse_runners
     from buildkit.plan.matrix import matrix_variants
 
-    cfg = resolve(kwargs)
+    cfg = resolve(kwargs, notice=False)  # no buildkit.toml is refused below
     passed = [origin for origin in set(cfg.origins.values())
               if origin.startswith(("--", "env ")) and origin not in ("--image", "--config")]
     if passed:

@@ -13,7 +13,7 @@ from buildkit import __version__
 from buildkit.flows.ciworkflow import WorkflowOptions, check_cron, install_spec, render_workflow
 from buildkit.core.errors import ConfigError
 from buildkit.plan.render import templates_sha256
-from cliutil import buildkit_env
+from cliutil import cli_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,7 +22,7 @@ REPO = "https://github.com/acme/llama-buildkit"
 
 
 def run_cli(cwd: Path, *args: str, repo: str | None = REPO) -> subprocess.CompletedProcess:
-    env = buildkit_env()
+    env = cli_env()
     env["REGISTRY_PASSWORD"] = "s3cret-value-never-written"
     extra = ["--buildkit-repo", repo] if repo else []
     return subprocess.run([sys.executable, "-m", "buildkit.cli", "ci", "github", *extra, *args], cwd=cwd, env=env,
