@@ -43,13 +43,25 @@ def ci():
               help="Where BuildKit's layer cache is kept between runs: <image.name>:buildcache-<unit> tags in "
                    "the registry (mode=max, outside GitHub's 10 GB cache), the GitHub Actions cache (mode=min; "
                    "refused when the matrix would not fit in 10 GB), or nowhere.")
+@click.option("--bench-runner", metavar="LABELS",
+              help="Add the bench gate: a job on this self-hosted GPU runner (runs-on labels, comma separated) "
+                   "benches the new nightly of --bench-variant against its current release (`bench --image NEW "
+                   "--compare-image OLD`) and promotes it only when not more than --max-slowdown slower.")
+@click.option("--bench-model", metavar="PATH", help="With --bench-runner: the GGUF model's path on that runner.")
+@click.option("--bench-profile", metavar="NAME", help="With --bench-runner: the runtime profile ([profiles.NAME]) "
+                                                      "[default: none, with --gpus all].")
+@click.option("--bench-variant", metavar="VARIANT",
+              help="With --bench-runner: the variant benched and promoted [default: image.default_variant].")
+@click.option("--max-slowdown", type=click.FloatRange(0, 100), default=5.0, show_default=True, metavar="PCT",
+              help="With --bench-runner: the most the new nightly's mean tok/s may be below the release's, percent.")
 @click.option("--no-ccache", is_flag=True, help="Do not carry the ccache from run to run.")
 @click.option("--no-free-disk", is_flag=True, help="Leave out the step that frees disk space on the runner.")
 @click.option("--force", is_flag=True, help="Overwrite a workflow file that differs.")
 @click.option("--stdout", "to_stdout", is_flag=True, help="Print the workflow instead of writing it.")
 @handle_errors
 def github(out_path, cron, username_secret, password_secret, python_version, install_spec, buildkit_repo,
-           buildkit_ref, runners, plan_runner, layer_cache, no_ccache, no_free_disk, force, to_stdout, **kwargs):
+           buildkit_ref, runners, plan_runner, layer_cache, bench_runner, bench_model, bench_profile, bench_variant,
+           max_slowdown, no_ccache, no_free_disk, force, to_stdout, **kwargs):
     """Write the GitHub Actions workflow running the nightly daily and on demand: a plan job, one
     build job per variant and platform, and a job that tags the nightly from their digests.
 
@@ -83,6 +95,13 @@ def github(out_path, cron, username_secret, password_secret, python_version, ins
     check_registry_login(repository.registry, username_secret, password_secret)
     by_arch = {**dict(DEFAULT_RUNNERS), **parse_runners(runners)}
     check_runners(matrix_variants(cfg)[0], by_arch)
+    bench_variant = bench_variant or cfg["image.default_variant"]
+    if bench_runner:
+        keys = [v.key for v in matrix_variants(cfg)[0]]
+        if bench_variant not in keys:
+            raise ConfigError(f"--bench-variant {bench_variant!r} is not a variant of the matrix ({', '.join(keys)})")
+    elif bench_model or bench_profile:
+        raise ConfigError("--bench-model and --bench-profile go with --bench-runner")
     cache_budget(matrix_variants(cfg)[0], layer_cache, ccache=not no_ccache)
     options = WorkflowOptions(registry=repository.registry, cron=cron or DEFAULT_CRON,
                               username_secret=username_secret, password_secret=password_secret,
@@ -91,7 +110,9 @@ def github(out_path, cron, username_secret, password_secret, python_version, ins
                               runners=tuple(sorted(by_arch.items())), plan_runner=plan_runner,
                               layer_cache=layer_cache,
                               cache_ref=repository.name if layer_cache == "registry" else "",
-                              ccache=not no_ccache, free_disk=not no_free_disk)
+                              ccache=not no_ccache, free_disk=not no_free_disk, bench_runner=bench_runner or "",
+                              bench_image=repository.name, bench_variant=bench_variant, bench_model=bench_model or "",
+                              bench_profile=bench_profile or "", max_slowdown=max_slowdown)
     if cfg.origins["image.name"] == "--image":
         options = replace(options, image=cfg["image.name"])
     options = replace(options, config=config_in_repo(cfg.path, Path.cwd()))

@@ -78,6 +78,14 @@ class WorkflowOptions:
     cache_ref: str = ""  # with layer_cache registry: the repository that holds the cache tags
     ccache: bool = True  # carry each variant's ccache from run to run (actions/cache)
     free_disk: bool = True
+    # the bench gate (a job on a GPU runner; off without bench_runner): the new nightly of bench_variant
+    # against its current release, promoted only when not more than max_slowdown percent slower
+    bench_runner: str = ""  # runs-on labels, comma separated
+    bench_image: str = ""  # the repository (image.name) whose nightly and release tags are benched
+    bench_variant: str = ""
+    bench_model: str = ""  # the model's path on that runner
+    bench_profile: str = ""
+    max_slowdown: float = 5.0
 
 
 def _cron_value(text: str, low: int, high: int, names: tuple[str, ...]) -> int | None:
@@ -196,7 +204,10 @@ def render_workflow(options: WorkflowOptions, directory: Path | None = None) -> 
                         ("--plan-runner", options.plan_runner),
                         *(("--runner", f"{arch}={label}") for arch, label in options.runners)):
         _check(name, value)
-    for name, value in (("--image", options.image), ("--cache-ref", options.cache_ref)):
+    for name, value in (("--image", options.image), ("--cache-ref", options.cache_ref),
+                        ("--bench-runner", options.bench_runner), ("--bench-variant", options.bench_variant),
+                        ("--bench-image", options.bench_image),
+                        ("--bench-model", options.bench_model), ("--bench-profile", options.bench_profile)):
         if value:
             _check(name, value)
     if options.layer_cache not in ("gha", "registry", "none"):
@@ -204,6 +215,10 @@ def render_workflow(options: WorkflowOptions, directory: Path | None = None) -> 
     if options.layer_cache == "registry" and not options.cache_ref:
         raise ConfigError("--layer-cache registry needs the repository for the cache tags (image.name)")
     check_registry_login(options.registry, options.username_secret, options.password_secret)
+    if options.bench_runner and not (options.bench_model and options.bench_variant and options.bench_image):
+        raise ConfigError("--bench-runner needs --bench-model (the model's path on that runner)")
+    if not 0 <= options.max_slowdown <= 100:
+        raise ConfigError(f"--max-slowdown {options.max_slowdown:g} is not a percentage (0-100)")
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(directory or templates_dir())),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
 
@@ -214,7 +229,10 @@ def render_workflow(options: WorkflowOptions, directory: Path | None = None) -> 
         cron=check_cron(options.cron), registry=options.registry, python_version=options.python_version,
         install=options.install or install_spec(), config=options.config, summary_file=options.summary_file,
         image=options.image, runners=options.runners, plan_runner=options.plan_runner, results_dir=RESULTS_DIR,
-        layer_cache=options.layer_cache, cache_ref=options.cache_ref,
+        layer_cache=options.layer_cache, cache_ref=options.cache_ref, bench_runner=options.bench_runner,
+        bench_new=f"{options.bench_image}:nightly-{options.bench_variant}",
+        bench_old=f"{options.bench_image}:{options.bench_variant}", bench_variant=options.bench_variant,
+        bench_model=options.bench_model, bench_profile=options.bench_profile, max_slowdown=f"{options.max_slowdown:g}",
         ccache=options.ccache, free_disk=options.free_disk, ccache_dir=CCACHE_DIR,
         builder_driver=options.builder_driver, timeout_minutes=int(options.timeout_minutes),
         username=("${{ github.actor }}" if options.username_secret == "GITHUB_TOKEN"

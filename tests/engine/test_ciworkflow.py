@@ -180,6 +180,33 @@ def test_image_and_config_path_reach_every_job_and_arm64_units_get_an_arm64_runn
     assert outside.returncode == 1
 
 
+def test_the_bench_gate_benches_the_new_nightly_against_the_release_and_then_promotes(tmp_path):
+    (tmp_path / "buildkit.toml").write_text('schema_version = 1\n[image]\nname = "ghcr.io/acme/l"\n'
+                                            'default_variant = "cpu"\n[matrix]\narchs = ["cpu", "sm_120"]\n')
+    plain = yaml.safe_load(run_cli(tmp_path, "--stdout").stdout)
+    assert "bench" not in plain["jobs"]  # off unless asked for
+    proc = run_cli(tmp_path, "--stdout", "--bench-runner", "self-hosted,gpu", "--bench-model", "/m/q.gguf",
+                   "--bench-profile", "fast", "--max-slowdown", "3")
+    assert proc.returncode == 0, proc.stderr
+    job = yaml.safe_load(proc.stdout)["jobs"]["bench"]
+    assert job["needs"] == ["plan", "assemble"] and job["runs-on"] == ["self-hosted", "gpu"]
+    assert job["if"] == ("needs.assemble.result == 'success' && "
+                         "contains(needs.plan.outputs.matrix, '\"variant\":\"cpu\"')")  # built tonight only
+    steps = [s.get("run", "") for s in job["steps"]]
+    bench = next(r for r in steps if r.startswith("buildkit bench"))
+    assert ('--image "ghcr.io/acme/l:nightly-cpu" --compare-image "ghcr.io/acme/l:cpu"' in bench
+            and '--model "/m/q.gguf" --profile "fast"' in bench and "--max-slowdown 3 " in bench)
+    promote = steps.index(next(r for r in steps if r.startswith("buildkit promote")))
+    assert steps.index(bench) < promote  # a failed gate (exit 1) stops the job before the promotion
+    assert steps[promote] == 'buildkit promote "nightly-cpu" --release "${VERSION%%-*}" --config "buildkit.toml"'
+    for args, message in ((("--bench-runner", "gpu"), "--bench-runner needs --bench-model"),
+                          (("--bench-model", "/m"), "go with --bench-runner"),
+                          (("--bench-runner", "gpu", "--bench-model", "/m", "--bench-variant", "full"),
+                           "'full' is not a variant of the matrix")):
+        refused = run_cli(tmp_path, "--stdout", *args)
+        assert refused.returncode == 1 and message in refused.stderr, refused.stderr
+
+
 BIG_CUDA = ('[matrix]\narchs = ["sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"]\n'
             'cuda_versions = ["12.8", "13.1"]\n')
 
@@ -229,7 +256,8 @@ def lint(actionlint: list[str], path: Path) -> subprocess.CompletedProcess:
                                                                 "none"),
     ("--username-secret", "GITHUB_TOKEN", "--password-secret", "GITHUB_TOKEN", "--image", "ghcr.io/acme/x"),
     ("two-platforms",), ("--runner", "amd64=self-hosted,linux,X64", "--plan-runner", "self-hosted"),
-], ids=["registry", "gha", "bare", "ghcr", "two-platforms", "self-hosted"])
+    ("--bench-runner", "self-hosted,linux,x64", "--bench-model", "/models/m.gguf", "--bench-variant", "cpu"),
+], ids=["registry", "gha", "bare", "ghcr", "two-platforms", "self-hosted", "bench-gate"])
 def test_generated_workflow_passes_actionlint(tmp_path, actionlint, args):
     toml = 'schema_version = 1\n[image]\nname = "registry.example.com/team/l"\n'
     if args == ("two-platforms",):
