@@ -72,8 +72,8 @@ def github(out_path, cron, username_secret, password_secret, python_version, ins
     """
     from buildkit.core.errors import ConfigError
     from buildkit.flows.ciworkflow import (DEFAULT_CRON, DEFAULT_PATH, WorkflowOptions, cache_budget, check_cron,
-                                           check_registry_login, config_in_repo, install_spec as default_install,
-                                           render_workflow, write_workflow)
+                                           config_in_repo, install_spec as default_install, render_workflow,
+                                           write_workflow)
     from buildkit.flows.nightly import repository_of
     from buildkit.flows.nightlyjobs import DEFAULT_RUNNERS, check_runners, parse_runners
     from buildkit.plan.matrix import matrix_variants
@@ -92,17 +92,17 @@ def github(out_path, cron, username_secret, password_secret, python_version, ins
     if cfg.origins["image.name"] == "default" or repository.name.startswith("docker.io/library/"):
         raise ConfigError(f"image {cfg['image.name']!r} would be pushed to docker.io/library, where no one may "
                           "push; give --image REGISTRY/OWNER/NAME (or [image] name in buildkit.toml)")
-    check_registry_login(repository.registry, username_secret, password_secret)
+    variants = matrix_variants(cfg)[0]
     by_arch = {**dict(DEFAULT_RUNNERS), **parse_runners(runners)}
-    check_runners(matrix_variants(cfg)[0], by_arch)
+    check_runners(variants, by_arch)
     bench_variant = bench_variant or cfg["image.default_variant"]
     if bench_runner:
-        keys = [v.key for v in matrix_variants(cfg)[0]]
+        keys = [v.key for v in variants]
         if bench_variant not in keys:
             raise ConfigError(f"--bench-variant {bench_variant!r} is not a variant of the matrix ({', '.join(keys)})")
     elif bench_model or bench_profile:
         raise ConfigError("--bench-model and --bench-profile go with --bench-runner")
-    cache_budget(matrix_variants(cfg)[0], layer_cache, ccache=not no_ccache)
+    cache_budget(variants, layer_cache, ccache=not no_ccache)
     options = WorkflowOptions(registry=repository.registry, cron=cron or DEFAULT_CRON,
                               username_secret=username_secret, password_secret=password_secret,
                               python_version=python_version,

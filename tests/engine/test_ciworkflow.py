@@ -256,7 +256,7 @@ def lint(actionlint: list[str], path: Path) -> subprocess.CompletedProcess:
                                                                 "none"),
     ("--username-secret", "GITHUB_TOKEN", "--password-secret", "GITHUB_TOKEN", "--image", "ghcr.io/acme/x"),
     ("two-platforms",), ("--runner", "amd64=self-hosted,linux,X64", "--plan-runner", "self-hosted"),
-    ("--bench-runner", "self-hosted,linux,x64", "--bench-model", "/models/m.gguf", "--bench-variant", "cpu"),
+    ("--bench-runner", "self-hosted,linux,x64", "--bench-model", "/models/m.gguf"),
 ], ids=["registry", "gha", "bare", "ghcr", "two-platforms", "self-hosted", "bench-gate"])
 def test_generated_workflow_passes_actionlint(tmp_path, actionlint, args):
     toml = 'schema_version = 1\n[image]\nname = "registry.example.com/team/l"\n'
