@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -216,6 +217,7 @@ class JobResult:
     outputs: dict[str, str] = field(default_factory=dict)
     steps: list[StepRecord] = field(default_factory=list)
     workspace: Path | None = None
+    seconds: float = 0.0  # wall time of the job here (reported, never asserted)
 
     def step(self, name_start: str) -> StepRecord:
         return next(s for s in self.steps if s.name.startswith(name_start))
@@ -265,6 +267,7 @@ class Runner:
         if not condition(spec.get("if"), context, status):
             return JobResult(job, "skipped", {n: "" for n in spec.get("outputs") or {}})
         self.counter += 1
+        start = time.monotonic()
         workspace = self.work_root / f"{self.counter:02d}-{job}" / "workspace"
         workspace.mkdir(parents=True)
         temp = workspace.parent / "runner-temp"
@@ -317,7 +320,7 @@ class Runner:
                 job_status = "failure"
         context = self._context(needs, matrix or {}, steps)
         outputs = {k: text_of(v) for k, v in substitute(spec.get("outputs") or {}, context).items()}
-        return JobResult(job, job_status, outputs, records, workspace)
+        return JobResult(job, job_status, outputs, records, workspace, time.monotonic() - start)
 
 
 # ------------------------------------------------------------------ stand-ins for the actions used
