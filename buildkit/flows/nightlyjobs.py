@@ -29,8 +29,8 @@ from pathlib import Path
 
 from buildkit.core.errors import BuildkitError, ConfigError, PatchError, RegistryError
 from buildkit.flows.nightly import (FAILED, PASSED, SKIPPED, Summary, VariantResult, is_current, ls_remote_head,
-                                    nightly_tags, nightly_version, normalise_url, old_commit_of, one_per_key,
-                                    patch_dir, previous_builds, repository_of, today)
+                                    nightly_tag, nightly_tags, nightly_version, normalise_url, old_commit_of,
+                                    one_per_key, patch_dir, previous_builds, repository_of, today)
 from buildkit.oci.registry import client_for
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.matrix import Variant, bake_target_name, matrix_variants
@@ -137,7 +137,7 @@ def plan_summary(plan: dict) -> Summary:
             p = entry["previous"]
             summary.variants.append(_result(entry, SKIPPED, previous_commit=p["commit"], commit=p["commit"],
                                             digest=p["digest"], version=p["version"] or "",
-                                            tags=[f"nightly-{entry['variant']}"], known_from=p["known_from"]))
+                                            tags=[nightly_tag(entry["variant"])], known_from=p["known_from"]))
     return summary
 
 
