@@ -102,8 +102,9 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
     if push:
         from buildkit.flows.publishing import build_and_push
 
-        published = build_and_push(cfg, version=version, bump=bump, force=force, verify=not no_verify,
-                                   load=not no_load, extra_tags=extra_tags)
+        with _display(cfg):
+            published = build_and_push(cfg, version=version, bump=bump, force=force, verify=not no_verify,
+                                       load=not no_load, extra_tags=extra_tags)
         what = {"built": "built, verified and pushed",
                 "engine": "pushed the image with this build key already in the engine, nothing built",
                 "registry": "already published (the registry has this build key), nothing built"}[published.origin]
@@ -114,7 +115,8 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
 
     from buildkit.engine.api import get_engine
 
-    built = run_pipeline(cfg, extra_tags=extra_tags, verify=not no_verify)
+    with _display(cfg):
+        built = run_pipeline(cfg, extra_tags=extra_tags, verify=not no_verify)
     facts = summary(built.prepared.plan.request.variant, built.result.seconds,
                     get_engine().image_size(built.result.tags[0]) if built.result.tags else None,
                     built.result.compressed_size,
@@ -134,6 +136,16 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
     click.echo(f"tags: {' '.join(built.result.tags)}")
     click.echo(f"lock: {built.lock_path}")
     click.echo(summary_line(facts))
+
+
+def _display(cfg):
+    """buildkit's live display (core/livedisplay.py) while the build runs: on a terminal, with --progress auto;
+    --progress plain gives buildx's lines, --progress tty buildx's own display."""
+    import sys
+
+    from buildkit.core.livedisplay import live_display
+
+    return live_display(sys.stderr.isatty() and cfg["build.progress"] == "auto")
 
 
 def _build_multi(cfg, *, preflight: bool, min_free_gb: float | None, as_json: bool, **kwargs) -> None:

@@ -126,7 +126,9 @@ _SHARED_OPTIONS = [
         _o("--image", help="Image repository name [image.name]."),
         _o("--builder", help="buildx builder [build.builder]."),
         _o("--progress", type=click.Choice(["auto", "plain", "tty", "quiet", "rawjson"]),
-                     help="buildx progress output [build.progress]."),
+                     help="What a build shows: auto, on a terminal buildkit's live display (stage, compile bar and time "
+                          "left, ccache hits, buildx's step), elsewhere plain lines; plain, buildx's raw lines; tty, "
+                          "buildx's own display [build.progress]."),
         _o("--cache-from", multiple=True, help="buildx --cache-from, repeatable [build.cache_from]."),
         _o("--cache-to", multiple=True, help="buildx --cache-to, repeatable [build.cache_to]."),
         _o("--provenance/--no-provenance", "provenance", default=None,

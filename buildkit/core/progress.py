@@ -7,6 +7,8 @@
   10-point step); the estimate is the last build's time for this variant from the lock when there
   is one, else a linear extrapolation. When buildx draws its own TTY display, the status goes
   into the terminal title instead, so it does not tear the display.
+* On a terminal with build.progress auto, core/livedisplay.py draws all of it in place instead (the
+  stage lines still print above it).
 * The summary: the image size and this build's ccache hit rate (the template zeroes ccache's
   statistics before compiling and prints them after, so the figure is this build's own).
 
@@ -167,6 +169,12 @@ class Stages:
         return sys.stderr if self.stream is None else self.stream
 
     def say(self, text: str) -> None:
+        from buildkit.core.livedisplay import active
+
+        display = active() if self.stream is None else None
+        if display is not None:  # above the live display, which keeps drawing below
+            display.say(f"buildkit: {text}")
+            return
         out = self._out()
         out.write(f"buildkit: {text}\n")
         try:
@@ -179,6 +187,11 @@ class Stages:
         from buildkit.core.urlcreds import redact_text
 
         self.say(f"{name} ..." + (f" {redact_text(detail)}" if detail else ""))  # a URL's secret never shows
+        from buildkit.core.livedisplay import active
+
+        display = active() if self.stream is None else None
+        if display is not None:
+            display.state.begin(name, redact_text(detail))
         start = time.monotonic()
         try:
             yield

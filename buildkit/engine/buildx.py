@@ -27,7 +27,7 @@ from typing import Sequence
 from buildkit.core.errors import BuildError
 from buildkit.engine.api import get_engine
 from buildkit.engine.dockerengine import MIN_BUILDX, parse_buildx_version  # noqa: F401  (re-exported)
-from buildkit.engine.runner import wants_tty
+from buildkit.engine.runner import progress_of, wants_tty
 from buildkit.plan.buildplan import BuildPlan
 from buildkit.plan.render import RenderResult
 
@@ -164,14 +164,24 @@ def run_build(argv: list[str], metadata_file: Path, tags: Sequence[str], *, stre
     When stream is a terminal (and --progress auto/tty), buildx runs on a pseudo-terminal and draws
     its own display; otherwise its plain output is piped through, with a compile status line now and
     then (progress.CompileMeter; last_seconds, the lock's last build time, makes the estimate)."""
+    from buildkit.core import livedisplay
     from buildkit.core.progress import CompileMeter, ccache_stats
 
+    display = livedisplay.active() if stream is None else None
+    if display is not None and progress_of(argv) == "auto":
+        # buildkit draws the display from buildx's plain lines, which go nowhere else
+        argv = _with_progress(argv, "plain")
+        stream = livedisplay.sink(display)
+    else:
+        display = None
     stream = sys.stderr if stream is None else stream
     engine = get_engine(docker)
     tail: collections.deque[str] = collections.deque(maxlen=40)
     stats_lines: list[str] = []
     meter = CompileMeter(last_seconds=last_seconds)
     tty = wants_tty(argv, stream)
+    if display is not None:
+        display.state.meter = meter
 
     hints: list[str] = []
 
@@ -182,7 +192,9 @@ def run_build(argv: list[str], metadata_file: Path, tags: Sequence[str], *, stre
         if "Hits:" in clean or "cache hit" in clean or "cache miss" in clean:
             stats_lines.append(clean)
         status = meter.feed(clean)
-        if status is not None:
+        if display is not None:
+            display.state.feed(clean)
+        elif status is not None:
             if tty:  # the terminal title: printing would tear buildx's display
                 stream.write(f"\x1b]0;buildkit: {status}\x07")
             else:
@@ -216,6 +228,13 @@ def run_build(argv: list[str], metadata_file: Path, tags: Sequence[str], *, stre
     return BuildResult(digest=digest, config_digest=config_digest, tags=tuple(tags), seconds=seconds,
                        metadata=metadata, oci_archive=oci_archive, ccache=ccache_stats(stats_lines),
                        compressed_size=archive_size(oci_archive), tty=tty)
+
+
+def _with_progress(argv: Sequence[str], progress: str) -> list[str]:
+    out = list(argv)
+    if "--progress" in out:
+        out[out.index("--progress") + 1] = progress
+    return out
 
 
 def _archive_digest(archive: Path, reported: str) -> str:

@@ -79,7 +79,8 @@ KEYS: tuple[Key, ...] = (
         "run every build step again (buildx --no-cache); the ccache mount is kept, so compiles may still hit it"),
     Key("build.cmake_args", list, [], "extra -DNAME=VALUE flags for CMake"),
     Key("build.builder", str, "", "buildx builder name (empty = the current one)"),
-    Key("build.progress", str, "auto", "buildx --progress", ("auto", "plain", "tty", "quiet", "rawjson")),
+    Key("build.progress", str, "auto", "auto: buildkit's live display on a terminal, plain lines elsewhere; "
+        "plain, tty, quiet, rawjson: buildx's own --progress", ("auto", "plain", "tty", "quiet", "rawjson")),
     Key("build.cache_from", list, [], "buildx --cache-from entries"),
     Key("build.cache_to", list, [], "buildx --cache-to entries"),
     Key("base.provider", str, "nvidia",

@@ -73,4 +73,20 @@ def starter_toml(chosen: Mapping[str, Any], notes: Mapping[str, str] | None = No
             default = platform_for(str(chosen.get("build.arch", KEY_BY_NAME["build.arch"].default)))
             lines += _comment("Unset, it follows build.arch (the arch's first platform).")
         lines.append(f"# {name} = {toml_value(default)}")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _server_profile(str(chosen.get("build.arch", KEY_BY_NAME["build.arch"].default)))) + "\n"
+
+
+def _server_profile(arch: str) -> list[str]:
+    """A first runtime profile, `buildkit run --profile server`: llama-server with every layer on the GPU."""
+    from buildkit.plan.archs import get_arch
+
+    cuda = get_arch(arch).is_cuda
+    return ["", *_comment("Runtime profiles: the llama-server arguments `buildkit run --profile NAME` and `buildkit "
+                          "bench` start an image with (README, Runtime profiles). Add one per set-up, e.g. a "
+                          "[profiles.dflash] with needs_draft = true and its --spec-type arguments."),
+            "[profiles.server]",
+            f'description = "llama-server{" with every layer on the GPU" if cuda else ""}"',
+            *(['gpus = "all"'] if cuda else []),
+            "# model = \"models/model.gguf\"  # a host path, relative to this file; --model overrides it",
+            "args = [" + ", ".join(toml_value(a) for a in (["--n-gpu-layers", "99"] if cuda else [])
+                                   + ["--ctx-size", "8192", "--jinja"]) + "]"]

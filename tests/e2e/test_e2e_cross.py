@@ -51,7 +51,7 @@ def test_real_llama_cpp_cross_compiles_for_arm64_with_every_default(tmp_path, gi
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "aarch64-linux-gnu-g++-14" in proc.stderr  # CMake's compiler: GCC 14's cross g++, on this machine
     # verify judged every variant the tree declares for arm64 Linux, the SME ones with their SME count
-    code = next(line for line in proc.stderr.splitlines() if line.startswith("verify cpu-code: passed"))
+    code = next(line for line in proc.stdout.splitlines() if line.startswith("verify cpu-code: passed"))
     for variant in ("armv8.0_1", "armv8.2_1", "armv8.6_1", "armv9.2_1", "armv9.2_2"):
         assert f"{variant} (" in code, code
     assert re.search(r"armv9\.2_1 \(sme\): [^|]*sve \d+[^|]*sme \d+", code), code

@@ -13,10 +13,10 @@ What is substituted, and nothing else:
 * the registry (`registry.example.com`) by a loopback registry with TLS and htpasswd
   (tests/registryserver.py), logged in to with `docker login` as the README says (with
   `--password-stdin`: there is no terminal to type into);
-* the source: the repository's buildkit.toml pins the real fork on GitHub (unreachable here, and a
-  45-minute compile); LLAMA_BUILDKIT_SOURCE_URL/COMMIT point it at the bundled example fork,
-  served by a git daemon, and LLAMA_BUILDKIT_BASE_* give the test's Debian base with the PyPI-wheel
-  CUDA provider (no image can be pulled here);
+* the fork (`https://github.com/spiritbuun/buun-llama-cpp`, unreachable here, and a 45-minute
+  compile) by the bundled example fork served by a git daemon: `buildkit init` pins that one's head;
+  LLAMA_BUILDKIT_BASE_* give the test's Debian base with the PyPI-wheel CUDA provider (no image can
+  be pulled here);
 * `buildkit run` gets `--print` (no GPU here): the README says that shows the docker run command.
 
 Then what the user gets is checked: the console script is the venv's, `buildkit doctor` as the
@@ -47,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 REPO_PLACEHOLDER = "https://github.com/OWNER/llama-buildkit"
 REGISTRY_PLACEHOLDER = "registry.example.com"
+FORK_PLACEHOLDER = "https://github.com/spiritbuun/buun-llama-cpp"
 VENV = ".venvs/buildkit"  # below HOME, as the README's venv line makes it
 LOCK_KEY = "cuda13.1-sm120/server"
 MEDIA_TYPES = ", ".join(["application/vnd.oci.image.index.v1+json", "application/vnd.oci.image.manifest.v1+json",
@@ -105,7 +106,7 @@ def readme_commands() -> dict[str, list[str]]:
         assert kind and kind not in found, f"an Install block this test does not know how to run: {block}"
         found[kind] = block
     assert set(found) == {"venv", "git", "wheel", "doctor"}, found
-    assert len(quick) == 1 and len(quick[0]) == 3, quick
+    assert len(quick) == 1 and len(quick[0]) == 4, quick
     found["quickstart"] = quick[0]
     return found
 
@@ -114,10 +115,10 @@ def test_readme_commands_are_found_and_name_the_placeholders():
     """The pure part: the README's blocks parse, and name the placeholders the engine test replaces."""
     cmds = readme_commands()
     assert any(REPO_PLACEHOLDER in c for c in cmds["git"]) and any(REPO_PLACEHOLDER in c for c in cmds["wheel"])
-    build, push, run = cmds["quickstart"]
-    assert build.startswith("buildkit build --arch sm_120") and "--push" not in build
-    assert push.startswith("buildkit build --arch sm_120 --push --image ") and REGISTRY_PLACEHOLDER in push
-    assert run.startswith("buildkit run --profile dflash ") and REGISTRY_PLACEHOLDER in run
+    init, build, push, run = cmds["quickstart"]
+    assert init.startswith(f"buildkit init --fork {FORK_PLACEHOLDER} --image {REGISTRY_PLACEHOLDER}/")
+    assert build == "buildkit build" and push == "buildkit build --push"
+    assert run.startswith("buildkit run --profile server ") and REGISTRY_PLACEHOLDER in run
     assert REGISTRY_PLACEHOLDER in cmds["doctor"][0]
 
 
@@ -248,16 +249,12 @@ def test_install_and_quickstart_as_written(tmp_path, served, fork, registry_auth
                         .joinpath("direct_url.json").read_text())
     assert direct["url"] == served["url"] and direct["vcs_info"]["commit_id"] == served["commit"]
 
-    # "In a folder with a buildkit.toml": this repository's, with its patch folder
+    # "In an empty folder" (but for the model file the last command serves)
     project = home / "buun"
     project.mkdir()
-    shutil.copy(ROOT / "buildkit.toml", project / "buildkit.toml")
-    shutil.copytree(ROOT / "patches", project / "patches")
     (project / "target.gguf").write_bytes(b"GGUF")
-    (project / "dflash-draft.gguf").write_bytes(b"GGUF")
     user = activated(env)
-    user.update(LLAMA_BUILDKIT_SOURCE_URL=fork["url"], LLAMA_BUILDKIT_SOURCE_COMMIT=fork["commit"],
-                LLAMA_BUILDKIT_BASE_PROVIDER="wheels", LLAMA_BUILDKIT_BASE_OS_IMAGE=debian_base_image,
+    user.update(LLAMA_BUILDKIT_BASE_PROVIDER="wheels", LLAMA_BUILDKIT_BASE_OS_IMAGE=debian_base_image,
                 LLAMA_BUILDKIT_BASE_CUBLAS="false")
     login_user, password = next(iter(reg.users.items()))
     ok(subprocess.run(["docker", "login", reg.host, "--username", login_user, "--password-stdin"], input=password,
@@ -275,27 +272,32 @@ def test_install_and_quickstart_as_written(tmp_path, served, fork, registry_auth
         assert got == [["ok", name] for _, name in shown], proc.stdout
         assert f"readable as {login_user}" in proc.stdout
 
-        build, push, run = cmds["quickstart"]
+        init, build, push, run = cmds["quickstart"]
+        ok(sh(init.replace(FORK_PLACEHOLDER, fork["url"]).replace(REGISTRY_PLACEHOLDER, reg.host), project, user,
+              timeout=120))
+        written = tomllib.loads((project / "buildkit.toml").read_text())
+        assert written["source"]["commit"] == fork["commit"] and (project / "patches").is_dir()
+        repo = "you/buun-llama-cpp"
+        local_ref = f"{reg.host}/{repo}:cuda13.1-sm120"
         proc = ok(sh(build, project, user))
         lock = json.loads((project / "buildkit.lock").read_text())["builds"][LOCK_KEY]
         made += lock["tags"]
         assert "verify cuda-archs: passed" in proc.stdout and "summary: cuda13.1-sm120 built in" in proc.stdout
         for name in ("fetch", "patch", "render", "build", "verify"):  # the stage lines the README promises
             assert re.search(rf"^buildkit: {name} done in ", proc.stderr, re.M), proc.stderr[-3000:]
-        assert "buun-llama-cpp:cuda13.1-sm120" in lock["tags"]
-        local = json.loads(ok(subprocess.run(["docker", "image", "inspect", "buun-llama-cpp:cuda13.1-sm120"],
+        assert local_ref in lock["tags"]
+        local = json.loads(ok(subprocess.run(["docker", "image", "inspect", local_ref],
                                              capture_output=True, text=True)).stdout)[0]
         labels = local["Config"]["Labels"]
         assert labels["org.opencontainers.image.revision"] == fork["commit"]
         assert labels["org.llama-buildkit.arch"] == "sm_120" and labels["org.llama-buildkit.cuda-version"] == "13.1"
-        version = ok(subprocess.run(["docker", "run", "--rm", "buun-llama-cpp:cuda13.1-sm120", "--version"],
+        version = ok(subprocess.run(["docker", "run", "--rm", local_ref, "--version"],
                                     capture_output=True, text=True, timeout=120))
         assert fork["commit"] in version.stdout + version.stderr
 
         proc = ok(sh(push.replace(REGISTRY_PLACEHOLDER, reg.host), project, user))
         lock = json.loads((project / "buildkit.lock").read_text())["builds"][LOCK_KEY]
         made += [ref for ref in lock.get("pushed", []) if ref.startswith(reg.host + "/")]
-        repo = "you/buun-llama-cpp"
         assert f"pushed: {reg.host}/{repo}@{lock['image_digest']}" in proc.stdout
         tags = registry_get(reg, f"{repo}/tags/list").json()["tags"]
         assert {"0.1.0-cuda13.1-sm120", "cuda13.1-sm120"} <= set(tags), tags
@@ -312,14 +314,13 @@ def test_install_and_quickstart_as_written(tmp_path, served, fork, registry_auth
         image = f"{reg.host}/{repo}:cuda13.1-sm120"
         assert argv[:2] == ["docker", "run"] and image in argv
         assert argv[argv.index("--gpus") + 1] == "all"
-        profile = tomllib.loads((project / "buildkit.toml").read_text())["profiles"]["dflash"]["args"]
+        profile = written["profiles"]["server"]["args"]
         server_args = argv[argv.index(image) + 1:]
         joined = "\x00".join(server_args)
         assert "\x00".join(profile) in joined, server_args  # the profile's arguments, in order
         volumes = [argv[i + 1] for i, a in enumerate(argv) if a == "--volume"]
-        for name in ("target.gguf", "dflash-draft.gguf"):
-            assert any(v.startswith(f"{project / name}:") and v.endswith(":ro") for v in volumes), volumes
-        assert "--model" in server_args and "--model-draft" in server_args
+        assert any(v.startswith(f"{project / 'target.gguf'}:") and v.endswith(":ro") for v in volumes), volumes
+        assert "--model" in server_args
     finally:
         for ref in dict.fromkeys(made):
             subprocess.run(["docker", "image", "rm", ref], capture_output=True)

@@ -261,3 +261,26 @@ def test_print_leaves_no_folder_behind(monkeypatch, tmp_path):
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("docker buildx build ")
     assert list(cache.rglob("*")) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["cache"]
+
+
+def test_init_writes_a_server_profile_that_run_starts(tmp_path, local_fork):
+    """The quickstart's last command: `buildkit run --profile server` on the file init wrote."""
+    assert run_cli(tmp_path, "init", "--fork", str(local_fork["path"]), "--arch", "sm_120").returncode == 0
+    (tmp_path / "target.gguf").write_bytes(b"GGUF")
+    proc = run_cli(tmp_path, "run", "--profile", "server", "--image", "reg.example/you/x:cuda13.1-sm120",
+                   "--model", "target.gguf", "--print")
+    assert proc.returncode == 0, proc.stderr
+    argv = __import__("shlex").split(proc.stdout.strip())
+    assert argv[argv.index("--gpus") + 1] == "all"
+    server_args = "\x00".join(argv[argv.index("reg.example/you/x:cuda13.1-sm120") + 1:])
+    assert "\x00".join(["--n-gpu-layers", "99", "--ctx-size", "8192", "--jinja"]) in server_args, argv
+    cpu = tmp_path / "cpu"
+    cpu.mkdir()
+    assert run_cli(cpu, "init", "--fork", str(local_fork["path"]), "--arch", "cpu").returncode == 0
+    assert "gpus" not in _load_profiles(cpu / "buildkit.toml")["server"]
+
+
+def _load_profiles(path):
+    import tomllib
+
+    return tomllib.loads(path.read_text())["profiles"]
