@@ -72,6 +72,9 @@ def _run_line(run) -> str:
               help="A previous report (--json/--output): print both side by side with the ratio now/before.")
 @click.option("--compare-image", help="--image: also measure this image with the same model and profile, "
                                       "and compare (it is the 'before').")
+@click.option("--max-slowdown", type=click.FloatRange(0, 100), metavar="PCT",
+              help="With --compare or --compare-image: exit 1 when the mean tok/s is more than PCT percent below "
+                   "before's (a gate, e.g. 5 before promoting a nightly).")
 @click.option("--attach-lock", is_flag=True,
               help="Record the results in the lock entry of the image measured (builds[KEY].bench).")
 @click.option("--lock-entry", help="With --attach-lock: the lock entry (e.g. cpu/server); needed with --url.")
@@ -82,7 +85,7 @@ def _run_line(run) -> str:
 @handle_errors
 def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, prompt, prompt_file, runs,
           max_tokens, concurrency, timeout, ignore_eos, thinking, cache_prompt, degradation_threshold, as_json, output,
-          compare_file, compare_image, attach_lock, lock_entry, lock_path, config_path, server_args):
+          compare_file, compare_image, max_slowdown, attach_lock, lock_entry, lock_path, config_path, server_args):
     """Measure tokens/s of a llama-server: a running one (--url) or an image started for it (--image).
 
     \b
@@ -99,6 +102,7 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
     from buildkit.bench.benchmark import (BenchReport, attach_to_lock, compare, docker_client, find_lock_entry,
                                           format_compare, format_report, invalid_text, load_report, local_image_id,
                                           run_bench, save_report, served)
+    from buildkit.bench.format import slowdown_problem
 
     if bool(url) == bool(image):
         raise BenchError("give either --url (a running server) or --image (buildkit starts it)")
@@ -120,6 +124,8 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
     protocol = Protocol(prompt=prompt or DEFAULT_PROMPT, runs=runs, max_tokens=max_tokens, concurrency=concurrency,
                         timeout=timeout, ignore_eos=ignore_eos, enable_thinking=thinking, cache_prompt=cache_prompt,
                         degradation_threshold=degradation_threshold).check()
+    if max_slowdown is not None and not (compare_file or compare_image):
+        raise BenchError("--max-slowdown needs --compare or --compare-image (what it is measured against)")
     other = load_report(Path(compare_file)) if compare_file else None
     if other is not None and compare_image:
         raise BenchError("give --compare or --compare-image, not both")
@@ -215,3 +221,6 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
         raise BenchError(unsaved)
     if compare_image and other is not None and (other.error or other.invalid):
         raise BenchError(f"{compare_image}: {other.error or invalid_text(other) + '; it is not compared'}")
+    problem = slowdown_problem(doc.get("compare", {}).get("rows", []), max_slowdown) if max_slowdown is not None else None
+    if problem:
+        raise BenchError(problem)

@@ -13,6 +13,8 @@ WHERE = [
                  help="Folder with one subfolder per variant (what actions/cache saves and restores)."),
     click.option("--registry", "registry_repo", metavar="REPOSITORY",
                  help="Keep it in a registry instead, as REPOSITORY:ccache-<variant> images."),
+    click.option("--unit", metavar="UNIT",
+                 help="Only this unit of the matrix (a CI job's: `buildkit nightly --job UNIT`)."),
 ]
 
 
@@ -39,7 +41,7 @@ def ccache():
     """
 
 
-def _carry(direction: str, folder, registry_repo, kwargs) -> None:
+def _carry(direction: str, folder, registry_repo, unit, kwargs) -> None:
     """export or import every variant's ccache: one loop, two directions."""
     from buildkit.engine.ccachestore import export_ccache, import_ccache
     from buildkit.flows.ccache import targets_for
@@ -48,17 +50,17 @@ def _carry(direction: str, folder, registry_repo, kwargs) -> None:
     cfg = resolve(kwargs)
     where = Path(folder) if folder else None
     if direction == "export":
-        done = export_ccache(targets_for(cfg), dest_dir=where, registry_repo=registry_repo or "",
+        done = export_ccache(targets_for(cfg, unit), dest_dir=where, registry_repo=registry_repo or "",
                              builder=cfg["build.builder"])
     else:
-        done = import_ccache(targets_for(cfg), src_dir=where, registry_repo=registry_repo or "",
+        done = import_ccache(targets_for(cfg, unit), src_dir=where, registry_repo=registry_repo or "",
                              builder=cfg["build.builder"])
     click.echo(f"{direction}ed {len(done)} ccache(s): {' '.join(done) or 'none'}")
 
 
 def _command(direction: str, help_text: str) -> click.Command:
-    def command(folder, registry_repo, **kwargs):
-        _carry(direction, folder, registry_repo, kwargs)
+    def command(folder, registry_repo, unit, **kwargs):
+        _carry(direction, folder, registry_repo, unit, kwargs)
 
     command.__doc__ = help_text
     # the variants (and the matrix's) and the builder: no source or base option does anything here (--image is

@@ -32,41 +32,90 @@ def ci():
                    "installed from with pip install git+URL@REF].")
 @click.option("--buildkit-ref", default=None, metavar="REF",
               help="Tag or commit of --buildkit-repo [default: v<this version>, or the installed commit].")
-@click.option("--runner", default=None,
-              help="runs-on label [default: ubuntu-latest; ubuntu-24.04-arm when build.platform is linux/arm64].")
-@click.option("--layer-cache", type=click.Choice(["gha", "registry", "none"]), default="gha", show_default=True,
-              help="Where BuildKit's layer cache is kept between runs: the GitHub Actions cache, or "
-                   "<image.name>:buildcache-<variant> tags in the registry.")
+@click.option("--runner", "runners", multiple=True, metavar="ARCH=LABELS",
+              help="runs-on label(s) of the build jobs for the units compiled on ARCH (amd64 or arm64), "
+                   "repeatable; refused when a label names another CPU or a unit's CPU has none "
+                   "[default: amd64=ubuntu-latest, arm64=ubuntu-24.04-arm].")
+@click.option("--plan-runner", default="ubuntu-latest", show_default=True,
+              help="runs-on label of the plan and assemble jobs (they build nothing).")
+@click.option("--layer-cache", type=click.Choice(["registry", "gha", "none"]), default="registry",
+              show_default=True,
+              help="Where BuildKit's layer cache is kept between runs: <image.name>:buildcache-<unit> tags in "
+                   "the registry (mode=max, outside GitHub's 10 GB cache), the GitHub Actions cache (mode=min; "
+                   "refused when the matrix would not fit in 10 GB), or nowhere.")
+@click.option("--bench-runner", metavar="LABELS",
+              help="Add the bench gate: a job on this self-hosted GPU runner (runs-on labels, comma separated) "
+                   "benches the new nightly of --bench-variant against its current release (`bench --image NEW "
+                   "--compare-image OLD`) and promotes it only when not more than --max-slowdown slower.")
+@click.option("--bench-model", metavar="PATH", help="With --bench-runner: the GGUF model's path on that runner.")
+@click.option("--bench-profile", metavar="NAME", help="With --bench-runner: the runtime profile ([profiles.NAME]) "
+                                                      "[default: none, with --gpus all].")
+@click.option("--bench-variant", metavar="VARIANT",
+              help="With --bench-runner: the variant benched and promoted [default: image.default_variant].")
+@click.option("--max-slowdown", type=click.FloatRange(0, 100), default=5.0, show_default=True, metavar="PCT",
+              help="With --bench-runner: the most the new nightly's mean tok/s may be below the release's, percent.")
 @click.option("--no-ccache", is_flag=True, help="Do not carry the ccache from run to run.")
 @click.option("--no-free-disk", is_flag=True, help="Leave out the step that frees disk space on the runner.")
 @click.option("--force", is_flag=True, help="Overwrite a workflow file that differs.")
 @click.option("--stdout", "to_stdout", is_flag=True, help="Print the workflow instead of writing it.")
 @handle_errors
 def github(out_path, cron, username_secret, password_secret, python_version, install_spec, buildkit_repo,
-           buildkit_ref, runner, layer_cache, no_ccache, no_free_disk, force, to_stdout, **kwargs):
-    """Write the GitHub Actions workflow running `buildkit nightly` daily and on demand.
+           buildkit_ref, runners, plan_runner, layer_cache, bench_runner, bench_model, bench_profile, bench_variant,
+           max_slowdown, no_ccache, no_free_disk, force, to_stdout, **kwargs):
+    """Write the GitHub Actions workflow running the nightly daily and on demand: a plan job, one
+    build job per variant and platform, and a job that tags the nightly from their digests.
 
     Run it at the root of the repository that holds buildkit.toml: --config is kept as a path
-    relative to here, and --image is passed on to the nightly.
+    relative to here, and --image is passed on to the nightly. Refused, with nothing written:
+    no buildkit.toml, no image name, GITHUB_TOKEN for a registry other than ghcr.io, a runner
+    that cannot build a unit of the matrix, caches over GitHub's 10 GB.
     """
-    from buildkit.flows.ciworkflow import (DEFAULT_CRON, DEFAULT_PATH, WorkflowOptions, check_cron, config_in_repo,
-                             install_spec as default_install, render_workflow, runner_for, write_workflow)
+    from buildkit.core.errors import ConfigError
+    from buildkit.flows.ciworkflow import (DEFAULT_CRON, DEFAULT_PATH, WorkflowOptions, cache_budget, check_cron,
+                                           config_in_repo, install_spec as default_install, render_workflow,
+                                           write_workflow)
     from buildkit.flows.nightly import repository_of
+    from buildkit.flows.nightlyjobs import DEFAULT_RUNNERS, check_runners, parse_runners
+    from buildkit.plan.matrix import matrix_variants
 
-    cfg = resolve(kwargs)
+    cfg = resolve(kwargs, notice=False)  # no buildkit.toml is refused below
+    passed = [origin for origin in set(cfg.origins.values())
+              if origin.startswith(("--", "env ")) and origin not in ("--image", "--config")]
+    if passed:
+        raise ConfigError(f"{', '.join(sorted(passed))}: the workflow runs with buildkit.toml and --image only; "
+                          "put the setting in buildkit.toml")
+    if cfg.path is None:
+        raise ConfigError("no buildkit.toml here (or --config FILE): the workflow runs the nightly of a "
+                          "configuration in this repository; write one with `buildkit init`")
     check_cron(cron or DEFAULT_CRON)
     repository = repository_of(cfg)
+    if cfg.origins["image.name"] == "default" or repository.name.startswith("docker.io/library/"):
+        raise ConfigError(f"image {cfg['image.name']!r} would be pushed to docker.io/library, where no one may "
+                          "push; give --image REGISTRY/OWNER/NAME (or [image] name in buildkit.toml)")
+    variants = matrix_variants(cfg)[0]
+    by_arch = {**dict(DEFAULT_RUNNERS), **parse_runners(runners)}
+    check_runners(variants, by_arch)
+    bench_variant = bench_variant or cfg["image.default_variant"]
+    if bench_runner:
+        keys = [v.key for v in variants]
+        if bench_variant not in keys:
+            raise ConfigError(f"--bench-variant {bench_variant!r} is not a variant of the matrix ({', '.join(keys)})")
+    elif bench_model or bench_profile:
+        raise ConfigError("--bench-model and --bench-profile go with --bench-runner")
+    cache_budget(variants, layer_cache, ccache=not no_ccache)
     options = WorkflowOptions(registry=repository.registry, cron=cron or DEFAULT_CRON,
                               username_secret=username_secret, password_secret=password_secret,
                               python_version=python_version,
                               install=install_spec or default_install(buildkit_repo, buildkit_ref),
-                              runner=runner or runner_for(cfg["build.platform"]), layer_cache=layer_cache,
+                              runners=tuple(sorted(by_arch.items())), plan_runner=plan_runner,
+                              layer_cache=layer_cache,
                               cache_ref=repository.name if layer_cache == "registry" else "",
-                              ccache=not no_ccache, free_disk=not no_free_disk)
+                              ccache=not no_ccache, free_disk=not no_free_disk, bench_runner=bench_runner or "",
+                              bench_image=repository.name, bench_variant=bench_variant, bench_model=bench_model or "",
+                              bench_profile=bench_profile or "", max_slowdown=max_slowdown)
     if cfg.origins["image.name"] == "--image":
         options = replace(options, image=cfg["image.name"])
-    if cfg.path is not None:
-        options = replace(options, config=config_in_repo(cfg.path, Path.cwd()))
+    options = replace(options, config=config_in_repo(cfg.path, Path.cwd()))
     text = render_workflow(options)
     if to_stdout:
         click.echo(text, nl=False)

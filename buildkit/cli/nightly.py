@@ -8,8 +8,9 @@ from pathlib import Path
 
 import click
 
-from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, resolve
+from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, release_option, resolve
 from buildkit.core.errors import ConfigError
+from buildkit.flows.nightlysummary import PASSED
 
 
 @click.command(cls=BuildkitCommand)
@@ -19,8 +20,23 @@ from buildkit.core.errors import ConfigError
 @click.option("--date", help="Nightly date YYYYMMDD for the version (default: today, UTC).")
 @click.option("--force", is_flag=True, help="Build every variant even if it is up to date.")
 @click.option("--no-verify", is_flag=True, help="Skip the smoke checks on the built images.")
+@click.option("--plan", "plan_only", is_flag=True,
+              help="CI: only resolve the head and ask the registry; print (--json) which variants and platforms "
+                   "need a build, with the version and the GitHub matrix; build nothing.")
+@click.option("--runner", "runners", multiple=True, metavar="ARCH=LABELS",
+              help="With --plan: the runs-on label(s) of the runner that builds each CPU's units, repeatable "
+                   "(amd64=ubuntu-latest, arm64=ubuntu-24.04-arm) [default: those two].")
+@click.option("--job", "job_unit", metavar="UNIT",
+              help="CI: build, verify and push one unit of the plan (its id: cpu, cuda13_1-sm120_linux_arm64) "
+                   "at --commit as --release, by digest under its build-key tag; the result to --json.")
+@release_option("With --job: the nightly version the plan gave (the image's version label).")
+@click.option("--assemble", "assemble_dir", type=click.Path(file_okay=False), metavar="DIR",
+              help="CI: put the nightly tags (and multi-platform indexes) on the digests the jobs pushed, "
+                   "from DIR/plan.json and the jobs' results in DIR; nothing is built.")
 @handle_errors
-def nightly(json_path: str | None, date: str | None, force: bool, no_verify: bool, **kwargs):
+def nightly(json_path: str | None, date: str | None, force: bool, no_verify: bool, plan_only: bool,
+            runners: tuple[str, ...], job_unit: str | None, assemble_dir: str | None, version: str | None,
+            **kwargs):
     """Build and push the matrix for the head of source.branch, unless every variant has it already.
 
     \b
@@ -30,13 +46,34 @@ def nightly(json_path: str | None, date: str | None, force: bool, no_verify: boo
     <next patch>-nightly.<YYYYMMDD>-<variant> and nightly-<variant>; the lock is updated.
     A failing variant does not stop the others; the exit code is 1 if any failed.
     The summary goes to --json and, as Markdown, to $GITHUB_STEP_SUMMARY when set.
+
+    \b
+    In CI the night is split in jobs (`buildkit ci github` writes them): --plan, then one --job
+    per unit on its own runner, then --assemble. --plan and --job also write their outputs to
+    $GITHUB_OUTPUT when it is set.
     """
     from buildkit.flows.nightly import run_nightly, write_summaries
 
+    if sum(map(bool, (plan_only, job_unit, assemble_dir))) > 1:
+        raise ConfigError("give one of --plan, --job and --assemble")
+    if runners and not plan_only:
+        raise ConfigError("--runner goes with --plan")
+    if (job_unit or version) and not (job_unit and version and kwargs.get("commit")):
+        raise ConfigError("--job needs the plan's --commit and --release (and --release goes with --job)")
+    if version:
+        kwargs["image_version"] = version
     cfg = resolve(kwargs)
     if json_path and json_path != "-" and Path(json_path).is_dir():
         raise ConfigError(f"--json {json_path} is a folder; name the summary's file")
-    summary = run_nightly(cfg, date=date, force=force, verify=not no_verify)
+    if plan_only or job_unit:
+        _ci_step(cfg, json_path, plan_only, runners, job_unit, date, force, not no_verify)
+        return
+    if assemble_dir:
+        from buildkit.flows.nightlyjobs import assemble
+
+        summary = assemble(cfg, Path(assemble_dir))
+    else:
+        summary = run_nightly(cfg, date=date, force=force, verify=not no_verify)
     unsaved = write_summaries(summary, json_path)
     out = sys.stderr if json_path == "-" else sys.stdout
     if json_path == "-":
@@ -58,3 +95,38 @@ def nightly(json_path: str | None, date: str | None, force: bool, no_verify: boo
     if errors or unsaved:
         click.echo(f"error: {'; '.join(errors + unsaved)}", err=True)
     sys.exit(0 if summary.ok and not unsaved else 1)
+
+
+def _ci_step(cfg, json_path, plan_only, runners, job_unit, date, force, verify) -> None:
+    """--plan or --job: a JSON document to --json, one-line outputs to $GITHUB_OUTPUT, a line on stdout."""
+    from buildkit.flows.nightlyjobs import (DEFAULT_RUNNERS, github_outputs, parse_runners, plan_nightly,
+                                            plan_summary, run_job, write_github_outputs)
+    from buildkit.flows.nightly import write_summaries
+
+    if plan_only:
+        data = plan_nightly(cfg, runners=parse_runners(runners) or dict(DEFAULT_RUNNERS), date=date, force=force)
+        outputs = github_outputs(data)
+        units = [u["id"] for u in data["matrix"]["include"]]
+        line = (f"to build from {data['commit'][:12]} as {data['version']}: {' '.join(units)}" if units else
+                plan_summary(data).headline())
+        problems = [] if data["build"] else write_summaries(plan_summary(data), None)
+    else:
+        data = run_job(cfg, job_unit, verify=verify)
+        outputs = {"built": "true" if data["built"] else "false"}
+        line = (f"{data['unit']}: {data['status']} {data['digest'] or data['error']}").rstrip()
+        problems = []
+    problems += write_github_outputs(outputs)
+    if json_path == "-":
+        click.echo(json.dumps(data, indent=2))
+    elif json_path:
+        from buildkit.core.savefile import write_or_keep
+
+        try:
+            Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass  # write_or_keep says why the file cannot be written
+        problems += [p for p in [write_or_keep(Path(json_path), json.dumps(data, indent=2) + "\n", "--json")] if p]
+    click.echo(line, file=sys.stderr if json_path == "-" else sys.stdout)
+    if problems:
+        click.echo(f"error: {'; '.join(problems)}", err=True)
+    sys.exit(0 if data.get("status", PASSED) == PASSED and not problems else 1)

@@ -9,10 +9,15 @@ from buildkit.plan.buildplan import ccache_id
 from buildkit.plan.matrix import matrix_variants
 
 
-def targets_for(cfg) -> list[CcacheTarget]:
-    """One per distinct variant of the nightly matrix."""
+def targets_for(cfg, unit: str | None = None) -> list[CcacheTarget]:
+    """One per distinct variant of the nightly matrix; with unit, that unit's only (a CI job's)."""
     out: dict[str, CcacheTarget] = {}
-    for v in matrix_variants(cfg)[0]:
+    variants = matrix_variants(cfg)[0]
+    if unit is not None:
+        from buildkit.flows.nightlyjobs import find_unit
+
+        variants = [find_unit(cfg, unit)]
+    for v in variants:
         req = v.request
         if ccache_id(req) in out or not req.ccache:
             continue

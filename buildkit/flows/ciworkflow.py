@@ -5,16 +5,23 @@ render.templates_sha256, does not change with it). The workflow holds secret *re
 (`${{ secrets.NAME }}`) only, never values: the names are checked to be secret names, and no
 value from the environment is read.
 
-What the workflow does on a hosted runner, in order: check out the repository holding
-buildkit.toml; install buildkit from its git repository (`pip install git+URL@REF`: the package
-is not on PyPI; by default the URL and commit this buildkit was installed from, see
-install_spec); free disk space (a CUDA devel image and its build need ~25 GB, a hosted runner
-has ~14 GB free); restore the ccache of every variant (actions/cache) and put it into the
-builder's cache mounts (`buildkit ccache import`); run `buildkit nightly` with the layer cache
-in the GitHub Actions cache (`type=gha`, one scope per variant) and the workflow's --image and
---config; take the cache mounts out again (`buildkit ccache export`) for actions/cache to save.
-An arm64-only build runs on an arm64 runner (a native compile); a list of platforms runs on amd64 and
-cross-compiles the others.
+The workflow (see flows/nightlyjobs.py for the three steps of buildkit it runs):
+
+* plan, on a hosted runner, in seconds: `buildkit nightly --plan` resolves the head, asks the
+  registry, and gives the matrix of units (variant x platform) to build; with none, the run ends.
+* build, one job per unit (`strategy.matrix` from the plan's output, fail-fast off), each on a
+  runner of the CPU it compiles on (--runner ARCH=LABELS): install buildkit from its git
+  repository (`pip install git+URL@REF`: not on PyPI; by default the URL and commit this buildkit
+  was installed from, see install_spec), free disk space, restore the unit's ccache
+  (actions/cache, key unit + commit, falling back to the unit's last entry) into the builder,
+  `buildkit nightly --job UNIT` (build, verify, push by digest under the build-key tag), and only
+  when it built: save the ccache and delete the entry it replaces (one entry per unit).
+* assemble: `buildkit nightly --assemble` puts the nightly tags (and indexes) on the jobs'
+  digests through the registry API, and writes the summary (JSON artifact, step summary).
+
+The GitHub cache holds 10 GB per repository: `cache_budget` adds up what the matrix puts there
+and a layer cache in it (type=gha, mode=min) that would not fit is refused; the default keeps the
+layer cache in the registry (`<image>:buildcache-<unit>`, mode=max), outside that budget.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import jinja2
 from buildkit import __version__
 from buildkit.core.errors import ConfigError
 from buildkit.core.paths import templates_dir
+from buildkit.flows.nightlyjobs import DEFAULT_RUNNERS
 
 TEMPLATE = "ci/github-nightly.yml.j2"
 DEFAULT_PATH = Path(".github/workflows/buildkit-nightly.yml")
@@ -40,9 +48,14 @@ SECRET_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CRON_FIELDS = (("minute", 0, 59, ()), ("hour", 0, 23, ()), ("day of month", 1, 31, ()),
                 ("month", 1, 12, ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")),
                 ("day of week", 0, 6, ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")))
-ARM64_RUNNER = "ubuntu-24.04-arm"
 AMD64_RUNNER = "ubuntu-latest"
 CCACHE_DIR = ".buildkit-ccache"
+RESULTS_DIR = ".buildkit-nightly"  # the plan and the jobs' results, carried between jobs as artifacts
+GITHUB_CACHE_GB = 10.0
+# What one unit puts in the GitHub cache, estimated (README: the arithmetic): its ccache (one
+# entry per unit: the replaced one is deleted), and with --layer-cache gha its runtime stage's layers
+CCACHE_GB = {"cuda": 0.3, "cpu": 0.1}
+GHA_LAYERS_GB = {"cuda": 0.8, "cpu": 0.1}
 _SAFE = re.compile(r"^[A-Za-z0-9_.:/@=<>~!+, -]+$")  # what may appear unquoted-ish in a run line or value
 
 
@@ -59,11 +72,20 @@ class WorkflowOptions:
     summary_file: str = "buildkit-nightly.json"
     builder_driver: str = "docker-container"
     timeout_minutes: int = 360
-    runner: str = AMD64_RUNNER  # runs-on (ARM64_RUNNER for linux/arm64)
-    layer_cache: str = "gha"  # gha, registry (an image.name:buildcache-<variant> tag) or none
+    runners: tuple[tuple[str, str], ...] = DEFAULT_RUNNERS  # (CPU, runs-on labels) of the build jobs
+    plan_runner: str = AMD64_RUNNER  # runs-on of the plan and assemble jobs
+    layer_cache: str = "registry"  # registry (image.name:buildcache-<unit> tags), gha (mode=min) or none
     cache_ref: str = ""  # with layer_cache registry: the repository that holds the cache tags
     ccache: bool = True  # carry each variant's ccache from run to run (actions/cache)
     free_disk: bool = True
+    # the bench gate (a job on a GPU runner; off without bench_runner): the new nightly of bench_variant
+    # against its current release, promoted only when not more than max_slowdown percent slower
+    bench_runner: str = ""  # runs-on labels, comma separated
+    bench_image: str = ""  # the repository (image.name) whose nightly and release tags are benched
+    bench_variant: str = ""
+    bench_model: str = ""  # the model's path on that runner
+    bench_profile: str = ""
+    max_slowdown: float = 5.0
 
 
 def _cron_value(text: str, low: int, high: int, names: tuple[str, ...]) -> int | None:
@@ -144,8 +166,25 @@ def config_in_repo(config: Path, cwd: Path) -> str:
     return Path(rel).as_posix()
 
 
-def runner_for(platform: str) -> str:
-    return ARM64_RUNNER if platform.split("/")[1:2] == ["arm64"] else AMD64_RUNNER
+def cache_budget(variants, layer_cache: str, *, ccache: bool = True) -> tuple[float, str]:
+    """(GB the matrix's units put in the GitHub cache, the sum written out); ConfigError over 10 GB."""
+    kinds = ["cuda" if v.request.arch.is_cuda else "cpu" for v in variants]
+    per = {k: (CCACHE_GB[k] if ccache else 0.0) + (GHA_LAYERS_GB[k] if layer_cache == "gha" else 0.0)
+           for k in CCACHE_GB}
+    parts = [f"{kinds.count(k)} {k} unit(s) x {per[k]:.1f} GB" for k in per if k in kinds]
+    total = sum(per[k] for k in kinds)
+    text = f"{' + '.join(parts)} = {total:.1f} GB of the GitHub cache's {GITHUB_CACHE_GB:.0f} GB"
+    if total > GITHUB_CACHE_GB:
+        raise ConfigError(f"--layer-cache {layer_cache}: {text}; GitHub would evict entries every night "
+                          "(use --layer-cache registry, the default, or none)")
+    return total, text
+
+
+def check_registry_login(registry: str, username_secret: str, password_secret: str) -> None:
+    """GITHUB_TOKEN logs in to ghcr.io only."""
+    if "GITHUB_TOKEN" in (username_secret, password_secret) and registry != "ghcr.io":
+        raise ConfigError(f"GITHUB_TOKEN is a credential for ghcr.io only, not for {registry}; give "
+                          "--username-secret and --password-secret naming secrets for that registry")
 
 
 def _check(name: str, value: str) -> str:
@@ -162,15 +201,24 @@ def render_workflow(options: WorkflowOptions, directory: Path | None = None) -> 
     for name, value in (("registry", options.registry), ("--python", options.python_version),
                         ("--install", options.install), ("--config", options.config),
                         ("--summary", options.summary_file), ("--driver", options.builder_driver),
-                        ("--runner", options.runner)):
+                        ("--plan-runner", options.plan_runner),
+                        *(("--runner", f"{arch}={label}") for arch, label in options.runners)):
         _check(name, value)
-    for name, value in (("--image", options.image), ("--cache-ref", options.cache_ref)):
+    for name, value in (("--image", options.image), ("--cache-ref", options.cache_ref),
+                        ("--bench-runner", options.bench_runner), ("--bench-variant", options.bench_variant),
+                        ("--bench-image", options.bench_image),
+                        ("--bench-model", options.bench_model), ("--bench-profile", options.bench_profile)):
         if value:
             _check(name, value)
     if options.layer_cache not in ("gha", "registry", "none"):
         raise ConfigError(f"--layer-cache {options.layer_cache!r} is not one of gha, registry, none")
     if options.layer_cache == "registry" and not options.cache_ref:
         raise ConfigError("--layer-cache registry needs the repository for the cache tags (image.name)")
+    check_registry_login(options.registry, options.username_secret, options.password_secret)
+    if options.bench_runner and not (options.bench_model and options.bench_variant and options.bench_image):
+        raise ConfigError("--bench-runner needs --bench-model (the model's path on that runner)")
+    if not 0 <= options.max_slowdown <= 100:
+        raise ConfigError(f"--max-slowdown {options.max_slowdown:g} is not a percentage (0-100)")
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(directory or templates_dir())),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
 
@@ -180,7 +228,11 @@ def render_workflow(options: WorkflowOptions, directory: Path | None = None) -> 
     text = env.get_template(TEMPLATE).render(
         cron=check_cron(options.cron), registry=options.registry, python_version=options.python_version,
         install=options.install or install_spec(), config=options.config, summary_file=options.summary_file,
-        image=options.image, runner=options.runner, layer_cache=options.layer_cache, cache_ref=options.cache_ref,
+        image=options.image, runners=options.runners, plan_runner=options.plan_runner, results_dir=RESULTS_DIR,
+        layer_cache=options.layer_cache, cache_ref=options.cache_ref, bench_runner=options.bench_runner,
+        bench_new=f"{options.bench_image}:nightly-{options.bench_variant}",
+        bench_old=f"{options.bench_image}:{options.bench_variant}", bench_variant=options.bench_variant,
+        bench_model=options.bench_model, bench_profile=options.bench_profile, max_slowdown=f"{options.max_slowdown:g}",
         ccache=options.ccache, free_disk=options.free_disk, ccache_dir=CCACHE_DIR,
         builder_driver=options.builder_driver, timeout_minutes=int(options.timeout_minutes),
         username=("${{ github.actor }}" if options.username_secret == "GITHUB_TOKEN"

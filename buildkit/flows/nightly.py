@@ -6,10 +6,9 @@
    digest the world sees; if the lock's `nightly` record holds that same digest, its commit and
    patch-set hash are used (nothing more to ask). Otherwise (a fresh CI runner without the lock,
    a lock from another machine, an image tagged by hand) the image's labels are read from the
-   registry (`org.opencontainers.image.revision`, `org.llama-buildkit.patch-set`). A variant is up
-   to date when its image exists and was built from the head commit with the current patch queue.
-   So an unchanged night costs one ls-remote plus one registry request per variant (plus the
-   registry's /v2/ probe), and never runs buildx.
+   registry (`org.opencontainers.image.revision`, `org.llama-buildkit.patch-set`). Up to date: built
+   from the head commit with the current patch queue. An unchanged night costs one ls-remote and
+   one registry request per variant (and the /v2/ probe), and never runs buildx.
 3. Otherwise the variants that are not up to date are built for the head commit (the patch
    queue applied; one that does not apply fails the night naming the patch, before anything is
    built or pushed), with `docker buildx bake`, verified, and each pushed on its own with the
@@ -20,8 +19,7 @@
    digest, version per variant) is updated.
 5. A summary (JSON, and Markdown for $GITHUB_STEP_SUMMARY): old and new commit, the changelog
    (`git log old..new`), each variant's result, digest, tags, build time and whether it was skipped.
-
-`promote` (release/promote.py) turns a nightly into a release without building.
+CI splits steps 1-3 into jobs (flows/nightlyjobs.py); `promote` makes a nightly a release.
 """
 
 from __future__ import annotations
@@ -38,8 +36,7 @@ from pathlib import Path
 import semver
 
 from buildkit.plan.matrix import Variant, matrix_variants
-from buildkit.flows.nightlysummary import (FAILED, PASSED, SKIPPED, Summary, VariantResult,  # noqa: F401
-                                          write_summaries)  # (re-exported: the summary's API)
+from buildkit.flows.nightlysummary import FAILED, PASSED, SKIPPED, Summary, VariantResult, write_summaries  # noqa: F401
 from buildkit.source.changelog import Changelog, Commit  # noqa: F401  (Commit: part of the summary's API)
 from buildkit.plan.config import ResolvedConfig
 from buildkit.core.errors import BuildkitError, ConfigError, LockError, PatchError, RegistryError, SourceError
@@ -162,6 +159,19 @@ def last_built(client: RegistryClient, repo: str, key: str, record: dict | None)
                     "registry")
 
 
+def previous_builds(client: RegistryClient, repository: ImageRef, variants: list[Variant], lock_path: Path,
+                    url: str, branch: str) -> dict[str, Previous | None]:
+    """{variant key: what its nightly tag was built from}: one registry request per variant."""
+    record = read_nightly_record(lock_path, url, branch)
+    return {v.key: last_built(client, repository.repository, v.key, (record.get("variants") or {}).get(v.key))
+            for v in one_per_key(variants)}
+
+
+def old_commit_of(previous: dict[str, Previous | None]) -> str | None:  # the changelog's start
+    commits = [p.commit for p in previous.values() if p is not None and p.commit]
+    return collections.Counter(commits).most_common(1)[0][0] if commits else None
+
+
 def is_current(previous: Previous | None, commit: str, patch_set: str) -> bool:
     return previous is not None and previous.commit == commit and previous.patch_set == patch_set
 
@@ -254,13 +264,10 @@ def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = F
     try:
         head = ls_remote_head(url, branch, auth=auth)
         summary.new_commit = head
-        record = read_nightly_record(lock_path, url, branch)
         with client_for(repository.registry) as client:
-            previous = {v.key: last_built(client, repository.repository, v.key,
-                                          (record.get("variants") or {}).get(v.key)) for v in one_per_key(variants)}
+            previous = previous_builds(client, repository, variants, lock_path, url, branch)
             summary.check_seconds = time.monotonic() - start
-            commits = [p.commit for p in previous.values() if p is not None and p.commit]
-            summary.old_commit = collections.Counter(commits).most_common(1)[0][0] if commits else None
+            summary.old_commit = old_commit_of(previous)
             todo = [v for v in variants if force or not is_current(previous[v.key], head, queue.sha256)]
             if not todo:
                 summary.up_to_date = True

@@ -13,7 +13,7 @@ from buildkit import __version__
 from buildkit.flows.ciworkflow import WorkflowOptions, check_cron, install_spec, render_workflow
 from buildkit.core.errors import ConfigError
 from buildkit.plan.render import templates_sha256
-from cliutil import buildkit_env
+from cliutil import cli_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,15 +22,19 @@ REPO = "https://github.com/acme/llama-buildkit"
 
 
 def run_cli(cwd: Path, *args: str, repo: str | None = REPO) -> subprocess.CompletedProcess:
-    env = buildkit_env()
+    env = cli_env()
     env["REGISTRY_PASSWORD"] = "s3cret-value-never-written"
     extra = ["--buildkit-repo", repo] if repo else []
     return subprocess.run([sys.executable, "-m", "buildkit.cli", "ci", "github", *extra, *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=60)
 
 
-def steps_by_name(doc: dict) -> dict[str, dict]:
-    return {s["name"]: s for s in doc["jobs"]["nightly"]["steps"]}
+def steps_by_name(doc: dict, job: str) -> dict[str, dict]:
+    return {s["name"]: s for s in doc["jobs"][job]["steps"]}
+
+
+def login_of(doc: dict, job: str) -> dict:
+    return next(s for s in doc["jobs"][job]["steps"] if s.get("uses", "").startswith("docker/login-action@"))
 
 
 def test_ci_github_writes_a_valid_workflow(tmp_path):
@@ -42,19 +46,40 @@ def test_ci_github_writes_a_valid_workflow(tmp_path):
     doc = yaml.safe_load(text)
     on = doc.get("on", doc.get(True))  # YAML 1.1 reads the key `on` as true
     assert on["schedule"] == [{"cron": "30 2 * * *"}] and "workflow_dispatch" in on
-    steps = steps_by_name(doc)
-    uses = [s.get("uses", "") for s in doc["jobs"]["nightly"]["steps"]]
-    assert any(u.startswith("actions/checkout@") for u in uses)
-    assert any(u.startswith("actions/setup-python@") for u in uses)
-    assert any(u.startswith("docker/setup-buildx-action@") for u in uses)
-    login = next(s for s in doc["jobs"]["nightly"]["steps"] if s.get("uses", "").startswith("docker/login-action@"))
-    assert login["with"] == {"registry": "registry.example.com", "username": "${{ secrets.REGISTRY_USERNAME }}",
-                             "password": "${{ secrets.REGISTRY_PASSWORD }}"}
-    run = steps["Nightly build"]["run"]
-    assert run.startswith("buildkit nightly --config \"buildkit.toml\" --json")
-    install = next(s for n, s in steps.items() if n.startswith("Install buildkit"))["run"]
-    assert install == f'python -m pip install "git+{REPO}@v{__version__}"'  # from git: not on PyPI
-    assert steps["Upload the summary"]["if"] == "always()"
+    jobs = doc["jobs"]
+    assert list(jobs) == ["plan", "build", "assemble"]
+    assert jobs["build"]["needs"] == "plan" and jobs["assemble"]["needs"] == ["plan", "build"]
+    # the plan: nothing to build ends the run after it
+    plan = steps_by_name(doc, "plan")["Plan (what needs a build; nothing is built here)"]
+    assert plan["run"].startswith('buildkit nightly --plan --config "buildkit.toml"')
+    assert '--runner "amd64=ubuntu-latest" --runner "arm64=ubuntu-24.04-arm"' in plan["run"]
+    assert jobs["build"]["if"] == "needs.plan.outputs.build == 'true'"
+    assert jobs["assemble"]["if"] == "always() && needs.plan.outputs.build == 'true'"
+    # one job per unit, on its runner
+    assert jobs["build"]["strategy"] == {"fail-fast": False,
+                                         "matrix": "${{ fromJSON(needs.plan.outputs.matrix) }}"}
+    assert jobs["build"]["runs-on"] == "${{ matrix.runner }}"
+    build = steps_by_name(doc, "build")
+    assert build["Build, verify and push by digest"]["run"].startswith(
+        'buildkit nightly --job "$UNIT" --config "buildkit.toml" --commit "$COMMIT" --release "$VERSION"')
+    # the layer cache in the registry (outside the GitHub cache's 10 GB), the ccache saved only after a build
+    assert ('--cache-to "type=registry,ref=registry.example.com/team/llama:buildcache-$UNIT,mode=max"'
+            in build["Build, verify and push by digest"]["run"])
+    restore, save = build["Restore the ccache"], build["Save the ccache"]
+    assert restore["with"]["key"] == save["with"]["key"] == \
+        "buildkit-ccache-${{ matrix.id }}-${{ needs.plan.outputs.commit }}"
+    assert restore["with"]["restore-keys"] == "buildkit-ccache-${{ matrix.id }}-"
+    assert "steps.build.outputs.built == 'true'" in save["if"]
+    assert "gh cache delete" in build["Delete the ccache entry the new one replaces"]["run"]
+    assemble = steps_by_name(doc, "assemble")
+    assert assemble["Nightly tags and indexes on the jobs' digests (nothing is built)"]["run"].startswith(
+        "buildkit nightly --assemble .buildkit-nightly")
+    for job in jobs:
+        assert login_of(doc, job)["with"] == {"registry": "registry.example.com",
+                                              "username": "${{ secrets.REGISTRY_USERNAME }}",
+                                              "password": "${{ secrets.REGISTRY_PASSWORD }}"}
+        install = next(s for n, s in steps_by_name(doc, job).items() if n.startswith("Install buildkit"))["run"]
+        assert install == f'python -m pip install "git+{REPO}@v{__version__}"'  # from git: not on PyPI
     assert "s3cret-value-never-written" not in text  # references only, never values
     # unchanged on a second run; a hand-edited file is not overwritten without --force
     again = run_cli(tmp_path, "--cron", "30 2 * * *")
@@ -67,11 +92,12 @@ def test_ci_github_writes_a_valid_workflow(tmp_path):
 
 def test_ghcr_uses_the_workflow_token_and_package_permission():
     text = render_workflow(WorkflowOptions(registry="ghcr.io", username_secret="GITHUB_TOKEN",
-                                           password_secret="GITHUB_TOKEN", install=f"git+{REPO}@v1"))
+                                           password_secret="GITHUB_TOKEN", install=f"git+{REPO}@v1",
+                                           cache_ref="ghcr.io/acme/x"))
     doc = yaml.safe_load(text)
-    login = next(s for s in doc["jobs"]["nightly"]["steps"] if s.get("uses", "").startswith("docker/login-action@"))
-    assert login["with"]["username"] == "${{ github.actor }}"
-    assert login["with"]["password"] == "${{ secrets.GITHUB_TOKEN }}"
+    for job in doc["jobs"]:
+        assert login_of(doc, job)["with"]["username"] == "${{ github.actor }}"
+        assert login_of(doc, job)["with"]["password"] == "${{ secrets.GITHUB_TOKEN }}"
     assert doc["permissions"]["packages"] == "write"
 
 
@@ -84,10 +110,13 @@ def test_ghcr_uses_the_workflow_token_and_package_permission():
     (dict(password_secret="GITHUB_SOMETHING"), "secret name"),
     (dict(install="x; curl evil | sh"), "--install"),
     (dict(registry="${{ secrets.X }}"), "registry"),
+    (dict(registry="docker.io", password_secret="GITHUB_TOKEN"), "GITHUB_TOKEN is a credential for ghcr.io only"),
+    (dict(runners=(("amd64", "ubuntu-latest; rm -rf /"),)), "--runner"),
 ])
 def test_bad_options_are_refused(options, message):
     with pytest.raises(ConfigError, match=message):
-        render_workflow(WorkflowOptions(**{"registry": "ghcr.io", "install": f"git+{REPO}@v1", **options}))
+        render_workflow(WorkflowOptions(**{"registry": "ghcr.io", "install": f"git+{REPO}@v1",
+                                           "cache_ref": "ghcr.io/acme/x", **options}))
 
 
 def test_the_workflow_template_does_not_change_the_image_template_hash(tmp_path):
@@ -127,30 +156,80 @@ def test_install_spec_is_the_git_url_and_commit_buildkit_was_installed_from():
         install_spec(read_direct_url=lambda: None)
 
 
-def test_image_and_config_path_reach_the_nightly_and_arm64_gets_an_arm64_runner(tmp_path):
+def test_image_and_config_path_reach_every_job_and_arm64_units_get_an_arm64_runner(tmp_path):
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "x.toml").write_text('schema_version = 1\n[image]\nname = "registry.example.com/t/l"\n'
-                                             '[build]\narch = "cpu"\nplatform = "linux/arm64"\n')
-    proc = run_cli(tmp_path, "--config", "sub/x.toml", "--image", "ghcr.io/acme/x", "--stdout")
+                                             '[build]\narch = "cpu"\nplatform = "linux/amd64,linux/arm64"\n')
+    proc = run_cli(tmp_path, "--config", "sub/x.toml", "--image", "ghcr.io/acme/x", "--layer-cache", "gha",
+                   "--runner", "arm64=self-hosted,linux,ARM64", "--stdout")
     assert proc.returncode == 0, proc.stderr
     doc = yaml.safe_load(proc.stdout)
-    steps = steps_by_name(doc)
-    run = steps["Nightly build"]["run"]
-    assert run.startswith('buildkit nightly --config "sub/x.toml" --image "ghcr.io/acme/x" --json')
-    assert '--cache-from "type=gha,scope=buildkit-{variant}"' in run and "mode=max" in run
-    login = next(s for s in doc["jobs"]["nightly"]["steps"] if s.get("uses", "").startswith("docker/login-action@"))
-    assert login["with"]["registry"] == "ghcr.io"
-    assert doc["jobs"]["nightly"]["runs-on"] == "ubuntu-24.04-arm"
-    assert "--config \"sub/x.toml\"" in steps["Put the ccache into the builder's cache mounts"]["run"]
-    assert "buildkit ccache export" in steps["Take the ccache out of the builder"]["run"]
-    assert any(n.startswith("Free disk space") for n in steps)
-    cache = [s for s in doc["jobs"]["nightly"]["steps"] if s.get("uses", "").startswith("actions/cache/")]
-    assert [s["uses"].split("@")[0] for s in cache] == ["actions/cache/restore", "actions/cache/save"]
-    assert cache[0]["with"]["path"] == cache[1]["with"]["path"] == ".buildkit-ccache"
+    for job in doc["jobs"]:
+        runs = [s["run"] for s in doc["jobs"][job]["steps"] if s.get("run", "").startswith("buildkit ")]
+        assert runs and all('--config "sub/x.toml"' in r for r in runs), runs
+        nightly = [r for r in runs if r.startswith("buildkit nightly ")]
+        assert nightly and all('--image "ghcr.io/acme/x"' in r for r in nightly), runs
+        assert login_of(doc, job)["with"]["registry"] == "ghcr.io"
+    steps = steps_by_name(doc, "plan")
+    assert '--runner "arm64=self-hosted,linux,ARM64"' in steps["Plan (what needs a build; nothing is built here)"]["run"]
+    build = steps_by_name(doc, "build")["Build, verify and push by digest"]["run"]
+    assert '--cache-to "type=gha,scope=buildkit-$UNIT,mode=min"' in build  # mode=max would not fit 10 GB
     bad = run_cli(tmp_path, "--config", "sub/x.toml", "--cron", "61 3 * * *", "--stdout")
     assert bad.returncode == 1 and "minute '61' is not in 0-59" in bad.stderr
     outside = run_cli(tmp_path / "sub", "--config", str(tmp_path / "other.toml"), "--stdout")
     assert outside.returncode == 1
+
+
+def test_the_bench_gate_benches_the_new_nightly_against_the_release_and_then_promotes(tmp_path):
+    (tmp_path / "buildkit.toml").write_text('schema_version = 1\n[image]\nname = "ghcr.io/acme/l"\n'
+                                            'default_variant = "cpu"\n[matrix]\narchs = ["cpu", "sm_120"]\n')
+    plain = yaml.safe_load(run_cli(tmp_path, "--stdout").stdout)
+    assert "bench" not in plain["jobs"]  # off unless asked for
+    proc = run_cli(tmp_path, "--stdout", "--bench-runner", "self-hosted,gpu", "--bench-model", "/m/q.gguf",
+                   "--bench-profile", "fast", "--max-slowdown", "3")
+    assert proc.returncode == 0, proc.stderr
+    job = yaml.safe_load(proc.stdout)["jobs"]["bench"]
+    assert job["needs"] == ["plan", "assemble"] and job["runs-on"] == ["self-hosted", "gpu"]
+    assert job["if"] == ("needs.assemble.result == 'success' && "
+                         "contains(needs.plan.outputs.matrix, '\"variant\":\"cpu\"')")  # built tonight only
+    steps = [s.get("run", "") for s in job["steps"]]
+    bench = next(r for r in steps if r.startswith("buildkit bench"))
+    assert ('--image "ghcr.io/acme/l:nightly-cpu" --compare-image "ghcr.io/acme/l:cpu"' in bench
+            and '--model "/m/q.gguf" --profile "fast"' in bench and "--max-slowdown 3 " in bench)
+    promote = steps.index(next(r for r in steps if r.startswith("buildkit promote")))
+    assert steps.index(bench) < promote  # a failed gate (exit 1) stops the job before the promotion
+    assert steps[promote] == 'buildkit promote "nightly-cpu" --release "${VERSION%%-*}" --config "buildkit.toml"'
+    for args, message in ((("--bench-runner", "gpu"), "--bench-runner needs --bench-model"),
+                          (("--bench-model", "/m"), "go with --bench-runner"),
+                          (("--bench-runner", "gpu", "--bench-model", "/m", "--bench-variant", "full"),
+                           "'full' is not a variant of the matrix")):
+        refused = run_cli(tmp_path, "--stdout", *args)
+        assert refused.returncode == 1 and message in refused.stderr, refused.stderr
+
+
+BIG_CUDA = ('[matrix]\narchs = ["sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"]\n'
+            'cuda_versions = ["12.8", "13.1"]\n')
+
+
+@pytest.mark.parametrize("toml,args,message", [
+    (None, ("--image", "ghcr.io/acme/x"), "no buildkit.toml here"),
+    ("", (), "would be pushed to docker.io/library"),
+    ("", ("--image", "llama"), "would be pushed to docker.io/library"),
+    ("", ("--image", "docker.io/acme/x", "--password-secret", "GITHUB_TOKEN"),
+     "GITHUB_TOKEN is a credential for ghcr.io only, not for docker.io"),
+    ('[build]\nplatform = "linux/amd64,linux/arm64"\n[matrix]\narchs = ["cpu"]\n',
+     ("--image", "ghcr.io/acme/x", "--runner", "amd64=ubuntu-24.04-arm"),
+     "runner 'ubuntu-24.04-arm' is a arm64 machine; it cannot build the amd64 units"),
+    (BIG_CUDA, ("--image", "ghcr.io/acme/x", "--layer-cache", "gha"), "13.2 GB of the GitHub cache's 10 GB"),
+    ("", ("--image", "ghcr.io/acme/x", "--arch", "sm_120"), "--arch: the workflow runs with buildkit.toml"),
+], ids=["no-config", "no-image", "docker-library", "token-elsewhere", "wrong-runner", "over-budget", "flag"])
+def test_a_workflow_that_could_not_work_is_refused_in_one_line_and_nothing_is_written(tmp_path, toml, args,
+                                                                                         message):
+    if toml is not None:
+        (tmp_path / "buildkit.toml").write_text("schema_version = 1\n" + toml)
+    proc = run_cli(tmp_path, *args)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("error: ") and not (tmp_path / ".github").exists()
 
 
 # --------------------------------------------------------------------------- actionlint
@@ -173,12 +252,17 @@ def lint(actionlint: list[str], path: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("args", [
-    (), ("--layer-cache", "registry", "--image", "ghcr.io/acme/x"), ("--no-ccache", "--no-free-disk", "--layer-cache",
-                                                                   "none"),
+    (), ("--layer-cache", "gha", "--image", "ghcr.io/acme/x"), ("--no-ccache", "--no-free-disk", "--layer-cache",
+                                                                "none"),
     ("--username-secret", "GITHUB_TOKEN", "--password-secret", "GITHUB_TOKEN", "--image", "ghcr.io/acme/x"),
-], ids=["gha", "registry", "bare", "ghcr"])
+    ("two-platforms",), ("--runner", "amd64=self-hosted,linux,X64", "--plan-runner", "self-hosted"),
+    ("--bench-runner", "self-hosted,linux,x64", "--bench-model", "/models/m.gguf"),
+], ids=["registry", "gha", "bare", "ghcr", "two-platforms", "self-hosted", "bench-gate"])
 def test_generated_workflow_passes_actionlint(tmp_path, actionlint, args):
-    (tmp_path / "buildkit.toml").write_text('schema_version = 1\n[image]\nname = "registry.example.com/team/l"\n')
+    toml = 'schema_version = 1\n[image]\nname = "registry.example.com/team/l"\n'
+    if args == ("two-platforms",):
+        toml, args = toml + '[build]\nplatform = "linux/amd64,linux/arm64"\n[matrix]\narchs = ["cpu"]\n', ()
+    (tmp_path / "buildkit.toml").write_text(toml)
     proc = run_cli(tmp_path, *args)
     assert proc.returncode == 0, proc.stderr
     result = lint(actionlint, tmp_path / ".github" / "workflows" / "buildkit-nightly.yml")
@@ -186,7 +270,7 @@ def test_generated_workflow_passes_actionlint(tmp_path, actionlint, args):
 
 
 def test_actionlint_catches_a_broken_workflow(tmp_path, actionlint):
-    text = render_workflow(WorkflowOptions(registry="ghcr.io", install=f"git+{REPO}@v1"))
+    text = render_workflow(WorkflowOptions(registry="ghcr.io", install=f"git+{REPO}@v1", cache_ref="ghcr.io/a/x"))
     broken = tmp_path / "broken.yml"
     broken.write_text(text.replace("${{ inputs.force", "${{ inputs.forced"))
     result = lint(actionlint, broken)

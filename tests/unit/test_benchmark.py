@@ -142,6 +142,17 @@ def test_compare_ratios_and_table():
     assert "max_tokens 800 vs 100" in other
 
 
+def test_the_slowdown_gate_passes_only_within_max_slowdown():
+    from buildkit.bench.format import slowdown_problem
+
+    before = report([100.0, 100.0, 100.0])
+    assert slowdown_problem(compare(before, report([96.0, 95.0, 97.0])), 5) is None  # 0.96x: within 5%
+    assert slowdown_problem(compare(before, report([120.0])), 0) is None  # faster always passes
+    problem = slowdown_problem(compare(before, report([94.0, 94.0, 94.0])), 5)
+    assert problem == "slower than allowed: mean tok/s 0.940x of before, more than --max-slowdown 5% below it"
+    assert "cannot show" in slowdown_problem(compare(report([]), report([90.0])), 5)  # nothing measured before
+
+
 @pytest.mark.parametrize("url,base,path", [
     ("http://127.0.0.1:8080", "http://127.0.0.1:8080", "/v1/chat/completions"),
     ("127.0.0.1:8080", "http://127.0.0.1:8080", "/v1/chat/completions"),

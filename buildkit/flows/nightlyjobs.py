@@ -1,0 +1,321 @@
+"""The nightly as CI runs it: one job per variant and platform (`buildkit nightly --plan|--job|--assemble`).
+
+`buildkit nightly` alone builds the whole matrix on one machine. A hosted runner cannot (a CUDA
+variant takes ~45 min and ~8 GB of disk), so the workflow of `buildkit ci github` splits it:
+
+1. plan (`plan_nightly`): resolve the branch head and ask the registry what each variant's
+   nightly tag was built from (nightly.previous_builds: one ls-remote, one request per variant);
+   the units (variant, platform) that need a build become the GitHub matrix, each with the runner
+   label that builds it natively. Nothing to build: the workflow ends here.
+2. job (`run_job`): build, verify and push one unit at the planned commit and version, by digest
+   under its build-key tag `bk-<key>-<variant>` only; its result (digest, build key, checks) is a
+   small JSON file the workflow carries to the next job as an artifact.
+3. assemble (`assemble`): from the jobs' digests, through the registry API only (nothing built,
+   nothing pulled): one OCI index per multi-platform variant (oci/ociindex.index_document over
+   the manifests the jobs pushed), then the nightly tags; the summary as JSON and Markdown.
+
+The registry is the record here (the labels say what each image was built from); no lock is kept
+on the runners.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+from buildkit.core.errors import BuildkitError, ConfigError, PatchError, RegistryError
+from buildkit.flows.nightly import (FAILED, PASSED, SKIPPED, Summary, VariantResult, is_current, ls_remote_head,
+                                    nightly_tag, nightly_tags, nightly_version, normalise_url, old_commit_of,
+                                    one_per_key, patch_dir, previous_builds, repository_of, today)
+from buildkit.oci.registry import client_for
+from buildkit.plan.config import ResolvedConfig
+from buildkit.plan.matrix import Variant, bake_target_name, matrix_variants
+from buildkit.core.urlcreds import split_credentials
+
+PLAN_FILE = "plan.json"
+# GitHub-hosted runner labels and the CPU of their machines; self-hosted runners carry X64 / ARM64
+HOSTED_RUNNERS = {"ubuntu-latest": "amd64", "ubuntu-24.04": "amd64", "ubuntu-22.04": "amd64",
+                  "ubuntu-24.04-arm": "arm64", "ubuntu-22.04-arm": "arm64"}
+ARCH_LABELS = {"x64": "amd64", "arm64": "arm64"}
+DEFAULT_RUNNERS = (("amd64", "ubuntu-latest"), ("arm64", "ubuntu-24.04-arm"))
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+
+
+def label_arch(labels: str) -> str | None:
+    """The CPU a runs-on label set (comma separated) says its machine has, or None when it does not say."""
+    for label in (part.strip().lower() for part in labels.split(",")):
+        if label in HOSTED_RUNNERS or label in ARCH_LABELS:
+            return HOSTED_RUNNERS.get(label) or ARCH_LABELS[label]
+    return None
+
+
+def build_arch(variant: Variant) -> str:
+    """The CPU of the machine a unit compiles on: build.build_platform's when set (a cross build),
+    else the image's own platform (a native compile on a runner of that CPU)."""
+    return (variant.cfg["build.build_platform"] or variant.request.platform).split("/")[1]
+
+
+def unit_id(variant: Variant) -> str:
+    """A unit's name where GitHub allows letters, digits, '_' and '-' only (artifacts, cache keys)."""
+    return bake_target_name(variant.unit)
+
+
+def check_runners(variants: list[Variant], runners: dict[str, str]) -> None:
+    """Every unit has a runner for the CPU it compiles on, and no label says another CPU."""
+    for arch, labels in runners.items():
+        said = label_arch(labels)
+        if said is not None and said != arch:
+            raise ConfigError(f"runner {labels!r} is a {said} machine; it cannot build the {arch} units natively "
+                              f"(give a {arch} runner label)")
+    for v in variants:
+        if build_arch(v) not in runners:
+            raise ConfigError(f"{v.unit} compiles on {build_arch(v)} and no runner is given for {build_arch(v)} "
+                              f"(--runner {build_arch(v)}=LABEL)")
+
+
+def parse_runners(items: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """ARCH=LABEL[,LABEL...] items -> {arch: labels}."""
+    out = {}
+    for item in items:
+        arch, eq, labels = item.partition("=")
+        if not eq or arch not in ("amd64", "arm64") or not labels:
+            raise ConfigError(f"--runner {item!r} is not amd64=LABELS or arm64=LABELS")
+        out[arch] = labels
+    return out
+
+
+def _unit_entry(v: Variant, runners: dict[str, str]) -> dict:
+    labels = runners[build_arch(v)]
+    return {"id": unit_id(v), "unit": v.unit, "variant": v.key, "platform": v.request.platform,
+            "split": v.platform_split, "runner": labels.split(",") if "," in labels else labels}
+
+
+def plan_nightly(cfg: ResolvedConfig, *, runners: dict[str, str], date: str | None = None,
+                 force: bool = False) -> dict:
+    """What tonight's jobs are: the head, the version, and the units that need a build (the matrix)."""
+    from buildkit.source.patches import load_patch_queue
+
+    date = date or today()
+    if not (len(date) == 8 and date.isdigit()):
+        raise ConfigError(f"--date {date!r} is not YYYYMMDD")
+    variants, excluded = matrix_variants(cfg)
+    check_runners(variants, runners)
+    repository = repository_of(cfg)
+    url, branch = normalise_url(cfg["source.url"]), cfg["source.branch"]
+    queue = load_patch_queue(patch_dir(cfg), required=cfg.origins["source.patch_dir"] != "default")
+    head = ls_remote_head(url, branch, auth=split_credentials(cfg["source.url"])[1])
+    with client_for(repository.registry) as client:
+        previous = previous_builds(client, repository, variants, cfg.path_value("lock.path"), url, branch)
+        todo = [v for v in variants if force or not is_current(previous[v.key], head, queue.sha256)]
+        version = nightly_version(client.list_tags(repository.repository), [v.key for v in variants], date) \
+            if todo else ""
+    moved = {v.key for v in todo}
+    return {
+        "repository": repository.name, "url": url, "branch": branch, "date": date, "commit": head,
+        "old_commit": old_commit_of(previous), "patch_set_sha256": queue.sha256, "version": version,
+        "build": bool(todo),
+        "variants": [{"variant": v.key, "arch": v.request.arch.name, "cuda_version": v.request.cuda_version,
+                      "target": v.request.target, "build": v.key in moved,
+                      "previous": asdict(previous[v.key]) if previous[v.key] else None}
+                     for v in one_per_key(variants)],
+        "matrix": {"include": [_unit_entry(v, runners) for v in todo]},
+        "excluded": [{"combination": c, "reason": r} for c, r in excluded],
+    }
+
+
+def plan_summary(plan: dict) -> Summary:
+    """The summary of a night the plan ends (nothing to build), or the start of the assembled one."""
+    summary = Summary(repository=plan["repository"], url=plan["url"], branch=plan["branch"], date=plan["date"],
+                      old_commit=plan["old_commit"], new_commit=plan["commit"], up_to_date=not plan["build"],
+                      version=plan["version"], excluded=plan["excluded"])
+    for entry in plan["variants"]:
+        if not entry["build"]:
+            p = entry["previous"]
+            summary.variants.append(_result(entry, SKIPPED, previous_commit=p["commit"], commit=p["commit"],
+                                            digest=p["digest"], version=p["version"] or "",
+                                            tags=[nightly_tag(entry["variant"])], known_from=p["known_from"]))
+    return summary
+
+
+def _result(entry: dict, status: str, **fields) -> VariantResult:
+    return VariantResult(variant=entry["variant"], arch=entry["arch"], cuda_version=entry["cuda_version"],
+                         target=entry["target"], status=status, **fields)
+
+
+def github_outputs(plan: dict) -> dict[str, str]:
+    """What the plan job hands the others (one line each: $GITHUB_OUTPUT's NAME=VALUE form)."""
+    return {"build": "true" if plan["build"] else "false", "commit": plan["commit"], "version": plan["version"],
+            "matrix": json.dumps(plan["matrix"], separators=(",", ":"))}
+
+
+def write_github_outputs(outputs: dict[str, str], env=None) -> list[str]:
+    """NAME=VALUE lines appended to $GITHUB_OUTPUT when set; a line for a file that could not be written."""
+    import os
+
+    from buildkit.core.savefile import write_or_keep
+
+    path = (os.environ if env is None else env).get("GITHUB_OUTPUT")
+    if not path:
+        return []
+    text = "".join(f"{name}={value}\n" for name, value in outputs.items())
+    return [p for p in [write_or_keep(path, text, "the step outputs", append=True)] if p]
+
+
+# ---------------------------------------------------------------- one job: one unit
+
+def find_unit(cfg: ResolvedConfig, unit: str) -> Variant:
+    variants = matrix_variants(cfg)[0]
+    for v in variants:
+        if unit in (v.unit, unit_id(v)):
+            return v
+    raise ConfigError(f"--job {unit!r} is not a unit of the matrix ({', '.join(unit_id(v) for v in variants)})")
+
+
+def run_job(cfg: ResolvedConfig, unit: str, *, verify: bool = True, stream=None) -> dict:
+    """Build, verify and push one unit (source.commit and image.version: the plan's) by digest under
+    its build-key tag. A failure is in the result (status failed), not raised, but for ConfigError."""
+    from buildkit.flows.matrix import build_matrix
+    from buildkit.flows.pipeline import build_options
+    from buildkit.plan.tags import TagSet, build_key_tag, parse_version
+
+    stream = sys.stderr if stream is None else stream
+    commit, version = cfg["source.commit"], cfg["image.version"]
+    if not _SHA.match(commit or ""):
+        raise ConfigError(f"--job needs --commit with the plan's full 40-hex commit, not {commit!r}")
+    parse_version(version)
+    v = find_unit(cfg, unit).with_values("nightly", source__commit=commit, image__version=version)
+    repository = repository_of(cfg)
+    out = {"id": unit_id(v), "unit": v.unit, "variant": v.key, "platform": v.request.platform, "commit": commit,
+           "version": version, "status": FAILED, "built": False, "digest": "", "build_key": "", "tag": "",
+           "build_seconds": None, "checks": [], "error": ""}
+    with tempfile.TemporaryDirectory(prefix="buildkit-job-") as tmp:
+        try:
+            (b,), _ = build_matrix([v], build_options(cfg), Path(tmp), verify=verify, stream=stream,
+                                   stop_on=(PatchError,))
+            out["built"] = b.outcome is not None and b.outcome.ok
+            out["build_seconds"] = b.outcome.seconds if b.outcome else None
+            out["checks"] = [asdict(c) for c in b.report.checks] if b.report else []
+            if not b.ok:
+                out["error"] = b.error
+                return out
+            out["build_key"] = b.prepared.build_key
+            out["tag"] = build_key_tag(b.prepared.build_key, v.key)
+            out["digest"] = _push_by_digest(repository, b.outcome.result, TagSet((out["tag"],), ()), stream)
+            out["status"] = PASSED
+        except BuildkitError as exc:
+            if isinstance(exc, ConfigError):
+                raise
+            out["error"] = str(exc)
+    return out
+
+
+def _push_by_digest(repository, result, tags, stream) -> str:
+    """The built image under its build-key tag: its OCI archive through the registry API when the
+    build wrote one (the digest verify saw), else `docker push`. The key tag may be replaced (force):
+    the same key is the same inputs."""
+    from buildkit.release.publish import publish_archive, publish_local_image
+
+    with client_for(repository.registry) as client:
+        if result.oci_archive is not None:
+            return publish_archive(client, repository, result.oci_archive, result.digest, tags, force=True)[0]
+        return publish_local_image(client, repository, result.tags[0], tags, force=True, stream=stream)[0]
+
+
+# ---------------------------------------------------------------- assemble: indexes and tags, no build
+
+def read_results(folder: Path) -> tuple[dict, dict[str, dict]]:
+    """(the plan, {unit id: job result}) from the folder the workflow downloaded its artifacts into."""
+    def load(path: Path) -> dict:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"--assemble: cannot read {path}: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"--assemble: {path} is not a JSON object")
+        return data
+
+    if not (folder / PLAN_FILE).is_file():
+        raise ConfigError(f"--assemble {folder}: no {PLAN_FILE} (the plan job's artifact) in it")
+    plan = load(folder / PLAN_FILE)
+    results = {}
+    for path in sorted(folder.glob("*.json")):
+        if path.name != PLAN_FILE:
+            data = load(path)
+            results[str(data.get("id"))] = data
+    return plan, results
+
+
+def assemble(cfg: ResolvedConfig, folder: Path) -> Summary:
+    """The nightly tags (and, for a multi-platform variant, its index) on the digests the jobs pushed."""
+    plan, results = read_results(folder)
+    summary = plan_summary(plan)
+    repository = repository_of(cfg)
+    if repository.name != plan["repository"]:
+        raise ConfigError(f"the plan is for {plan['repository']}, this configuration for {repository.name}")
+    done = {}
+    with client_for(repository.registry) as client:
+        for entry in plan["variants"]:
+            if not entry["build"]:
+                continue
+            units = [u for u in plan["matrix"]["include"] if u["variant"] == entry["variant"]]
+            got = [results.get(u["id"]) or {"status": FAILED, "error": "no result from its job"} for u in units]
+            seconds = max((r.get("build_seconds") or 0 for r in got), default=None)
+            checks = [dict(c, platform=u["platform"]) for u, r in zip(units, got) for c in r.get("checks") or []]
+            failed = [f"{u['unit']}: {r.get('error') or 'failed'}" for u, r in zip(units, got) if r["status"] != PASSED]
+            if failed:
+                done[entry["variant"]] = _result(entry, FAILED, previous_commit=_prev(entry), error="; ".join(failed),
+                                                 build_seconds=seconds, checks=checks)
+                continue
+            try:
+                digest, tags, added = _tag_variant(client, repository, plan, entry, units, got)
+            except BuildkitError as exc:
+                done[entry["variant"]] = _result(entry, FAILED, previous_commit=_prev(entry), build_seconds=seconds,
+                                                 error=f"built, not published: {exc}", checks=checks)
+                continue
+            done[entry["variant"]] = _result(entry, PASSED, previous_commit=_prev(entry), commit=plan["commit"],
+                                             digest=digest, version=plan["version"], tags=list(tags.all),
+                                             changed_tags=added, build_seconds=seconds, checks=checks)
+    skipped = {v.variant: v for v in summary.variants}
+    summary.variants = [skipped.get(e["variant"]) or done[e["variant"]] for e in plan["variants"]]
+    return summary
+
+
+def _prev(entry: dict) -> str | None:
+    return (entry["previous"] or {}).get("commit")
+
+
+def _tag_variant(client, repository, plan: dict, entry: dict, units: list[dict], got: list[dict]):
+    """(digest, tags, tags changed): a single-platform unit's digest gets the nightly tags; several
+    platforms get an index over their manifests first (under its own build-key tag, last)."""
+    from buildkit.oci.ociindex import PlatformManifest, index_document
+    from buildkit.oci.ocilayout import OCI_INDEX, sha256_digest
+    from buildkit.plan.buildkey import index_key
+    from buildkit.plan.tags import TagSet, build_key_tag
+    from buildkit.release.publish import _point_the_rest, check_immutable_free, point_tags
+
+    repo = repository.repository
+    tags = nightly_tags(plan["version"], plan["commit"], entry["variant"])
+    if not any(u["split"] for u in units):
+        check_immutable_free(client, repo, tags, got[0]["digest"], force=False)
+        return got[0]["digest"], tags, point_tags(client, repo, got[0]["digest"], tags)
+    manifests = []
+    for u, r in zip(units, got):
+        body, media_type, _ = client.get_manifest(repo, r["digest"])
+        manifests.append(PlatformManifest(u["platform"], r["digest"], len(body), media_type))
+    index = index_document(manifests)
+    key = index_key((u["platform"], r["build_key"]) for u, r in zip(units, got))
+    tags = TagSet(tags.immutable + (build_key_tag(key, entry["variant"]),), tags.moving)
+    digest = sha256_digest(index)
+    check_immutable_free(client, repo, tags, digest, force=False)
+    first = client.head_manifest(repo, tags.immutable[0])
+    added = []
+    if first is None:  # not there yet (a re-run of the night finds it there, and moves nothing)
+        stored = client.put_manifest(repo, tags.immutable[0], index, OCI_INDEX)
+        if stored != digest:
+            raise RegistryError(f"the registry stored {stored} for the index of {entry['variant']}, not {digest}")
+        added = [tags.immutable[0]]
+    return digest, tags, added + _point_the_rest(client, repository, digest, tags, force=False)

@@ -1,0 +1,89 @@
+"""`buildkit nightly --assemble` against the loopback registry, without an engine: the jobs' images
+(small OCI images pushed here by digest under their build-key tags, as `--job` leaves them) get
+their multi-platform index and the nightly tags through the registry API; a variant with a failed
+platform keeps its old tags."""
+
+from __future__ import annotations
+
+import json
+
+from buildkit.oci.ocilayout import OCI_INDEX, sha256_digest
+from buildkit.oci.registry import RegistryClient
+from cliutil import cli_env, run_cli, write_project
+
+REPO = "assemble/tiny"
+COMMIT = "a" * 40
+VERSION = "0.1.0-nightly.20261202"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+
+
+def push_image(client: RegistryClient, arch: str, tag: str) -> str:
+    """A one-layer image for linux/<arch> under tag; its manifest digest."""
+    layer = f"layer of {arch}".encode()
+    config = json.dumps({"architecture": arch, "os": "linux", "rootfs": {"type": "layers", "diff_ids": []},
+                         "config": {"Labels": {"org.opencontainers.image.revision": COMMIT}}}).encode()
+    for blob in (layer, config):
+        client.upload_blob(REPO, sha256_digest(blob), blob, len(blob))
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                           "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                                      "digest": sha256_digest(config), "size": len(config)},
+                           "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
+                                       "digest": sha256_digest(layer), "size": len(layer)}]}).encode()
+    return client.put_manifest(REPO, tag, manifest, OCI_MANIFEST)
+
+
+def entry(variant: str) -> dict:
+    return {"variant": variant, "arch": "cpu", "cuda_version": None, "target": "server", "build": True,
+            "previous": None}
+
+
+def unit(variant: str, platform: str) -> dict:
+    uid = f"{variant}_{platform.replace('/', '_')}"
+    return {"id": uid, "unit": f"{variant}@{platform}", "variant": variant, "platform": platform, "split": True,
+            "runner": "ubuntu-latest"}
+
+
+def test_assemble_makes_the_index_and_the_nightly_tags_from_the_jobs_digests(tmp_path, registry_plain):
+    project = write_project(tmp_path / "project", image={"name": f"{registry_plain.host}/{REPO}"})
+    results = tmp_path / "results"
+    results.mkdir()
+    units = [unit(v, p) for v in ("cpu", "cpu-light") for p in ("linux/amd64", "linux/arm64")]
+    with RegistryClient(registry_plain.host) as client:
+        for u in units:
+            digest = push_image(client, u["platform"].split("/")[1], f"bk-{u['id']}")
+            failed = u["variant"] == "cpu-light" and u["platform"] == "linux/arm64"
+            (results / f"{u['id']}.json").write_text(json.dumps(
+                {"id": u["id"], "status": "failed" if failed else "passed", "digest": "" if failed else digest,
+                 "build_key": u["id"] * 2, "error": "the compile failed" if failed else "", "build_seconds": 12.5,
+                 "checks": []}))
+    plan = {"repository": f"{registry_plain.host}/{REPO}", "url": "git://127.0.0.1/f", "branch": "master",
+            "date": "20261202", "commit": COMMIT, "old_commit": None, "patch_set_sha256": "p", "version": VERSION,
+            "build": True, "excluded": [], "variants": [entry("cpu"), entry("cpu-light")],
+            "matrix": {"include": units}}
+    (results / "plan.json").write_text(json.dumps(plan))
+    step_summary = tmp_path / "step-summary.md"
+    proc = run_cli(project, "nightly", "--assemble", str(results), "--json", str(tmp_path / "summary.json"),
+                   env=cli_env(tmp_path / "cache", GITHUB_STEP_SUMMARY=str(step_summary)))
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # cpu-light failed
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    variants = {v["variant"]: v for v in summary["variants"]}
+    assert variants["cpu"]["status"] == "passed"
+    assert variants["cpu-light"]["status"] == "failed" and "the compile failed" in variants["cpu-light"]["error"]
+    assert "| `cpu-light` | failed" in step_summary.read_text()
+    with RegistryClient(registry_plain.host) as client:
+        body, media_type, digest = client.get_manifest(REPO, "nightly-cpu")
+        assert media_type == OCI_INDEX and digest == variants["cpu"]["digest"] == sha256_digest(body)
+        index = json.loads(body)
+        listed = [(m["platform"]["architecture"], m["digest"]) for m in index["manifests"]]
+        assert listed == [("amd64", client.head_manifest(REPO, "bk-cpu_linux_amd64").digest),
+                          ("arm64", client.head_manifest(REPO, "bk-cpu_linux_arm64").digest)]
+        assert client.head_manifest(REPO, f"{VERSION}-cpu").digest == digest
+        bk = [t for t in variants["cpu"]["tags"] if t.startswith("bk-")]
+        assert len(bk) == 1 and client.head_manifest(REPO, bk[0]).digest == digest
+        assert client.head_manifest(REPO, "nightly-cpu-light") is None  # a failed platform: no tags
+        assert client.head_manifest(REPO, f"{VERSION}-cpu-light") is None
+    # the same night assembled again (a re-run of the job) moves nothing and fails nothing new
+    again = run_cli(project, "nightly", "--assemble", str(results), "--json", str(tmp_path / "again.json"),
+                    env=cli_env(tmp_path / "cache"))
+    assert json.loads((tmp_path / "again.json").read_text())["variants"][0]["changed_tags"] == []
+    assert again.returncode == 1, again.stderr

@@ -1,0 +1,114 @@
+"""The nightly as CI jobs, without engine or network: runners per unit, the cache budget, the plan's
+outputs and the files the jobs hand on; and the stand-in runner's expressions (tests/ghactions.py),
+which the engine test of the generated workflow relies on."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from buildkit.core.errors import ConfigError
+from buildkit.flows.ciworkflow import cache_budget
+from buildkit.flows.nightlyjobs import (DEFAULT_RUNNERS, check_runners, github_outputs, label_arch, parse_runners,
+                                        plan_summary, read_results, unit_id, write_github_outputs)
+from buildkit.plan.config import load_config
+from buildkit.plan.matrix import matrix_variants
+from ghactions import condition, read_outputs, substitute
+
+
+def variants(**overrides):
+    cfg = load_config(None, env={}, overrides={k: (v, "test") for k, v in overrides.items()})
+    return matrix_variants(cfg)[0]
+
+
+def test_a_runner_label_must_build_the_cpu_of_its_units():
+    assert label_arch("ubuntu-latest") == "amd64" and label_arch("ubuntu-24.04-arm") == "arm64"
+    assert label_arch("self-hosted,linux,ARM64") == "arm64" and label_arch("self-hosted,gpu") is None
+    two = variants(**{"matrix.archs": ["cpu"], "build.platform": "linux/amd64,linux/arm64",
+                      "build.cpu_level": "none"})
+    assert [unit_id(v) for v in two] == ["cpu-none_linux_amd64", "cpu-none_linux_arm64"]
+    check_runners(two, dict(DEFAULT_RUNNERS))
+    with pytest.raises(ConfigError, match="'ubuntu-24.04-arm' is a arm64 machine; it cannot build the amd64"):
+        check_runners(two, {**dict(DEFAULT_RUNNERS), **parse_runners(["amd64=ubuntu-24.04-arm"])})
+    with pytest.raises(ConfigError, match="no runner is given for arm64"):
+        check_runners(two, {"amd64": "ubuntu-latest"})
+    check_runners(two, {"amd64": "self-hosted,big", "arm64": "self-hosted,arm64"})  # labels that do not say
+    # a cross build compiles on the build machine's CPU: both platforms on amd64
+    cross = variants(**{"matrix.archs": ["cpu"], "build.platform": "linux/amd64,linux/arm64",
+                        "build.build_platform": "linux/amd64", "build.cpu_level": "none"})
+    check_runners(cross, {"amd64": "ubuntu-latest"})
+    for bad in ("amd64", "riscv64=x", "arm64="):
+        with pytest.raises(ConfigError, match="--runner"):
+            parse_runners([bad])
+
+
+def test_the_cache_budget_of_a_big_cuda_matrix():
+    big = variants(**{"matrix.archs": ["sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"],
+                      "matrix.cuda_versions": ["12.8", "13.1"]})
+    total, text = cache_budget(big, "registry")
+    assert len(big) == 12 and total == pytest.approx(3.6) and "12 cuda unit(s) x 0.3 GB" in text
+    with pytest.raises(ConfigError, match=r"--layer-cache gha: 12 cuda unit\(s\) x 1.1 GB = 13.2 GB"):
+        cache_budget(big, "gha")
+    assert cache_budget(big, "gha", ccache=False)[0] == pytest.approx(9.6)
+    assert cache_budget(variants(**{"matrix.archs": ["cpu", "sm_120"]}), "gha")[0] == pytest.approx(1.3)
+
+
+PLAN = {"repository": "r.example/t/l", "url": "git://x/f", "branch": "master", "date": "20261202",
+        "commit": "c" * 40, "old_commit": "b" * 40, "patch_set_sha256": "p", "version": "0.1.1-nightly.20261202",
+        "build": True, "excluded": [],
+        "variants": [{"variant": "cpu", "arch": "cpu", "cuda_version": None, "target": "server", "build": False,
+                      "previous": {"commit": "c" * 40, "patch_set": "p", "digest": "sha256:" + "1" * 64,
+                                   "version": "0.1.0-nightly.20261201", "known_from": "registry"}},
+                     {"variant": "cpu-light", "arch": "cpu", "cuda_version": None, "target": "light",
+                      "build": True, "previous": None}],
+        "matrix": {"include": [{"id": "cpu-light", "unit": "cpu-light", "variant": "cpu-light",
+                                "platform": "linux/amd64", "split": False, "runner": "ubuntu-latest"}]}}
+
+
+def test_the_plan_hands_one_line_outputs_to_the_jobs(tmp_path):
+    outputs = github_outputs(PLAN)
+    assert outputs["build"] == "true" and outputs["commit"] == "c" * 40
+    assert json.loads(outputs["matrix"]) == PLAN["matrix"] and "\n" not in outputs["matrix"]
+    out = tmp_path / "out"
+    assert write_github_outputs(outputs, env={"GITHUB_OUTPUT": str(out)}) == []
+    assert read_outputs(out) == outputs  # what GitHub (and the stand-in runner) read back
+    assert write_github_outputs(outputs, env={}) == []  # outside GitHub: nothing written
+    summary = plan_summary(PLAN)
+    assert [(v.variant, v.status, v.version) for v in summary.variants] == [
+        ("cpu", "skipped", "0.1.0-nightly.20261201")]
+
+
+def test_assemble_reads_the_plan_and_the_jobs_results(tmp_path):
+    with pytest.raises(ConfigError, match="no plan.json"):
+        read_results(tmp_path)
+    (tmp_path / "plan.json").write_text(json.dumps(PLAN))
+    (tmp_path / "cpu-light.json").write_text(json.dumps({"id": "cpu-light", "status": "passed"}))
+    plan, results = read_results(tmp_path)
+    assert plan == PLAN and set(results) == {"cpu-light"}
+    (tmp_path / "broken.json").write_text("{")
+    with pytest.raises(ConfigError, match="cannot read"):
+        read_results(tmp_path)
+
+
+CONTEXT = {"steps": {"build": {"outputs": {"built": "true"}}, "ccache": {"outputs": {"cache-matched-key": ""}}},
+           "needs": {"plan": {"outputs": {"build": "false", "matrix": '{"include": [{"id": "cpu"}]}'}}},
+           "inputs": {"force": True}, "matrix": {"id": "cpu"}}
+
+
+@pytest.mark.parametrize("text,status,expected", [
+    ("needs.plan.outputs.build == 'true'", "success", False),
+    ("always() && needs.plan.outputs.build == 'false'", "failure", True),
+    ("steps.build.outputs.built == 'true'", "failure", False),  # no status function: success() && ...
+    ("${{ !cancelled() && steps.build.outputs.built == 'true' }}", "failure", True),
+    ("steps.build.outputs.built == 'true' && steps.ccache.outputs.cache-matched-key != ''", "success", False),
+])
+def test_the_stand_in_runner_reads_conditions_as_github_does(text, status, expected):
+    assert condition(text, CONTEXT, status) is expected
+
+
+def test_the_stand_in_runner_substitutes_expressions():
+    assert substitute("${{ inputs.force && '--force' || '' }}", CONTEXT) == "--force"
+    assert substitute("${{ fromJSON(needs.plan.outputs.matrix) }}", CONTEXT) == {"include": [{"id": "cpu"}]}
+    assert substitute("key-${{ matrix.id }}-${{ steps.build.outputs.built }}", CONTEXT) == "key-cpu-true"
+    assert substitute("${{ matrix.missing }}x", CONTEXT) == "x"
