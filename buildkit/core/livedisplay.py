@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # rich is imported when a display starts
-    from rich.console import Console
-    from rich.table import Table
+    from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 
 STEP = re.compile(r"^#\d+ \[([^\]]+)\] (.+)$")
 CCACHE_SO_FAR = re.compile(r"ccache so far: (\d+) hits, (\d+) misses")
@@ -77,23 +76,28 @@ class LiveDisplay:
         self.state = LiveState()
         self.live = Live(self, console=console, refresh_per_second=4, transient=True, redirect_stderr=False)
 
-    def __rich__(self) -> Table:
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         from rich.progress_bar import ProgressBar
         from rich.table import Table
         from rich.text import Text  # plain text: buildx's "[build 4/7]" is no markup
 
-        grid = Table.grid(padding=(0, 1))
-        grid.add_column(style="bold cyan", no_wrap=True)
-        grid.add_column(no_wrap=True, overflow="ellipsis")
+        label, bar = 8, 30
+        room = max(20, options.max_width - label)  # the labels keep their width; the texts are cut to fit
         meter = self.state.meter
-        for label, text in self.state.rows():
-            if label == "compile" and meter is not None:
-                bar = Table.grid(padding=(0, 1))
-                bar.add_row(ProgressBar(total=100, completed=getattr(meter, "percent", 0) or 0, width=30), Text(text))
-                grid.add_row(label, bar)
-            else:
-                grid.add_row(label, Text(text, no_wrap=True, overflow="ellipsis"))
-        return grid
+        for name, text in self.state.rows():
+            row = Table.grid(padding=(0, 1))
+            row.add_column(style="bold cyan", no_wrap=True, width=label - 1)
+            cells: list[RenderableType] = [name]
+            if name == "compile" and meter is not None:
+                row.add_column(width=bar)
+                cells.append(ProgressBar(total=100, completed=getattr(meter, "percent", 0) or 0, width=bar))
+                room -= bar + 1
+            row.add_column(no_wrap=True, width=room)
+            line = Text(text, no_wrap=True, overflow="ellipsis")
+            line.truncate(room, overflow="ellipsis")
+            row.add_row(*cells, line)
+            yield row
+            room = max(20, options.max_width - label)
 
     def say(self, text: str) -> None:
         self.console.print(text, markup=False, highlight=False, soft_wrap=True)
