@@ -19,8 +19,14 @@ def _send(sig: int) -> None:
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_each_signal_raises_interrupted_with_its_exit_code(sig) -> None:
-    with pytest.raises(Interrupted) as caught, interrupts.as_exceptions():
-        _send(sig)
+    # as a shell's foreground job has it: a background job (`cmd &`) inherits SIGINT ignored, which
+    # as_exceptions rightly keeps (the nohup test below)
+    old = signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+    try:
+        with pytest.raises(Interrupted) as caught, interrupts.as_exceptions():
+            _send(sig)
+    finally:
+        signal.signal(sig, old)
     assert caught.value.signum == sig and interrupts.exit_code(caught.value) == 128 + sig
     assert interrupts.describe(caught.value) == ("interrupted" if sig == signal.SIGINT
                                                  else f"interrupted by {signal.Signals(sig).name}")
