@@ -34,6 +34,7 @@ from buildkit.verify import binfmt, cpucode, elfcheck
 
 from buildkit.plan import cpulevels
 from buildkit.verify.cpuhost import cpu_flags, host_cpu_flags, host_platform_arch
+from buildkit.core.paths import cache_dir
 from buildkit.core.errors import BuildkitError, VerifyError
 from buildkit.engine.api import Engine, EngineError, get_engine
 from buildkit.plan.buildplan import BuildPlan
@@ -42,6 +43,11 @@ from buildkit.verify.imagetree import ImageTree, exported
 from buildkit.verify.report import FAILED, PASSED, SKIPPED, Check, VerifyReport
 
 ELF_ARCH_RE = re.compile(r"\b(sm_\d+[af]?)\b")
+
+
+def cpu_code_cache() -> Path:
+    """Where the CPU code counts of the backends verify has seen are kept, by content (cpucode._cache_key)."""
+    return cache_dir() / "verify" / "cpu-code"
 
 
 def _engine() -> Engine:
@@ -254,7 +260,7 @@ def _check_code(plan: BuildPlan, libs: dict[str, Path], objdump: str, host: set[
     good: list[str] = []
     for name, path in sorted(libs.items()):
         wanted = backend_class(plan, name, host)
-        counts = cpucode.disassembly_counts(objdump, path)
+        counts = cpucode.disassembly_counts(objdump, path, cache=cpu_code_cache())
         label = name or path.name
         if wanted is None:
             good.append(f"{label}: {cpucode.summary(counts)} (variant unknown to buildkit, not judged)")

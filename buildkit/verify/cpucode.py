@@ -10,6 +10,9 @@ armv9.2 variants compile with +sme, but only KleidiAI's kernels hold SME instruc
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -84,8 +87,41 @@ def find_objdump(platform_arch: str) -> str | None:
     return None
 
 
-def disassembly_counts(objdump: str, library: Path) -> dict[str, int]:
-    """objdump -d of the library's code sections, streamed and counted."""
+def _cache_key(objdump: str, library: Path) -> str:
+    """The library's bytes, the objdump and the signatures: a rebuild that left a backend unchanged (a change
+    outside ggml-cpu) finds its counts again; a new objdump or signature counts afresh."""
+    digest = hashlib.sha256()
+    with library.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    tool = Path(objdump).resolve()
+    stat = tool.stat()
+    digest.update(f"\0{tool}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
+    digest.update(repr(sorted((k, v.pattern) for k, v in SIGNATURES.items())).encode())
+    return digest.hexdigest()
+
+
+def disassembly_counts(objdump: str, library: Path, cache: Path | None = None) -> dict[str, int]:
+    """objdump -d of the library's code sections, streamed and counted; with cache (a folder), counts of a
+    library seen before are read back instead (keyed by content, _cache_key)."""
+    if cache is not None:
+        saved = cache / f"{_cache_key(objdump, library)}.json"
+        try:
+            counts = json.loads(saved.read_text())
+            if isinstance(counts, dict) and set(counts) == set(SIGNATURES) and \
+                    all(isinstance(v, int) and v >= 0 for v in counts.values()):
+                return counts
+        except (OSError, ValueError):
+            pass
+        counts = disassembly_counts(objdump, library)
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+            tmp = saved.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(counts))
+            os.replace(tmp, saved)
+        except OSError:
+            pass  # a cache that cannot be written only costs the next run the objdump
+        return counts
     proc = subprocess.Popen([objdump, "-d", "--no-show-raw-insn", str(library)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, errors="replace")
     assert proc.stdout is not None
