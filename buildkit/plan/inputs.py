@@ -253,7 +253,6 @@ class BuildInputs:
         return {i.name: getattr(self, i.name) for i in INPUTS if i.lock}
 
 
-
 INPUTS: tuple[Input, ...] = tuple(Input(name=f.name, annotation=str(f.type), **f.metadata["input"])
                                   for f in fields(BuildInputs))
 
