@@ -42,7 +42,7 @@ from buildkit.core.paths import bundled_patches_dir, cache_dir
 from buildkit.source.patches import PatchQueue, apply_patches, load_patch_queue
 from buildkit.core.progress import stage
 from buildkit.plan.buildplan import BuildPlan, BuildRequest, SourceFacts, make_plan, make_request
-from buildkit.plan.inputs import BUILD_KEY_LABEL, INPUTS_LABEL, BaseImage, BuildInputs, plan_inputs
+from buildkit.plan.inputs import BaseImage, BuildInputs, plan_inputs
 from buildkit.plan.platforms import engine_platform, judge_build_machine, long_double_differs
 from buildkit.plan.render import RenderResult, templates_sha256, write_context
 from buildkit.plan.tags import build_key_tag
@@ -186,10 +186,8 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
         with stage("render", request.variant):
             cuda_root, cuda_manifest, named = _cuda_contexts(request, cfg)
             named += tuple(c for c in (s.named_context() for s in sources) if c is not None)
-            inputs = plan_inputs(plan, bases, cuda_manifest, _cpu_host(request))
-            key = key_of(inputs)
-            plan = replace(plan, labels=plan.labels + ((BUILD_KEY_LABEL, key), inputs.record_label()),
-                           tags=with_key_tag(plan.tags, request, key))
+            key = key_of(plan_inputs(plan, bases, cuda_manifest, _cpu_host(request)))
+            plan = replace(with_labels(plan, bases, cuda_manifest, key), tags=with_key_tag(plan.tags, request, key))
             rendered = write_context(from_plan(plan, sources), out_dir, named)
     except BaseException:
         if created:
@@ -274,10 +272,11 @@ def inputs_record(plan: BuildPlan, bases: tuple[BaseImage, ...], cuda_manifest: 
     return plan_inputs(plan, bases, cuda_manifest, _cpu_host(plan.request)).record()
 
 
-def with_inputs_label(plan: BuildPlan, bases: tuple[BaseImage, ...], cuda_manifest: dict | None) -> BuildPlan:
-    labels = tuple((k, v) for k, v in plan.labels if k != INPUTS_LABEL)
+def with_labels(plan: BuildPlan, bases: tuple[BaseImage, ...], cuda_manifest: dict | None, key: str) -> BuildPlan:
+    """The plan with every label of its image: its inputs' (BuildInputs.to_labels, the one label writer),
+    once the base images and the CUDA root are known, and its build key."""
     inputs = plan_inputs(plan, bases, cuda_manifest, _cpu_host(plan.request))
-    return replace(plan, labels=labels + (inputs.record_label(),))
+    return replace(plan, labels=tuple(inputs.to_labels(key).items()))
 
 
 def _cuda_manifest(root: Path | None) -> dict | None:
@@ -296,16 +295,7 @@ def _local_image_id(tag: str, fallback: str) -> str:
     return get_engine().image_id(tag) or fallback
 
 
-def with_inputs(prepared: Prepared) -> Prepared:
-    """prepared with the org.llama-buildkit.inputs label on its plan."""
-    if any(k == INPUTS_LABEL for k, _ in prepared.plan.labels):
-        return prepared
-    plan = with_inputs_label(prepared.plan, prepared.base_images, prepared.cuda_manifest)
-    return replace(prepared, plan=plan)
-
-
 def lock_entry(prepared: Prepared, result: BuildResult) -> LockEntry:
-    prepared = with_inputs(prepared)
     plan, info, req = prepared.plan, prepared.source, prepared.plan.request
     image_id = _local_image_id(result.tags[0], result.config_digest) if result.tags else result.config_digest
     return LockEntry(
@@ -362,7 +352,6 @@ def build_prepared(prepared: Prepared, cfg: ResolvedConfig, *, verify: bool = Tr
     is False: a platform of a multi-platform build, whose entries the index's flow writes)."""
     options = options or build_options(cfg)
     check_build_machine(prepared.plan.request, stream)
-    prepared = with_inputs(prepared)  # a plan re-made after prepare (publish) lacks the inputs label
     metadata = prepared.rendered.context_dir.parent / "metadata.json"
     argv = buildx_argv(prepared.plan, prepared.rendered, options, metadata)
     archive = oci_archive_path(options, metadata) if options.reproducible else None

@@ -9,12 +9,11 @@ from buildkit.core.errors import ConfigError, LockError, RegistryError
 from buildkit.core.progress import stage
 from buildkit.engine.api import get_engine
 from buildkit.engine.buildx import BuildResult, check_buildx
-from buildkit.flows.pipeline import Prepared, build_options, build_prepared, lock_entry, prepared_context
+from buildkit.flows.pipeline import Prepared, build_options, build_prepared, lock_entry, prepared_context, with_labels
 from buildkit.oci.imageref import ImageRef, tag_of
 from buildkit.oci.registry import client_for
 from buildkit.plan.buildplan import make_plan, make_request
 from buildkit.plan.config import ResolvedConfig
-from buildkit.plan.inputs import BUILD_KEY_LABEL
 from buildkit.plan.tags import TagSet, check_tag, next_version, parse_version, release_tags
 from buildkit.release.lock import entry_from_dict, read_lock, write_lock_entry
 from buildkit.release.publish import (PublishResult, _local_image, _local_image_with_key, _push_image, _repository,
@@ -122,7 +121,7 @@ def _with_version(prepared: Prepared, version: str):
     plan = prepared.plan
     new = make_plan(replace(plan.request, version=version), plan.source, template_sha256=plan.template_sha256,
                     tool_version=plan.tool_version, extra_tags=tuple(tag_of(t) for t in plan.tags[2:]))
-    return replace(new, labels=new.labels + ((BUILD_KEY_LABEL, prepared.build_key),))
+    return with_labels(new, prepared.base_images, prepared.cuda_manifest, prepared.build_key)
 
 
 def _record(cfg: ResolvedConfig, prepared: Prepared, repository: ImageRef, tags: TagSet, version: str,

@@ -39,7 +39,7 @@ from buildkit.core.errors import BuildkitError, ReproduceError
 from buildkit.oci.imagediff import ImageDiff, diff_images
 from buildkit.engine.api import get_engine
 from buildkit.oci.ocilayout import OciArchive, open_image
-from buildkit.plan.inputs import cuda_wheel_hashes
+from buildkit.plan.inputs import INPUTS, cuda_wheel_hashes
 from buildkit.source.patches import load_patch_queue
 from buildkit.flows.pipeline import patch_dir, prepare
 from buildkit.flows.record import IndexRecorded, Recorded
@@ -79,29 +79,18 @@ class ReproduceResult:
 # --------------------------------------------------------------------------- checks and the rebuild
 
 def overrides_for(rec: Recorded, source: str | None = None, patches: str | None = None) -> dict[str, tuple[Any, str]]:
-    """Config overrides that make the resolved config exactly the recorded build."""
+    """Config overrides that make the resolved config exactly the recorded build: every input declared
+    with a config key (plan/inputs.py) that the record has, and those whose key depends on another input."""
     i = rec.inputs
     o: dict[str, tuple[Any, str]] = {
-        "source.url": (source or i.source_url, "recorded"),
-        "source.commit": (i.commit, "recorded"),
-        "build.arch": (i.arch, "recorded"),
-        "build.target": (i.target, "recorded"),
-        "build.platform": (i.platform, "recorded"),
-        # a native build compiled on its own platform: reproduced the same way (under emulation elsewhere)
-        "build.build_platform": (i.build_platform or i.platform, "recorded"),
-        "build.no_vmm": (i.no_vmm, "recorded"),
-        "build.jobs": (i.jobs, "recorded"),
-        "build.ccache": (i.ccache, "recorded"),
-        "build.cpu_level": (i.cpu_level, "recorded"),
-        "build.cmake_args": (list(i.extra_cmake_args), "recorded"),
-        "build.user": (i.user, "recorded"),
-        "image.name": (rec.image_name, "recorded"),
-        "image.version": (i.version, "recorded"),
-        "image.title": (i.title, "recorded"),
-        "image.licenses": (i.licenses, "recorded"),
-    }
-    if i.cuda_version:
-        o["build.cuda_version"] = (i.cuda_version, "recorded")
+        d.config: (list(v) if isinstance(v, tuple) else v, "recorded") for d in INPUTS
+        if d.config for v in (getattr(i, d.name),) if v is not None}
+    if source:
+        o["source.url"] = (source, "--source")
+    # a native build compiled on its own platform: reproduced the same way (under emulation elsewhere)
+    o["build.build_platform"] = (i.build_platform or i.platform, "recorded")
+    o["image.name"] = (rec.image_name, "recorded")
+    o["image.base_labels"] = (bool(i.base_name), "recorded")  # (images from before the labels have none)
     if i.provider == "nvidia":
         o["base.provider"] = ("nvidia", "recorded")
         o["base.devel_image"] = (i.devel_image, "recorded")

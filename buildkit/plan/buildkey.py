@@ -13,32 +13,15 @@ import json
 from typing import Iterable
 
 from buildkit.plan.buildplan import BuildPlan
-from buildkit.plan.inputs import BaseImage, BuildInputs, plan_inputs
+from buildkit.plan.inputs import INPUTS, BaseImage, BuildInputs, plan_inputs
 
 
 def key_fields(inputs: BuildInputs) -> dict:
-    """The inputs the key hashes: those that decide the image's content (not its name or version)."""
-    fields = {
-        "commit": inputs.commit,
-        "build_number": inputs.build_number,
-        "patch_set": inputs.patch_set_sha256,
-        "template": inputs.template_sha256,
-        "base_images": [[b.ref, b.digest] for b in inputs.base_images],
-        "cuda_version": inputs.cuda_version,
-        "cuda_wheels": None if inputs.cuda_wheels is None else list(inputs.cuda_wheels),
-        "arch": inputs.arch,
-        "target": inputs.target,
-        "platform": inputs.platform,
-        "cmake_args": list(inputs.cmake_args),
-        "cpu_level": inputs.cpu_level,
-    }
-    if inputs.cpu_host is not None:
-        fields["cpu_host"] = inputs.cpu_host
-    if inputs.build_platform is not None:  # a cross build's compilers run on (and are built for) it
-        fields["build_platform"] = inputs.build_platform
-    if inputs.user:  # the image's passwd, home and USER
-        fields["user"] = inputs.user
-    return fields
+    """The inputs the key hashes: those declared with a key name (plan/inputs.py), the ones that decide
+    the image's content (not its name, version or description); an input added later is left out while
+    a build does not have it, so the keys of builds without it stay the same."""
+    return {i.key: i.json(getattr(inputs, i.name)) for i in INPUTS
+            if i.key and not i.left_out(getattr(inputs, i.name))}
 
 
 def key_of(inputs: BuildInputs) -> str:

@@ -56,6 +56,9 @@ class BuildRequest:
     version: str
     title: str
     licenses: str
+    description: str  # image.description, its {source}, {variant} and {target} filled in by the inputs
+    url: str  # image.url, the same
+    base_labels: bool  # image.base_labels
     variant: str  # arch, CUDA version and CPU level: cuda13.1-sm120, cpu-x86-64-v3 (labels, lock key, caches)
     user: str = ""  # build.user as NAME:UID (the image runs as it); empty = root
     # a cross build whose build machine is not the engine's is run under the engine's emulation
@@ -186,7 +189,7 @@ def make_request(cfg: ResolvedConfig) -> BuildRequest:
     version = normalise_version(cfg["image.version"])  # v1.2.3 is 1.2.3 (metadata-action's type=semver)
     if not VERSION_RE.match(version):
         raise ConfigError(f"image.version {version!r} is not a valid version")
-    for key in ("image.title", "image.licenses"):
+    for key in ("image.title", "image.licenses", "image.description", "image.url"):
         if any(ch in cfg[key] for ch in "\n\r\0"):
             raise ConfigError(f"{key} must be a single line")
     return BuildRequest(
@@ -196,7 +199,8 @@ def make_request(cfg: ResolvedConfig) -> BuildRequest:
         build_platform=build_platform, jobs=jobs, no_vmm=cfg["build.no_vmm"], ccache=cfg["build.ccache"], cpu_level=cpu_level,
         extra_cmake_args=tuple(cfg["build.cmake_args"]),
         image_name=check_repository(cfg["image.name"]), version=version,
-        title=cfg["image.title"], licenses=cfg["image.licenses"],
+        title=cfg["image.title"], licenses=cfg["image.licenses"], description=cfg["image.description"],
+        url=cfg["image.url"], base_labels=cfg["image.base_labels"],
         variant=variant(arch, cuda_version) + variant_suffix(cpu_level, arch.is_cuda),
         emulate_build_platform=cfg["build.emulate_build_platform"], user=check_user(cfg["build.user"]),
     )
@@ -279,8 +283,8 @@ def make_plan(request: BuildRequest, source: SourceFacts, *, template_sha256: st
         cmake_args=flags,
         gcc_major=gcc_needed(request.cpu_level, request.platform, source.cpu_variants),
         build_targets=TARGET_BINARIES[request.target],
-        labels=request_inputs(request, source, template_sha256=template_sha256, tool_version=tool_version,
-                              cmake_args=flags).plan_labels(),
+        labels=tuple(request_inputs(request, source, template_sha256=template_sha256, tool_version=tool_version,
+                                    cmake_args=flags).to_labels(record=False).items()),
         tags=build_tags(request.image_name, request.tag_variant, source.commit, extra_tags),
         # per arch, CUDA version and target platform, shared by the CPU levels: their objects outside
         # ggml-cpu are the same

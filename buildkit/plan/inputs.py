@@ -1,25 +1,31 @@
-"""What a build is made of (pure): one model, `BuildInputs`, with one serialiser and one parser.
+"""What a build is made of (pure): one model, `BuildInputs`, each input declared once.
 
-Every other form of a build's inputs is derived from it:
+Every field of `BuildInputs` is one input and carries its declaration (`given(...)`): where its value
+comes from, the image label that carries it, whether the inputs label's JSON holds it, whether it is a
+field of a lock entry, its name among the build key's fields, the config key reproduce sets from it,
+and its name in errors; its type is its annotation. `INPUTS` is those declarations, and every form of
+a build's inputs is a loop over them:
 
-* the image labels: `to_labels` writes the OCI and org.llama-buildkit.* labels and the inputs label
-  (JSON of what no other label carries); `from_labels` reads them back into an equal model;
-* the build key (buildkey.py hashes `key_fields`);
-* the lock entry's input fields (`lock_fields`; release/lock.py adds what the build produced), read
-  back by `from_lock_entry`;
-* reproduce's record (flows/reproduce.py), which holds a model.
+* the image labels: `to_labels`, the one label writer (OCI and org.llama-buildkit.* labels, the
+  inputs label: JSON of what no other label carries); `from_labels` reads them back into an equal model;
+* the inputs label's type checks (each key's annotation);
+* the build key's fields (buildkey.py `key_fields`);
+* a lock entry's input fields (`lock_fields`; release/lock.py builds LockEntry from `INPUTS` and adds
+  what the build produced), read back by `from_lock_entry`;
+* reproduce's config overrides (flows/reproduce.py `overrides_for`); its record holds a model.
 
-A new input is one field here and its place in `to_labels` / `from_labels` (and `key_fields` in
-buildkey.py when it changes the image's content).
+A new input is one field here (and, when it comes from the config, its config key and its field of
+BuildRequest). An input added after images and locks existed is `later`: every form leaves it out while
+it is None or "", so the keys, labels and records of builds without it do not change.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, field, fields, replace
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from buildkit.core.errors import InputsError
 
@@ -39,117 +45,221 @@ class BaseImage:
     digest: str  # repo digest where known, else the local image id, else ""
 
 
-@dataclass(frozen=True)
-class BuildInputs:
-    """Every input of one build: what decides the image's content, and the options that shape it."""
-    source_url: str
-    commit: str
-    build_number: int
-    patches: tuple[str, ...]
-    patch_set_sha256: str
-    template_sha256: str
-    tool_version: str
-    source_date_epoch: int
-    arch: str
-    cuda_version: str | None
-    target: str
-    platform: str
-    cpu_level: str
-    variant: str  # derived from arch, CUDA version and CPU level; recorded as a label
-    no_vmm: bool
-    cmake_args: tuple[str, ...]  # every -D flag given to CMake
-    extra_cmake_args: tuple[str, ...]  # the ones build.cmake_args added
-    provider: str  # nvidia | wheels | cpu
-    devel_image: str
-    runtime_image: str
-    jobs: int
-    ccache: bool
-    version: str
-    title: str
-    licenses: str
-    base_images: tuple[BaseImage, ...] = ()  # with the digests they had; () before they are resolved
-    cuda_wheels: tuple[str, ...] | None = None  # sha256 of each CUDA wheel (provider wheels), sorted
-    cublas: bool | None = None  # whether the CUDA root holds cuBLAS (provider wheels)
-    cpu_host: str | None = None  # cpu_level native: the build machine's CPU
-    build_platform: str | None = None  # a cross build: where its compile ran (None: on the target platform)
-    user: str = ""  # build.user (NAME:UID) the image runs as; "" = root
-
-    # ------------------------------------------------------------------ labels (the serialiser)
-
-    def plan_labels(self) -> tuple[tuple[str, str], ...]:
-        """The labels every image carries, known from the config and the source alone."""
-        return (
-            (OCI + "source", self.source_url),
-            (OCI + "revision", self.commit),
-            (OCI + "version", self.version),
-            (OCI + "created", oci_created(self.source_date_epoch)),
-            (OCI + "title", self.title),
-            (OCI + "licenses", self.licenses),
-            (LABEL_PREFIX + "arch", self.arch),
-            (LABEL_PREFIX + "cuda-version", self.cuda_version or "none"),
-            (LABEL_PREFIX + "variant", self.variant),
-            (LABEL_PREFIX + "target", self.target),
-            (LABEL_PREFIX + "cpu-level", self.cpu_level),
-            (LABEL_PREFIX + "flags", " ".join(self.cmake_args)),
-            (LABEL_PREFIX + "build-number", str(self.build_number)),
-            (LABEL_PREFIX + "patch-set", self.patch_set_sha256),
-            (LABEL_PREFIX + "template", self.template_sha256),
-            (LABEL_PREFIX + "tool-version", self.tool_version),
-        )
-
-    def record(self) -> dict:
-        """The inputs label's document: every input the other labels do not carry."""
-        record = {
-            "format": INPUTS_FORMAT,
-            "base_images": [[b.ref, b.digest] for b in self.base_images],
-            "devel_image": self.devel_image,
-            "runtime_image": self.runtime_image,
-            "provider": self.provider,
-            "platform": self.platform,
-            "jobs": self.jobs,
-            "ccache": self.ccache,
-            "no_vmm": self.no_vmm,
-            "cpu_level": self.cpu_level,
-            "extra_cmake_args": list(self.extra_cmake_args),
-            "patches": list(self.patches),
-            "cuda_wheels": None if self.cuda_wheels is None else list(self.cuda_wheels),
-            "cublas": self.cublas,
-        }
-        if self.cpu_host is not None:
-            record["cpu_host"] = self.cpu_host
-        if self.build_platform is not None:
-            record["build_platform"] = self.build_platform
-        if self.user:
-            record["user"] = self.user
-        return record
-
-    def record_label(self) -> tuple[str, str]:
-        return INPUTS_LABEL, json.dumps(self.record(), sort_keys=True, separators=(",", ":"))
-
-    def to_labels(self, build_key: str = "") -> dict[str, str]:
-        """Every label that records this build's inputs (and its build key, when given)."""
-        labels = dict(self.plan_labels())
-        if build_key:
-            labels[BUILD_KEY_LABEL] = build_key
-        labels.update((self.record_label(),))
-        return labels
-
-    # ------------------------------------------------------------------ the lock entry's fields
-
-    def lock_fields(self) -> dict[str, Any]:
-        """The fields of a lock entry (release/lock.py LockEntry) that are inputs."""
-        return dict(source_url=self.source_url, commit=self.commit, build_number=self.build_number,
-                    patches=self.patches, patch_set_sha256=self.patch_set_sha256,
-                    template_sha256=self.template_sha256, base_images=self.base_images,
-                    cuda_version=self.cuda_version, arch=self.arch, target=self.target, platform=self.platform,
-                    no_vmm=self.no_vmm, cmake_args=self.cmake_args, source_date_epoch=self.source_date_epoch,
-                    tool_version=self.tool_version, version=self.version, cpu_level=self.cpu_level,
-                    variant=self.variant)
-
+# --------------------------------------------------------------------------- how values are written
 
 def oci_created(epoch: int) -> str:
     return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
+
+def _epoch(created: str, where: str, name: str) -> int:
+    try:
+        return int(datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp())
+    except (TypeError, ValueError):
+        raise InputsError(f"the created label {created!r} is not a UTC time of the form 2024-01-02T00:00:00Z") \
+            from None
+
+
+def _int(value: Any, where: str, name: str) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise InputsError(f"{where}: the label {name} must be an integer, got {str(value)[:40]!r}") from None
+
+
+def split_flags(text: str) -> tuple[str, ...]:
+    """The flags label back into CMake's arguments: each starts with -D, and a value may hold spaces
+    (-DCMAKE_CUDA_FLAGS=-Xcudafe=... -Xcicc=..., a cross CUDA build's), so it is split before each -D."""
+    return tuple(a.strip() for a in re.split(r"\s+(?=-D)", text.strip()) if a.strip())
+
+
+@dataclass(frozen=True)
+class LabelForm:
+    """How an input is written as a label's text and read back (where, label name for errors)."""
+    write: Callable[[Any], str] = str
+    read: Callable[[str, str, str], Any] = lambda text, where, name: text
+
+
+TEXT = LabelForm()
+NUMBER = LabelForm(read=_int)
+CREATED = LabelForm(oci_created, _epoch)  # SOURCE_DATE_EPOCH as the OCI created time
+NONE_WORD = LabelForm(lambda v: v or "none", lambda text, where, name: None if text == "none" else text)
+FLAGS = LabelForm(" ".join, lambda text, where, name: split_flags(text))
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A type of input in JSON (the inputs label, the build key): the check, its words, the conversions."""
+    expect: str
+    ok: Callable[[Any], bool]
+    to_json: Callable[[Any], Any] = lambda v: v
+    from_json: Callable[[Any], Any] = lambda v: v
+
+
+def _strs(v) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+KINDS = {  # by annotation ("X | None": the same kind, null allowed)
+    "str": Kind("a string", lambda v: isinstance(v, str)),
+    "int": Kind("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    "bool": Kind("true or false", lambda v: isinstance(v, bool)),
+    "tuple[str, ...]": Kind("a list of strings", _strs, list, tuple),
+    "tuple[BaseImage, ...]": Kind("a list of [ref, digest] pairs",
+                                  lambda v: isinstance(v, list) and all(isinstance(p, list) and len(p) == 2
+                                                                        and _strs(p) for p in v),
+                                  lambda bases: [[b.ref, b.digest] for b in bases],
+                                  lambda pairs: tuple(BaseImage(*p) for p in pairs)),
+}
+
+
+# --------------------------------------------------------------------------- the declarations
+
+NEEDED = type("Needed", (), {"__repr__": lambda self: "NEEDED"})()  # no default: a value must be recorded
+
+
+@dataclass(frozen=True)
+class Input:
+    """One input of a build, declared once: a field of BuildInputs and its `given(...)`."""
+    name: str
+    annotation: str  # its type: KINDS says how its JSON is checked and written
+    of: str | Callable | None  # where request_inputs takes it: "request.x", "source.y", "made.z", or a
+    #                            function of the three; None: known once base images and CUDA root are resolved
+    label: str | None = None  # the image label that carries it
+    form: LabelForm = TEXT  # how the label's text is written and read
+    record: bool = False  # a key of the inputs label's JSON (by its name)
+    lock: bool = False  # a field of a lock entry (by its name)
+    lock_default: Any = NEEDED  # what locks written before it existed hold
+    key: str | None = None  # its name among the build key's fields
+    config: str | None = None  # the config key reproduce sets from it
+    absent: Any = NEEDED  # its value where a record lacks it (NEEDED: the error names `what`)
+    what: str = ""
+    later: bool = False  # added after builds were recorded: left out of every form while None or ""
+
+    @property
+    def kind(self) -> Kind:
+        return KINDS[self.annotation.removesuffix(" | None")]
+
+    def left_out(self, value: Any) -> bool:
+        return self.later and value in (None, "")
+
+    def json(self, value: Any) -> Any:
+        return None if value is None else self.kind.to_json(value)
+
+
+def given(of: str | Callable | None, *, default: Any = MISSING, **declaration):
+    """A field of BuildInputs with its declaration (Input's fields)."""
+    return field(default=default, metadata={"input": dict(of=of, **declaration)})
+
+
+def _fill(text: str, request: "BuildRequest", source: "SourceFacts") -> str:
+    """A config text's {source}, {variant} and {target} (image.description, image.url)."""
+    return text.replace("{source}", source.url).replace("{variant}", request.variant) \
+        .replace("{target}", request.target)
+
+
+@dataclass(frozen=True)
+class BuildInputs:
+    """Every input of one build: what decides the image's content, and the options that shape it."""
+    source_url: str = given("source.url", label=OCI + "source", lock=True, config="source.url", what="source URL")
+    commit: str = given("source.commit", label=OCI + "revision", lock=True, key="commit", config="source.commit",
+                        what="commit")
+    version: str = given("request.version", label=OCI + "version", lock=True, lock_default="",
+                         config="image.version", what="version")
+    source_date_epoch: int = given("source.commit_time", label=OCI + "created", form=CREATED, lock=True,
+                                   what="created time (SOURCE_DATE_EPOCH)")
+    title: str = given("request.title", label=OCI + "title", config="image.title", absent="")
+    licenses: str = given("request.licenses", label=OCI + "licenses", config="image.licenses", absent="")
+    arch: str = given(lambda request, source, made: request.arch.name, label=LABEL_PREFIX + "arch", lock=True,
+                      key="arch", config="build.arch")
+    cuda_version: str | None = given("request.cuda_version", label=LABEL_PREFIX + "cuda-version", form=NONE_WORD,
+                                     lock=True, key="cuda_version", config="build.cuda_version", absent=None)
+    variant: str = given("request.variant", label=LABEL_PREFIX + "variant", lock=True, absent="")
+    target: str = given("request.target", label=LABEL_PREFIX + "target", lock=True, key="target",
+                        config="build.target")
+    cpu_level: str = given(lambda request, source, made: request.cpu_level.name, label=LABEL_PREFIX + "cpu-level",
+                           record=True, lock=True, lock_default="", key="cpu_level", config="build.cpu_level",
+                           absent="all")
+    cmake_args: tuple[str, ...] = given("made.cmake_args", label=LABEL_PREFIX + "flags", form=FLAGS, lock=True,
+                                        key="cmake_args", what="CMake flags")  # every -D flag given to CMake
+    build_number: int = given("source.build_number", label=LABEL_PREFIX + "build-number", form=NUMBER, lock=True,
+                              key="build_number", what="build number")
+    patch_set_sha256: str = given("source.patch_set_sha256", label=LABEL_PREFIX + "patch-set", lock=True,
+                                  key="patch_set", what="patch set hash")
+    template_sha256: str = given("made.template_sha256", label=LABEL_PREFIX + "template", lock=True, key="template",
+                                 what="template hash")
+    tool_version: str = given("made.tool_version", label=LABEL_PREFIX + "tool-version", lock=True,
+                              what="tool version")
+    devel_image: str = given("request.devel_image", record=True)
+    runtime_image: str = given("request.runtime_image", record=True)
+    provider: str = given("request.provider", record=True)  # nvidia | wheels | cpu
+    platform: str = given("request.platform", record=True, lock=True, key="platform", config="build.platform")
+    jobs: int = given("request.jobs", record=True, config="build.jobs")
+    ccache: bool = given("request.ccache", record=True, config="build.ccache")
+    no_vmm: bool = given("request.no_vmm", record=True, lock=True, config="build.no_vmm")
+    extra_cmake_args: tuple[str, ...] = given("request.extra_cmake_args", record=True, config="build.cmake_args",
+                                              absent=())  # the ones build.cmake_args added
+    patches: tuple[str, ...] = given("source.patch_names", record=True, lock=True, absent=())
+    # known once resolved: the base images with the digests they had, the CUDA root's wheels
+    base_images: tuple[BaseImage, ...] = given(None, record=True, lock=True, key="base_images",
+                                               what="base images", default=())
+    cuda_wheels: tuple[str, ...] | None = given(None, record=True, key="cuda_wheels", absent=None,
+                                                default=None)  # sha256 of each CUDA wheel (provider wheels), sorted
+    cublas: bool | None = given(None, record=True, absent=None, default=None)  # the CUDA root holds cuBLAS
+    cpu_host: str | None = given(None, record=True, key="cpu_host", absent=None, later=True,
+                                 default=None)  # cpu_level native: the build machine's CPU
+    build_platform: str | None = given(  # a cross build: where its compile ran (None: on the target platform)
+        lambda request, source, made: request.build_platform if request.cross else None, record=True,
+        key="build_platform", absent=None, later=True, default=None)
+    user: str = given("request.user", record=True, key="user", config="build.user", absent="", later=True,
+                      default="")  # build.user (NAME:UID) the image runs as; "" = root (its passwd, home, USER)
+    # issue 24: the image's description and URL (metadata: not in the key), and the base image labels
+    description: str = given(lambda request, source, made: _fill(request.description, request, source),
+                             label=OCI + "description", config="image.description", absent="", later=True,
+                             default="")
+    url: str = given(lambda request, source, made: _fill(request.url, request, source), label=OCI + "url",
+                     config="image.url", absent="", later=True, default="")
+    base_name: str = given(lambda request, source, made: request.runtime_image if request.base_labels else "",
+                           label=OCI + "base.name", absent="", later=True, default="")  # the runtime stage's base
+
+    # ------------------------------------------------------------------ the forms
+
+    def base_digest(self) -> str:
+        """The digest of the runtime stage's base image (base_name), when it is known."""
+        return next((b.digest for b in self.base_images if self.base_name and b.ref == self.base_name), "")
+
+    def record(self) -> dict:
+        """The inputs label's document: every input the other labels do not carry."""
+        doc: dict[str, Any] = {"format": INPUTS_FORMAT}
+        for i in INPUTS:
+            value = getattr(self, i.name)
+            if i.record and not i.left_out(value):
+                doc[i.name] = i.json(value)
+        return doc
+
+    def to_labels(self, build_key: str = "", record: bool = True) -> dict[str, str]:
+        """Every label of the image (the one label writer): the inputs that have one, the base image's
+        digest, the build key when given, and the inputs label unless record is False (a plan's labels
+        before its base images are resolved)."""
+        labels = {i.label: i.form.write(getattr(self, i.name)) for i in INPUTS
+                  if i.label and not i.left_out(getattr(self, i.name))}
+        if self.base_digest():
+            labels[OCI + "base.digest"] = self.base_digest()
+        if build_key:
+            labels[BUILD_KEY_LABEL] = build_key
+        if record:
+            labels[INPUTS_LABEL] = json.dumps(self.record(), sort_keys=True, separators=(",", ":"))
+        return labels
+
+    def lock_fields(self) -> dict[str, Any]:
+        """The fields of a lock entry (release/lock.py LockEntry) that are inputs."""
+        return {i.name: getattr(self, i.name) for i in INPUTS if i.lock}
+
+
+INPUTS: tuple[Input, ...] = tuple(Input(name=f.name, annotation=str(f.type), **f.metadata["input"])
+                                  for f in fields(BuildInputs))
+
+
+# --------------------------------------------------------------------------- the model of a build
 
 def cuda_wheel_hashes(manifest: dict | None) -> list[str] | None:
     """The sha256 of every wheel a provider-wheels CUDA root was laid out from."""
@@ -164,28 +274,33 @@ def _cublas(provider: str, manifest: dict | None) -> bool | None:
     return any(str(w.get("package", "")).startswith("nvidia-cublas") for w in manifest["wheels"] if isinstance(w, dict))
 
 
+@dataclass(frozen=True)
+class _Made:
+    template_sha256: str
+    tool_version: str
+    cmake_args: tuple[str, ...]
+
+
 def request_inputs(request: "BuildRequest", source: "SourceFacts", *, template_sha256: str, tool_version: str,
                    cmake_args: tuple[str, ...]) -> BuildInputs:
-    """The inputs known before the base images and the CUDA root are resolved."""
-    return BuildInputs(
-        source_url=source.url, commit=source.commit, build_number=source.build_number,
-        patches=tuple(source.patch_names), patch_set_sha256=source.patch_set_sha256,
-        template_sha256=template_sha256, tool_version=tool_version, source_date_epoch=source.commit_time,
-        arch=request.arch.name, cuda_version=request.cuda_version, target=request.target,
-        platform=request.platform, cpu_level=request.cpu_level.name, variant=request.variant,
-        no_vmm=request.no_vmm, cmake_args=tuple(cmake_args), extra_cmake_args=tuple(request.extra_cmake_args),
-        provider=request.provider, devel_image=request.devel_image, runtime_image=request.runtime_image,
-        jobs=request.jobs, ccache=request.ccache, version=request.version, title=request.title,
-        licenses=request.licenses, build_platform=request.build_platform if request.cross else None,
-        user=request.user)
+    """The inputs known before the base images and the CUDA root are resolved (each input's `of`)."""
+    made = _Made(template_sha256, tool_version, tuple(cmake_args))
+    scope = {"request": request, "source": source, "made": made}
+
+    def value(of):
+        if callable(of):
+            return of(request, source, made)
+        where, _, name = of.partition(".")
+        got = getattr(scope[where], name)
+        return tuple(got) if isinstance(got, list) else got
+
+    return BuildInputs(**{i.name: value(i.of) for i in INPUTS if i.of is not None})
 
 
 def plan_inputs(plan: "BuildPlan", base_images=(), cuda_manifest: dict | None = None,
                 cpu_host: str | None = None) -> BuildInputs:
     """Every input of a planned build, once its base images (with digests) and CUDA root are known.
     cpu_host: for cpu_level native, the build machine's CPU (its code depends on it)."""
-    from dataclasses import replace
-
     inputs = request_inputs(plan.request, plan.source, template_sha256=plan.template_sha256,
                             tool_version=plan.tool_version, cmake_args=plan.cmake_args)
     wheels = cuda_wheel_hashes(cuda_manifest)
@@ -195,16 +310,7 @@ def plan_inputs(plan: "BuildPlan", base_images=(), cuda_manifest: dict | None = 
 
 # --------------------------------------------------------------------------- the parser
 
-# The keys of the inputs label and what each must be (absent or null: the field that needs it says so).
-_INPUT_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
-    "format": ((int,), "an integer"), "base_images": ((list,), "a list of [ref, digest] pairs"),
-    "devel_image": ((str,), "a string"), "runtime_image": ((str,), "a string"), "provider": ((str,), "a string"),
-    "platform": ((str,), "a string"), "jobs": ((int,), "an integer"), "ccache": ((bool,), "true or false"),
-    "no_vmm": ((bool,), "true or false"), "extra_cmake_args": ((list,), "a list of strings"),
-    "patches": ((list,), "a list of strings"), "cuda_wheels": ((list,), "a list of strings"),
-    "cublas": ((bool,), "true or false"), "image_name": ((str,), "a string"), "cpu_host": ((str,), "a string"),
-    "cpu_level": ((str,), "a string"), "build_platform": ((str,), "a string"), "user": ((str,), "a string"),
-}
+_OTHER_RECORD_KEYS = {"format": KINDS["int"], "image_name": KINDS["str"]}  # (image_name: older records)
 
 
 def _record_of(labels: Mapping[str, str], where: str) -> dict:
@@ -218,15 +324,11 @@ def _record_of(labels: Mapping[str, str], where: str) -> dict:
         raise InputsError(f"{where}: the {INPUTS_LABEL} label is not JSON") from None
     if not isinstance(data, dict):
         raise InputsError(f"{where}: the {INPUTS_LABEL} label is not a JSON object")
-    for key, (kinds, expect) in _INPUT_TYPES.items():
+    kinds = {**_OTHER_RECORD_KEYS, **{i.name: i.kind for i in INPUTS if i.record}}
+    for key, kind in kinds.items():  # absent or null: the input that needs it says so
         value = data.get(key)
-        ok = value is None or (isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds))
-        if ok and isinstance(value, list) and key != "base_images":
-            ok = all(isinstance(v, str) for v in value)
-        if ok and isinstance(value, list) and key == "base_images":
-            ok = all(isinstance(p, list) and len(p) == 2 and all(isinstance(v, str) for v in p) for p in value)
-        if not ok:
-            raise InputsError(f"{where}: the {INPUTS_LABEL} label's key {key!r} must be {expect}, "
+        if value is not None and not kind.ok(value):
+            raise InputsError(f"{where}: the {INPUTS_LABEL} label's key {key!r} must be {kind.expect}, "
                               f"got {type(value).__name__}")
     return data
 
@@ -237,21 +339,6 @@ def need(data: Mapping[str, Any], key: str, where: str, what: str | None = None)
     if value is None or value == "":
         raise InputsError(f"{where}: the recorded input {what or key} is missing")
     return value
-
-
-def _int(value: Any, where: str, name: str) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise InputsError(f"{where}: the label {name} must be an integer, got {str(value)[:40]!r}") from None
-
-
-def _epoch(created: str) -> int:
-    try:
-        return int(datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp())
-    except (TypeError, ValueError):
-        raise InputsError(f"the created label {created!r} is not a UTC time of the form 2024-01-02T00:00:00Z") \
-            from None
 
 
 def parse_bases(pairs: Any, where: str) -> tuple[BaseImage, ...]:
@@ -265,10 +352,15 @@ def parse_bases(pairs: Any, where: str) -> tuple[BaseImage, ...]:
     return tuple(out)
 
 
-def split_flags(text: str) -> tuple[str, ...]:
-    """The flags label back into CMake's arguments: each starts with -D, and a value may hold spaces
-    (-DCMAKE_CUDA_FLAGS=-Xcudafe=... -Xcicc=..., a cross CUDA build's), so it is split before each -D."""
-    return tuple(a.strip() for a in re.split(r"\s+(?=-D)", text.strip()) if a.strip())
+def _complete(values: dict[str, Any], where: str) -> BuildInputs:
+    """The model from the values read; an input without one gets its `absent` value, or is an error."""
+    for i in INPUTS:
+        value = values.get(i.name)
+        if value is None or (i.absent is NEEDED and value in ("", ())):
+            if i.absent is NEEDED:
+                raise InputsError(f"{where}: the recorded input {i.what or i.name} is missing")
+            values[i.name] = i.absent
+    return BuildInputs(**values)
 
 
 def from_labels(labels: Mapping[str, str], where: str) -> BuildInputs:
@@ -279,58 +371,30 @@ def from_labels(labels: Mapping[str, str], where: str) -> BuildInputs:
         if not isinstance(name, str) or not isinstance(value, str):
             raise InputsError(f"{where}: the label {str(name)[:80]!r} must be a string, got {type(value).__name__}")
     record = _record_of(labels, where)
-
-    def label(name: str, what: str) -> str:
-        return need(labels, name, where, what)
-
-    cuda = labels.get(LABEL_PREFIX + "cuda-version")
-    wheels = record.get("cuda_wheels")
-    return BuildInputs(
-        source_url=label(OCI + "source", "source URL"), commit=label(OCI + "revision", "commit"),
-        build_number=_int(label(LABEL_PREFIX + "build-number", "build number"), where, LABEL_PREFIX + "build-number"),
-        patches=tuple(record.get("patches") or ()),
-        patch_set_sha256=label(LABEL_PREFIX + "patch-set", "patch set hash"),
-        template_sha256=label(LABEL_PREFIX + "template", "template hash"),
-        tool_version=label(LABEL_PREFIX + "tool-version", "tool version"),
-        source_date_epoch=_epoch(label(OCI + "created", "created time (SOURCE_DATE_EPOCH)")),
-        arch=label(LABEL_PREFIX + "arch", "arch"), cuda_version=None if cuda in (None, "", "none") else cuda,
-        target=label(LABEL_PREFIX + "target", "target"), platform=need(record, "platform", where),
-        cpu_level=labels.get(LABEL_PREFIX + "cpu-level") or record.get("cpu_level") or "all",
-        variant=labels.get(LABEL_PREFIX + "variant", ""), no_vmm=bool(need(record, "no_vmm", where)),
-        cmake_args=split_flags(label(LABEL_PREFIX + "flags", "CMake flags")),
-        extra_cmake_args=tuple(record.get("extra_cmake_args") or ()),
-        provider=need(record, "provider", where), devel_image=need(record, "devel_image", where),
-        runtime_image=need(record, "runtime_image", where), jobs=int(need(record, "jobs", where)),
-        ccache=bool(need(record, "ccache", where)), version=label(OCI + "version", "version"),
-        title=labels.get(OCI + "title", ""), licenses=labels.get(OCI + "licenses", ""),
-        base_images=parse_bases(record.get("base_images"), where),
-        cuda_wheels=None if wheels is None else tuple(wheels), cublas=record.get("cublas"),
-        cpu_host=record.get("cpu_host"), build_platform=record.get("build_platform"), user=record.get("user") or "")
+    values: dict[str, Any] = {}
+    for i in INPUTS:
+        if i.label and labels.get(i.label):
+            values[i.name] = i.form.read(labels[i.label], where, i.label)
+        elif i.record and record.get(i.name) is not None:
+            values[i.name] = i.kind.from_json(record[i.name])
+    return _complete(values, where)
 
 
 def from_lock_entry(entry: Mapping[str, Any], where: str) -> BuildInputs:
     """The model from a lock entry: its own fields, and the labels it kept for the rest (they must
     be there: a lock written before labels were recorded lacks jobs, ccache and provider)."""
-    from dataclasses import replace
-
     labels = entry.get("labels") or {}
     if not labels:
         raise InputsError(f"{where} has no recorded labels (written by a buildkit without reproducible builds); "
                           "the inputs jobs, ccache and provider are missing")
     inputs = from_labels(labels, where)
-    inputs = replace(
-        inputs, source_url=need(entry, "source_url", where, "source URL"), commit=need(entry, "commit", where),
-        build_number=entry.get("build_number"),
-        patch_set_sha256=need(entry, "patch_set_sha256", where, "patch set hash"),
-        patches=tuple(entry.get("patches") or ()),
-        template_sha256=need(entry, "template_sha256", where, "template hash"),
-        base_images=parse_bases(entry.get("base_images"), where), cuda_version=entry.get("cuda_version"),
-        arch=need(entry, "arch", where), target=need(entry, "target", where),
-        platform=need(entry, "platform", where), no_vmm=bool(entry.get("no_vmm")),
-        cmake_args=tuple(entry.get("cmake_args") or ()),
-        source_date_epoch=int(need(entry, "source_date_epoch", where, "SOURCE_DATE_EPOCH")),
-        tool_version=need(entry, "tool_version", where, "tool version"),
-        version=entry.get("version") or inputs.version)
+    values = {}
+    for i in INPUTS:
+        value = entry.get(i.name)
+        if i.lock and value is not None and value != "":
+            values[i.name] = parse_bases(value, where) if i.name == "base_images" else \
+                tuple(value) if isinstance(value, list) else value
+    inputs = replace(inputs, **values)
     if entry.get("cuda_root") and isinstance(entry["cuda_root"], dict):
         inputs = replace(inputs, cuda_wheels=tuple(cuda_wheel_hashes(entry["cuda_root"]) or ()))
     return inputs

@@ -1,7 +1,8 @@
 """buildkit.lock: every input of a successful build, the input a later `reproduce` uses.
 
-An entry's input fields come from the model of a build's inputs (plan/inputs.py: BuildInputs.lock_fields)
-and are read back by plan/inputs.py from_lock_entry; the rest is what the build produced.
+An entry's input fields are declared once, with the model of a build's inputs (plan/inputs.py: the
+inputs declared `lock`; BuildInputs.lock_fields), and read back by plan/inputs.py from_lock_entry; the
+rest is what the build produced (_PRODUCED here).
 
 One JSON document holding one entry per variant and target (`cuda13.1-sm120/server`), so the
 builds of a matrix share a lock. Written atomically (temporary file in the same folder, fsync,
@@ -13,60 +14,58 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, make_dataclass
 from pathlib import Path
 from typing import Callable
 
 from buildkit.core.errors import LockError
 from buildkit.core.filelock import file_lock
-from buildkit.plan.inputs import BaseImage, BuildInputs, from_lock_entry
+from buildkit.plan.inputs import INPUTS, NEEDED, BaseImage, BuildInputs, from_lock_entry
 
 LOCK_VERSION = 1
 
 
-@dataclass(frozen=True)
-class LockEntry:
-    source_url: str
-    ref: str
-    commit: str
-    build_number: int
-    patches: tuple[str, ...]
-    patch_set_sha256: str
-    template: str
-    template_sha256: str
-    dockerfile_sha256: str
-    base_images: tuple[BaseImage, ...]
-    cuda_version: str | None
-    cuda_root: dict | None  # wheel manifest of provider wheels, else None
-    arch: str
-    cmake_archs: str | None
-    target: str
-    platform: str
-    no_vmm: bool
-    cmake_args: tuple[str, ...]
-    source_date_epoch: int
-    tool_version: str
-    image_name: str
-    image_digest: str
-    image_id: str
-    tags: tuple[str, ...]
-    variant: str
-    version: str = ""
-    build_key: str = ""  # hash of every input; the registry tag bk-<key>-<variant> finds the build again
-    pushed: tuple[str, ...] = ()  # full references this build was published under
-    labels: dict = field(default_factory=dict)  # the image's labels: with the fields above, every input of `reproduce`
-    exporter: str = ""  # "oci" (reproducible: OCI exporter, rewrite-timestamp) or "load" (plain --load)
-    cpu_level: str = ""  # build.cpu_level (cpulevels.py); "" in locks written before it existed
-    bench: dict | None = None  # `buildkit bench --attach-lock` results for this image; a rebuild clears them
-    build_seconds: float = 0.0  # wall time of the buildx run (the next build's progress estimate)
+# What the build produced, and where it was published: the fields of a lock entry that are not inputs.
+# (The inputs are BuildInputs' fields declared `lock` in plan/inputs.py: source_url, commit, arch, ...)
+_PRODUCED = (
+    ("ref", "str", field()),
+    ("template", "str", field()),
+    ("dockerfile_sha256", "str", field()),
+    ("cuda_root", "dict | None", field()),  # wheel manifest of provider wheels, else None
+    ("cmake_archs", "str | None", field()),
+    ("image_name", "str", field()),
+    ("image_digest", "str", field()),
+    ("image_id", "str", field()),
+    ("tags", "tuple[str, ...]", field()),
+    ("build_key", "str", field(default="")),  # hash of every input; the registry tag bk-<key>-<variant> finds it
+    ("pushed", "tuple[str, ...]", field(default=())),  # full references this build was published under
+    ("labels", "dict", field(default_factory=dict)),  # the image's labels: with the inputs, all `reproduce` needs
+    ("exporter", "str", field(default="")),  # "oci" (reproducible: OCI exporter, rewrite-timestamp) or "load"
+    ("bench", "dict | None", field(default=None)),  # `buildkit bench --attach-lock` results; a rebuild clears them
+    ("build_seconds", "float", field(default=0.0)),  # wall time of the buildx run (the next build's estimate)
+)
 
-    @property
-    def key(self) -> str:
-        return f"{self.variant}/{self.target}"
 
-    def inputs(self) -> BuildInputs:
-        """The build's inputs, parsed back from this entry (its fields and the labels it kept)."""
-        return from_lock_entry(asdict(self), f"lock entry {self.key}")
+def _has_default(spec: tuple) -> bool:
+    return spec[2].default is not MISSING or spec[2].default_factory is not MISSING
+
+
+def _key(self) -> str:
+    return f"{self.variant}/{self.target}"
+
+
+def _inputs(self) -> BuildInputs:
+    """The build's inputs, parsed back from this entry (its fields and the labels it kept)."""
+    return from_lock_entry(asdict(self), f"lock entry {self.key}")
+
+
+# A lock entry: the inputs declared `lock` (plan/inputs.py, in their lock form) and what the build produced.
+LockEntry = make_dataclass(
+    "LockEntry",
+    sorted([(i.name, i.annotation, field() if i.lock_default is NEEDED else field(default=i.lock_default))
+            for i in INPUTS if i.lock] + list(_PRODUCED), key=_has_default),  # (those without a default first)
+    frozen=True, namespace={"key": property(_key), "inputs": _inputs, "__module__": __name__,
+                            "__doc__": "One build of buildkit.lock: its inputs and what it produced."})
 
 
 def _kind(value) -> str:
@@ -146,11 +145,13 @@ def entry_from_dict(data: dict, where: str = "lock entry") -> LockEntry:
     """A LockEntry from its JSON form (as read_lock returns it)."""
     check_entry(data, where)
     try:
-        fields = dict(data)
-        fields["base_images"] = tuple(BaseImage(**b) for b in fields.get("base_images", ()))
-        for name in ("patches", "cmake_args", "tags", "pushed"):
-            fields[name] = tuple(fields.get(name, ()))
-        return LockEntry(**fields)
+        values = dict(data)
+        for spec in fields(LockEntry):
+            if spec.name in values and spec.type == "tuple[BaseImage, ...]":
+                values[spec.name] = tuple(BaseImage(**b) for b in values[spec.name])
+            elif spec.name in values and spec.type == "tuple[str, ...]":
+                values[spec.name] = tuple(values[spec.name])
+        return LockEntry(**values)
     except TypeError as exc:
         raise LockError(f"a lock entry does not have the expected fields: {exc}") from None
 

@@ -119,6 +119,13 @@ def test_the_first_build_is_recorded_for_reproduction(first, project):
     assert docker.from_env().images.get(f"{IMAGE}:cpu").id == lock["image_digest"] == lock["image_id"]
     inputs = json.loads(lock["labels"]["org.llama-buildkit.inputs"])
     assert inputs["ccache"] is True and inputs["base_images"][0][1] == lock["base_images"][0]["digest"]
+    # the image carries the labels of issue 24: its description and URL, its runtime base and that digest
+    labels = docker.from_env().images.get(f"{IMAGE}:cpu").labels
+    oci = "org.opencontainers.image."
+    assert labels[oci + "base.name"] == lock["base_images"][0]["ref"]
+    assert labels[oci + "base.digest"] == lock["base_images"][0]["digest"]
+    assert labels[oci + "url"] == lock["source_url"] and "for cpu" in labels[oci + "description"]
+    assert labels == lock["labels"]
 
 
 def test_render_pins_the_base_image_by_digest(project, first, tmp_path):

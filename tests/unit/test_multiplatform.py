@@ -147,8 +147,8 @@ def lock_entry_for(platform: str, digest: str) -> LockEntry:
     inputs = plan_inputs(plan, (BaseImage("buildkit-test/debian:bookworm", DIGEST),), None, None)
     return LockEntry(**inputs.lock_fields(), ref="main", template=plan.request.template, dockerfile_sha256="d" * 64,
                      cuda_root=None, cmake_archs=None, image_name=plan.request.image_name, build_key="k" + platform,
-                     image_digest=digest, image_id=digest, tags=(), labels=dict(plan.labels) | {
-                         inputs.record_label()[0]: inputs.record_label()[1]}, exporter="oci")
+                     image_digest=digest, image_id=digest, tags=(), labels=inputs.to_labels(),
+                     exporter="oci")
 
 
 def test_lock_round_trip_of_an_index_and_reproduce_reads_it_as_one_build(tmp_path):
