@@ -13,15 +13,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def buildkit_env() -> dict[str, str]:
     """This process's environment without any LLAMA_BUILDKIT_* setting, so a developer's own
-    settings never leak into a test; tests then add the ones they mean."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_BUILDKIT_")}
+    settings never leak into a test (tests then add the ones they mean), and with this checkout first on
+    PYTHONPATH: a `python -m buildkit.cli` subprocess runs this tree's buildkit, whatever checkout the
+    installed package points at (a second worktree's tests otherwise ran the other one's code)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_BUILDKIT_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
 
 
 def cli_env(cache_dir: Path | str | None = None, **extra: str) -> dict[str, str]:
-    """buildkit_env() plus this checkout first on PYTHONPATH (the subprocess runs this tree's buildkit),
-    LLAMA_BUILDKIT_CACHE_DIR when `cache_dir` is given, and `extra`."""
+    """buildkit_env(), LLAMA_BUILDKIT_CACHE_DIR when `cache_dir` is given, and `extra`."""
     env = buildkit_env()
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     if cache_dir is not None:
         env["LLAMA_BUILDKIT_CACHE_DIR"] = str(cache_dir)
     env.update(extra)
