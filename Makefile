@@ -42,10 +42,10 @@ test-unit:
 	$(PYTEST) -q -ra tests/unit
 
 test-engine:
-	$(PYTEST) -q -ra tests/engine
+	$(PYTEST) -q -ra --durations=25 tests/engine  # the slowest tests, for the CI budget
 
 test-e2e:
-	$(PYTEST) -q -ra tests/e2e
+	$(PYTEST) -q -ra --durations=10 tests/e2e
 
 bench:
 	$(PYTHON) bench/fetch_bytes.py
