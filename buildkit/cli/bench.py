@@ -210,6 +210,15 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
         attach_to_lock(lock_file, key, report)
         _progress(f"attached the results to {lock_file} entry {key}")
     also = f"; {unsaved}" if unsaved else ""
+    try:
+        _fail_after_report(report, protocol, also, unsaved, compare_image, other, doc, max_slowdown)
+    except BenchError as exc:
+        exc.answered = as_json  # the report above holds the error: stdout gets no second document
+        raise
+
+
+def _fail_after_report(report, protocol, also, unsaved, compare_image, other, doc, max_slowdown) -> None:
+    """Exit or raise for what the report says went wrong (it is printed by then)."""
     if report.interrupted:
         click.echo(f"error: {report.error} ({len(report.runs)} of {protocol.runs} runs done, kept){also}", err=True)
         sys.exit(128 + (interrupts.received() or signal.SIGINT))

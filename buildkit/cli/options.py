@@ -221,17 +221,17 @@ def handle_errors(func):
         except BuildkitError as exc:
             from buildkit.core.urlcreds import redact_text
 
-            _fail(redact_text(str(exc)), 1, kwargs)  # a URL's credentials, never
+            _fail(redact_text(str(exc)), 1, kwargs, answered=exc.answered)  # a URL's credentials, never
         except KeyboardInterrupt as exc:
             _fail(interrupts.describe(exc), interrupts.exit_code(exc), kwargs)
     return wrapper
 
 
-def _fail(message: str, code: int, kwargs: dict) -> None:
+def _fail(message: str, code: int, kwargs: dict, answered: bool = False) -> None:
     """The one error line on stderr; under --json also {"error", "exit_code"} on stdout, where a script
-    reading the JSON looks."""
+    reading the JSON looks (unless the command printed its own answer, which holds the error)."""
     click.echo(f"error: {message}", err=True)
-    if kwargs.get("as_json") is True:
+    if kwargs.get("as_json") is True and not answered:
         import json
 
         click.echo(json.dumps({"error": message, "exit_code": code}))

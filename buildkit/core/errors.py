@@ -8,6 +8,10 @@ Every failure a user can cause or meet is one of these; the CLI turns it into on
 class BuildkitError(Exception):
     """Base of all errors buildkit reports to the user."""
 
+    # the command printed its own JSON answer before failing (bench's report carries the error and the runs
+    # kept): the CLI then adds no second document to stdout under --json (cli/options.py)
+    answered: bool = False
+
 
 class ConfigError(BuildkitError):
     """buildkit.toml, an environment variable or a CLI override is wrong."""

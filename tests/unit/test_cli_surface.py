@@ -99,3 +99,27 @@ def test_build_print_json_is_the_command_and_the_plan(monkeypatch, tmp_path):
     assert answer["build_key"] == "k" * 16 and answer["variant"] == "cpu"
     assert any(a.startswith("-DGGML_CPU_ALL_VARIANTS=") for a in answer["cmake_args"])
     assert answer["labels"]["org.opencontainers.image.revision"] == C
+
+
+def test_a_command_that_printed_its_own_json_answer_gets_no_second_document():
+    """bench --json prints its report (with the error and the runs kept) and then fails: stdout stays one
+    document, which scripts parse."""
+    import click
+
+    from buildkit.cli.options import handle_errors
+    from buildkit.core.errors import BenchError
+
+    @click.command()
+    @click.option("--json", "as_json", is_flag=True)
+    @click.option("--answered", is_flag=True)
+    @handle_errors
+    def cmd(as_json, answered):
+        click.echo(json.dumps({"error": "cut", "runs": [1]}))
+        exc = BenchError("cut")
+        exc.answered = answered
+        raise exc
+
+    mine = CliRunner().invoke(cmd, ["--json", "--answered"])
+    assert mine.exit_code == 1 and json.loads(mine.stdout) == {"error": "cut", "runs": [1]}
+    theirs = CliRunner().invoke(cmd, ["--json"])  # not answered: the CLI adds its own document
+    assert theirs.stdout.count("\n") == 2 and json.loads(theirs.stdout.splitlines()[-1])["error"] == "cut"
