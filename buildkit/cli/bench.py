@@ -102,7 +102,6 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
     from buildkit.bench.benchmark import (BenchReport, attach_to_lock, compare, docker_client, find_lock_entry,
                                           format_compare, format_report, invalid_text, load_report, local_image_id,
                                           run_bench, save_report, served)
-    from buildkit.bench.format import slowdown_problem
 
     if bool(url) == bool(image):
         raise BenchError("give either --url (a running server) or --image (buildkit starts it)")
@@ -219,6 +218,9 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
 
 def _fail_after_report(report, protocol, also, unsaved, compare_image, other, doc, max_slowdown) -> None:
     """Exit or raise for what the report says went wrong (it is printed by then)."""
+    from buildkit.bench.benchmark import invalid_text
+    from buildkit.bench.format import slowdown_problem
+
     if report.interrupted:
         click.echo(f"error: {report.error} ({len(report.runs)} of {protocol.runs} runs done, kept){also}", err=True)
         sys.exit(128 + (interrupts.received() or signal.SIGINT))
