@@ -313,6 +313,21 @@ def ensure_multiarch_image(ref: str = MULTIARCH_IMAGE, *, force: bool = False, c
     return ref
 
 
+def remove_local_images(repository: str) -> None:
+    """Remove every local tag of `repository`: the engine outlives a test session or bench (and `build --push`
+    looks for build keys in it), so none of their images is left behind."""
+    import docker
+
+    client = docker.from_env()
+    for image in client.images.list(name=repository):
+        for tag in image.tags:
+            if tag.startswith(repository + ":"):
+                try:
+                    client.images.remove(tag, force=True)
+                except docker.errors.APIError:
+                    pass
+
+
 def ensure_busybox_image(ref: str = BUSYBOX_IMAGE, *, force: bool = False) -> str:
     """Make ``ref`` from the host's static busybox unless it exists; returns ref."""
     if not force and image_exists(ref):
