@@ -85,7 +85,7 @@ def night(name: str, tmp: Path, project: Path, env: dict[str, str], base: str, r
             figures["import_seconds"], _ = buildkit(project, runner, "ccache", "import", "--registry",
                                                     f"{registry}/bench/ccache")
         summary = tmp / f"nightly-{name}.json"
-        args = ["nightly", "--json", str(summary), "--date", "20261201"] + (["--force"] if force else [])
+        args = ["nightly", "--summary", str(summary), "--date", "20261201"] + (["--force"] if force else [])
         figures["nightly_seconds"], proc = buildkit(project, runner, *args)
         figures["compile_seconds"], figures["ccache_hits"] = compile_step(proc.stderr)
         data = json.loads(summary.read_text())

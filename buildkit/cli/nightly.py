@@ -13,30 +13,69 @@ from buildkit.core.errors import ConfigError
 from buildkit.flows.nightlysummary import PASSED
 
 
-@click.command(cls=BuildkitCommand)
+class NightlyCommand(BuildkitCommand):
+    """Extra arguments reach the command (ctx.args) instead of failing in click's words: `--json FILE`, the
+    summary's file before --json became a flag, is then refused in a line that names --summary. The other
+    old spelling, `--json=FILE`, is split into that form first (click would say only "does not take a value")."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("context_settings", {})["allow_extra_args"] = True
+        super().__init__(*args, **kwargs)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        split: list[str] = []
+        for i, arg in enumerate(args):
+            if arg == "--":
+                split += args[i:]
+                break
+            split += ["--json", arg[len("--json="):]] if arg.startswith("--json=") else [arg]
+        return super().parse_args(ctx, split)
+
+
+def refuse_leftovers(leftovers: list[str], as_json: bool) -> None:
+    """Before anything runs: a word no option took is the old `--json FILE` (or a slip), never a build."""
+    if not leftovers:
+        return
+    if as_json or leftovers == ["-"]:
+        if leftovers == ["-"]:
+            fix = "it prints the JSON on stdout by itself: drop the '-'"
+        else:
+            here = f"here --summary {leftovers[0]}" if len(leftovers) == 1 else f"unexpected: {' '.join(leftovers)}"
+            fix = f"write the summary to a file with --summary FILE ({here})"
+        exc = ConfigError(f"--json is a flag now; {fix}")
+        exc.answered = True  # the caller asked for a file, not for JSON on stdout: the one line only
+        raise exc
+    raise click.UsageError(f"Got unexpected extra argument ({' '.join(leftovers)})")
+
+
+@click.command(cls=NightlyCommand)
 @config_options
-@click.option("--json", "json_path", metavar="FILE",
-              help="Write the summary as JSON to FILE ('-' for stdout; the text summary then goes to stderr).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the JSON document on stdout: the summary (with --plan the plan, with --job the job's "
+                   "result); the text lines then go to stderr.")
+@click.option("--summary", "summary_path", metavar="FILE",
+              help="Write that JSON document to FILE (with or without --json); when FILE cannot be written, it is "
+                   "kept in the temporary folder and the error line says where.")
 @click.option("--date", help="Nightly date YYYYMMDD for the version (default: today, UTC).")
 @click.option("--force", is_flag=True, help="Build every variant even if it is up to date.")
 @click.option("--no-verify", is_flag=True, help="Skip the smoke checks on the built images.")
 @click.option("--plan", "plan_only", is_flag=True,
-              help="CI: only resolve the head and ask the registry; print (--json) which variants and platforms "
-                   "need a build, with the version and the GitHub matrix; build nothing.")
+              help="CI: only resolve the head and ask the registry; the plan (--json, --summary) says which "
+                   "variants and platforms need a build, with the version and the GitHub matrix; build nothing.")
 @click.option("--runner", "runners", multiple=True, metavar="ARCH=LABELS",
               help="With --plan: the runs-on label(s) of the runner that builds each CPU's units, repeatable "
                    "(amd64=ubuntu-latest, arm64=ubuntu-24.04-arm) [default: those two].")
 @click.option("--job", "job_unit", metavar="UNIT",
               help="CI: build, verify and push one unit of the plan (its id: cpu, cuda13_1-sm120_linux_arm64) "
-                   "at --commit as --release, by digest under its build-key tag; the result to --json.")
+                   "at --commit as --release, by digest under its build-key tag; the result to --json/--summary.")
 @release_option("With --job: the nightly version the plan gave (the image's version label).")
 @click.option("--assemble", "assemble_dir", type=click.Path(file_okay=False), metavar="DIR",
               help="CI: put the nightly tags (and multi-platform indexes) on the digests the jobs pushed, "
                    "from DIR/plan.json and the jobs' results in DIR; nothing is built.")
 @handle_errors
-def nightly(json_path: str | None, date: str | None, force: bool, no_verify: bool, plan_only: bool,
-            runners: tuple[str, ...], job_unit: str | None, assemble_dir: str | None, version: str | None,
-            **kwargs):
+def nightly(as_json: bool, summary_path: str | None, date: str | None, force: bool, no_verify: bool,
+            plan_only: bool, runners: tuple[str, ...], job_unit: str | None, assemble_dir: str | None,
+            version: str | None, **kwargs):
     """Build and push the matrix for the head of source.branch, unless every variant has it already.
 
     \b
@@ -45,7 +84,8 @@ def nightly(json_path: str | None, date: str | None, force: bool, no_verify: boo
     the variants that are not are built with docker buildx bake, verified, and pushed as
     <next patch>-nightly.<YYYYMMDD>-<variant> and nightly-<variant>; the lock is updated.
     A failing variant does not stop the others; the exit code is 1 if any failed.
-    The summary goes to --json and, as Markdown, to $GITHUB_STEP_SUMMARY when set.
+    The summary is JSON on stdout with --json, in FILE with --summary FILE, and Markdown in
+    $GITHUB_STEP_SUMMARY when that is set.
 
     \b
     In CI the night is split in jobs (`buildkit ci github` writes them): --plan, then one --job
@@ -54,19 +94,22 @@ def nightly(json_path: str | None, date: str | None, force: bool, no_verify: boo
     """
     from buildkit.flows.nightly import run_nightly, write_summaries
 
+    refuse_leftovers(click.get_current_context().args, as_json)
     if sum(map(bool, (plan_only, job_unit, assemble_dir))) > 1:
         raise ConfigError("give one of --plan, --job and --assemble")
     if runners and not plan_only:
         raise ConfigError("--runner goes with --plan")
     if (job_unit or version) and not (job_unit and version and kwargs.get("commit")):
         raise ConfigError("--job needs the plan's --commit and --release (and --release goes with --job)")
+    if summary_path == "-":
+        raise ConfigError("--summary takes a file; --json prints the JSON on stdout")
+    if summary_path and Path(summary_path).is_dir():
+        raise ConfigError(f"--summary {summary_path} is a folder; name the summary's file")
     if version:
         kwargs["image_version"] = version
     cfg = resolve(kwargs)
-    if json_path and json_path != "-" and Path(json_path).is_dir():
-        raise ConfigError(f"--json {json_path} is a folder; name the summary's file")
     if plan_only or job_unit:
-        _ci_step(cfg, json_path, plan_only, runners, job_unit, date, force, not no_verify)
+        _ci_step(cfg, as_json, summary_path, plan_only, runners, job_unit, date, force, not no_verify)
         return
     if assemble_dir:
         from buildkit.flows.nightlyjobs import assemble
@@ -74,9 +117,9 @@ def nightly(json_path: str | None, date: str | None, force: bool, no_verify: boo
         summary = assemble(cfg, Path(assemble_dir))
     else:
         summary = run_nightly(cfg, date=date, force=force, verify=not no_verify)
-    unsaved = write_summaries(summary, json_path)
-    out = sys.stderr if json_path == "-" else sys.stdout
-    if json_path == "-":
+    unsaved = write_summaries(summary, summary_path)
+    out = sys.stderr if as_json else sys.stdout
+    if as_json:
         click.echo(json.dumps(summary.to_dict(), indent=2))
     click.echo(summary.headline(), file=out)
     if not summary.up_to_date and summary.new_commit:
@@ -97,8 +140,8 @@ def nightly(json_path: str | None, date: str | None, force: bool, no_verify: boo
     sys.exit(0 if summary.ok and not unsaved else 1)
 
 
-def _ci_step(cfg, json_path, plan_only, runners, job_unit, date, force, verify) -> None:
-    """--plan or --job: a JSON document to --json, one-line outputs to $GITHUB_OUTPUT, a line on stdout."""
+def _ci_step(cfg, as_json, summary_path, plan_only, runners, job_unit, date, force, verify) -> None:
+    """--plan or --job: a JSON document (--json, --summary), one-line outputs to $GITHUB_OUTPUT, a line of text."""
     from buildkit.flows.nightlyjobs import (DEFAULT_RUNNERS, github_outputs, parse_runners, plan_nightly,
                                             plan_summary, run_job, write_github_outputs)
     from buildkit.flows.nightly import write_summaries
@@ -116,17 +159,18 @@ def _ci_step(cfg, json_path, plan_only, runners, job_unit, date, force, verify) 
         line = (f"{data['unit']}: {data['status']} {data['digest'] or data['error']}").rstrip()
         problems = []
     problems += write_github_outputs(outputs)
-    if json_path == "-":
+    if as_json:
         click.echo(json.dumps(data, indent=2))
-    elif json_path:
+    if summary_path:
         from buildkit.core.savefile import write_or_keep
 
         try:
-            Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+            Path(summary_path).parent.mkdir(parents=True, exist_ok=True)
         except OSError:
             pass  # write_or_keep says why the file cannot be written
-        problems += [p for p in [write_or_keep(Path(json_path), json.dumps(data, indent=2) + "\n", "--json")] if p]
-    click.echo(line, file=sys.stderr if json_path == "-" else sys.stdout)
+        what = "the plan" if plan_only else "the job's result"
+        problems += [p for p in [write_or_keep(Path(summary_path), json.dumps(data, indent=2) + "\n", what)] if p]
+    click.echo(line, file=sys.stderr if as_json else sys.stdout)
     if problems:
         click.echo(f"error: {'; '.join(problems)}", err=True)
     sys.exit(0 if data.get("status", PASSED) == PASSED and not problems else 1)

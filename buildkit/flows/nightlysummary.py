@@ -120,15 +120,15 @@ def _md(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def write_summaries(summary: Summary, json_path: str | None, env=None) -> list[str]:
-    """JSON to json_path ('-' = stdout, done by the caller), Markdown appended to $GITHUB_STEP_SUMMARY.
-    Returns a line for each that could not be written, saying where it was kept instead."""
+def write_summaries(summary: Summary, summary_path: str | None, env=None) -> list[str]:
+    """JSON to summary_path (`nightly --summary`; --json prints it, the caller does that), Markdown appended
+    to $GITHUB_STEP_SUMMARY. Returns a line for each that could not be written, saying where it was kept."""
     from buildkit.core.savefile import write_or_keep
 
     env = os.environ if env is None else env
     problems = []
-    if json_path and json_path != "-":
-        path = Path(json_path)
+    if summary_path:
+        path = Path(summary_path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError:

@@ -82,7 +82,7 @@ def test_nightly_of_a_matrix_with_two_platforms_pushes_one_index(tmp_path, fork,
                             matrix={"archs": ["cpu"], "cuda_versions": ["13.1"], "targets": ["server"]})
     env, _ = spy_env(tmp_path)
     out = tmp_path / "night.json"
-    proc = buildkit(project, env, "nightly", "--json", str(out))
+    proc = buildkit(project, env, "nightly", "--summary", str(out))
     assert out.exists(), proc.stderr[-3000:]
     summary = json.loads(out.read_text())
     assert proc.returncode == 0 and [v["status"] for v in summary["variants"]] == ["passed"], \

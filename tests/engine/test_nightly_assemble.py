@@ -62,7 +62,7 @@ def test_assemble_makes_the_index_and_the_nightly_tags_from_the_jobs_digests(tmp
             "matrix": {"include": units}}
     (results / "plan.json").write_text(json.dumps(plan))
     step_summary = tmp_path / "step-summary.md"
-    proc = run_cli(project, "nightly", "--assemble", str(results), "--json", str(tmp_path / "summary.json"),
+    proc = run_cli(project, "nightly", "--assemble", str(results), "--summary", str(tmp_path / "summary.json"),
                    env=cli_env(tmp_path / "cache", GITHUB_STEP_SUMMARY=str(step_summary)))
     assert proc.returncode == 1, proc.stdout + proc.stderr  # cpu-light failed
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -83,7 +83,7 @@ def test_assemble_makes_the_index_and_the_nightly_tags_from_the_jobs_digests(tmp
         assert client.head_manifest(REPO, "nightly-cpu-light") is None  # a failed platform: no tags
         assert client.head_manifest(REPO, f"{VERSION}-cpu-light") is None
     # the same night assembled again (a re-run of the job) moves nothing and fails nothing new
-    again = run_cli(project, "nightly", "--assemble", str(results), "--json", str(tmp_path / "again.json"),
+    again = run_cli(project, "nightly", "--assemble", str(results), "--summary", str(tmp_path / "again.json"),
                     env=cli_env(tmp_path / "cache"))
     assert json.loads((tmp_path / "again.json").read_text())["variants"][0]["changed_tags"] == []
     assert again.returncode == 1, again.stderr

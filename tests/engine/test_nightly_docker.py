@@ -112,7 +112,7 @@ def buildkit(night, *args: str, env: dict | None = None) -> subprocess.Completed
 
 def run_nightly(night, name: str, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
     out = night["tmp"] / f"{name}.json"
-    proc = buildkit(night, "nightly", "--json", str(out), *args)
+    proc = buildkit(night, "nightly", "--summary", str(out), *args)
     assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads(out.read_text())
     night["runs"][name] = summary
