@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, resolve
+from buildkit.core.platforms import default_platform
 
 
 @click.group()
@@ -36,7 +37,7 @@ def ci():
               help="runs-on label(s) of the build jobs for the units compiled on ARCH (amd64 or arm64), "
                    "repeatable; refused when a label names another CPU or a unit's CPU has none "
                    "[default: amd64=ubuntu-latest, arm64=ubuntu-24.04-arm].")
-@click.option("--plan-runner", default="ubuntu-latest", show_default=True,
+@click.option("--plan-runner", default=default_platform().github_runners[0], show_default=True,
               help="runs-on label of the plan and assemble jobs (they build nothing).")
 @click.option("--layer-cache", type=click.Choice(["registry", "gha", "none"]), default="registry",
               show_default=True,

@@ -12,6 +12,7 @@ from contextlib import ExitStack
 import click
 
 from buildkit.cli.options import handle_errors
+from buildkit.core.platforms import DEFAULT_PLATFORM
 
 DIFFERENT = 2  # exit code of diff and reproduce when the digests differ
 
@@ -19,7 +20,7 @@ DIFFERENT = 2  # exit code of diff and reproduce when the digests differ
 @click.command("diff")
 @click.argument("a")
 @click.argument("b")
-@click.option("--platform", default="linux/amd64", show_default=True, help="Platform to pick from an index.")
+@click.option("--platform", default=DEFAULT_PLATFORM, show_default=True, help="Platform to pick from an index.")
 @click.option("--no-files", is_flag=True, help="Compare manifests, configs and layer digests only.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @handle_errors

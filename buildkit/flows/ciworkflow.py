@@ -38,6 +38,7 @@ import jinja2
 from buildkit import __version__
 from buildkit.core.errors import ConfigError
 from buildkit.core.paths import templates_dir
+from buildkit.core.platforms import default_platform
 from buildkit.flows.nightlyjobs import DEFAULT_RUNNERS
 
 TEMPLATE = "ci/github-nightly.yml.j2"
@@ -48,7 +49,8 @@ SECRET_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CRON_FIELDS = (("minute", 0, 59, ()), ("hour", 0, 23, ()), ("day of month", 1, 31, ()),
                 ("month", 1, 12, ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")),
                 ("day of week", 0, 6, ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")))
-AMD64_RUNNER = "ubuntu-latest"
+# the plan and assemble jobs build nothing: the default platform's first GitHub-hosted runner
+AMD64_RUNNER = default_platform().github_runners[0]
 CCACHE_DIR = ".buildkit-ccache"
 RESULTS_DIR = ".buildkit-nightly"  # the plan and the jobs' results, carried between jobs as artifacts
 GITHUB_CACHE_GB = 10.0

@@ -28,6 +28,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from buildkit.core.errors import BuildkitError, ConfigError, PatchError, RegistryError
+from buildkit.core.platforms import ARCHES
 from buildkit.flows.nightly import (FAILED, PASSED, SKIPPED, Summary, VariantResult, is_current, ls_remote_head,
                                     nightly_tag, nightly_tags, nightly_version, normalise_url, old_commit_of,
                                     one_per_key, patch_dir, previous_builds, repository_of, today)
@@ -37,11 +38,10 @@ from buildkit.plan.matrix import Variant, bake_target_name, matrix_variants
 from buildkit.core.urlcreds import split_credentials
 
 PLAN_FILE = "plan.json"
-# GitHub-hosted runner labels and the CPU of their machines; self-hosted runners carry X64 / ARM64
-HOSTED_RUNNERS = {"ubuntu-latest": "amd64", "ubuntu-24.04": "amd64", "ubuntu-22.04": "amd64",
-                  "ubuntu-24.04-arm": "arm64", "ubuntu-22.04-arm": "arm64"}
-ARCH_LABELS = {"x64": "amd64", "arm64": "arm64"}
-DEFAULT_RUNNERS = (("amd64", "ubuntu-latest"), ("arm64", "ubuntu-24.04-arm"))
+# GitHub-hosted runner labels and the CPU of their machines; self-hosted runners carry X64 / ARM64 (the catalogue's)
+HOSTED_RUNNERS = {label: p.docker for p in ARCHES.values() for label in p.github_runners}
+ARCH_LABELS = {p.github_arch: p.docker for p in ARCHES.values()}
+DEFAULT_RUNNERS = tuple((p.docker, p.github_runners[0]) for p in ARCHES.values() if p.github_runners)
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 
 
@@ -82,8 +82,8 @@ def parse_runners(items: tuple[str, ...] | list[str]) -> dict[str, str]:
     out = {}
     for item in items:
         arch, eq, labels = item.partition("=")
-        if not eq or arch not in ("amd64", "arm64") or not labels:
-            raise ConfigError(f"--runner {item!r} is not amd64=LABELS or arm64=LABELS")
+        if not eq or arch not in ARCHES or not labels:
+            raise ConfigError(f"--runner {item!r} is not {' or '.join(f'{a}=LABELS' for a in ARCHES)}")
         out[arch] = labels
     return out
 

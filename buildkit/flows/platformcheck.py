@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Sequence
 
+from buildkit.core.platforms import ARCHES, NVIDIA_CROSS, machine_arch
 from buildkit.plan.platforms import cpu_arch, cuda_char_flags
 from buildkit.verify import binfmt
 from buildkit.flows.doctorcheck import FAIL, OK, WARN, Check, Variant, last_line, run_tool, version_tuple
@@ -20,11 +21,6 @@ from buildkit.flows.doctorcheck import FAIL, OK, WARN, Check, Variant, last_line
 MIN_DRIVER = {13: 580, 12: 525, 11: 450}
 
 BINFMT_DIR = binfmt.BINFMT_DIR
-# buildx platform arch -> binfmt_misc handler name (what tonistiigi/binfmt and qemu-user-static register)
-QEMU_NAMES = {"arm64": "qemu-aarch64", "amd64": "qemu-x86_64", "arm": "qemu-arm", "ppc64le": "qemu-ppc64le",
-              "s390x": "qemu-s390x", "riscv64": "qemu-riscv64", "386": "qemu-i386"}
-HOST_ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64", "ppc64le": "ppc64le",
-             "s390x": "s390x", "riscv64": "riscv64"}
 
 
 def min_driver(cuda: tuple[int, int]) -> int | None:
@@ -104,7 +100,8 @@ def judge_emulation(platforms: Sequence[str], host_arch: str, handlers: list[str
             continue
         if any(bp.startswith(plat) for bp in builder_platforms):
             continue
-        if handlers and QEMU_NAMES.get(arch) in handlers:
+        known = ARCHES.get(arch)
+        if handlers and known and known.qemu_handler in handlers:
             continue
         missing.append(plat)
     detail = f"host {host_arch}; compiles on {', '.join(platforms)}"
@@ -120,7 +117,7 @@ def judge_emulation(platforms: Sequence[str], host_arch: str, handlers: list[str
 
 
 def check_emulation(variants: Sequence[Variant], builder_platforms: Sequence[str]) -> Check:
-    host = HOST_ARCH.get(host_platform.machine(), host_platform.machine())
+    host = machine_arch(host_platform.machine())
     # what has to run is the compile: a cross build runs it on this machine whatever the image's platform
     platforms = sorted({v.runs_on or v.platform for v in variants})
     cross = sorted({v.platform for v in variants if v.runs_on and v.runs_on != v.platform})
@@ -141,8 +138,10 @@ def judge_cross_cuda(variants: Sequence[Variant]) -> Check | None:
             continue
         target, build = cpu_arch(v.platform), cpu_arch(v.runs_on)
         flags = " ".join(cuda_char_flags(v.runs_on, v.platform))
-        direction = ("the direction NVIDIA documents (x86_64 host, aarch64 target)" if target.docker == "arm64"
-                     else f"not the direction NVIDIA documents (theirs is x86_64 to aarch64): nvcc from the "
+        host, device = (ARCHES[a].processor for a in NVIDIA_CROSS)
+        direction = (f"the direction NVIDIA documents ({host} host, {device} target)"
+                     if (build.docker, target.docker) == NVIDIA_CROSS
+                     else f"not the direction NVIDIA documents (theirs is {host} to {device}): nvcc from the "
                           f"{build.processor} toolkit with the {target.triplet}-g++ host compiler")
         lines.append(f"{v.name} for {v.platform} compiled on {v.runs_on}, {direction}; char is "
                      f"{'signed' if target.char_signed else 'unsigned'} there, and nvcc's front ends are told so "

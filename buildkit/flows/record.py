@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Mapping
 
 from buildkit.core.errors import ReproduceError
+from buildkit.core.platforms import DEFAULT_PLATFORM
 from buildkit.engine.api import get_engine
 from buildkit.oci.imageref import name_of
 from buildkit.oci.ocilayout import open_image
@@ -123,7 +124,7 @@ def from_lock(path: Path, key: str | None = None) -> Recorded:
                     labels=dict(entry["labels"]))
 
 
-def from_image(spec: str, platform: str = "linux/amd64") -> Recorded:
+def from_image(spec: str, platform: str = DEFAULT_PLATFORM) -> Recorded:
     """A record from the labels of an image (registry reference, local engine image or OCI archive)."""
     with ExitStack() as stack:
         image = open_image(spec, stack, platform=platform, engine=get_engine())

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from buildkit.core.errors import ImageSourceError
+from buildkit.core.platforms import DEFAULT_PLATFORM
 from buildkit.oci.ocilayout import OciArchive
 from buildkit.oci.rootfs import apply_layers, is_under, secure_join
 
@@ -101,7 +102,7 @@ def _collect(root: Path, section: Section) -> list[tuple[str, Path]]:
     return found
 
 
-def make_bundle(archive_path: Path, out: Path, *, platform: str = "linux/amd64", with_cuda: str | bool = "none",
+def make_bundle(archive_path: Path, out: Path, *, platform: str = DEFAULT_PLATFORM, with_cuda: str | bool = "none",
                 extra: Sequence[str] = (), cuda_dir: str = CUDA_LIB, xz_preset: int = 6,
                 scratch: Path | None = None, log=lambda msg: None) -> dict:
     """Write the bundle of the image in an OCI archive or layout to `out` (tar.xz); returns its manifest."""

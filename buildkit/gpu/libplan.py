@@ -27,6 +27,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from buildkit.core.platforms import default_platform
 from buildkit.verify.elfdeps import SYSTEM_DIRS, ElfError, ElfInfo, find_in, ld_so_finder, read_elf, resolve
 from buildkit.gpu.gpubundle import is_driver_library
 
@@ -34,10 +35,12 @@ IMAGE, HOST_DRIVER, HOST_CUDA, HOST_SYSTEM, MISSING = "image", "host-driver", "h
 CUDA_FAMILY = ("libcudart.so*", "libcublas.so*", "libcublasLt.so*", "libnvrtc*.so*", "libnvJitLink.so*",
                "libcurand.so*", "libcufft*.so*", "libcusparse.so*", "libcusolver*.so*", "libnvToolsExt.so*",
                "libcupti.so*", "libnvblas.so*")
-DRIVER_DIRS = ("/usr/local/nvidia/lib64", "/usr/local/nvidia/lib", "/usr/lib/x86_64-linux-gnu",
-               "/lib/x86_64-linux-gnu", "/usr/lib64")
-CUDA_DIRS = ("/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib")
-GLIBC = ("libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1", "ld-linux-x86-64.so.2",
+# The GPU host's platform: the default one (make_bundle's platform unless told otherwise)
+HOST = default_platform()
+DRIVER_DIRS = ("/usr/local/nvidia/lib64", "/usr/local/nvidia/lib", f"/usr/lib/{HOST.triplet}", f"/lib/{HOST.triplet}",
+               *(("/usr/lib64",) if HOST.lib64 else ()))
+CUDA_DIRS = ("/usr/local/cuda/lib64", f"/usr/local/cuda/targets/{HOST.cuda_target}/lib")
+GLIBC = ("libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1", HOST.dynamic_linker,
          "libresolv.so.2", "libutil.so.1")
 
 

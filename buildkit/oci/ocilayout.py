@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from buildkit.core.errors import BuildkitError, ImageSourceError
+from buildkit.core.platforms import DEFAULT_PLATFORM
 
 if TYPE_CHECKING:
     from buildkit.oci.registry import RegistryClient
@@ -225,12 +226,12 @@ class OciArchive:
         with self.open_path("index.json") as fh:
             return json_document(fh.read(), str(self.path), "index.json")
 
-    def image(self, platform: str | None = "linux/amd64", source: str | None = None) -> Image:
+    def image(self, platform: str | None = DEFAULT_PLATFORM, source: str | None = None) -> Image:
         where = source or str(self.path)
         desc = select_manifest(self.read_blob, self.index(), platform, where)
         return image_from(where, self.read_blob, self.open_blob, desc)
 
-    def manifest_digest(self, platform: str | None = "linux/amd64") -> str:
+    def manifest_digest(self, platform: str | None = DEFAULT_PLATFORM) -> str:
         return select_manifest(self.read_blob, self.index(), platform, str(self.path)).digest
 
 
@@ -295,7 +296,7 @@ def _open_registry(ref_text: str, stack: ExitStack, tmp: Path, platform: str | N
     return image_from(ref_text, read_blob_or_manifest, blobs.open_blob, desc)
 
 
-def open_image(spec: str, stack: ExitStack, *, platform: str | None = "linux/amd64",
+def open_image(spec: str, stack: ExitStack, *, platform: str | None = DEFAULT_PLATFORM,
                engine: EngineImages | None = None) -> Image:
     """An image from `oci:PATH`, `docker:REF` (the engine's), `registry:REF`, or, without a prefix,
     an existing path, then an image the engine has, then a registry reference. Without an engine

@@ -5,9 +5,10 @@ Pure data and pure functions; `buildkit archs` prints the table.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from buildkit.core.errors import ArchError
+from buildkit.core.platforms import cuda_platforms, platform_names
 
 
 @dataclass(frozen=True)
@@ -18,7 +19,8 @@ class Arch:
     min_cuda: tuple[int, int] | None  # oldest CUDA toolkit that can build it; None for cpu
     cuda13: bool  # still supported by CUDA 13
     gpus: str  # example GPUs
-    platforms: tuple[str, ...] = ("linux/amd64", "linux/arm64")  # where such GPUs exist; the first is the default
+    # where such GPUs exist, the first the default: every platform with a CUDA toolkit unless the GPU says less
+    platforms: tuple[str, ...] = field(default_factory=cuda_platforms)
 
     @property
     def is_cuda(self) -> bool:
@@ -54,7 +56,7 @@ ARCHS: dict[str, Arch] = {
              "Blackwell: RTX 50xx (desktop and laptop), RTX PRO 6000"),
         Arch("sm_121", "121a-real", "sm_121a", (12, 9), True, "Blackwell: DGX Spark (GB10), arm64 only",
              ("linux/arm64",)),
-        Arch("cpu", None, None, None, True, "no GPU: CPU-only image"),
+        Arch("cpu", None, None, None, True, "no GPU: CPU-only image", platform_names()),
     )
 }
 

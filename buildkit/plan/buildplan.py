@@ -17,7 +17,7 @@ from buildkit.plan.cpulevels import CpuLevel, cmake_flags as cpu_cmake_flags, gc
 from buildkit.core.errors import ConfigError
 from buildkit.oci.imageref import InvalidReference, parse_image_ref
 from buildkit.plan.inputs import request_inputs
-from buildkit.plan.platforms import (TOOLCHAIN_PATH, CpuArch, cpu_arch, cuda_char_flags, gcc_commands, is_cross,
+from buildkit.plan.platforms import (TOOLCHAIN_PATH, Platform, cpu_arch, cuda_char_flags, gcc_commands, is_cross,
                                      machine_platform)
 from buildkit.plan.tags import build_tags, check_repository, normalise_version, target_variant, variant
 
@@ -70,11 +70,11 @@ class BuildRequest:
         return is_cross(self.build_platform, self.platform)
 
     @property
-    def target_cpu(self) -> CpuArch:
+    def target_cpu(self) -> Platform:
         return cpu_arch(self.platform)
 
     @property
-    def build_cpu(self) -> CpuArch:
+    def build_cpu(self) -> Platform:
         return cpu_arch(self.build_platform)
 
     @property

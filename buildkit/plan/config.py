@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from buildkit.core.errors import ConfigError
+from buildkit.core.platforms import DEFAULT_PLATFORM
 from buildkit.plan.cpulevels import LEVELS as CPU_LEVELS
 from buildkit.plan.schema import check_choice, check_table, check_value, suggestion
 
@@ -61,7 +62,7 @@ KEYS: tuple[Key, ...] = (
     Key("build.arch", str, "sm_120", "CUDA architecture (see `buildkit archs`) or cpu"),
     Key("build.cuda_version", str, "13.1", "CUDA toolkit version, MAJOR.MINOR"),
     Key("build.target", str, "server", "image target", ("server", "full", "light")),
-    Key("build.platform", str, "linux/amd64", "buildx --platform: the platform the image is for"),
+    Key("build.platform", str, DEFAULT_PLATFORM, "buildx --platform: the platform the image is for"),
     Key("build.build_platform", str, "",
         "the platform the compile runs on (empty: this machine's); when it differs from build.platform the "
         "build cross-compiles, with no emulation"),

@@ -10,31 +10,10 @@ the target architecture runs at any step, so no QEMU or binfmt handler is needed
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
-
 from buildkit.core.errors import ConfigError
-
-
-@dataclass(frozen=True)
-class CpuArch:
-    """One CPU architecture as each tool names it."""
-    docker: str  # amd64, arm64 (linux/<docker>)
-    dpkg: str  # Debian's architecture (dpkg --add-architecture)
-    triplet: str  # GNU triplet, Debian's multiarch folder (/usr/lib/<triplet>)
-    processor: str  # CMAKE_SYSTEM_PROCESSOR, uname -m
-    cuda_target: str  # the CUDA toolkit's targets/<name> folder of this architecture
-    elf_machine: int  # e_machine of its ELF files
-    elf_name: str  # how readelf names that machine
-    ubuntu_mirror: str  # Ubuntu's archive of this architecture (amd64: archive; the others: ports)
-    char_signed: bool  # plain char in its psABI: signed on x86-64, unsigned on AArch64
-    long_double: str  # the format of long double in its psABI
-
-    @property
-    def cross_packages(self) -> tuple[str, ...]:
-        """Debian's cross compilers that emit code for this architecture (on any other)."""
-        name = self.triplet.replace("_", "-")
-        return (f"gcc-{name}", f"g++-{name}", f"binutils-{name}")
+# the catalogue itself lives in core (source/ reads it too); plan's modules and the templates take it from here
+from buildkit.core.platforms import (ARCHES, DEFAULT_PLATFORM, Platform, cpu_arch, engine_platform,  # noqa: F401
+                                     machine_platform)
 
 
 def gcc_packages(build_platform: str, platform: str, major: int | None) -> tuple[str, ...]:
@@ -54,37 +33,6 @@ def gcc_commands(build_platform: str, platform: str, major: int | None) -> tuple
     prefix = f"{cpu_arch(platform).triplet}-" if is_cross(build_platform, platform) else ""
     suffix = f"-{major}" if major is not None else ""
     return f"{prefix}gcc{suffix}", f"{prefix}g++{suffix}"
-
-
-ARCHES: dict[str, CpuArch] = {
-    a.docker: a for a in (
-        CpuArch("amd64", "amd64", "x86_64-linux-gnu", "x86_64", "x86_64-linux", 62, "Advanced Micro Devices X86-64",
-                "http://archive.ubuntu.com/ubuntu", True, "x87 80-bit extended"),
-        CpuArch("arm64", "arm64", "aarch64-linux-gnu", "aarch64", "sbsa-linux", 183, "AArch64",
-                "http://ports.ubuntu.com/ubuntu-ports", False, "IEEE 128-bit quad"),
-    )
-}
-_MACHINE_ALIASES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
-
-
-def cpu_arch(platform: str) -> CpuArch:
-    """The CPU architecture of linux/amd64, linux/arm64 (or linux/arm64/v8); ConfigError for others."""
-    parts = platform.split("/")
-    arch = ARCHES.get(parts[1] if len(parts) > 1 else "")
-    if arch is None or parts[0] != "linux":
-        raise ConfigError(f"platform {platform!r}: buildkit builds linux/amd64 and linux/arm64 images")
-    return arch
-
-
-def machine_platform(machine: str | None = None) -> str:
-    """linux/<arch> of this machine (uname -m), the default build platform."""
-    machine = machine or os.uname().machine
-    return f"linux/{_MACHINE_ALIASES.get(machine, machine)}"
-
-
-def engine_platform(engine_arch: str) -> str:
-    """linux/<arch> from the engine's own architecture name (docker version's Arch: amd64, arm64)."""
-    return machine_platform(engine_arch) if engine_arch else ""
 
 
 def is_cross(build_platform: str, platform: str) -> bool:

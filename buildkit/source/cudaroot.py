@@ -53,6 +53,7 @@ from pathlib import Path
 
 from buildkit.core.errors import CudaRootError
 from buildkit.core.filelock import file_lock
+from buildkit.core.platforms import default_platform
 from buildkit.source.cudalayout import add_soname_links, extract_wheel
 from buildkit.source.cudastub import write_libcuda_stub
 from buildkit.source.cudawheels import HINT, META_PACKAGE, norm_arch, pip_download, resolve_pins, wheel_name_version
@@ -67,10 +68,10 @@ _VERSION_RE = re.compile(r"^\d+\.\d+(?:\.\d+){0,2}$")
 
 
 def cuda_root_dir(cuda_version: str, cache_dir: Path, *, with_cublas: bool = True,
-                  arch: str = "x86_64") -> Path:
+                  arch: str = default_platform().processor) -> Path:
     """Where :func:`ensure_cuda_root` puts the root (it may not exist yet)."""
     name = cuda_version + ("" if with_cublas else "-nocublas")
-    if norm_arch(arch) != "x86_64":
+    if norm_arch(arch) != default_platform().processor:  # the default platform's roots predate the suffix
         name += f"-{norm_arch(arch)}"
     return Path(cache_dir) / "cuda-root" / name
 
@@ -88,7 +89,7 @@ def read_manifest(root: Path) -> dict:
 
 
 def ensure_cuda_root(cuda_version: str, cache_dir: Path, *, with_cublas: bool = True,
-                     arch: str = "x86_64") -> Path:
+                     arch: str = default_platform().processor) -> Path:
     """Lay out CUDA ``cuda_version`` (e.g. ``13.1`` or ``13.1.1``) from PyPI wheels; return its root.
 
     Reuses a complete root. Builds in a temporary directory beside the destination and renames

@@ -17,6 +17,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 
 from buildkit.core.errors import CudaRootError
+from buildkit.core.platforms import ARCHES, by_machine, default_platform
 
 META_PACKAGE = "cuda-toolkit"
 #: Newest glibc a wheel may require: the build images (Debian 12: 2.36, Ubuntu 22.04: 2.35).
@@ -40,7 +41,6 @@ _EXTRAS: dict[str, tuple[str, ...]] = {
 }
 _REQUIRED = ("nvidia-cuda-nvcc", "nvidia-cuda-runtime", "nvidia-cuda-cccl", "nvidia-cuda-crt",
              "nvidia-nvvm")
-_ARCHES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,8 @@ class WheelPin:
         return f"{self.name}{self.specifier}"
 
 
-def resolve_pins(meta_wheel: Path, *, with_cublas: bool = True, arch: str = "x86_64") -> list[WheelPin]:
+def resolve_pins(meta_wheel: Path, *, with_cublas: bool = True,
+                 arch: str = default_platform().processor) -> list[WheelPin]:
     """The component pins of a ``cuda-toolkit`` meta wheel for the extras we need."""
     wanted_extras = [e for e in _EXTRAS if with_cublas or e != "cublas"]
     wanted = {p for e in wanted_extras for p in _EXTRAS[e]}
@@ -103,8 +104,8 @@ def _platform_args(arch: str) -> list[str]:
     args: list[str] = []
     for minor in range(MAX_GLIBC[1], 4, -1):
         args += ["--platform", f"manylinux_{MAX_GLIBC[0]}_{minor}_{arch}"]
-    legacy = {"x86_64": ["manylinux2014", "manylinux2010", "manylinux1"], "aarch64": ["manylinux2014"]}
-    for tag in legacy.get(arch, []):
+    known = by_machine(arch)
+    for tag in known.legacy_wheel_tags if known else ():
         args += ["--platform", f"{tag}_{arch}"]
     return args
 
@@ -144,7 +145,9 @@ def _pip_failure(stderr: str, requirements: list[str], what: str) -> str:
 
 
 def norm_arch(arch: str) -> str:
-    try:
-        return _ARCHES[arch.lower()]
-    except KeyError:
-        raise CudaRootError(f"no CUDA wheels for architecture {arch!r} (x86_64 or aarch64)") from None
+    """The wheels' name of a machine (x86_64, aarch64: uname -m) from either name of it (amd64, arm64 too)."""
+    known = by_machine(arch.lower())
+    if known is None or not known.cuda_target:
+        with_cuda = " or ".join(p.processor for p in ARCHES.values() if p.cuda_target)
+        raise CudaRootError(f"no CUDA wheels for architecture {arch!r} ({with_cuda})")
+    return known.processor

@@ -186,7 +186,7 @@ def expected_backends(plan: BuildPlan) -> tuple[str, ...]:
         # upstream's lasting variants, and every variant of the platform the tree declares that buildkit knows
         # (the armv9.2 SME ones among them: GCC 14 was installed for them, cpulevels.gcc_needed)
         platform = plan.request.platform
-        required = cpulevels.REQUIRED_VARIANTS.get(cpulevels.platform_arch(platform), ())
+        required = cpulevels.required_variants(platform)
         known = cpulevels.variants_for(platform)
         return required + tuple(n for n, _ in plan.source.cpu_variants if n in known and n not in required)
     return ("",)
@@ -218,9 +218,9 @@ def engine_cpu_flags(engine, image: str, platform: str) -> set[str]:
 
 
 def objdump_hint(arch: str) -> str:
-    if arch == "arm64":
-        return "install binutils-aarch64-linux-gnu (or binutils-multiarch)"
-    return "install binutils" if host_platform_arch() == arch else "install binutils-x86-64-linux-gnu"
+    if host_platform_arch() == arch:
+        return "install binutils"
+    return f"install {cpu_arch(f'linux/{arch}').cross_binutils} (or binutils-multiarch)"
 
 
 def check_cpu_backends(engine, plan: BuildPlan, image: str, *, not_run: str = "") -> list[Check]:

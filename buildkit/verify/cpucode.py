@@ -19,6 +19,7 @@ import subprocess
 from pathlib import Path
 
 from buildkit.core.errors import VerifyError
+from buildkit.core.platforms import ARCHES
 
 SIGNATURES: dict[str, re.Pattern[str]] = {
     "sse42": re.compile(r"\t(?:pshufb|pmaddubsw|pmulld|ptest|pmov[sz]x\w+|pblendvb|pcmpgtq|pminsd|pmaxsd)\s"),
@@ -74,16 +75,17 @@ def _knows(objdump: str, target: str) -> bool:
 
 
 def find_objdump(platform_arch: str) -> str | None:
-    """An objdump that can disassemble the platform's code (binutils; binutils-multiarch for arm64 on x86)."""
-    for name in ("objdump", "x86_64-linux-gnu-objdump", "aarch64-linux-gnu-objdump"):
+    """An objdump that can disassemble the platform's code: the plain one when it lists the platform (this
+    machine's binutils, or binutils-multiarch), else the platform's cross binutils' (<triplet>-objdump)."""
+    target = ARCHES.get(platform_arch)
+    if target is None:
+        return None
+    for name in ("objdump", *(f"{p.triplet}-objdump" for p in ARCHES.values())):
         path = shutil.which(name)
         if path is None:
             continue
-        if platform_arch == "arm64" and "aarch64" not in name and not _knows(path, "aarch64"):
-            continue
-        if platform_arch == "amd64" and ("aarch64" in name or (name == "objdump" and not _knows(path, "x86-64"))):
-            continue  # the plain objdump of an arm64 machine knows no x86 code (binutils-multiarch's does)
-        return path
+        if name == f"{target.triplet}-objdump" or (name == "objdump" and _knows(path, target.objdump_name)):
+            return path
     return None
 
 

@@ -7,6 +7,8 @@ import hashlib
 import platform
 from pathlib import Path
 
+from buildkit.core.platforms import machine_arch
+
 CPUINFO = Path("/proc/cpuinfo")
 
 
@@ -46,5 +48,4 @@ def host_cpu_id(path: Path = CPUINFO) -> str:
 
 def host_platform_arch() -> str:
     """amd64 / arm64 / the machine name, as in a Docker platform."""
-    machine = platform.machine().lower()
-    return {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(machine, machine)
+    return machine_arch(platform.machine().lower())

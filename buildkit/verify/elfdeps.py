@@ -6,7 +6,8 @@ plus its class and machine (the linker skips a library of another class or machi
 (DT_RPATH of the loading chain when there is no DT_RUNPATH, then LD_LIBRARY_PATH, then the
 object's DT_RUNPATH, then the system folders), each soname once, breadth first.
 
-Stdlib only: it runs on GPU hosts where pyelftools is not installed (scripts/gpu_run.py).
+Stdlib only (and the platform catalogue, core/platforms.py, also stdlib only): it runs on GPU hosts where
+pyelftools is not installed (scripts/gpu_run.py).
 """
 
 from __future__ import annotations
@@ -17,17 +18,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from buildkit.core.platforms import by_elf_machine, default_platform
+
 PT_LOAD, PT_DYNAMIC, PT_INTERP = 1, 2, 3
 DT_NULL, DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_SONAME, DT_RPATH, DT_RUNPATH = 0, 1, 5, 10, 14, 15, 29
 
-# ld.so's own search when neither a path variable nor the cache names a library (x86-64 Debian/Ubuntu)
-SYSTEM_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib")
-EM_X86_64, EM_AARCH64 = 62, 183
-# the same per e_machine (Debian/Ubuntu multiarch: the triplet's folders first; AArch64 has no lib64)
-SYSTEM_DIRS_BY_MACHINE: dict[int, tuple[str, ...]] = {
-    EM_X86_64: SYSTEM_DIRS,
-    EM_AARCH64: ("/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib", "/usr/lib"),
-}
+# ld.so's own search when neither a path variable nor the cache names a library: the default platform's
+# (x86-64 Debian/Ubuntu, the GPU hosts of scripts/gpu_run.py); machine_system_dirs has each platform's
+SYSTEM_DIRS = default_platform().lib_dirs
 
 
 class ElfError(ValueError):
@@ -124,7 +122,8 @@ def read_elf(path: Path) -> ElfInfo:
 
 def machine_system_dirs(machine: int) -> tuple[str, ...]:
     """ld.so's system folders for ELF files of this e_machine (only /lib, /usr/lib for one unknown here)."""
-    return SYSTEM_DIRS_BY_MACHINE.get(machine, ("/lib", "/usr/lib"))
+    known = by_elf_machine(machine)
+    return known.lib_dirs if known else ("/lib", "/usr/lib")
 
 
 def expand_origin(entry: str, obj: Path) -> str:
@@ -207,6 +206,6 @@ def resolve(roots: list[Path], ld_library_path: Sequence[str] = (), system_dirs:
     return result
 
 
-__all__ = ["EM_AARCH64", "EM_X86_64", "ElfError", "ElfInfo", "Finder", "Resolution", "Resolved", "SYSTEM_DIRS",
-           "SYSTEM_DIRS_BY_MACHINE", "expand_origin", "find_in", "ld_so_finder", "machine_system_dirs", "read_elf",
+__all__ = ["ElfError", "ElfInfo", "Finder", "Resolution", "Resolved", "SYSTEM_DIRS",
+           "expand_origin", "find_in", "ld_so_finder", "machine_system_dirs", "read_elf",
            "resolve"]
