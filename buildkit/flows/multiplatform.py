@@ -113,7 +113,7 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
     if not options.reproducible:
         raise ConfigError("a multi-platform build needs the OCI exporter (the containerd image store, "
                           "build.reproducible = auto): its index is assembled from the built OCI archives")
-    check_buildx(options.docker)
+    check_buildx()
     first_request = items[0][2]
     variant, image_name, target = first_request.tag_variant, first_request.image_name, first_request.target
     with ExitStack() as stack:

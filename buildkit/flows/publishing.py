@@ -38,7 +38,7 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
     if not load and not options.reproducible:
         raise ConfigError("--no-load needs the OCI exporter (the containerd image store, build.reproducible "
                           "= auto): without it the image reaches the registry through the engine")
-    check_buildx(options.docker)
+    check_buildx()
     variant, repo = request.tag_variant, repository.repository
     is_default = variant == default_variant(cfg)
     with client_for(repository.registry) as client, \

@@ -7,7 +7,8 @@ from dataclasses import asdict
 
 import pytest
 
-from buildkit.engine.buildx import BuildOptions, buildx_argv
+from buildkit.engine.buildx import BuildOptions
+from buildkit.flows.buildspec import build_command as buildx_argv
 from buildkit.core.errors import ReproduceError
 from buildkit.plan.inputs import INPUTS_LABEL, BaseImage
 from buildkit.engine.baseimages import BaseSource
