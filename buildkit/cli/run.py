@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from buildkit.cli.bench import _config_path
+from buildkit.cli.bench import project_config
 from buildkit.cli.options import handle_errors
 from buildkit.core.errors import ConfigError
 from buildkit.plan.config import read_document
@@ -47,7 +47,7 @@ def run(profile_name, image, model, model_draft, gpus, port, bind, name, detach,
       buildkit run --profile dflash --image buun-llama-cpp:cuda13.1-sm120 --model m.gguf --model-draft d.gguf --print
       buildkit run --profile dflash --image REGISTRY/buun-llama-cpp:cuda13.1-sm120 --print --format k8s | kubectl apply -f -
     """
-    profile = get_profile(read_document(_config_path(config_path)), profile_name) if profile_name else None
+    profile = get_profile(read_document(project_config(config_path)), profile_name) if profile_name else None
     if port is not None and not 0 < port < 65536:
         raise ConfigError(f"--port must be between 1 and 65535, got {port}")
     k8s = output_format == "k8s"
