@@ -166,7 +166,7 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
     # base images first: one that cannot be had stops the build before any fetch
     sources = resolve_base_images([request.devel_image, request.runtime_image], cache_root(cfg))
     check_base_platforms(sources, *base_platforms(request))
-    bases = tuple(s.image for s in sources)
+    bases = tuple(BaseImage(ref=s.ref, digest=s.digest) for s in sources)
     with stage("fetch", clean_url(cfg["source.url"])):
         info = fetch_source(cfg["source.url"], ref, pin, cache_root(cfg))
     created = _fresh_dir(out_dir)
@@ -259,7 +259,7 @@ def from_plan(plan: BuildPlan, sources: tuple[BaseSource, ...]) -> BuildPlan:
     """The plan with each base image replaced by what the FROM line names (ref@digest, or the named
     context of its OCI layout), for rendering only: labels, lock and build key keep the configured
     names, and the digests are recorded beside them."""
-    names = {s.image.ref: s.from_ref for s in sources if s.image.digest}
+    names = {s.ref: s.from_ref for s in sources if s.digest}
     req = plan.request
     devel, runtime = names.get(req.devel_image, req.devel_image), names.get(req.runtime_image, req.runtime_image)
     if (devel, runtime) == (req.devel_image, req.runtime_image):
