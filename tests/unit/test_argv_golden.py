@@ -1,11 +1,15 @@
-"""The command lines and bake targets made from build specs are the ones buildkit made from argv before
-(issue 23): data/buildx_golden.json was recorded with main's buildx_argv / bake_target_from_argv / retag /
-bake_argv (commit 0f42a04) for these cases. Label values come from the plan and are checked against it
-rather than stored, so a change of labels does not touch the fixture."""
+"""The command lines and bake targets made from specs are the ones buildkit made as argv before (issue 23):
+what `buildkit build --print` and `buildkit run --print` show, the bake targets and the bake command.
+
+data/buildx_golden.json was recorded with main's buildx_argv / bake_target_from_argv / retag / bake_argv
+(commit 0f42a04) for CASES; label values come from the plan and are checked against it rather than stored,
+so a change of labels does not touch the fixture. RUN_GOLDEN was recorded with main's
+plan.profiles.docker_run_argv for RUN_CASES."""
 
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -15,6 +19,8 @@ from buildkit.engine.buildx import BuildOptions
 from buildkit.engine.dockerargv import buildx_bake_argv
 from buildkit.engine.dockerengine import DockerEngine
 from buildkit.flows.buildspec import build_spec
+from buildkit.flows.serving import run_spec
+from buildkit.plan.profiles import Profile, make_spec
 from buildkit.plan.render import RenderResult
 from test_plan_render import plan_for
 
@@ -69,3 +75,38 @@ def test_specs_make_the_command_lines_and_bake_targets_argv_made(name):
 
     bake = buildx_bake_argv("docker", Path("/w/bake.json"), ["a", "b"], options.session(Path("/w/bake-meta.json")))
     assert bake == golden["bake_argv"]
+
+
+PROFILE = Profile(name="p", args=("--spec-type", "dflash", "-c", "4096"), gpus="all", port=9000)
+RUN_CASES = {  # make_spec arguments, detach
+    "profile-defaults": (dict(image="img:1", model="/m/target.gguf", model_draft="/m/d.gguf", profile=PROFILE), False),
+    "detached-bound-named": (dict(image="img:1", model="/m/t.gguf", profile=PROFILE, gpus="device=0,1", host_port=8181,
+                                  bind="127.0.0.1", name="srv", labels=(("a", "b"), ("c", "d=e"))), True),
+    "any-port-no-gpu": (dict(image="img:1", model="/m/t.gguf", gpus="none", host_port=None, use_profile_port=False,
+                             bind="0.0.0.0"), False),
+    "any-port-no-bind": (dict(image="img:1", model="/m/t.gguf", host_port=None, use_profile_port=False,
+                              extra_args=("--threads", "2")), False),
+}
+RUN_GOLDEN = {
+    "profile-defaults":
+        "docker run --rm --gpus all --publish 9000:8080 --volume /m/target.gguf:/models/target.gguf:ro "
+        "--volume /m/d.gguf:/models/draft/d.gguf:ro img:1 --host 0.0.0.0 --port 8080 --model /models/target.gguf "
+        "--model-draft /models/draft/d.gguf --spec-type dflash -c 4096",
+    "detached-bound-named":
+        "docker run --rm --detach --name srv --label a=b --label c=d=e --gpus device=0,1 "
+        "--publish 127.0.0.1:8181:8080 --volume /m/t.gguf:/models/t.gguf:ro img:1 --host 0.0.0.0 --port 8080 "
+        "--model /models/t.gguf --spec-type dflash -c 4096",
+    "any-port-no-gpu":
+        "docker run --rm --publish 0.0.0.0:8080 --volume /m/t.gguf:/models/t.gguf:ro img:1 --host 0.0.0.0 "
+        "--port 8080 --model /models/t.gguf",
+    "any-port-no-bind":
+        "docker run --rm --publish 8080 --volume /m/t.gguf:/models/t.gguf:ro img:1 --host 0.0.0.0 --port 8080 "
+        "--model /models/t.gguf --threads 2",
+}
+
+
+@pytest.mark.parametrize("name", sorted(RUN_CASES))
+def test_run_specs_make_the_docker_run_commands_argv_made(name):
+    arguments, detach = RUN_CASES[name]
+    spec = make_spec(check_files=False, **arguments)
+    assert shlex.join(DockerEngine().run_command(run_spec(spec, detach=detach))) == RUN_GOLDEN[name]
