@@ -9,6 +9,7 @@ is spelt in one place and bake and build cannot drift apart.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -39,7 +40,7 @@ class BuildSpec:
     load: bool = False
     push: bool = False
 
-    def with_tags(self, tags) -> BuildSpec:
+    def with_tags(self, tags: Iterable[str]) -> BuildSpec:
         return replace(self, tags=tuple(tags))
 
 
