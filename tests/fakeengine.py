@@ -14,6 +14,7 @@ from typing import Callable, Sequence
 
 from buildkit.core.errors import BuildError
 from buildkit.engine.api import ContainerSpec, ContainerState, Engine, EngineError, Finished, ImageInfo
+from buildkit.engine.dockerargv import buildx_build_argv, docker_run_argv
 
 
 class FakeEngine(Engine):
@@ -60,20 +61,25 @@ class FakeEngine(Engine):
         finally:
             self._depth -= 1
 
-    def stream(self, argv, on_line, *, stream, exclusive=False, tty=False, write_lock=None) -> Finished:
-        """A bake or build: writes the metadata file buildx would (a digest per named target)."""
+    def build(self, spec, session, on_line, *, stream, tty=False) -> Finished:
+        with self.turn(spec.no_cache, stream):
+            self.calls.append(("build", spec, session))
+            return Finished(code=self.bake_code, seconds=1.0, tty=False)
+
+    def bake(self, bake_file, names, session, on_line, *, stream, exclusive=False, write_lock=None) -> Finished:
+        """Writes the metadata file buildx would (a digest per named target)."""
         with self.turn(exclusive, stream):
-            argv = list(argv)
-            self.calls.append(("stream", tuple(argv)))
-            metadata = Path(argv[argv.index("--metadata-file") + 1])
-            if "bake" in argv and self.bake_code == 0:
-                names = [a for a in argv[argv.index("--progress") + 2:]]
-                metadata.write_text(json.dumps({n: {"containerimage.digest": f"sha256:{n:0>64}"[:71]}
-                                                for n in names}))
+            self.calls.append(("bake", str(bake_file), tuple(names)))
+            if self.bake_code == 0:
+                session.metadata_file.write_text(json.dumps(
+                    {n: {"containerimage.digest": f"sha256:{n:0>64}"[:71]} for n in names}))
             for line in self.bake_lines:
                 stream.write(line + "\n")
                 on_line(line)
             return Finished(code=self.bake_code, seconds=1.0, tty=False)
+
+    def build_command(self, spec, session) -> list[str]:
+        return buildx_build_argv("fake-docker", spec, session)
 
     # images
     def image(self, ref: str) -> ImageInfo | None:
@@ -110,9 +116,12 @@ class FakeEngine(Engine):
         self.calls.append(("run", image, tuple(entrypoint), tuple(args)))
         return self.run_result(image, entrypoint, args)
 
-    def attach(self, run_argv) -> int:
-        self.calls.append(("attach", tuple(run_argv)))
+    def attach(self, spec) -> int:
+        self.calls.append(("attach", spec))
         return 0
+
+    def run_command(self, spec) -> list[str]:
+        return docker_run_argv("fake-docker", spec)
 
     def copy_out(self, image: str, path: str, dest: Path) -> None:
         self.calls.append(("copy_out", image, path))

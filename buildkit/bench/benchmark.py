@@ -27,7 +27,7 @@ stopped and removed, also on Ctrl-C, SIGTERM and failures). This module is their
 
 from __future__ import annotations
 
-from buildkit.bench.client import (Endpoint, InvalidFigures, StreamError, _error_text, endpoint,  # noqa: F401
+from buildkit.bench.client import (Endpoint, InvalidFigures, StreamError, error_text, endpoint,  # noqa: F401
                                    measure_run, run_bench, stream_chat)
 from buildkit.bench.container import (Served, container_spec, docker_client, local_image_id, served,  # noqa: F401
                                       wait_ready)

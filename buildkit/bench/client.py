@@ -64,7 +64,7 @@ def endpoint(url: str) -> Endpoint:
                     prefix=path)
 
 
-def _error_text(body: bytes) -> str:
+def error_text(body: bytes) -> str:
     """The message of an error body (OpenAI/llama-server JSON, else the text), on one line."""
     text = body.decode("utf-8", "replace").strip()
     try:
@@ -122,7 +122,7 @@ def stream_chat(ep: Endpoint, body: dict, timeout: float) -> RequestResult:
                      headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
         resp = conn.getresponse()
         if resp.status != 200:
-            raise StreamError(f"HTTP {resp.status} {resp.reason} from {ep.chat_url}: {_error_text(resp.read(65536))}")
+            raise StreamError(f"HTTP {resp.status} {resp.reason} from {ep.chat_url}: {error_text(resp.read(65536))}")
         while True:
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
@@ -153,7 +153,7 @@ def stream_chat(ep: Endpoint, body: dict, timeout: float) -> RequestResult:
                                   f"expected an object, got {_snippet(payload)}")
             if "error" in data:
                 raise StreamError(f"the server reported an error after {received()}: "
-                                  f"{_error_text(json.dumps(data).encode())}")
+                                  f"{error_text(json.dumps(data).encode())}")
             choices = data.get("choices")
             if not isinstance(choices, list):
                 raise StreamError(f"malformed chunk in the response stream (no choices list): {_snippet(payload)}")

@@ -15,8 +15,9 @@ from buildkit.bench.protocol import BENCH_LABEL
 from buildkit.core import interrupts
 from buildkit.core.deadline import Deadline, shut
 from buildkit.core.errors import BenchError
-from buildkit.engine.api import ContainerSpec, Engine, EngineError, Mount, get_engine
-from buildkit.plan.profiles import CONTAINER_PORT, ServerSpec, server_command
+from buildkit.engine.api import Engine, EngineError, get_engine
+from buildkit.flows.serving import container_spec
+from buildkit.plan.profiles import CONTAINER_PORT, ServerSpec
 
 
 @dataclass(frozen=True)
@@ -26,16 +27,6 @@ class Served:
     container_name: str
     image_id: str
     startup_s: float
-
-
-def container_spec(spec: ServerSpec) -> ContainerSpec:
-    """The container that serves spec (the same one `buildkit run` prints as `docker run`): the model
-    read-only, the port published on spec.bind (any free host port unless spec.host_port)."""
-    port = spec.host_port if spec.host_port else None
-    return ContainerSpec(image=spec.image, command=tuple(server_command(spec)), name=spec.name,
-                         labels=dict(spec.labels), ports={CONTAINER_PORT: (spec.bind, port)},
-                         mounts=tuple(Mount(source=str(host), target=inside) for host, inside in spec.mounts()),
-                         gpus=spec.gpus)
 
 
 def _last_log_line(engine: Engine, container: str) -> str:

@@ -19,7 +19,7 @@ from buildkit.core.errors import BenchError
 from buildkit.plan.profiles import ServerSpec, get_profile, make_spec
 
 
-def _config_path(config_path: str | None) -> Path | None:
+def project_config(config_path: str | None) -> Path | None:
     return find_config_file(config_path, os.environ, Path.cwd())
 
 
@@ -130,7 +130,7 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
         raise BenchError("give --compare or --compare-image, not both")
     if other is not None and other.invalid:
         raise BenchError(f"--compare {compare_file}: {invalid_text(other)}; an invalid bench is not compared")
-    cfg_path = _config_path(config_path)
+    cfg_path = project_config(config_path)
 
     # everything is checked before anything starts
     spec = document = None  # buildkit.toml, parsed once if a profile or the lock needs it

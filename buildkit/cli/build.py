@@ -56,7 +56,7 @@ def version_options(func):
 def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_only: bool, no_verify: bool,
           no_load: bool, no_preflight: bool, min_free_gb: float | None, as_json: bool, **kwargs):
     """Fetch the pinned commit, patch, render, build with buildx, verify and write the lock."""
-    from buildkit.engine.buildx import buildx_argv
+    from buildkit.flows.buildspec import build_command
     from buildkit.flows.pipeline import build as run_pipeline, build_options, cache_root, prepare
 
     if version:
@@ -84,7 +84,7 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
         cache_root(cfg).mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="print-", dir=cache_root(cfg)) as tmp:
             prepared = prepare(cfg, Path(tmp) / "context", extra_tags=extra_tags)
-            argv = buildx_argv(prepared.plan, prepared.rendered, build_options(cfg), Path(tmp) / "metadata.json")
+            argv = build_command(prepared.plan, prepared.rendered, build_options(cfg), Path(tmp) / "metadata.json")
             if as_json:
                 plan = prepared.plan
                 click.echo(json.dumps({"argv": argv, "variant": plan.request.variant, "build_key": prepared.build_key,

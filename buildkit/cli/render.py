@@ -19,7 +19,7 @@ METADATA_FILE = "metadata.json"
 @handle_errors
 def render(out_dir: str, **kwargs):
     """Fetch, patch and render the Dockerfile and build context without building."""
-    from buildkit.engine.buildx import buildx_argv
+    from buildkit.flows.buildspec import build_command
     from buildkit.flows.pipeline import build_options, prepare
 
     cfg = resolve(kwargs)
@@ -27,7 +27,7 @@ def render(out_dir: str, **kwargs):
     prepared = prepare(cfg, out)
     # the command writes only into DIR (its metadata file, an OCI archive), which is also its context:
     # the context's .dockerignore leaves those out (plan/render.py)
-    argv = buildx_argv(prepared.plan, prepared.rendered, build_options(cfg), out / METADATA_FILE)
+    argv = build_command(prepared.plan, prepared.rendered, build_options(cfg), out / METADATA_FILE)
     click.echo(f"rendered {prepared.rendered.dockerfile} for {prepared.plan.request.variant} "
                f"at {prepared.source.commit}")
     click.echo("build it with:\n  " + shlex.join(argv))

@@ -7,13 +7,13 @@ import sys
 
 import click
 
-from buildkit.cli.bench import _config_path
+from buildkit.cli.bench import project_config
 from buildkit.cli.options import handle_errors
 from buildkit.core.errors import ConfigError
 from buildkit.plan.config import read_document
 from buildkit.plan.inputs import LABEL_PREFIX
 from buildkit.plan.k8s import gpu_count, manifest_text, object_name, pinned_image
-from buildkit.plan.profiles import ServerSpec, docker_run_argv, get_profile, make_spec
+from buildkit.plan.profiles import ServerSpec, get_profile, make_spec
 
 CUDA_LABEL = LABEL_PREFIX + "cuda-version"
 
@@ -47,7 +47,7 @@ def run(profile_name, image, model, model_draft, gpus, port, bind, name, detach,
       buildkit run --profile dflash --image buun-llama-cpp:cuda13.1-sm120 --model m.gguf --model-draft d.gguf --print
       buildkit run --profile dflash --image REGISTRY/buun-llama-cpp:cuda13.1-sm120 --print --format k8s | kubectl apply -f -
     """
-    profile = get_profile(read_document(_config_path(config_path)), profile_name) if profile_name else None
+    profile = get_profile(read_document(project_config(config_path)), profile_name) if profile_name else None
     if port is not None and not 0 < port < 65536:
         raise ConfigError(f"--port must be between 1 and 65535, got {port}")
     k8s = output_format == "k8s"
@@ -61,14 +61,16 @@ def run(profile_name, image, model, model_draft, gpus, port, bind, name, detach,
     if k8s:
         click.echo(kubernetes_manifest(spec, gpus_given=gpus is not None))
         return
-    argv = docker_run_argv(spec, detach=detach)
-    if print_only:
-        click.echo(shlex.join(argv))
-        return
     from buildkit.engine.api import get_engine
+    from buildkit.flows.serving import run_spec
 
-    click.echo(f"+ {shlex.join(argv)}", err=True)
-    sys.exit(get_engine().attach(argv))
+    container = run_spec(spec, detach=detach)
+    command = shlex.join(get_engine().run_command(container))
+    if print_only:
+        click.echo(command)
+        return
+    click.echo(f"+ {command}", err=True)
+    sys.exit(get_engine().attach(container))
 
 
 def kubernetes_manifest(spec: ServerSpec, *, gpus_given: bool) -> str:

@@ -8,8 +8,10 @@ unit tests use, implements the same methods. Nothing outside buildkit/engine/ ta
     engine = get_engine()              # the engine of this process (DockerEngine by default)
     with use_engine(fake): ...         # tests, and later a remote engine
 
-Builds themselves (`docker buildx build` / `bake`) run through `Engine.stream`, which always
-holds the engine turn (runner.engine_turn: shared for builds, exclusive for --no-cache).
+The engine is asked in specs (specs.py: BuildSpec, BuildSession, RunSpec; ContainerSpec here), never
+in docker argv: the engine makes its own command lines, and shows them (`build_command`,
+`run_command`) for `--print`. Builds (`build`, `bake`) always hold the engine turn
+(runner.engine_turn: shared for builds, exclusive for --no-cache).
 
 Errors: a method that cannot do its job raises EngineError (a BuildkitError) with the engine's
 own message; `untag` is best effort (cleanup) and never raises; the lookups (`image`,
@@ -22,9 +24,12 @@ import abc
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, ContextManager, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, ContextManager, Iterator, Sequence
 
 from buildkit.core.errors import BuildkitError
+
+if TYPE_CHECKING:
+    from buildkit.engine.specs import BuildSession, BuildSpec, RunSpec
 
 
 class EngineError(BuildkitError):
@@ -109,10 +114,20 @@ class Engine(abc.ABC):
         """The engine turn (a --no-cache build runs alone); re-entrant within one process."""
 
     @abc.abstractmethod
-    def stream(self, argv: Sequence[str], on_line: Callable[[str], None], *, stream,
-               exclusive: bool = False, tty: bool = False, write_lock=None) -> Finished:
-        """Run a build command (buildx build/bake), holding the engine turn; each output line goes
-        to on_line (and, without tty, to stream, under write_lock when given)."""
+    def build(self, spec: BuildSpec, session: BuildSession, on_line: Callable[[str], None], *, stream,
+              tty: bool = False) -> Finished:
+        """Build spec, holding the engine turn (exclusively with spec.no_cache); each output line goes to
+        on_line (and, without tty, to stream). The image's digests go to session.metadata_file."""
+
+    @abc.abstractmethod
+    def bake(self, bake_file: Path, names: Sequence[str], session: BuildSession, on_line: Callable[[str], None], *,
+             stream, exclusive: bool = False, write_lock=None) -> Finished:
+        """Build the targets names of bake_file (bakefile.py) together, holding the engine turn; each output
+        line goes to on_line and to stream (under write_lock when given)."""
+
+    @abc.abstractmethod
+    def build_command(self, spec: BuildSpec, session: BuildSession) -> list[str]:
+        """The command line build() runs for spec (`buildkit build --print` shows it)."""
 
     # ------------------------------------------------------------ images
     @abc.abstractmethod
@@ -158,9 +173,13 @@ class Engine(abc.ABC):
         """Run a command in a fresh container without network; (exit code, output). Removed after."""
 
     @abc.abstractmethod
-    def attach(self, run_argv: Sequence[str]) -> int:
-        """`docker run ...` (run_argv, the docker CLI first) in the foreground on the user's terminal:
-        Ctrl-C goes to the container, not to us. Its exit code."""
+    def attach(self, spec: RunSpec) -> int:
+        """Run spec in the foreground on the user's terminal: Ctrl-C goes to the container, not to us.
+        Its exit code."""
+
+    @abc.abstractmethod
+    def run_command(self, spec: RunSpec) -> list[str]:
+        """The command line attach() runs for spec (`buildkit run --print` shows it)."""
 
     @abc.abstractmethod
     def copy_out(self, image: str, path: str, dest: Path) -> None:
@@ -188,18 +207,18 @@ class Engine(abc.ABC):
 
 
 _current: list[Engine] = []
-_defaults: dict[str, Engine] = {}
+_default: list[Engine] = []
 
 
-def get_engine(docker: str = "docker") -> Engine:
+def get_engine() -> Engine:
     """The engine in use (use_engine), else the Docker engine driven through the `docker` CLI."""
     if _current:
         return _current[-1]
-    if docker not in _defaults:
+    if not _default:
         from buildkit.engine.dockerengine import DockerEngine
 
-        _defaults[docker] = DockerEngine(docker)
-    return _defaults[docker]
+        _default.append(DockerEngine())
+    return _default[0]
 
 
 @contextmanager

@@ -25,11 +25,12 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 from buildkit.core.errors import BuildError
 from buildkit.engine.api import Engine, get_engine
-from buildkit.engine.bakefile import bake_argv, oci_dest, target_tags
+from buildkit.engine.bakefile import oci_dest, target_tags
 from buildkit.engine.buildx import last_error_line
 
 if TYPE_CHECKING:
     from buildkit.engine.buildx import BuildOptions, BuildResult
+    from buildkit.engine.specs import BuildSession
 
 _STEP = re.compile(r"^#(\d+) \[([A-Za-z0-9_-]+)[ \]]")
 _STEP_ERROR = re.compile(r"^#(\d+) ERROR: (.*)$")
@@ -53,8 +54,10 @@ class TargetOutcome:
 class _Run:
     """One `buildx bake` process: its output streamed, steps mapped to targets, errors per target."""
 
-    def __init__(self, argv: list[str], stream, lock: threading.Lock, engine: Engine, exclusive: bool = False):
-        self.argv, self.stream, self.lock = argv, stream, lock
+    def __init__(self, bake_file: Path, names: Sequence[str], session: BuildSession, stream, lock: threading.Lock,
+                 engine: Engine, exclusive: bool = False):
+        self.bake_file, self.names, self.session = bake_file, list(names), session
+        self.stream, self.lock = stream, lock
         self.engine, self.exclusive = engine, exclusive
         self.tail: collections.deque[str] = collections.deque(maxlen=60)
         self.step_target: dict[str, str] = {}
@@ -65,8 +68,8 @@ class _Run:
         self.seconds = 0.0
 
     def run(self) -> "_Run":
-        finished = self.engine.stream(self.argv, self._parse, stream=self.stream, exclusive=self.exclusive,
-                                      write_lock=self.lock)
+        finished = self.engine.bake(self.bake_file, self.names, self.session, self._parse, stream=self.stream,
+                                    exclusive=self.exclusive, write_lock=self.lock)
         self.code, self.seconds = finished.code, finished.seconds
         return self
 
@@ -149,7 +152,7 @@ def run_bake(bake_file: Path, names: Sequence[str], options: BuildOptions, work_
     itself cannot be run)."""
     stream = sys.stderr if stream is None else stream
     document = json.loads(bake_file.read_text())
-    engine = get_engine(options.docker)
+    engine = get_engine()
     with engine.turn(needs_engine_alone(document, names), stream):  # once for the bake and its retries
         return _bake(bake_file, names, options, work_dir, document, engine, stream, isolate)
 
@@ -161,7 +164,7 @@ def _bake(bake_file: Path, names: Sequence[str], options: BuildOptions, work_dir
     work_dir.mkdir(parents=True, exist_ok=True)
     metadata = work_dir / "bake-metadata.json"
     metadata.unlink(missing_ok=True)
-    first = _Run(bake_argv(bake_file, names, options, metadata), stream, lock, engine, exclusive).run()
+    first = _Run(bake_file, names, options.session(metadata), stream, lock, engine, exclusive).run()
     if first.code == 0:
         return _results(metadata, names, document, first.seconds, False, engine, stream, lock)
     if len(names) == 1 or not isolate:
@@ -185,7 +188,7 @@ def _bake(bake_file: Path, names: Sequence[str], options: BuildOptions, work_dir
         meta = work_dir / f"bake-metadata-{name}.json"
         meta.unlink(missing_ok=True)
         try:
-            runs[name] = _Run(bake_argv(bake_file, [name], options, meta), stream, lock, engine, exclusive).run()
+            runs[name] = _Run(bake_file, [name], options.session(meta), stream, lock, engine, exclusive).run()
         except BaseException as exc:  # noqa: BLE001 - reported as this target's failure
             errors[name] = exc
 

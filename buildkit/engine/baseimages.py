@@ -28,7 +28,6 @@ from pathlib import Path
 
 from buildkit.core.errors import BaseImageError, BuildkitError
 from buildkit.engine.api import Engine, EngineError, get_engine
-from buildkit.plan.inputs import BaseImage
 
 LAYOUT_DIR = "base-images"
 _COMPLETE = ".complete"
@@ -36,26 +35,28 @@ _COMPLETE = ".complete"
 
 @dataclass(frozen=True)
 class BaseSource:
-    """A resolved base image: what is recorded (image) and how the build gets it (layout or registry)."""
+    """A resolved base image: what is recorded (ref and digest: the plan's BaseImage) and how the build
+    gets it (layout or registry)."""
 
-    image: BaseImage
+    ref: str
+    digest: str  # repo digest where known, else the local image id, else ""
     layout: Path | None = None  # OCI layout folder when the image reaches the build by content
 
     @property
     def context_name(self) -> str:
-        return f"local-base-{self.image.digest.removeprefix('sha256:')[:12]}"
+        return f"local-base-{self.digest.removeprefix('sha256:')[:12]}"
 
     @property
     def from_ref(self) -> str:
         """What the Dockerfile's FROM line names."""
         if self.layout is not None:
             return self.context_name
-        return self.image.ref if "@" in self.image.ref else f"{self.image.ref}@{self.image.digest}"
+        return self.ref if "@" in self.ref else f"{self.ref}@{self.digest}"
 
     def named_context(self) -> tuple[str, str] | None:
         if self.layout is None:
             return None
-        return self.context_name, f"oci-layout://{self.layout}@{self.image.digest}"
+        return self.context_name, f"oci-layout://{self.layout}@{self.digest}"
 
 
 def local_digest(engine: Engine, ref: str) -> str:
@@ -146,13 +147,13 @@ def resolve_base_images(refs: list[str], cache: Path | None = None, *,
         remote, why = registry_digest(ref, timeout=5 if local else 10) if ask_registry else ("", "not asked")
         if local and remote != local:
             layout = export_layout(engine, ref, local, cache) if cache is not None else None
-            out.append(BaseSource(BaseImage(ref=ref, digest=local), layout))
+            out.append(BaseSource(ref, local, layout))
         elif remote:
-            out.append(BaseSource(BaseImage(ref=ref, digest=remote)))
+            out.append(BaseSource(ref, remote))
         elif ask_registry:
             raise _missing(ref, why)
         else:
-            out.append(BaseSource(BaseImage(ref=ref, digest="")))
+            out.append(BaseSource(ref, ""))
     return tuple(out)
 
 
@@ -204,9 +205,9 @@ def check_base_platforms(sources: tuple[BaseSource, ...], platforms: tuple[str, 
     for source in sources:
         if source.layout is None:
             continue
-        offered = offered_platforms(source.layout, source.image.digest)
+        offered = offered_platforms(source.layout, source.digest)
         missing = [p for p in platforms if offered and not platform_offered(offered, p)]
         if missing:
             raise BaseImageError(
-                f"base image {source.image.ref} offers {', '.join(offered)}, not {missing[0]} ({why}); "
+                f"base image {source.ref} offers {', '.join(offered)}, not {missing[0]} ({why}); "
                 f"choose a base image that has {' and '.join(platforms)}")

@@ -1,4 +1,4 @@
-"""The argv of `docker buildx build`, run through the engine (api.Engine.stream); digests from --metadata-file.
+"""Running one build spec through the engine (api.Engine.build): its output, its digests, its archive.
 
 docker-py cannot drive BuildKit, so the build is the buildx CLI. Output is streamed to the
 user as it comes (runner.py, in the engine turn); the last lines are kept so a failure is reported in one line.
@@ -20,16 +20,15 @@ import collections
 import json
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
 from buildkit.core.errors import BuildError
 from buildkit.engine.api import get_engine
 from buildkit.engine.dockerengine import MIN_BUILDX, parse_buildx_version  # noqa: F401  (re-exported)
-from buildkit.engine.runner import progress_of, wants_tty
-from buildkit.plan.buildplan import BuildPlan
-from buildkit.plan.render import RenderResult
+from buildkit.engine.runner import wants_tty
+from buildkit.engine.specs import BuildSession, BuildSpec
 
 
 @dataclass(frozen=True)
@@ -41,11 +40,13 @@ class BuildOptions:
     push: bool = False
     cache_from: tuple[str, ...] = ()
     cache_to: tuple[str, ...] = ()
-    docker: str = "docker"
     reproducible: bool = False  # OCI exporter with rewrite-timestamp, then `docker load`
     provenance: bool = False  # provenance attestation (it carries invocation ids: off for reproducible builds)
     no_cache: bool = False
     oci_archive: Path | None = None  # where the reproducible exporter writes (default: next to the metadata file)
+
+    def session(self, metadata_file: Path | None) -> BuildSession:
+        return BuildSession(builder=self.builder, progress=self.progress, metadata_file=metadata_file)
 
 
 @dataclass(frozen=True)
@@ -61,64 +62,19 @@ class BuildResult:
     tty: bool = False  # buildx drew its TTY display (its step logs, and so ccache's figures, are not kept)
 
 
-def check_buildx(docker: str = "docker") -> tuple[int, int, int]:
+def check_buildx() -> tuple[int, int, int]:
     """The installed buildx version; BuildError names what was found when missing or too old."""
-    return get_engine(docker).buildx_version()
+    return get_engine().buildx_version()
 
 
-def image_store(docker: str = "docker") -> str:
+def image_store() -> str:
     """"containerd" when the engine keeps images in containerd's store (its `docker load` and
     `docker push` keep an OCI archive's bytes), "classic" otherwise, "" when it cannot be asked."""
-    return get_engine(docker).image_store()
+    return get_engine().image_store()
 
 
 def oci_archive_path(options: BuildOptions, metadata_file: Path) -> Path:
     return options.oci_archive or metadata_file.parent / "image.oci.tar"
-
-
-def oci_output(dest: Path, names: Sequence[str] = ()) -> str:
-    """--output value of the reproducible exporter (names become the tags `docker load` sets)."""
-    value = f"type=oci,dest={dest},rewrite-timestamp=true"
-    if names:
-        value = f'{value},"name={",".join(names)}"'
-    return value
-
-
-def buildx_argv(plan: BuildPlan, rendered: RenderResult, options: BuildOptions,
-                metadata_file: Path, extra_tags: Sequence[str] = ()) -> list[str]:
-    """The exact command line; `buildkit build --print` shows it."""
-    argv = [options.docker, "buildx", "build"]
-    if options.builder:
-        argv += ["--builder", options.builder]
-    argv += ["--platform", plan.request.platform, "--target", plan.request.target]
-    argv += ["--build-arg", f"SOURCE_DATE_EPOCH={plan.source_date_epoch}"]
-    for key, value in plan.labels:
-        argv += ["--label", f"{key}={value}"]
-    tags = (*plan.tags, *extra_tags)
-    if not options.reproducible:
-        for tag in tags:
-            argv += ["--tag", tag]
-    for name, path in rendered.named_contexts:
-        argv += ["--build-context", f"{name}={path}"]
-    for entry in options.cache_from:  # {variant}: one cache per variant (a shared ref would be overwritten)
-        argv += ["--cache-from", entry.replace("{variant}", plan.request.variant)]
-    for entry in options.cache_to:
-        argv += ["--cache-to", entry.replace("{variant}", plan.request.variant)]
-    argv += ["--metadata-file", str(metadata_file), "--progress", options.progress]
-    argv.append(f"--provenance={'true' if options.provenance else 'false'}")
-    if options.no_cache:
-        argv.append("--no-cache")
-    if options.reproducible:
-        # tags travel as the archive's image names; `docker load` sets them
-        argv += ["--output", oci_output(oci_archive_path(options, metadata_file),
-                                        tags if options.load else ())]
-    else:
-        if options.load:
-            argv.append("--load")
-        if options.push:
-            argv.append("--push")
-    argv += ["--file", str(rendered.dockerfile), str(rendered.context_dir)]
-    return argv
 
 
 # Failures with a known cause, and what to do: (pattern in the build's output, the hint).
@@ -154,11 +110,10 @@ def last_error_line(lines: Sequence[str]) -> str:
     return "no output"
 
 
-def run_build(argv: list[str], metadata_file: Path, tags: Sequence[str], *, stream=None,
-              oci_archive: Path | None = None, load: bool = True, docker: str = "docker",
+def run_build(spec: BuildSpec, session: BuildSession, *, stream=None,
               last_seconds: float | None = None) -> BuildResult:
-    """Run buildx, streaming its output to `stream` (stderr by default). With oci_archive (the
-    reproducible exporter), the digest is the archive's manifest digest and, with load, the archive
+    """Build spec, streaming buildx's output to `stream` (stderr by default). With spec.oci_archive (the
+    reproducible exporter), the digest is the archive's manifest digest and, with spec.load, the archive
     is loaded into the engine under the tags.
 
     When stream is a terminal (and --progress auto/tty), buildx runs on a pseudo-terminal and draws
@@ -168,18 +123,18 @@ def run_build(argv: list[str], metadata_file: Path, tags: Sequence[str], *, stre
     from buildkit.core.progress import CompileMeter, ccache_stats
 
     display = livedisplay.active() if stream is None else None
-    if display is not None and progress_of(argv) == "auto":
+    if display is not None and session.progress == "auto":
         # buildkit draws the display from buildx's plain lines, which go nowhere else
-        argv = _with_progress(argv, "plain")
+        session = replace(session, progress="plain")
         stream = livedisplay.sink(display)
     else:
         display = None
     stream = sys.stderr if stream is None else stream
-    engine = get_engine(docker)
+    engine = get_engine()
     tail: collections.deque[str] = collections.deque(maxlen=40)
     stats_lines: list[str] = []
     meter = CompileMeter(last_seconds=last_seconds)
-    tty = wants_tty(argv, stream)
+    tty = wants_tty(session.progress, stream)
     if display is not None:
         display.state.meter = meter
 
@@ -200,7 +155,7 @@ def run_build(argv: list[str], metadata_file: Path, tags: Sequence[str], *, stre
             else:
                 stream.write(f"buildkit: {status}\n")
 
-    finished = engine.stream(argv, on_line, stream=stream, exclusive="--no-cache" in argv, tty=tty)
+    finished = engine.build(spec, session, on_line, stream=stream, tty=tty)
     code, seconds = finished.code, finished.seconds
     if tty:
         from buildkit.core.progress import strip_ansi
@@ -211,15 +166,19 @@ def run_build(argv: list[str], metadata_file: Path, tags: Sequence[str], *, stre
         if hint:
             raise BuildError(f"docker buildx build failed (exit {code}): {hint}")
         raise BuildError(f"docker buildx build failed (exit {code}): {last_error_line(list(tail))}")
+    metadata_file = session.metadata_file
     try:
-        metadata = json.loads(metadata_file.read_text())
+        metadata = json.loads(metadata_file.read_text()) if metadata_file is not None else None
     except (OSError, ValueError) as exc:
         raise BuildError(f"buildx wrote no readable metadata file {metadata_file}: {exc}") from None
+    if not isinstance(metadata, dict):
+        raise BuildError(f"buildx wrote no readable metadata file {metadata_file}")
     digest = metadata.get("containerimage.digest", "")
     config_digest = metadata.get("containerimage.config.digest", "")
+    oci_archive, tags = spec.oci_archive, spec.tags
     if oci_archive is not None:
         digest = _archive_digest(oci_archive, digest)
-        if load:
+        if spec.load:
             engine.load(oci_archive, tags, stream=stream)
         else:
             tags = ()
@@ -228,13 +187,6 @@ def run_build(argv: list[str], metadata_file: Path, tags: Sequence[str], *, stre
     return BuildResult(digest=digest, config_digest=config_digest, tags=tuple(tags), seconds=seconds,
                        metadata=metadata, oci_archive=oci_archive, ccache=ccache_stats(stats_lines),
                        compressed_size=archive_size(oci_archive), tty=tty)
-
-
-def _with_progress(argv: Sequence[str], progress: str) -> list[str]:
-    out = list(argv)
-    if "--progress" in out:
-        out[out.index("--progress") + 1] = progress
-    return out
 
 
 def _archive_digest(archive: Path, reported: str) -> str:

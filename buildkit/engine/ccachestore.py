@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Sequence
 
 from buildkit.core.errors import BuildError
+from buildkit.engine.specs import BuildSession, BuildSpec
 
 CCACHE_TAG_PREFIX = "ccache-"
 
@@ -54,26 +55,20 @@ def import_dockerfile(target: CcacheTarget) -> str:
             "    echo \"ccache import $NONCE\" && cp -a /seed/. /ccache/ && (du -sh /ccache || true)\n")
 
 
-def helper_argv(dockerfile: Path, context: Path, target: CcacheTarget, output: str, *, builder: str = "",
-                seed: str | None = None, docker: str = "docker") -> list[str]:
-    argv = [docker, "buildx", "build"]
-    if builder:
-        argv += ["--builder", builder]
-    argv += ["--progress", "plain", "--provenance=false", "--build-arg", f"NONCE={secrets.token_hex(8)}"]
-    for name, value in target.named:
-        argv += ["--build-context", f"{name}={value}"]
-    if seed is not None:
-        argv += ["--build-context", f"seed={seed}"]
-    argv += ["--output", output, "--file", str(dockerfile), str(context)]
-    return argv
+def helper_spec(dockerfile: Path, context: Path, target: CcacheTarget, output: str, *,
+                seed: str | None = None) -> BuildSpec:
+    named = target.named + ((("seed", seed),) if seed is not None else ())
+    return BuildSpec(context=context, dockerfile=dockerfile, build_args=(("NONCE", secrets.token_hex(8)),),
+                     named_contexts=named, provenance=False, outputs=(output,))
 
 
-def _run(argv: Sequence[str], what: str, stream) -> None:
+def _run(spec: BuildSpec, builder: str, what: str, stream) -> None:
     """A helper build, quiet unless it fails; it runs in the engine turn like every build."""
     from buildkit.engine.api import get_engine
 
     lines: list[str] = []
-    finished = get_engine(argv[0]).stream(argv, lines.append, stream=io.StringIO())
+    session = BuildSession(builder=builder, progress="plain")
+    finished = get_engine().build(spec, session, lines.append, stream=io.StringIO())
     if finished.code != 0:
         lines = [ln for ln in lines if ln.strip()]
         last = next((ln for ln in reversed(lines) if "ERROR" in ln), lines[-1] if lines else "no output")
@@ -98,7 +93,7 @@ def export_ccache(targets: Sequence[CcacheTarget], *, dest_dir: Path | None = No
                 assert dest_dir is not None
                 where = str(dest_dir / target.variant)
                 output = f"type=local,dest={where}"
-            _run(helper_argv(dockerfile, Path(tmp), target, output, builder=builder),
+            _run(helper_spec(dockerfile, Path(tmp), target, output), builder,
                  f"ccache export of {target.variant} to {where}", stream)
         done.append(where)
     return done
@@ -127,7 +122,7 @@ def import_ccache(targets: Sequence[CcacheTarget], *, src_dir: Path | None = Non
         with tempfile.TemporaryDirectory(prefix="buildkit-ccache-") as tmp:
             dockerfile = Path(tmp) / "Dockerfile"
             dockerfile.write_text(import_dockerfile(target))
-            _run(helper_argv(dockerfile, Path(tmp), target, "type=cacheonly", builder=builder, seed=seed),
+            _run(helper_spec(dockerfile, Path(tmp), target, "type=cacheonly", seed=seed), builder,
                  f"ccache import of {target.variant} from {where}", stream)
         done.append(where)
     return done

@@ -25,6 +25,8 @@ from typing import Callable, Sequence
 from buildkit.core.errors import BuildError, RegistryError
 from buildkit.core.interrupts import signal_of
 from buildkit.engine.api import ContainerSpec, ContainerState, Engine, EngineError, Finished, ImageInfo
+from buildkit.engine.dockerargv import buildx_bake_argv, buildx_build_argv, docker_run_argv
+from buildkit.engine.specs import BuildSession, BuildSpec, RunSpec
 
 MIN_BUILDX = (0, 10, 0)  # --build-context, --metadata-file digests, cache mounts
 CONTAINERD_SNAPSHOTTER = "io.containerd.snapshotter.v1"
@@ -159,11 +161,22 @@ class DockerEngine(Engine):
 
         return engine_turn(exclusive, stream)
 
-    def stream(self, argv: Sequence[str], on_line: Callable[[str], None], *, stream,
-               exclusive: bool = False, tty: bool = False, write_lock=None) -> Finished:
+    def build(self, spec: BuildSpec, session: BuildSession, on_line: Callable[[str], None], *, stream,
+              tty: bool = False) -> Finished:
         from buildkit.engine.runner import stream_command
 
-        return stream_command(argv, on_line, stream=stream, exclusive=exclusive, tty=tty, write_lock=write_lock)
+        return stream_command(self.build_command(spec, session), on_line, stream=stream, exclusive=spec.no_cache,
+                              tty=tty)
+
+    def bake(self, bake_file: Path, names: Sequence[str], session: BuildSession, on_line: Callable[[str], None], *,
+             stream, exclusive: bool = False, write_lock=None) -> Finished:
+        from buildkit.engine.runner import stream_command
+
+        return stream_command(buildx_bake_argv(self.docker, bake_file, names, session), on_line, stream=stream,
+                              exclusive=exclusive, write_lock=write_lock)
+
+    def build_command(self, spec: BuildSpec, session: BuildSession) -> list[str]:
+        return buildx_build_argv(self.docker, spec, session)
 
     # ------------------------------------------------------------ images
     def image(self, ref: str) -> ImageInfo | None:
@@ -238,13 +251,17 @@ class DockerEngine(Engine):
         return dest
 
     # ------------------------------------------------------------ containers
-    def attach(self, run_argv: Sequence[str]) -> int:
-        if shutil.which(run_argv[0]) is None:
-            raise EngineError(f"the docker CLI ({run_argv[0]!r}) is not on PATH; use --print and run the "
+    def run_command(self, spec: RunSpec) -> list[str]:
+        return docker_run_argv(self.docker, spec)
+
+    def attach(self, spec: RunSpec) -> int:
+        if shutil.which(self.docker) is None:
+            raise EngineError(f"the docker CLI ({self.docker!r}) is not on PATH; use --print and run the "
                               "command elsewhere")
+        argv = self.run_command(spec)
         old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to docker run, which stops it
         try:
-            proc = subprocess.Popen(list(run_argv), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+            proc = subprocess.Popen(argv, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
             try:
                 return proc.wait()
             except KeyboardInterrupt as exc:  # SIGTERM or SIGHUP to buildkit alone (core/interrupts.py):

@@ -81,18 +81,10 @@ def engine_turn(exclusive: bool, stream=None) -> Iterator[None]:
             lock.__exit__(None, None, None)
 
 
-def progress_of(argv: Sequence[str]) -> str:
-    """The --progress of a buildx argv (auto when not given)."""
-    try:
-        return argv[list(argv).index("--progress") + 1]
-    except (ValueError, IndexError):
-        return "auto"
-
-
-def wants_tty(argv: Sequence[str], stream) -> bool:
+def wants_tty(progress: str, stream) -> bool:
     """buildx draws its own TTY display when its output is a terminal and --progress is auto or tty."""
     try:
-        return progress_of(argv) in ("auto", "tty") and stream.isatty()
+        return progress in ("auto", "tty") and stream.isatty()
     except (AttributeError, ValueError):
         return False
 

@@ -73,7 +73,7 @@ def disk_places(info: dict | None, cache: Path) -> list[tuple[str, Path]]:
 
 
 def run_checks(cfg, *, min_free_gb: float | None = None, matrix: bool = False, offline: bool = False,
-               cheap_only: bool = False, docker: str = "docker") -> list[Check]:
+               cheap_only: bool = False) -> list[Check]:
     """Every check, in the order of the screen. cheap_only: engine and disk (what `build` runs first)."""
     from buildkit.flows.pipeline import cache_root
 
@@ -84,7 +84,7 @@ def run_checks(cfg, *, min_free_gb: float | None = None, matrix: bool = False, o
         variants = variants_of(cfg, matrix)
     except BuildkitError as exc:
         return [Check("config", FAIL, str(exc), "fix the setting named (see `buildkit config`)")]
-    info, why = engine_info(docker)
+    info, why = engine_info()
     checks.append(check_engine(info, why))
     need = min_free_gb if min_free_gb is not None else required_gb(variants)
     kinds = "+".join(sorted({disk_kind(v) for v in variants}))
@@ -93,7 +93,7 @@ def run_checks(cfg, *, min_free_gb: float | None = None, matrix: bool = False, o
     if cheap_only:
         return checks
     if info is not None:
-        buildx, builder_platforms = check_buildx_and_builder(cfg["build.builder"], docker)
+        buildx, builder_platforms = check_buildx_and_builder(cfg["build.builder"])
     else:
         buildx, builder_platforms = Check("buildx", WARN, "not checked: no engine", "fix the engine first"), []
     checks.insert(1, buildx)

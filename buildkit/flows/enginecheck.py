@@ -14,12 +14,12 @@ from buildkit.flows.doctorcheck import FAIL, OK, WARN, Check, version_tuple
 MIN_ENGINE = (23, 0)  # BuildKit as the default builder, `docker buildx` integration
 
 
-def engine_info(docker: str = "docker") -> tuple[dict | None, str]:
+def engine_info() -> tuple[dict | None, str]:
     """(docker info as a dict, "") when the engine answers, else (None, why)."""
     from buildkit.engine.api import EngineError, get_engine
 
     try:
-        return get_engine(docker).info(), ""
+        return get_engine().info(), ""
     except EngineError as exc:
         return None, str(exc)
 
@@ -44,10 +44,10 @@ def check_engine(info: dict | None, why: str) -> Check:
 
 # --------------------------------------------------------------------------- buildx
 
-def check_buildx_and_builder(builder: str, docker: str = "docker") -> tuple[Check, list[str]]:
+def check_buildx_and_builder(builder: str) -> tuple[Check, list[str]]:
     """The buildx check, and the builder's platforms (for the emulation check)."""
     try:
-        version = check_buildx(docker)
+        version = check_buildx()
     except BuildError as exc:
         return Check("buildx", FAIL, str(exc), "install the docker-buildx plugin "
                      f"({'.'.join(map(str, MIN_BUILDX))} or newer): the docker-buildx package, or "
@@ -56,7 +56,7 @@ def check_buildx_and_builder(builder: str, docker: str = "docker") -> tuple[Chec
 
     shown = builder or "the current builder"
     try:
-        described = get_engine(docker).inspect_builder(builder)
+        described = get_engine().inspect_builder(builder)
     except EngineError as exc:
         why = str(exc)
         return Check("buildx", FAIL, f"buildx {'.'.join(map(str, version))}; {shown}: {why}",

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from buildkit.engine.bake import TargetOutcome, run_bake
 from buildkit.oci.imageref import tag_of
-from buildkit.engine.bakefile import bake_document, bake_target_from_argv, retag, write_bake_file
+from buildkit.engine.bakefile import bake_document, bake_target, write_bake_file
 from buildkit.plan.matrix import Variant
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def local_name(variant: Variant) -> str:
 def matrix_document(variants: Sequence[Variant], prepared: dict, options: BuildOptions, work_dir: Path) -> dict:
     """The bake document for the prepared variants. Local tags are <image>:<variant> and
     sha-<7>-<variant>, the variant including a non-server target, so targets never share a tag."""
-    from buildkit.engine.buildx import buildx_argv
+    from buildkit.flows.buildspec import build_spec
     from buildkit.plan.tags import build_tags
 
     targets = {}
@@ -71,11 +71,10 @@ def matrix_document(variants: Sequence[Variant], prepared: dict, options: BuildO
         if variant.unit not in prepared:
             continue
         p = prepared[variant.unit]
-        argv = buildx_argv(p.plan, p.rendered, options, work_dir / variant.target_name / "metadata.json")
-        target = bake_target_from_argv(argv)
+        spec = build_spec(p.plan, p.rendered, options, work_dir / variant.target_name / "metadata.json")
         extra = tuple(tag_of(t) for t in p.plan.tags[2:])
-        tags = list(build_tags(variant.request.image_name, local_name(variant), p.source.commit, extra))
-        targets[variant.target_name] = retag(target, tags)
+        tags = build_tags(variant.request.image_name, local_name(variant), p.source.commit, extra)
+        targets[variant.target_name] = bake_target(spec.with_tags(tags))
     return bake_document(targets)
 
 
@@ -105,7 +104,7 @@ def build_matrix(variants: Sequence[Variant], options: BuildOptions, work_dir: P
     if ready:
         from buildkit.engine.buildx import check_buildx
 
-        check_buildx(options.docker)  # after preparing: a patch queue that does not apply never runs buildx
+        check_buildx()  # after preparing: a patch queue that does not apply never runs buildx
         from buildkit.flows.pipeline import check_build_machine
 
         for v in ready:

@@ -99,9 +99,9 @@ def _key_tag_only(prepared: Prepared) -> Prepared:
 def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None = None, bump: str = "patch",
                 force: bool = False, verify: bool = True, load: bool = True, stream=None,
                 extra_tags: tuple[str, ...] = ()) -> MultiResult:
-    from buildkit.flows.publishing import _with_version
+    from buildkit.flows.publishing import with_version
     from buildkit.oci.registry import client_for
-    from buildkit.release.publish import (_point_the_rest, _repository, _reuse_published, check_immutable_free,
+    from buildkit.release.publish import (point_the_rest, publish_repository, reuse_published, check_immutable_free,
                                           default_variant, with_extra_tags)
 
     items = platform_requests(cfg)  # every platform checked before anything else
@@ -113,7 +113,7 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
     if not options.reproducible:
         raise ConfigError("a multi-platform build needs the OCI exporter (the containerd image store, "
                           "build.reproducible = auto): its index is assembled from the built OCI archives")
-    check_buildx(options.docker)
+    check_buildx()
     first_request = items[0][2]
     variant, image_name, target = first_request.tag_variant, first_request.image_name, first_request.target
     with ExitStack() as stack:
@@ -124,14 +124,14 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
         commit = prepared[0][2].source.commit
         client = repository = tags = None
         if push:
-            repository = _repository(image_name)
+            repository = publish_repository(image_name)
             client = stack.enter_context(client_for(repository.registry))
             is_default = variant == default_variant(cfg)
-            reused = None if force else _reuse_published(client, repository, key, variant, commit, is_default,
+            reused = None if force else reuse_published(client, repository, key, variant, commit, is_default,
                                                          extra_tags)
             if reused is not None:
                 digest, version, tags, added = reused
-                versioned = [(p, replace(pr, plan=_with_version(pr, version))) for p, _, pr in prepared]
+                versioned = [(p, replace(pr, plan=with_version(pr, version))) for p, _, pr in prepared]
                 builds = _published_platforms(client, repository.repository, digest, versioned)
                 pushed = tuple(f"{repository.name}:{t}" for t in tags.all)
                 lock_path = cfg.path_value("lock.path")
@@ -143,7 +143,7 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
             tags = with_extra_tags(release_tags(version, commit, variant, default_variant=is_default, build_key=key),
                                    extra_tags)
             check_immutable_free(client, repository.repository, tags, None, force=force)
-            prepared = [(p, sub, replace(pr, plan=_with_version(pr, version))) for p, sub, pr in prepared]
+            prepared = [(p, sub, replace(pr, plan=with_version(pr, version))) for p, sub, pr in prepared]
         builds = []
         for platform, sub, pr in prepared:
             pr = _key_tag_only(pr)
@@ -164,7 +164,7 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
             assert client is not None and repository is not None and tags is not None
             with stage("push", f"{repository.name}:{tags.immutable[0]} (the index and {len(builds)} manifests)"):
                 digest = push_index(client, repository.repository, archive, [tags.immutable[0]])
-                added = [tags.immutable[0]] + _point_the_rest(client, repository, digest, tags, force=force)
+                added = [tags.immutable[0]] + point_the_rest(client, repository, digest, tags, force=force)
             pushed = tuple(f"{repository.name}:{t}" for t in tags.all)
             if load:
                 get_engine().tag(local_tags[0], f"{repository.name}:{tags.immutable[0]}")

@@ -371,7 +371,7 @@ def _publish_index(client, repository, summary: Summary, index, p: Previous | No
     under the nightly tags; the lock gets the index and each platform's entry."""
     from buildkit.flows.multiplatform import index_platforms, record_index
     from buildkit.oci.ociindex import push_index
-    from buildkit.release.publish import _point_the_rest, check_immutable_free
+    from buildkit.release.publish import point_the_rest, check_immutable_free
 
     v = index.units[0].variant
     seconds = max((u.outcome.seconds for u in index.units if u.outcome), default=None)
@@ -385,7 +385,7 @@ def _publish_index(client, repository, summary: Summary, index, p: Previous | No
     try:
         check_immutable_free(client, repository.repository, tags, index.digest, force=False)
         digest = push_index(client, repository.repository, index.archive, [tags.immutable[0]])
-        added = [tags.immutable[0]] + _point_the_rest(client, repository, digest, tags, force=False)
+        added = [tags.immutable[0]] + point_the_rest(client, repository, digest, tags, force=False)
         pushed = tuple(f"{repository.name}:{t}" for t in tags.all)
         record_index(lock_path, index_platforms(index), v.request.target, v.request.image_name, digest,
                      index.build_key, index.tags, summary.version, pushed)

@@ -295,7 +295,7 @@ def _tag_variant(client, repository, plan: dict, entry: dict, units: list[dict],
     from buildkit.oci.ocilayout import OCI_INDEX, sha256_digest
     from buildkit.plan.buildkey import index_key
     from buildkit.plan.tags import TagSet, build_key_tag
-    from buildkit.release.publish import _point_the_rest, check_immutable_free, point_tags
+    from buildkit.release.publish import point_the_rest, check_immutable_free, point_tags
 
     repo = repository.repository
     tags = nightly_tags(plan["version"], plan["commit"], entry["variant"])
@@ -318,4 +318,4 @@ def _tag_variant(client, repository, plan: dict, entry: dict, units: list[dict],
         if stored != digest:
             raise RegistryError(f"the registry stored {stored} for the index of {entry['variant']}, not {digest}")
         added = [tags.immutable[0]]
-    return digest, tags, added + _point_the_rest(client, repository, digest, tags, force=False)
+    return digest, tags, added + point_the_rest(client, repository, digest, tags, force=False)

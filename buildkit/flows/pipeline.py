@@ -31,8 +31,8 @@ from buildkit import __version__
 from buildkit.engine.api import get_engine
 from buildkit.engine.baseimages import BaseSource, check_base_platforms, resolve_base_images
 from buildkit.plan.buildkey import key_of
-from buildkit.engine.buildx import (BuildOptions, BuildResult, buildx_argv, check_buildx, image_store, oci_archive_path,
-                     run_build)
+from buildkit.engine.buildx import BuildOptions, BuildResult, check_buildx, image_store, run_build
+from buildkit.flows.buildspec import build_spec
 from buildkit.plan.config import ResolvedConfig
 from buildkit.verify.cpuhost import host_cpu_id
 from buildkit.source.cudaroot import ensure_cuda_root, read_manifest, runtime_subset
@@ -166,7 +166,7 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
     # base images first: one that cannot be had stops the build before any fetch
     sources = resolve_base_images([request.devel_image, request.runtime_image], cache_root(cfg))
     check_base_platforms(sources, *base_platforms(request))
-    bases = tuple(s.image for s in sources)
+    bases = tuple(BaseImage(ref=s.ref, digest=s.digest) for s in sources)
     with stage("fetch", clean_url(cfg["source.url"])):
         info = fetch_source(cfg["source.url"], ref, pin, cache_root(cfg))
     created = _fresh_dir(out_dir)
@@ -238,12 +238,12 @@ def _cpu_host(request: BuildRequest) -> str | None:
     return host_cpu_id() if request.cpu_level.native else None
 
 
-def reproducible_exporter(cfg: ResolvedConfig, docker: str = "docker") -> bool:
+def reproducible_exporter(cfg: ResolvedConfig) -> bool:
     """The OCI exporter path (bit-for-bit digests) is used when `docker load` keeps an archive's bytes:
     on the containerd image store. build.reproducible = "off" forces the plain --load path."""
     if cfg["build.reproducible"] == "off":
         return False
-    return image_store(docker) == "containerd"
+    return image_store() == "containerd"
 
 
 def build_options(cfg: ResolvedConfig) -> BuildOptions:
@@ -259,7 +259,7 @@ def from_plan(plan: BuildPlan, sources: tuple[BaseSource, ...]) -> BuildPlan:
     """The plan with each base image replaced by what the FROM line names (ref@digest, or the named
     context of its OCI layout), for rendering only: labels, lock and build key keep the configured
     names, and the digests are recorded beside them."""
-    names = {s.image.ref: s.from_ref for s in sources if s.image.digest}
+    names = {s.ref: s.from_ref for s in sources if s.digest}
     req = plan.request
     devel, runtime = names.get(req.devel_image, req.devel_image), names.get(req.runtime_image, req.runtime_image)
     if (devel, runtime) == (req.devel_image, req.runtime_image):
@@ -353,12 +353,10 @@ def build_prepared(prepared: Prepared, cfg: ResolvedConfig, *, verify: bool = Tr
     options = options or build_options(cfg)
     check_build_machine(prepared.plan.request, stream)
     metadata = prepared.rendered.context_dir.parent / "metadata.json"
-    argv = buildx_argv(prepared.plan, prepared.rendered, options, metadata)
-    archive = oci_archive_path(options, metadata) if options.reproducible else None
+    spec = build_spec(prepared.plan, prepared.rendered, options, metadata)
     last = last_build_seconds(cfg, prepared.plan.request)
     with stage("build", f"{prepared.plan.request.variant}" + (f", last build took {last:.0f}s" if last else "")):
-        result = run_build(argv, metadata, prepared.plan.tags, stream=stream, oci_archive=archive,
-                           load=options.load, docker=options.docker, last_seconds=last)
+        result = run_build(spec, options.session(metadata), stream=stream, last_seconds=last)
     report = VerifyReport(image=result.tags[0] if result.tags else "", checks=())
     if verify:
         with stage("verify", result.tags[0]):
@@ -377,7 +375,7 @@ def build(cfg: ResolvedConfig, *, extra_tags: tuple[str, ...] = (), verify: bool
     request = make_request(cfg)  # refuse a bad request before anything else
     options = build_options(cfg)
     options = replace(options, no_cache=no_cache or options.no_cache)
-    check_buildx(options.docker)
+    check_buildx()
     check_build_machine(request, warn=False)  # before the fetch and the toolkit: a build that cannot run here
     with prepared_context(cfg, request=request, extra_tags=extra_tags, work_dir=work_dir) as prepared:
         return build_prepared(prepared, cfg, verify=verify, stream=stream, options=options)

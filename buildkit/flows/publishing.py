@@ -16,8 +16,8 @@ from buildkit.plan.buildplan import make_plan, make_request
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.tags import TagSet, check_tag, next_version, parse_version, release_tags
 from buildkit.release.lock import entry_from_dict, read_lock, write_lock_entry
-from buildkit.release.publish import (PublishResult, _local_image, _local_image_with_key, _push_image, _repository,
-                                      _reuse_published, _tag_locally, check_immutable_free, default_variant,
+from buildkit.release.publish import (PublishResult, local_image, local_image_with_key, push_image, publish_repository,
+                                      reuse_published, tag_locally, check_immutable_free, default_variant,
                                       publish_archive, with_extra_tags)
 
 
@@ -33,32 +33,32 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
         parse_version(version)
     for tag in extra_tags:
         check_tag(tag)
-    repository = _repository(request.image_name)
+    repository = publish_repository(request.image_name)
     options = build_options(cfg)
     if not load and not options.reproducible:
         raise ConfigError("--no-load needs the OCI exporter (the containerd image store, build.reproducible "
                           "= auto): without it the image reaches the registry through the engine")
-    check_buildx(options.docker)
+    check_buildx()
     variant, repo = request.tag_variant, repository.repository
     is_default = variant == default_variant(cfg)
     with client_for(repository.registry) as client, \
             prepared_context(cfg, request=request, extra_tags=extra_tags) as prepared:
         key, commit = prepared.build_key, prepared.source.commit
-        reused = None if force else _reuse_published(client, repository, key, variant, commit, is_default,
+        reused = None if force else reuse_published(client, repository, key, variant, commit, is_default,
                                                      extra_tags)
         if reused is not None:
             digest, version, tags, added = reused
             _record(cfg, prepared, repository, tags, version, digest)
             return PublishResult(repository.name, version, digest, tags.all, tuple(added), origin="registry",
                                  build_key=key)
-        local, local_version = (None, None) if force else _local_image_with_key(key, request.image_name)
+        local, local_version = (None, None) if force else local_image_with_key(key, request.image_name)
         if local is not None and version and local_version != version:
             local = local_version = None  # the engine's copy carries another version label: build anew
         version = local_version or version or next_version(client.list_tags(repo), variant, bump)
         tags = with_extra_tags(release_tags(version, commit, variant, default_variant=is_default, build_key=key),
                                extra_tags)
         check_immutable_free(client, repo, tags, local.id if local is not None else None, force=force)
-        prepared = replace(prepared, plan=_with_version(prepared, version))
+        prepared = replace(prepared, plan=with_version(prepared, version))
         if local is None:
             build_opts = replace(options, load=load or verify)  # verify runs the image in the engine
             result = build_prepared(prepared, cfg, verify=verify, stream=stream, options=build_opts).result
@@ -71,17 +71,17 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
                     get_engine().untag(result.tags)
                     result = replace(result, tags=())
                 elif result.tags:  # the engine's copy gets the release tag too, as `docker push` gave it
-                    _tag_locally(_local_image(result.tags[0]), repository, tags.immutable[:1])
+                    tag_locally(local_image(result.tags[0]), repository, tags.immutable[:1])
             else:
-                local = _local_image(result.tags[0])
+                local = local_image(result.tags[0])
                 with stage("push", f"{repository.name}:{tags.immutable[0]} (docker push)"):
-                    digest, added = _push_image(client, repository, local, result.digest, tags, force=force,
+                    digest, added = push_image(client, repository, local, result.digest, tags, force=force,
                                                 stream=stream)
         else:
             result = BuildResult(digest=local.id, config_digest=local.id, tags=tuple(local.tags), seconds=0.0)
             origin = "engine"
             with stage("push", f"{repository.name}:{tags.immutable[0]} (docker push)"):
-                digest, added = _push_image(client, repository, local, result.digest, tags, force=force,
+                digest, added = push_image(client, repository, local, result.digest, tags, force=force,
                                             stream=stream)
         _record(cfg, prepared, repository, tags, version, digest, result)
         return PublishResult(repository.name, version, digest, tags.all, tuple(added), origin=origin, build_key=key)
@@ -90,7 +90,7 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
 def push_local(cfg: ResolvedConfig, *, force: bool = False, stream=None) -> PublishResult:
     """`buildkit push`: publish the image of the lock's entry for this variant, already in the engine."""
     request = make_request(cfg)
-    repository = _repository(request.image_name)
+    repository = publish_repository(request.image_name)
     lock_path = cfg.path_value("lock.path")
     entry = read_lock(lock_path)["builds"].get(f"{request.variant}/{request.target}")
     if entry is None:
@@ -103,20 +103,20 @@ def push_local(cfg: ResolvedConfig, *, force: bool = False, stream=None) -> Publ
     key, version, commit = entry["build_key"], entry["version"], entry["commit"]
     is_default = request.tag_variant == default_variant(cfg)
     with client_for(repository.registry) as client:
-        reused = None if force else _reuse_published(client, repository, key, request.tag_variant, commit, is_default)
+        reused = None if force else reuse_published(client, repository, key, request.tag_variant, commit, is_default)
         if reused is not None:
             digest, version, tags, added = reused
         else:
             tags = release_tags(version, commit, request.tag_variant, default_variant=is_default, build_key=key)
             check_immutable_free(client, repository.repository, tags, image.id, force=force)
-            digest, added = _push_image(client, repository, image, image.id, tags, force=force, stream=stream)
+            digest, added = push_image(client, repository, image, image.id, tags, force=force, stream=stream)
     entry.update(image_digest=digest, pushed=[f"{repository.name}:{t}" for t in tags.all])
     write_lock_entry(lock_path, entry_from_dict(entry))
     return PublishResult(repository.name, version, digest, tags.all, tuple(added),
                          origin="registry" if reused is not None else "engine", build_key=key)
 
 
-def _with_version(prepared: Prepared, version: str):
+def with_version(prepared: Prepared, version: str):
     """The plan again with the publication's version (its label); the build key is unchanged."""
     plan = prepared.plan
     new = make_plan(replace(plan.request, version=version), plan.source, template_sha256=plan.template_sha256,

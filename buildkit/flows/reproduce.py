@@ -33,7 +33,7 @@ from typing import Any, Mapping
 
 from buildkit import __version__
 from buildkit.engine.baseimages import engine_digest
-from buildkit.engine.buildx import BuildOptions, buildx_argv, check_buildx, run_build
+from buildkit.engine.buildx import BuildOptions, check_buildx, run_build
 from buildkit.plan.config import ResolvedConfig, load_config
 from buildkit.core.errors import BuildkitError, ReproduceError
 from buildkit.oci.imagediff import ImageDiff, diff_images
@@ -41,6 +41,7 @@ from buildkit.engine.api import get_engine
 from buildkit.oci.ocilayout import OciArchive, open_image
 from buildkit.plan.inputs import INPUTS, cuda_wheel_hashes
 from buildkit.source.patches import load_patch_queue
+from buildkit.flows.buildspec import build_spec
 from buildkit.flows.pipeline import patch_dir, prepare
 from buildkit.flows.record import IndexRecorded, Recorded
 from buildkit.oci.imageref import name_of
@@ -164,15 +165,14 @@ def _check_prepared(rec: Recorded, prepared, cuda_hashes: list[str] | None) -> l
 
 def reproduce(rec: Recorded, *, config_path: Path | None = None, env: Mapping[str, str] | None = None,
               source: str | None = None, patches: str | None = None, keep: Path | None = None,
-              use_cache: bool = False, provenance: bool = False, compare: bool = True, stream=None,
-              docker: str = "docker") -> ReproduceResult:
+              use_cache: bool = False, provenance: bool = False, compare: bool = True, stream=None) -> ReproduceResult:
     """Rebuild rec with its inputs into an OCI archive and compare manifest digests."""
     env = os.environ if env is None else env
     cfg = load_config(config_path, env, overrides_for(rec, source, patches))
     request = make_request(cfg)
     stream = sys.stderr if stream is None else stream
     warnings = check_inputs(rec, cfg, stream)
-    check_buildx(docker)
+    check_buildx()
     with tempfile.TemporaryDirectory(prefix="buildkit-reproduce-") as tmp:
         # a clean rebuild compiles every object again, also where the recorded build used a ccache
         prepared = prepare(cfg, Path(tmp) / "context", request=request, ccache_recache=not use_cache)
@@ -184,11 +184,10 @@ def reproduce(rec: Recorded, *, config_path: Path | None = None, env: Mapping[st
         if keep:
             keep.mkdir(parents=True, exist_ok=True)
         options = BuildOptions(builder=cfg["build.builder"], progress=cfg["build.progress"], reproducible=True,
-                               load=False, no_cache=not use_cache, provenance=provenance, oci_archive=archive,
-                               docker=docker)
+                               load=False, no_cache=not use_cache, provenance=provenance, oci_archive=archive)
         metadata = Path(tmp) / "metadata.json"
-        argv = buildx_argv(prepared.plan, prepared.rendered, options, metadata)
-        built = run_build(argv, metadata, (), stream=stream, oci_archive=archive, load=False, docker=docker)
+        spec = build_spec(prepared.plan, prepared.rendered, options, metadata)
+        built = run_build(spec, options.session(metadata), stream=stream)
         result = ReproduceResult(recorded=rec, digest=built.digest, archive=archive if keep else None,
                                  warnings=warnings)
         if result.reproduced or not compare:

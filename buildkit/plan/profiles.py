@@ -16,10 +16,9 @@ arguments that make an image useful, e.g. the DFlash set-up:
 Everything is checked before anything starts: unknown keys (with the key meant), wrong types,
 arguments buildkit sets itself (model, draft model, host, port), missing model files.
 
-`ServerSpec` is one container to run: image, model files (each mounted read-only at
-/models/...), llama-server arguments, GPUs and port. `docker_run_argv(spec)` is the `docker run`
-command `buildkit run` prints or executes; bench/container.py's `container_spec(spec)` is the same
-container for the engine seam (`buildkit bench --image`). Both are pure.
+`ServerSpec` is one container to run, as data: image, model files (each mounted read-only at
+/models/...), llama-server arguments, GPUs and port. flows/serving.py makes the engine's spec of it
+(`buildkit run`, whose `--print` shows the command the engine makes, and `buildkit bench --image`).
 """
 
 from __future__ import annotations
@@ -207,26 +206,6 @@ def server_command(spec: ServerSpec, port: int = CONTAINER_PORT) -> list[str]:
     if spec.model_draft:
         cmd += ["--model-draft", spec.draft_in_container]
     return cmd + list(spec.args)
-
-
-def docker_run_argv(spec: ServerSpec, *, detach: bool = False, remove: bool = True) -> list[str]:
-    """The `docker run` command for spec."""
-    argv = ["docker", "run"]
-    if remove:
-        argv.append("--rm")
-    if detach:
-        argv.append("--detach")
-    if spec.name:
-        argv += ["--name", spec.name]
-    for key, value in spec.labels:
-        argv += ["--label", f"{key}={value}"]
-    if spec.gpus:
-        argv += ["--gpus", spec.gpus]
-    published = f"{spec.host_port}:{CONTAINER_PORT}" if spec.host_port else str(CONTAINER_PORT)
-    argv += ["--publish", f"{spec.bind}:{published}" if spec.bind else published]
-    for host, inside in spec.mounts():
-        argv += ["--volume", f"{host}:{inside}:ro"]
-    return argv + [spec.image] + server_command(spec)
 
 
 def gpu_device_requests(gpus: str) -> list[dict]:

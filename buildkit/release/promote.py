@@ -12,7 +12,7 @@ from buildkit.core.errors import ConfigError, RegistryError
 from buildkit.oci.imageref import tag_of
 from buildkit.oci.registry import client_for
 from buildkit.plan.config import ResolvedConfig
-from buildkit.release.publish import VERSION_LABEL, _repository, check_immutable_free, image_labels, point_tags
+from buildkit.release.publish import VERSION_LABEL, publish_repository, check_immutable_free, image_labels, point_tags
 from buildkit.plan.tags import parse_version, release_tags
 
 REVISION_LABEL = "org.opencontainers.image.revision"
@@ -40,7 +40,7 @@ def promote(cfg: ResolvedConfig, source_tag: str, version: str) -> Promotion:
     parsed = parse_version(version)
     if parsed.prerelease and str(parsed.prerelease).startswith("nightly"):
         raise ConfigError(f"--release {version} is a nightly version; promote to a release (X.Y.Z or X.Y.Z-rc.N)")
-    repository = _repository(cfg["image.name"])
+    repository = publish_repository(cfg["image.name"])
     repo = repository.repository
     with client_for(repository.registry) as client:
         info = client.head_manifest(repo, tag)

@@ -119,7 +119,7 @@ def docker_push(ref: str, stream=None) -> None:
     get_engine().push(ref, stream=stream)
 
 
-def _local_image_with_key(key: str, repository: str | None = None):
+def local_image_with_key(key: str, repository: str | None = None):
     """(image, its version label) for an image in the engine built with this key, else (None, None).
 
     With repository, only an image tagged in that repository counts: reproducible builds give the
@@ -134,7 +134,7 @@ def _local_image_with_key(key: str, repository: str | None = None):
     return images[0], (images[0].labels or {}).get(VERSION_LABEL)
 
 
-def _local_image(ref: str) -> ImageInfo:
+def local_image(ref: str) -> ImageInfo:
     image = get_engine().image(ref)
     if image is None:
         raise RegistryError(f"the image {ref[:19]} is not in the local engine")
@@ -150,7 +150,7 @@ def is_nightly_version(version: str) -> bool:
     return bool(prerelease) and str(prerelease).split(".")[0] == "nightly"
 
 
-def _tag_locally(image: ImageInfo, repository: ImageRef, tags: tuple[str, ...]) -> None:
+def tag_locally(image: ImageInfo, repository: ImageRef, tags: tuple[str, ...]) -> None:
     for tag in tags:
         get_engine().tag(image.id, f"{repository.name}:{tag}")
 
@@ -164,10 +164,10 @@ def publish_built(client: RegistryClient, repository: ImageRef, digest: str, tag
     if pushed is None or (digest and pushed.digest != digest):
         got = pushed.digest if pushed else "nothing"
         raise RegistryError(f"after docker push, {first} is {got}, not the built digest {digest}")
-    return [tags.immutable[0]] + _point_the_rest(client, repository, pushed.digest, tags, force=force)
+    return [tags.immutable[0]] + point_the_rest(client, repository, pushed.digest, tags, force=force)
 
 
-def _point_the_rest(client: RegistryClient, repository: ImageRef, digest: str, tags: TagSet, *,
+def point_the_rest(client: RegistryClient, repository: ImageRef, digest: str, tags: TagSet, *,
                     force: bool) -> list[str]:
     """Every tag after the first immutable one onto digest; the build-key tag last."""
     ordered = TagSet(immutable=tags.immutable[1:], moving=tags.moving)
@@ -191,10 +191,10 @@ def publish_archive(client: RegistryClient, repository: ImageRef, archive: Path,
         if built_digest and image.manifest_digest != built_digest:
             raise RegistryError(f"the archive {archive} holds {image.manifest_digest}, not the built {built_digest}")
         digest = push_layout(client, repository.repository, image, [tags.immutable[0]])
-    return digest, [tags.immutable[0]] + _point_the_rest(client, repository, digest, tags, force=force)
+    return digest, [tags.immutable[0]] + point_the_rest(client, repository, digest, tags, force=force)
 
 
-def _repository(request_image_name: str) -> ImageRef:
+def publish_repository(request_image_name: str) -> ImageRef:
     repository = parse_image_ref(request_image_name)
     if repository.tag or repository.digest:
         raise RegistryError(f"image.name {request_image_name!r} must not carry a tag or digest")
@@ -207,7 +207,7 @@ def with_extra_tags(tags: TagSet, extra: tuple[str, ...]) -> TagSet:
     return replace(tags, moving=tags.moving + more)
 
 
-def _reuse_published(client: RegistryClient, repository: ImageRef, key: str, variant: str, commit: str,
+def reuse_published(client: RegistryClient, repository: ImageRef, key: str, variant: str, commit: str,
                      is_default: bool, extra_tags: tuple[str, ...] = ()) -> tuple[str, str, TagSet, list[str]] | None:
     """When the registry has the build key's tag: point the missing tags at it; (digest, version, tags, added)."""
     existing = client.head_manifest(repository.repository, build_key_tag(key, variant))
@@ -220,10 +220,10 @@ def _reuse_published(client: RegistryClient, repository: ImageRef, key: str, var
     return existing.digest, version, tags, added
 
 
-def _push_image(client: RegistryClient, repository: ImageRef, image, local_digest: str, tags: TagSet, *,
+def push_image(client: RegistryClient, repository: ImageRef, image, local_digest: str, tags: TagSet, *,
                 force: bool, stream=None) -> tuple[str, list[str]]:
     """Tag the local image, push it, put every tag on its digest; (registry digest, tags changed)."""
-    _tag_locally(image, repository, tags.immutable[:1])
+    tag_locally(image, repository, tags.immutable[:1])
     added = publish_built(client, repository, local_digest, tags, force=force, stream=stream)
     return client.head_manifest(repository.repository, tags.immutable[0]).digest, added
 
@@ -245,6 +245,6 @@ def publish_local_image(client: RegistryClient, repository: ImageRef, image_id: 
     """Publish an image the engine already holds (by id or tag), under tags: refuse if an immutable
     tag points elsewhere, push the first immutable tag, put the others on its digest.
     Returns (registry digest, tags changed). Used by `buildkit nightly` for each baked variant."""
-    image = _local_image(image_id)
+    image = local_image(image_id)
     check_immutable_free(client, repository.repository, tags, image.id, force=force)
-    return _push_image(client, repository, image, image.id, tags, force=force, stream=stream)
+    return push_image(client, repository, image, image.id, tags, force=force, stream=stream)

@@ -10,11 +10,12 @@ import docker
 import pytest
 
 from buildkit.engine.bake import run_bake
-from buildkit.engine.bakefile import bake_target_from_argv, retag, target_tags, write_bake_file
+from buildkit.engine.bakefile import bake_target, target_tags, write_bake_file
+from buildkit.engine.specs import BuildSpec
 from buildkit.plan.matrix import bake_target_name, matrix_variants
 from buildkit.engine.buildx import BuildOptions
 from buildkit.plan.config import load_config
-from buildkit.core.errors import ArchError, BuildError, ConfigError
+from buildkit.core.errors import ArchError, ConfigError
 from forkrepo import make_fork_repo
 from cliutil import write_project
 
@@ -56,36 +57,34 @@ def test_matrix_leaves_out_what_a_cuda_version_cannot_build_and_refuses_unknown_
         matrix_variants(cfg_with(matrix__targets=["huge"]))
 
 
-# ---------------------------------------------------------------- argv -> bake target
+# ---------------------------------------------------------------- build spec -> bake target
 
-ARGV = ["docker", "buildx", "build", "--builder", "remote", "--platform", "linux/amd64", "--target", "server",
-        "--build-arg", "SOURCE_DATE_EPOCH=1704153600", "--label", "a=b=c", "--tag", "img:cpu", "--tag", "img:sha-1-cpu",
-        "--build-context", "cuda-root=/cache/root", "--cache-from", "type=local,src=/c", "--cache-to",
-        "type=local,dest=/c,mode=max", "--metadata-file", "/w/metadata.json", "--progress", "plain",
-        "--provenance=false", "--no-cache", "--load", "--file", "/w/ctx/Dockerfile", "/w/ctx"]
+SPEC = BuildSpec(context=Path("/w/ctx"), dockerfile=Path("/w/ctx/Dockerfile"), platform="linux/amd64",
+                 target="server", build_args=(("SOURCE_DATE_EPOCH", "1704153600"),), labels=(("a", "b=c"),),
+                 tags=("img:cpu", "img:sha-1-cpu"), named_contexts=(("cuda-root", "/cache/root"),),
+                 cache_from=("type=local,src=/c",), cache_to=("type=local,dest=/c,mode=max",), provenance=False,
+                 no_cache=True, load=True)
 
 
-def test_a_bake_target_is_the_translation_of_the_buildx_command():
-    target = bake_target_from_argv(ARGV)
+def test_a_bake_target_is_the_translation_of_the_build_spec():
+    target = bake_target(SPEC)
     assert target == {
         "platforms": ["linux/amd64"], "target": "server", "args": {"SOURCE_DATE_EPOCH": "1704153600"},
         "labels": {"a": "b=c"}, "tags": ["img:cpu", "img:sha-1-cpu"], "contexts": {"cuda-root": "/cache/root"},
         "cache-from": ["type=local,src=/c"], "cache-to": ["type=local,dest=/c,mode=max"],
         "attest": ["type=provenance,disabled=true"], "no-cache": True, "output": ["type=docker"],
         "dockerfile": "Dockerfile", "context": "/w/ctx"}
-    with pytest.raises(BuildError, match="--squash"):
-        bake_target_from_argv(ARGV[:-1] + ["--squash", "/w/ctx"])
 
 
-def test_retag_renames_the_images_of_an_oci_output():
-    argv = ["docker", "buildx", "build", "--output",
-            'type=oci,dest=/w/image.oci.tar,rewrite-timestamp=true,"name=img:cpu,img:sha-1-cpu"', "/w/ctx"]
-    target = retag(bake_target_from_argv(argv), ["img:cpu-full", "img:sha-1-cpu-full"])
+def test_retagging_renames_the_images_of_an_oci_output():
+    spec = BuildSpec(context=Path("/w/ctx"), dockerfile=Path("/w/ctx/Dockerfile"), tags=("img:cpu", "img:sha-1-cpu"),
+                     oci_archive=Path("/w/image.oci.tar"), load=True)
+    target = bake_target(spec.with_tags(["img:cpu-full", "img:sha-1-cpu-full"]))
     assert "tags" not in target
     assert target["output"] == ['type=oci,dest=/w/image.oci.tar,rewrite-timestamp=true,'
                                 '"name=img:cpu-full,img:sha-1-cpu-full"']
     assert target_tags(target) == ("img:cpu-full", "img:sha-1-cpu-full")
-    plain = retag(bake_target_from_argv(ARGV), ["img:x"])
+    plain = bake_target(SPEC.with_tags(["img:x"]))
     assert plain["tags"] == ["img:x"] and target_tags(plain) == ("img:x",)
 
 

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from buildkit.bench.benchmark import (BenchReport, Protocol, RequestResult, RunResult, _error_text, attach_to_lock,
+from buildkit.bench.benchmark import (BenchReport, Protocol, RequestResult, RunResult, error_text, attach_to_lock,
                                 combine, compare, degradation, endpoint, find_lock_entry, format_compare,
                                 format_report, load_report, stats, summarize)
 from buildkit.core.errors import BenchError, LockError
@@ -167,10 +167,10 @@ def test_endpoint(url, base, path):
 
 
 def test_error_bodies_become_one_line():
-    assert _error_text(b'{"error": {"code": 500, "message": "boom\\nagain"}}') == "boom again"
-    assert _error_text(b"<html>\n Bad gateway </html>") == "<html> Bad gateway </html>"
-    assert _error_text(b"") == "(empty body)"
-    assert _error_text(b"x" * 500).endswith("...")
+    assert error_text(b'{"error": {"code": 500, "message": "boom\\nagain"}}') == "boom again"
+    assert error_text(b"<html>\n Bad gateway </html>") == "<html> Bad gateway </html>"
+    assert error_text(b"") == "(empty body)"
+    assert error_text(b"x" * 500).endswith("...")
 
 
 def lock_doc() -> dict:

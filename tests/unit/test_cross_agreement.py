@@ -119,7 +119,7 @@ def _layout(tmp_path, platforms: list[str]) -> tuple:
 def test_a_base_image_without_the_platform_is_refused_naming_what_it_has(tmp_path):
     layout, digest = _layout(tmp_path, ["linux/amd64"])
     assert offered_platforms(layout, digest) == ("linux/amd64",)
-    source = BaseSource(BaseImage("127.0.0.1:1/debian:bookworm", digest), layout)
+    source = BaseSource("127.0.0.1:1/debian:bookworm", digest, layout)
     request = plan_for(**{"build.arch": "cpu", "build.platform": "linux/arm64",
                           "build.build_platform": "linux/arm64"}).request
     with pytest.raises(BaseImageError, match=r"127\.0\.0\.1:1/debian:bookworm offers linux/amd64, not linux/arm64"):
@@ -131,10 +131,10 @@ def test_a_cross_build_needs_both_platforms_of_its_base(tmp_path):
     request = plan_for(**{"build.arch": "cpu"}, **ARM64_ON_AMD64).request
     assert base_platforms(request)[0] == ("linux/arm64", "linux/amd64")
     both, digest = _layout(tmp_path / "both", ["linux/amd64", "linux/arm64"])
-    check_base_platforms((BaseSource(BaseImage("multi", digest), both),), *base_platforms(request))
+    check_base_platforms((BaseSource("multi", digest, both),), *base_platforms(request))
     one, digest1 = _layout(tmp_path / "one", ["linux/arm64"])
     with pytest.raises(BaseImageError, match="not linux/amd64.*build stage runs on linux/amd64"):
-        check_base_platforms((BaseSource(BaseImage("arm-only", digest1), one),), *base_platforms(request))
+        check_base_platforms((BaseSource("arm-only", digest1, one),), *base_platforms(request))
 
 
 def test_doctor_says_what_the_seed_direction_is_and_what_buildkit_does():

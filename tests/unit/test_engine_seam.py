@@ -17,6 +17,7 @@ from buildkit.engine.api import ImageInfo, get_engine, use_engine
 from buildkit.engine.bake import TargetOutcome, run_bake
 from buildkit.engine.bakefile import bake_document, write_bake_file
 from buildkit.engine.buildx import BuildOptions, BuildResult
+from buildkit.engine.dockerengine import DockerEngine
 from buildkit.flows.matrix import verify_variant
 from buildkit.plan.buildplan import SourceFacts, make_plan, make_request
 from buildkit.plan.config import load_config
@@ -123,9 +124,11 @@ def test_bake_waits_for_the_engine_while_a_no_cache_build_holds_it(tmp_path, mon
         {"a": {"context": str(tmp_path), "tags": ["x/a:1"], "output": ["type=docker"]}}))
     log = io.StringIO()
     done: dict = {}
-    with file_lock(lock):  # exclusive, on its own descriptor: another holder as far as flock is concerned
+    # the lock is exclusive, on its own descriptor: another holder as far as flock is concerned; run_bake
+    # takes its engine before it waits for the turn
+    with use_engine(DockerEngine(str(docker))), file_lock(lock):
         thread = threading.Thread(target=lambda: done.update(run_bake(
-            bake_file, ["a"], BuildOptions(progress="plain", docker=str(docker)), tmp_path / "w", stream=log)))
+            bake_file, ["a"], BuildOptions(progress="plain"), tmp_path / "w", stream=log)))
         thread.start()
         while "waiting for a --no-cache build to finish" not in log.getvalue():
             assert thread.is_alive(), log.getvalue()

@@ -25,7 +25,9 @@ from buildkit.bench.protocol import Protocol
 from buildkit.cli.main import main
 from buildkit.plan.config import ConfigDocument, load_config
 from buildkit.plan.buildplan import make_request
-from buildkit.plan.profiles import PROFILE_KEYS, docker_run_argv, get_profile, make_spec
+from buildkit.engine.api import get_engine
+from buildkit.flows.serving import run_spec
+from buildkit.plan.profiles import PROFILE_KEYS, get_profile, make_spec
 from buildkit.core.errors import PatchError
 from buildkit.source.patches import apply_patches, load_patch_queue
 from test_parsers_property import SETTINGS, json_values, one_line_or_value
@@ -179,7 +181,7 @@ def test_profile_tables_of_any_shape(tmp_path_factory, table) -> None:
     if profile is not None:
         spec = one_line_or_value(make_spec, image=None, model=None, profile=profile)
         if spec is not None:
-            docker_run_argv(spec)
+            get_engine().run_command(run_spec(spec))
 
 
 # ------------------------------------------------------------------ the lock's nightly record

@@ -15,7 +15,7 @@ from buildkit.oci.imageref import (InvalidReference, name_of, names_registry, pa
 from buildkit.plan.buildplan import make_plan, make_request
 from buildkit.plan.config import load_config
 from buildkit.plan.render import templates_sha256
-from buildkit.flows.publishing import _with_version
+from buildkit.flows.publishing import with_version
 from buildkit.plan.tags import check_repository, check_tag
 from test_parsers_property import SETTINGS, one_line_or_value
 from test_plan_render import FACTS
@@ -57,7 +57,7 @@ def test_publishing_keeps_the_extra_tags_of_a_repository_on_a_registry_port():
     assert plan.tags[2:] == ("127.0.0.1:5000/n/t:x",)
     prepared = Prepared(plan=plan, rendered=None, source=None, patches=None, cuda_root=None, base_images=(),
                         build_key="k" * 64)
-    again = _with_version(prepared, "1.2.3")
+    again = with_version(prepared, "1.2.3")
     assert again.tags == plan.tags and again.request.version == "1.2.3"
 
 

@@ -43,3 +43,50 @@ def test_no_module_over_400_lines():
     long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
             if (n := len(p.read_text().splitlines())) > 400}
     assert long == {}
+
+
+# The docker CLI is spoken only inside buildkit/engine/ (issue 23): the stages above hand it specs
+# (engine/specs.py). A list or tuple literal outside engine/ that starts with "docker", or holds
+# "buildx" or a flag of `docker buildx build` / `docker run`, is a docker command line in the making.
+DOCKER_WORDS = {"buildx", "--rm", "--gpus", "--volume", "--publish", "--detach", "--build-context", "--build-arg",
+                "--metadata-file", "--load", "--push", "--cache-from", "--cache-to", "--output", "--tag",
+                "--platform", "--no-cache", "--builder", "--progress", "--target", "--label", "--file"}
+ALLOWED_WORDS = {  # (module, word): why it is not docker's argv
+    ("cli/bench.py", "--gpus"): "buildkit bench's own option names, in its error message",
+    ("cli/run.py", "docker"): "the choices of buildkit run --format (docker or k8s)",
+    ("core/livedisplay.py", "buildx"): "the name of a row of the live display",
+    ("source/cudawheels.py", "--platform"): "pip download's own --platform",
+}
+
+
+def docker_words(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, (ast.List, ast.Tuple)) or not node.elts:
+            continue
+        words = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        first = node.elts[0]
+        if isinstance(first, ast.Constant) and first.value == "docker":
+            found.add("docker")
+        found |= {w for w in words if w in DOCKER_WORDS or w.startswith("--provenance")}
+    return found
+
+
+def test_no_docker_argv_outside_the_engine():
+    found = {(str(p.relative_to(PACKAGE)), word) for p in sorted(PACKAGE.rglob("*.py"))
+             if p.relative_to(PACKAGE).parts[0] != "engine" for word in docker_words(p)}
+    assert sorted(found - set(ALLOWED_WORDS)) == []
+    assert sorted(set(ALLOWED_WORDS) - found) == []  # an allowance nothing needs any more goes
+
+
+def test_no_module_imports_another_modules_private_names():
+    """A name with a leading underscore belongs to its module: one another module needs is public."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        own = "buildkit." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("buildkit.") \
+                    and node.module != own:
+                found += [f"{path.relative_to(PACKAGE)} imports {node.module}.{a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
+    assert found == []

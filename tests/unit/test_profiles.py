@@ -12,10 +12,16 @@ from click.testing import CliRunner
 from buildkit.cli.main import main
 from buildkit.plan.config import load_config, read_document
 from buildkit.core.errors import ConfigError
-from buildkit.plan.profiles import (docker_run_argv, get_profile, gpu_device_requests, make_spec,
-                               read_profiles, server_command)
+from buildkit.engine.api import get_engine
+from buildkit.flows.serving import run_spec
+from buildkit.plan.profiles import get_profile, gpu_device_requests, make_spec, read_profiles, server_command
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def docker_run_argv(spec, *, detach=False):
+    """The `docker run` command the engine makes of spec (what `buildkit run --print` shows)."""
+    return get_engine().run_command(run_spec(spec, detach=detach))
 
 DFLASH = """schema_version = 1
 [build]

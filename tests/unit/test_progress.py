@@ -101,8 +101,8 @@ def test_buildx_output_on_a_terminal_passes_through_a_pseudo_terminal_byte_for_b
 
     master, slave = pty.openpty()  # our "terminal"
     with open(slave, "w", closefd=True) as terminal:
-        assert wants_tty(["docker", "buildx", "build", "--progress", "auto"], terminal)
-        assert not wants_tty(["docker", "buildx", "build", "--progress", "plain"], terminal)
+        assert wants_tty("auto", terminal)
+        assert not wants_tty("plain", terminal)
         argv = [sys.executable, "-c", "import sys; print(sys.stdout.isatty()); print('#9 1.0 [ 42%] Building')"]
         proc, child_master = _popen_tty(argv, terminal)
         lines = [ln.rstrip("\r") for ln in _lines_from_pty(proc, child_master, terminal)]
@@ -112,7 +112,7 @@ def test_buildx_output_on_a_terminal_passes_through_a_pseudo_terminal_byte_for_b
     os.close(master)
     assert lines[:2] == ["True", "#9 1.0 [ 42%] Building"]
     assert "[ 42%] Building" in seen and compile_percent(lines[1]) == 42
-    assert not wants_tty(["docker", "buildx", "build"], io.StringIO())
+    assert not wants_tty("auto", io.StringIO())
 
 
 def test_a_stage_line_shows_this_run_of_the_stage_not_the_process_total(monkeypatch):

@@ -7,7 +7,8 @@ from dataclasses import asdict
 
 import pytest
 
-from buildkit.engine.buildx import BuildOptions, buildx_argv
+from buildkit.engine.buildx import BuildOptions
+from buildkit.flows.buildspec import build_command as buildx_argv
 from buildkit.core.errors import ReproduceError
 from buildkit.plan.inputs import INPUTS_LABEL, BaseImage
 from buildkit.engine.baseimages import BaseSource
@@ -91,21 +92,21 @@ def test_reproducible_argv_exports_oci_with_rewritten_timestamps(tmp_path):
 
 def test_registry_bases_are_pinned_by_digest_and_local_ones_named_by_content(tmp_path):
     plan = plan_for(**{"build.arch": "cpu", "base.os_image": "example.org/debian:bookworm"})
-    registry = BaseSource(BaseImage("example.org/debian:bookworm", DIGEST))
+    registry = BaseSource("example.org/debian:bookworm", DIGEST)
     text = render_dockerfile(from_plan(plan, (registry,)))
     assert f"FROM example.org/debian:bookworm@{DIGEST} AS build" in text
     assert f"FROM example.org/debian:bookworm@{DIGEST} AS base" in text
     assert registry.named_context() is None
-    local = BaseSource(BaseImage("example.org/debian:bookworm", DIGEST), layout=tmp_path / "layout")
+    local = BaseSource("example.org/debian:bookworm", DIGEST, layout=tmp_path / "layout")
     text = render_dockerfile(from_plan(plan, (local,)))
     name = "local-base-" + DIGEST.removeprefix("sha256:")[:12]
     assert f"FROM {name} AS build" in text and f"FROM {name} AS base" in text
     assert "example.org" not in "\n".join(line for line in text.splitlines() if line.startswith("FROM"))
     assert local.named_context() == (name, f"oci-layout://{tmp_path / 'layout'}@{DIGEST}")
     # a digest already in the reference is kept as it is
-    assert BaseSource(BaseImage("a@" + DIGEST, DIGEST)).from_ref == "a@" + DIGEST
+    assert BaseSource("a@" + DIGEST, DIGEST).from_ref == "a@" + DIGEST
     # an unresolved base (planning without an engine) is left as configured
-    assert from_plan(plan, (BaseSource(BaseImage("example.org/debian:bookworm", "")),)) == plan
+    assert from_plan(plan, (BaseSource("example.org/debian:bookworm", ""),)) == plan
 
 
 def test_inputs_record_is_plain_json():

@@ -1,0 +1,112 @@
+"""The command lines and bake targets made from specs are the ones buildkit made as argv before (issue 23):
+what `buildkit build --print` and `buildkit run --print` show, the bake targets and the bake command.
+
+data/buildx_golden.json was recorded with main's buildx_argv / bake_target_from_argv / retag / bake_argv
+(commit 0f42a04) for CASES; label values come from the plan and are checked against it rather than stored,
+so a change of labels does not touch the fixture. RUN_GOLDEN was recorded with main's
+plan.profiles.docker_run_argv for RUN_CASES."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from buildkit.engine.bakefile import bake_target
+from buildkit.engine.buildx import BuildOptions
+from buildkit.engine.dockerargv import buildx_bake_argv
+from buildkit.engine.dockerengine import DockerEngine
+from buildkit.flows.buildspec import build_spec
+from buildkit.flows.serving import run_spec
+from buildkit.plan.profiles import Profile, make_spec
+from buildkit.plan.render import RenderResult
+from test_plan_render import plan_for
+
+GOLDEN = json.loads((Path(__file__).parent / "data" / "buildx_golden.json").read_text())
+CTX = Path("/w/ctx")
+LAYOUT = "oci-layout:///l/base@sha256:" + "a" * 64
+CASES = {  # plan overrides, build options, named contexts, extra tags
+    "cpu-load": ({"build.arch": "cpu"}, {}, (), ()),
+    "cuda-builder-cache": ({"build.arch": "sm_120"},
+                           dict(builder="multi", progress="plain", cache_from=("type=registry,ref=r/c:{variant}",),
+                                cache_to=("type=registry,ref=r/c:{variant},mode=max",), provenance=True),
+                           (("cuda-root", "/r/cuda"), ("base", LAYOUT)), ("extra:1",)),
+    "cuda-reproducible-nocache": ({"build.arch": "sm_89"},
+                                  dict(reproducible=True, no_cache=True, oci_archive=Path("/w/out/image.oci.tar")),
+                                  (("cuda-root", "/r/cuda"),), ()),
+    "cross-arm64-reproducible": ({"build.arch": "cpu", "build.platform": "linux/arm64"},
+                                 dict(reproducible=True, progress="plain"), (), ("x:y",)),
+    "cross-reproducible-noload": ({"build.arch": "cpu", "build.platform": "linux/arm64"},
+                                  dict(reproducible=True, load=False), (), ()),
+    "cpu-push": ({"build.arch": "cpu"}, dict(push=True, load=False, builder="b"), (), ()),
+}
+
+
+def without_label_values(argv: list[str]) -> tuple[list[str], list[str]]:
+    values = [a for i, a in enumerate(argv) if i and argv[i - 1] == "--label"]
+    return [("<label>" if i and argv[i - 1] == "--label" else a) for i, a in enumerate(argv)], values
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_specs_make_the_command_lines_and_bake_targets_argv_made(name):
+    overrides, opts, named, extra = CASES[name]
+    golden = GOLDEN[name]
+    plan = plan_for(**overrides)
+    rendered = RenderResult(context_dir=CTX, dockerfile=CTX / "Dockerfile", dockerfile_sha256="0" * 64,
+                            named_contexts=named)
+    options = BuildOptions(**opts)
+    metadata = Path("/w/meta/metadata.json")
+    spec = build_spec(plan, rendered, options, metadata, extra)
+
+    argv, labels = without_label_values(DockerEngine().build_command(spec, options.session(metadata)))
+    assert argv == golden["argv"]
+    assert labels == [f"{key}={value}" for key, value in plan.labels]
+
+    target = bake_target(spec)
+    assert target.pop("labels") == dict(plan.labels)
+    assert target == {k: v for k, v in golden["bake_target"].items() if k != "labels"}
+    assert list(target) == [k for k in golden["bake_target"] if k != "labels"]  # docker-bake.json keeps its order
+    if options.load:  # the matrix retags loaded images only (an OCI archive names them when it is loaded)
+        retagged = bake_target(spec.with_tags(["img:v", "img:sha-v"]))
+        retagged.pop("labels")
+        assert json.dumps(retagged) == json.dumps({k: v for k, v in golden["bake_retagged"].items() if k != "labels"})
+
+    bake = buildx_bake_argv("docker", Path("/w/bake.json"), ["a", "b"], options.session(Path("/w/bake-meta.json")))
+    assert bake == golden["bake_argv"]
+
+
+PROFILE = Profile(name="p", args=("--spec-type", "dflash", "-c", "4096"), gpus="all", port=9000)
+RUN_CASES = {  # make_spec arguments, detach
+    "profile-defaults": (dict(image="img:1", model="/m/target.gguf", model_draft="/m/d.gguf", profile=PROFILE), False),
+    "detached-bound-named": (dict(image="img:1", model="/m/t.gguf", profile=PROFILE, gpus="device=0,1", host_port=8181,
+                                  bind="127.0.0.1", name="srv", labels=(("a", "b"), ("c", "d=e"))), True),
+    "any-port-no-gpu": (dict(image="img:1", model="/m/t.gguf", gpus="none", host_port=None, use_profile_port=False,
+                             bind="0.0.0.0"), False),
+    "any-port-no-bind": (dict(image="img:1", model="/m/t.gguf", host_port=None, use_profile_port=False,
+                              extra_args=("--threads", "2")), False),
+}
+RUN_GOLDEN = {
+    "profile-defaults":
+        "docker run --rm --gpus all --publish 9000:8080 --volume /m/target.gguf:/models/target.gguf:ro "
+        "--volume /m/d.gguf:/models/draft/d.gguf:ro img:1 --host 0.0.0.0 --port 8080 --model /models/target.gguf "
+        "--model-draft /models/draft/d.gguf --spec-type dflash -c 4096",
+    "detached-bound-named":
+        "docker run --rm --detach --name srv --label a=b --label c=d=e --gpus device=0,1 "
+        "--publish 127.0.0.1:8181:8080 --volume /m/t.gguf:/models/t.gguf:ro img:1 --host 0.0.0.0 --port 8080 "
+        "--model /models/t.gguf --spec-type dflash -c 4096",
+    "any-port-no-gpu":
+        "docker run --rm --publish 0.0.0.0:8080 --volume /m/t.gguf:/models/t.gguf:ro img:1 --host 0.0.0.0 "
+        "--port 8080 --model /models/t.gguf",
+    "any-port-no-bind":
+        "docker run --rm --publish 8080 --volume /m/t.gguf:/models/t.gguf:ro img:1 --host 0.0.0.0 --port 8080 "
+        "--model /models/t.gguf --threads 2",
+}
+
+
+@pytest.mark.parametrize("name", sorted(RUN_CASES))
+def test_run_specs_make_the_docker_run_commands_argv_made(name):
+    arguments, detach = RUN_CASES[name]
+    spec = make_spec(check_files=False, **arguments)
+    assert shlex.join(DockerEngine().run_command(run_spec(spec, detach=detach))) == RUN_GOLDEN[name]
