@@ -16,7 +16,7 @@ import csv
 import json
 from pathlib import Path
 
-from buildkit.engine.dockerargv import spec_outputs
+from buildkit.engine.dockerargv import annotation_values, spec_outputs
 from buildkit.engine.specs import BuildSpec
 
 
@@ -29,6 +29,8 @@ def bake_target(spec: BuildSpec) -> dict:
         target["target"] = spec.target
     pairs = (("args", spec.build_args), ("labels", spec.labels))
     target.update({key: dict(values) for key, values in pairs if values})
+    if spec.annotations:
+        target["annotations"] = annotation_values(spec)
     if spec.tags and spec.oci_archive is None:  # else the OCI exporter names the image itself
         target["tags"] = list(spec.tags)
     lists = (("contexts", dict(spec.named_contexts)), ("cache-from", list(spec.cache_from)),

@@ -26,6 +26,14 @@ def spec_outputs(spec: BuildSpec) -> list[str]:
     return out + list(spec.outputs)
 
 
+def annotation_values(spec: BuildSpec) -> list[str]:
+    """The spec's annotations as buildx takes them (--annotation, a bake target's annotations), on the
+    image manifest: the oci and image exporters write them, and so does --load on the containerd image
+    store; the classic store keeps no manifest and ignores them. (A multi-platform index is
+    oci/ociindex.py's, not buildx's: it annotates it itself.)"""
+    return [f"manifest:{key}={value}" for key, value in spec.annotations]
+
+
 def _session_flags(session: BuildSession) -> list[str]:
     return ["--builder", session.builder] if session.builder else []
 
@@ -41,6 +49,8 @@ def buildx_build_argv(docker: str, spec: BuildSpec, session: BuildSession) -> li
         argv += ["--build-arg", f"{key}={value}"]
     for key, value in spec.labels:
         argv += ["--label", f"{key}={value}"]
+    for annotation in annotation_values(spec):
+        argv += ["--annotation", annotation]
     if spec.oci_archive is None:  # else the tags are the archive's image names (spec_outputs)
         for tag in spec.tags:
             argv += ["--tag", tag]

@@ -29,6 +29,9 @@ class BuildSpec:
     target: str = ""
     build_args: tuple[tuple[str, str], ...] = ()
     labels: tuple[tuple[str, str], ...] = ()
+    # OCI annotations of the image manifest (every platform's, when several are built): registries and
+    # OCI tools read these without fetching the config that holds the labels
+    annotations: tuple[tuple[str, str], ...] = ()
     tags: tuple[str, ...] = ()
     named_contexts: tuple[tuple[str, str], ...] = ()
     cache_from: tuple[str, ...] = ()

@@ -25,7 +25,7 @@ def build_spec(plan: BuildPlan, rendered: RenderResult, options: BuildOptions, m
         context=rendered.context_dir, dockerfile=rendered.dockerfile,
         platform=plan.request.platform, target=plan.request.target,
         build_args=(("SOURCE_DATE_EPOCH", str(plan.source_date_epoch)),),
-        labels=tuple(plan.labels), tags=(*plan.tags, *extra_tags),
+        labels=tuple(plan.labels), annotations=plan.annotations, tags=(*plan.tags, *extra_tags),
         named_contexts=tuple((name, str(path)) for name, path in rendered.named_contexts),
         # {variant}: one cache per variant (a shared ref would be overwritten)
         cache_from=tuple(entry.replace("{variant}", variant) for entry in options.cache_from),

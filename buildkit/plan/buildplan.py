@@ -16,7 +16,7 @@ from buildkit.plan.config import PLATFORM_FOLLOWS, ResolvedConfig
 from buildkit.plan.cpulevels import CpuLevel, cmake_flags as cpu_cmake_flags, gcc_needed, get_level, variant_suffix
 from buildkit.core.errors import ConfigError
 from buildkit.oci.imageref import InvalidReference, parse_image_ref
-from buildkit.plan.inputs import request_inputs
+from buildkit.plan.inputs import OCI, request_inputs
 from buildkit.plan.platforms import (TOOLCHAIN_PATH, Platform, cpu_arch, cuda_char_flags, gcc_commands, is_cross,
                                      machine_platform)
 from buildkit.plan.tags import build_tags, check_repository, normalise_version, target_variant, variant
@@ -117,6 +117,14 @@ class BuildPlan:
     @property
     def source_date_epoch(self) -> int:
         return self.source.commit_time
+
+    @property
+    def annotations(self) -> tuple[tuple[str, str], ...]:
+        """The image manifest's annotations: its OCI-standard labels (org.opencontainers.image.*) again,
+        same keys, same values, so a registry or OCI tool shows them without the config. They come from
+        the labels, which hold only inputs (the created time is the commit's), so the manifest digest
+        stays reproducible. An empty label says nothing and gives no annotation."""
+        return tuple((key, value) for key, value in self.labels if key.startswith(OCI) and value)
 
     @property
     def arch(self) -> Arch:

@@ -3,8 +3,11 @@ what `buildkit build --print` and `buildkit run --print` show, the bake targets 
 
 data/buildx_golden.json was recorded with main's buildx_argv / bake_target_from_argv / retag / bake_argv
 (commit 0f42a04) for CASES; label values come from the plan and are checked against it rather than stored,
-so a change of labels does not touch the fixture. RUN_GOLDEN was recorded with main's
-plan.profiles.docker_run_argv for RUN_CASES."""
+so a change of labels does not touch the fixture. Issue 24 added, by hand, the manifest annotations to it:
+`--annotation <annotation>` after the labels (one for each non-empty org.opencontainers.image.* label of
+the plan) and a bake target's `annotations` after its `labels`; their values, like the labels', are
+checked against the plan's labels. RUN_GOLDEN was recorded with main's plan.profiles.docker_run_argv for
+RUN_CASES."""
 
 from __future__ import annotations
 
@@ -44,9 +47,29 @@ CASES = {  # plan overrides, build options, named contexts, extra tags
 }
 
 
-def without_label_values(argv: list[str]) -> tuple[list[str], list[str]]:
-    values = [a for i, a in enumerate(argv) if i and argv[i - 1] == "--label"]
-    return [("<label>" if i and argv[i - 1] == "--label" else a) for i, a in enumerate(argv)], values
+PLACEHOLDERS = {"--label": "<label>", "--annotation": "<annotation>"}
+
+
+def without_values(argv: list[str]) -> tuple[list[str], dict[str, list[str]]]:
+    """argv with the labels' and annotations' values as placeholders, and the values by flag."""
+    values: dict[str, list[str]] = {flag: [] for flag in PLACEHOLDERS}
+    out = []
+    for i, a in enumerate(argv):
+        flag = argv[i - 1] if i else ""
+        if flag in PLACEHOLDERS:
+            values[flag].append(a)
+            a = PLACEHOLDERS[flag]
+        out.append(a)
+    return out, values
+
+
+def oci_labels(plan) -> list[tuple[str, str]]:
+    """The labels the manifest annotations repeat: the OCI-standard ones that say something."""
+    return [(key, value) for key, value in plan.labels if key.startswith("org.opencontainers.image.") and value]
+
+
+def without_metadata(target: dict) -> dict:
+    return {k: v for k, v in target.items() if k not in ("labels", "annotations")}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -60,18 +83,20 @@ def test_specs_make_the_command_lines_and_bake_targets_argv_made(name):
     metadata = Path("/w/meta/metadata.json")
     spec = build_spec(plan, rendered, options, metadata, extra)
 
-    argv, labels = without_label_values(DockerEngine().build_command(spec, options.session(metadata)))
+    argv, values = without_values(DockerEngine().build_command(spec, options.session(metadata)))
     assert argv == golden["argv"]
-    assert labels == [f"{key}={value}" for key, value in plan.labels]
+    assert values["--label"] == [f"{key}={value}" for key, value in plan.labels]
+    annotations = [f"manifest:{key}={value}" for key, value in oci_labels(plan)]
+    assert values["--annotation"] == annotations
 
     target = bake_target(spec)
-    assert target.pop("labels") == dict(plan.labels)
-    assert target == {k: v for k, v in golden["bake_target"].items() if k != "labels"}
-    assert list(target) == [k for k in golden["bake_target"] if k != "labels"]  # docker-bake.json keeps its order
+    assert target["labels"] == dict(plan.labels)
+    assert target["annotations"] == annotations
+    assert list(target) == list(golden["bake_target"])  # docker-bake.json keeps its order
+    assert without_metadata(target) == without_metadata(golden["bake_target"])
     if options.load:  # the matrix retags loaded images only (an OCI archive names them when it is loaded)
-        retagged = bake_target(spec.with_tags(["img:v", "img:sha-v"]))
-        retagged.pop("labels")
-        assert json.dumps(retagged) == json.dumps({k: v for k, v in golden["bake_retagged"].items() if k != "labels"})
+        retagged = without_metadata(bake_target(spec.with_tags(["img:v", "img:sha-v"])))
+        assert json.dumps(retagged) == json.dumps(without_metadata(golden["bake_retagged"]))
 
     bake = buildx_bake_argv("docker", Path("/w/bake.json"), ["a", "b"], options.session(Path("/w/bake-meta.json")))
     assert bake == golden["bake_argv"]
@@ -110,3 +135,26 @@ def test_run_specs_make_the_docker_run_commands_argv_made(name):
     arguments, detach = RUN_CASES[name]
     spec = make_spec(check_files=False, **arguments)
     assert shlex.join(DockerEngine().run_command(run_spec(spec, detach=detach))) == RUN_GOLDEN[name]
+
+
+def test_the_annotations_are_the_resolved_plans_oci_labels_and_hold_no_time_of_the_build():
+    """What buildx annotates the manifest with, once the base images are known: every OCI label with
+    its value (base.digest too), no buildkit label, and the created time is the commit's."""
+    from buildkit.flows.pipeline import with_labels
+    from buildkit.plan.inputs import BaseImage, oci_created
+
+    plan = plan_for(**{"build.arch": "cpu", "image.url": ""})
+    base = BaseImage(plan.request.runtime_image, "sha256:" + "b" * 64)
+    assert plan.request.devel_image == base.ref  # cpu: one base image for both stages
+    plan = with_labels(plan, (base,), None, "k" * 64)
+    rendered = RenderResult(context_dir=CTX, dockerfile=CTX / "Dockerfile", dockerfile_sha256="0" * 64)
+    spec = build_spec(plan, rendered, BuildOptions(reproducible=True), Path("/w/meta/metadata.json"))
+    oci = "org.opencontainers.image."
+    annotations = dict(spec.annotations)
+    assert annotations == {key: value for key, value in plan.labels if key.startswith(oci) and value}
+    assert annotations[oci + "base.name"] == base.ref and annotations[oci + "base.digest"] == base.digest
+    assert annotations[oci + "created"] == oci_created(plan.source_date_epoch)
+    assert annotations[oci + "revision"] == plan.source.commit
+    assert oci + "url" not in annotations  # image.url = "": no label, no annotation
+    assert set(annotations) == {oci + k for k in ("source", "revision", "version", "created", "title", "licenses",
+                                                  "description", "base.name", "base.digest")}
