@@ -305,7 +305,7 @@ def _tag_variant(client, repository, plan: dict, entry: dict, units: list[dict],
     manifests = []
     for u, r in zip(units, got):
         body, media_type, _ = client.get_manifest(repo, r["digest"])
-        manifests.append(PlatformManifest(u["platform"], r["digest"], len(body), media_type))
+        manifests.append(PlatformManifest.of_body(u["platform"], r["digest"], body, media_type))
     index = index_document(manifests)
     key = index_key((u["platform"], r["build_key"]) for u, r in zip(units, got))
     tags = TagSet(tags.immutable + (build_key_tag(key, entry["variant"]),), tags.moving)

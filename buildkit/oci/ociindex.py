@@ -6,7 +6,11 @@ this module puts their manifests under one `application/vnd.oci.image.index.v1+j
 * `index_document`: the index bytes. Manifests in the order the platforms were given (the order
   the user wrote them), each descriptor with its platform {os, architecture[, variant]}; the JSON
   is written with sorted keys and no spaces, so the same manifests in the same order always give
-  the same index digest.
+  the same index digest. The index carries the annotations every one of its manifests carries
+  with the same value (the OCI labels of the build: source, revision, version, ...); a value that
+  differs between platforms (a base image's digest, a description naming the variant) stays on the
+  manifests. They come from the manifests themselves, so assembling the index again (reproduce,
+  the nightly's assemble) gives the same bytes; manifests without annotations give an index without.
 * `write_index_archive`: one OCI archive (tar) holding the index and every blob of every
   manifest, with fixed member order, times and owners (the same inputs give the same bytes).
   Its index.json names the tags (`io.containerd.image.name`), so `docker load` on the containerd
@@ -27,7 +31,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from buildkit.core.errors import ImageSourceError
-from buildkit.oci.ocilayout import OCI_INDEX, Image, OciArchive, sha256_digest
+from buildkit.oci.ocilayout import OCI_INDEX, Image, OciArchive, json_document, sha256_digest
 
 if TYPE_CHECKING:
     from buildkit.oci.registry import RegistryClient
@@ -43,6 +47,13 @@ class PlatformManifest:
     digest: str
     size: int
     media_type: str
+    annotations: tuple[tuple[str, str], ...] = ()  # the manifest's own
+
+    @classmethod
+    def of_body(cls, platform: str, digest: str, body: bytes, media_type: str) -> PlatformManifest:
+        """The entry of a manifest read as bytes (a registry's)."""
+        manifest = json_document(body, f"{platform} {digest[:19]}", "image manifest")
+        return cls(platform, digest, len(body), media_type, manifest_annotations(manifest))
 
     def descriptor(self) -> dict[str, Any]:
         parts = self.platform.split("/")
@@ -54,6 +65,21 @@ class PlatformManifest:
         return {"mediaType": self.media_type, "digest": self.digest, "size": self.size, "platform": platform}
 
 
+def manifest_annotations(manifest: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    found = manifest.get("annotations")
+    if not isinstance(found, dict):
+        return ()
+    return tuple(sorted((k, v) for k, v in found.items() if isinstance(k, str) and isinstance(v, str)))
+
+
+def shared_annotations(manifests: Sequence[PlatformManifest]) -> dict[str, str]:
+    """The annotations every manifest carries, each with one value."""
+    shared = set(manifests[0].annotations)
+    for m in manifests[1:]:
+        shared &= set(m.annotations)
+    return dict(sorted(shared))
+
+
 def index_document(manifests: Sequence[PlatformManifest]) -> bytes:
     """The index's bytes: manifests in the given order; deterministic (sorted keys, compact)."""
     if not manifests:
@@ -61,13 +87,17 @@ def index_document(manifests: Sequence[PlatformManifest]) -> bytes:
     platforms = [m.platform for m in manifests]
     if len(set(platforms)) != len(platforms):
         raise ImageSourceError(f"an image index lists each platform once, got {', '.join(platforms)}")
-    doc = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [m.descriptor() for m in manifests]}
+    doc: dict[str, Any] = {"schemaVersion": 2, "mediaType": OCI_INDEX,
+                           "manifests": [m.descriptor() for m in manifests]}
+    annotations = shared_annotations(manifests)
+    if annotations:
+        doc["annotations"] = annotations
     return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
 
 def platform_manifest(platform: str, image: Image) -> PlatformManifest:
     return PlatformManifest(platform=platform, digest=image.manifest_digest, size=len(image.manifest_bytes),
-                            media_type=image.media_type)
+                            media_type=image.media_type, annotations=manifest_annotations(image.manifest))
 
 
 def index_digest_of(archives: Sequence[tuple[str, Path]]) -> str:

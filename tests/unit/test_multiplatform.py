@@ -32,15 +32,17 @@ def _digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def oci_archive(path: Path, architecture: str, layer: bytes) -> str:
-    """A one-image OCI archive as buildx's exporter writes it; returns its manifest digest."""
+def oci_archive(path: Path, architecture: str, layer: bytes, annotations: dict | None = None) -> str:
+    """A one-image OCI archive as buildx's exporter writes it (with annotations on its manifest, as
+    --annotation manifest:KEY=VALUE puts them); returns its manifest digest."""
     config = json.dumps({"architecture": architecture, "os": "linux",
                          "rootfs": {"type": "layers", "diff_ids": [_digest(layer)]}}).encode()
     manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
                            "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
                                       "digest": _digest(config), "size": len(config)},
                            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
-                                       "digest": _digest(layer), "size": len(layer)}]}).encode()
+                                       "digest": _digest(layer), "size": len(layer)}],
+                           **({"annotations": annotations} if annotations else {})}).encode()
     index = json.dumps({"schemaVersion": 2, "manifests": [
         {"mediaType": OCI_MANIFEST, "digest": _digest(manifest), "size": len(manifest),
          "platform": {"os": "linux", "architecture": architecture}}]}).encode()
@@ -91,6 +93,37 @@ def test_same_inputs_same_bytes_and_the_order_is_part_of_the_digest(tmp_path, tw
     b = write_index_archive(pairs, tmp_path / "b.tar", ["r/x:t"])
     assert a == b and (tmp_path / "a.tar").read_bytes() == (tmp_path / "b.tar").read_bytes()
     assert write_index_archive(pairs[::-1], tmp_path / "c.tar") != a
+
+
+def test_the_index_carries_the_annotations_every_manifest_shares_and_nightly_assembles_the_same(tmp_path):
+    oci = "org.opencontainers.image."
+    same = {oci + "source": "https://example.invalid/fork", oci + "revision": "a" * 40,
+            oci + "created": "2026-01-01T00:00:00Z"}
+    amd = oci_archive(tmp_path / "amd64.tar", "amd64", b"amd64 layer",
+                      {**same, oci + "base.digest": "sha256:" + "1" * 64, oci + "title": "x"})
+    arm = oci_archive(tmp_path / "arm64.tar", "arm64", b"arm64 layer",
+                      {**same, oci + "base.digest": "sha256:" + "2" * 64})
+    pairs = [("linux/amd64", tmp_path / "amd64.tar"), ("linux/arm64", tmp_path / "arm64.tar")]
+    digest = write_index_archive(pairs, tmp_path / "index.tar", ["r/x:t"])
+    with OciArchive(tmp_path / "index.tar") as layout:
+        index = json.loads(layout.read_blob(digest))
+        bodies = {d: layout.read_blob(d) for d in (amd, arm)}
+    # a value that differs (the base digest) or that one platform lacks (the title) stays on the manifests
+    assert index["annotations"] == same
+    assert index_digest_of(pairs) == digest  # reproduce assembles the same index
+    # the nightly assembles it from the registry's manifest bodies: the same bytes
+    nightly = index_document([PlatformManifest.of_body("linux/amd64", amd, bodies[amd], OCI_MANIFEST),
+                              PlatformManifest.of_body("linux/arm64", arm, bodies[arm], OCI_MANIFEST)])
+    assert _digest(nightly) == digest
+
+
+def test_manifests_without_annotations_give_the_index_they_gave_before(two):
+    """An index over images built before annotations existed keeps its digest (no annotations key)."""
+    manifests = [PlatformManifest(p, two[p][1], 10, OCI_MANIFEST) for p in ("linux/amd64", "linux/arm64")]
+    assert set(json.loads(index_document(manifests))) == {"schemaVersion", "mediaType", "manifests"}
+    assert _digest(index_document(manifests)) == _digest(json.dumps(
+        {"manifests": [m.descriptor() for m in manifests], "mediaType": OCI_INDEX, "schemaVersion": 2},
+        sort_keys=True, separators=(",", ":")).encode())
 
 
 def test_index_document_refuses_nothing_a_duplicate_and_a_bad_platform():
