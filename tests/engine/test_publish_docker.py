@@ -101,6 +101,26 @@ def test_first_push_publishes_every_tag_at_the_built_digest(plain, fork):
     assert labels["org.opencontainers.image.version"] == "0.1.0"
 
 
+def test_the_pushed_manifest_carries_the_oci_labels_as_annotations(plain, fork):
+    """Issue 24: what a registry shows of the image without its config, the manifest's annotations, are
+    its org.opencontainers.image.* labels, with the same values (read back from the registry)."""
+    entry = json.loads((plain["project"] / "buildkit.lock").read_text())["builds"]["cpu/server"]
+    if entry["exporter"] != "oci":
+        pytest.skip("the classic image store's --load keeps no manifest annotations")
+    with RegistryClient(plain["registry"].host) as client:
+        body, _, digest = client.get_manifest(plain["repo"], "0.1.0-cpu")
+        manifest = json.loads(body)
+        config = json.loads(client.get_blob(plain["repo"], manifest["config"]["digest"]))
+    assert digest == entry["image_digest"]
+    oci = "org.opencontainers.image."
+    labels = {k: v for k, v in config["config"]["Labels"].items() if k.startswith(oci) and v}
+    assert manifest.get("annotations") == labels
+    assert {oci + k for k in ("source", "revision", "version", "created", "title", "licenses", "description", "url",
+                              "base.name", "base.digest")} <= set(labels)
+    assert labels[oci + "revision"] == fork["commit"] and labels[oci + "version"] == "0.1.0"
+    assert labels[oci + "base.digest"] == entry["base_images"][0]["digest"]
+
+
 def test_second_push_skips_the_build_and_restores_missing_moving_tags(plain, busybox_image, tmp_path):
     with RegistryClient(plain["registry"].host) as client:
         before = digests(client, plain["repo"])
