@@ -183,3 +183,49 @@ def test_a_unit_locked_without_publishing_keeps_its_local_tags(tmp_path):
     assert entry["tags"] == list(built.tags) and entry["image_digest"] == IMAGE_ID
     assert unit.published is None and all(t in engine.images for t in built.tags)
     assert not [c for c in engine.calls if c[0] in ("untag", "push")]
+
+
+@pytest.mark.parametrize("verify", [False, True])
+def test_bake_locks_each_unit_it_built_and_verified_and_no_other(tmp_path, monkeypatch, verify):
+    """`buildkit bake`'s flow (matrix.bake_locked): the bake, then each unit through the build-unit flow;
+    the fake engine's image cannot pass verification (it saves no files), so verify=True locks nothing."""
+    from buildkit.engine.buildx import BuildOptions
+    from buildkit.flows import matrix
+    from buildkit.plan.matrix import Variant
+
+    prepared = prepared_unit(tmp_path)
+    variant = Variant(key="cpu", cfg=load_config(None, env={}, overrides={}), request=prepared.plan.request)
+    monkeypatch.setattr(matrix, "prepare_matrix", lambda variants, work, **_: ({"cpu": prepared}, {}))
+    engine = FakeEngine()
+    lock = tmp_path / "buildkit.lock"
+    with use_engine(engine):
+        (build,), indexes, _ = matrix.bake_locked([variant], BuildOptions(progress="plain"), tmp_path / "work", lock,
+                                                  verify=verify)
+    assert indexes == [] and [c[0] for c in engine.calls][:1] == ["bake"]
+    if verify:
+        assert not build.ok and build.unit is not None and build.unit.failed == "verify"
+        assert ("untag", build.outcome.result.tags) in engine.calls and not lock.exists()
+    else:
+        assert build.ok and build.unit is not None and build.unit.entry is not None
+        entry = read_lock(lock)["builds"]["cpu/server"]
+        assert entry["image_digest"] == build.outcome.result.digest and entry["tags"] == list(build.outcome.result.tags)
+
+
+def test_a_ci_job_unit_replaces_its_build_key_tag_and_locks_nothing(tmp_path):
+    """`nightly --job` (BY_DIGEST, force): the same build key is the same inputs, so its tag may move;
+    without an OCI archive the loaded image goes up with `docker push`."""
+    from buildkit.flows.buildunit import BY_DIGEST
+
+    registry = MemoryRegistry()
+    registry.bodies["sha256:" + "9" * 64] = b"an earlier push"
+    key_tag = "bk-" + "b" * 24 + "-cpu"
+    registry.tags[key_tag] = "sha256:" + "9" * 64
+    engine = PushingEngine(registry)
+    prepared = prepared_unit(tmp_path)
+    publication = Publication(registry, parse_image_ref(REPO), TagSet((key_tag,), ()), "1.0.0-nightly.1",  # type: ignore[arg-type]
+                              how=BY_DIGEST, force=True)
+    with use_engine(engine):
+        unit = run_unit(prepared, UnitOptions(verify=False, publish=publication, stages=False),
+                        built=loaded(engine, prepared))
+    assert registry.tags == {key_tag: IMAGE_ID} and unit.published is not None and unit.published.digest == IMAGE_ID
+    assert unit.entry is None and not (tmp_path / "buildkit.lock").exists()
