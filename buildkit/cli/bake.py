@@ -30,12 +30,10 @@ def bake(print_only: bool, bake_path: str | None, no_verify: bool, as_json: bool
     the others, and the exit code is 1 if any failed.
     """
     from buildkit.engine.bakefile import write_bake_file
-    from buildkit.flows.matrix import assemble_indexes, build_matrix, matrix_document, prepare_matrix
-    from buildkit.flows.multiplatform import index_platforms, record_index
+    from buildkit.flows.matrix import bake_locked, matrix_document, prepare_matrix
     from buildkit.plan.matrix import matrix_variants
     from buildkit.core.errors import BuildkitError
-    from buildkit.release.lock import write_lock_entry
-    from buildkit.flows.pipeline import build_options, cache_root, lock_entry
+    from buildkit.flows.pipeline import build_options, cache_root
 
     cfg = resolve(kwargs)
     variants, excluded = matrix_variants(cfg)
@@ -56,11 +54,10 @@ def bake(print_only: bool, bake_path: str | None, no_verify: bool, as_json: bool
                    f"{' --builder ' + options.builder if options.builder else ''}", err=True)
         return
     with tempfile.TemporaryDirectory(prefix="buildkit-bake-") as tmp:
-        builds, bake_file = build_matrix(variants, options, Path(tmp), verify=not no_verify)
-        indexes = assemble_indexes(builds, Path(tmp))
+        lock_path = cfg.path_value("lock.path")
+        builds, indexes, bake_file = bake_locked(variants, options, Path(tmp), lock_path, verify=not no_verify)
         if bake_path and bake_file:
             Path(bake_path).write_text(bake_file.read_text())
-        lock_path = cfg.path_value("lock.path")
         failed = 0
         rows = []
         for b in builds:
@@ -73,8 +70,6 @@ def bake(print_only: bool, bake_path: str | None, no_verify: bool, as_json: bool
                     click.echo(f"{b.variant.unit}: failed: {b.error}")
                 continue
             result = b.outcome.result
-            if not b.variant.platform_split:  # a platform of several: locked with its index, below
-                write_lock_entry(lock_path, lock_entry(b.prepared, result))
             rows.append({"variant": b.variant.unit, "status": "built", "image": result.tags[0] if result.tags else None,
                          "digest": result.digest or result.config_digest, "seconds": seconds, "error": ""})
             if not as_json:
@@ -88,9 +83,6 @@ def bake(print_only: bool, bake_path: str | None, no_verify: bool, as_json: bool
                 if not as_json:
                     click.echo(f"{index.key}: no index: {index.error}")
                 continue
-            first = index.units[0].variant.request
-            record_index(lock_path, index_platforms(index), first.target, first.image_name, index.digest,
-                         index.build_key, index.tags, first.version, ())
             rows.append({"variant": index.key, "status": "built", "image": index.tags[0] if index.tags else None,
                          "digest": index.digest, "index": True, "platforms": platforms,
                          "manifests": {u.variant.request.platform: u.outcome.result.digest for u in index.units},

@@ -8,9 +8,10 @@ platforms of each variant under one OCI index (oci/ociindex.py) with the variant
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from buildkit.engine.bake import TargetOutcome, run_bake
 from buildkit.oci.imageref import tag_of
@@ -19,6 +20,7 @@ from buildkit.plan.matrix import Variant
 
 if TYPE_CHECKING:
     from buildkit.engine.buildx import BuildOptions
+    from buildkit.flows.buildunit import UnitOptions, UnitResult
     from buildkit.flows.pipeline import Prepared
     from buildkit.verify.checks import VerifyReport
 
@@ -26,10 +28,11 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class VariantBuild:
     variant: Variant
-    prepared: "Prepared | None"
+    prepared: Prepared | None
     outcome: TargetOutcome | None
-    report: "VerifyReport | None"
-    error: str  # "" when built (and verified)
+    report: VerifyReport | None
+    error: str  # "" when built (and verified, locked, published: what was asked)
+    unit: UnitResult | None = None  # the build unit's flow after the bake (failed: the stage that failed)
 
     @property
     def ok(self) -> bool:
@@ -79,23 +82,24 @@ def matrix_document(variants: Sequence[Variant], prepared: dict, options: BuildO
 
 
 def verify_variant(prepared, outcome: TargetOutcome):
-    """(report, error): buildkit's smoke checks on the loaded image; a failed image loses its tags."""
-    from buildkit.core.errors import BuildkitError
-    from buildkit.verify.gate import FailedVerification, verified_or_removed
+    """(report, error): the build unit's verify stage alone (flows/buildunit.py); a failed image loses its tags."""
+    from buildkit.flows.buildunit import UnitOptions, attempt_unit
 
     assert outcome.result is not None
-    try:
-        return verified_or_removed(prepared.plan, outcome.result.tags, prepared.cuda_roots or prepared.cuda_root), ""
-    except FailedVerification as exc:
-        return exc.report, str(exc)
-    except BuildkitError as exc:
-        return None, str(exc)
+    unit = attempt_unit(prepared, UnitOptions(stages=False), built=outcome.result)
+    return (unit.report if unit.ok or unit.report.checks else None), unit.error
 
 
 def build_matrix(variants: Sequence[Variant], options: BuildOptions, work_dir: Path, *, verify: bool = True,
-                 stream=None, stop_on: tuple[type, ...] = ()) -> tuple[list[VariantBuild], Path | None]:
-    """Prepare every variant, bake them all, verify each loaded image. A variant that fails at any
-    stage is reported and does not stop the others. Returns (builds in matrix order, bake file)."""
+                 stream=None, stop_on: tuple[type, ...] = (),
+                 finish: Callable[[Variant, Prepared], UnitOptions] | None = None,
+                 ) -> tuple[list[VariantBuild], Path | None]:
+    """Prepare every variant, bake them all, then each built unit through the build unit's flow
+    (flows/buildunit.py) after its build: verify, and the lock entry and publication finish(variant,
+    prepared) asks for (none without it). A variant that fails at any stage is reported and does not
+    stop the others. Returns (builds in matrix order, bake file)."""
+    from buildkit.flows.buildunit import UnitOptions, attempt_unit
+
     prepared, errors = prepare_matrix(variants, work_dir, stop_on=stop_on)
     builds: dict[str, VariantBuild] = {v.unit: VariantBuild(v, None, None, None, errors[v.unit])
                                        for v in variants if v.unit in errors}
@@ -118,8 +122,10 @@ def build_matrix(variants: Sequence[Variant], options: BuildOptions, work_dir: P
             if not outcome.ok:
                 builds[variant.unit] = VariantBuild(variant, p, outcome, None, outcome.error)
                 continue
-            report, error = verify_variant(p, outcome) if verify else (None, "")
-            builds[variant.unit] = VariantBuild(variant, p, outcome, report, error)
+            asked = finish(variant, p) if finish is not None else UnitOptions()
+            unit = attempt_unit(p, replace(asked, verify=verify, stages=False, stream=stream), built=outcome.result)
+            report = unit.report if verify and (unit.failed != "verify" or unit.report.checks) else None
+            builds[variant.unit] = VariantBuild(variant, p, outcome, report, unit.error, unit)
     return [builds[v.unit] for v in variants], bake_file
 
 
@@ -180,3 +186,21 @@ def assemble_indexes(builds: Sequence[VariantBuild], work_dir: Path, *, load: bo
             continue
         out.append(IndexBuild(key, tuple(units), digest, archive, tags if load else (), ikey, ""))
     return out
+
+
+def bake_locked(variants: Sequence[Variant], options: BuildOptions, work_dir: Path, lock_path: Path, *,
+                verify: bool = True, stream=None) -> tuple[list[VariantBuild], list[IndexBuild], Path | None]:
+    """`buildkit bake`: build_matrix, each single-platform unit locked by the build unit's flow once
+    verified; then one index per multi-platform variant, locked with its platforms' entries."""
+    from buildkit.flows.buildunit import UnitOptions
+    from buildkit.flows.multiplatform import index_platforms, record_index
+
+    builds, bake_file = build_matrix(variants, options, work_dir, verify=verify, stream=stream,
+                                     finish=lambda v, _: UnitOptions(lock_path=None if v.platform_split else lock_path))
+    indexes = assemble_indexes(builds, work_dir)
+    for index in indexes:
+        if index.ok:
+            first = index.units[0].variant.request
+            record_index(lock_path, index_platforms(index), first.target, first.image_name, index.digest,
+                         index.build_key, index.tags, first.version, ())
+    return builds, indexes, bake_file

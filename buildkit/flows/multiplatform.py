@@ -23,7 +23,8 @@ from buildkit.core.errors import ConfigError, RegistryError
 from buildkit.core.progress import stage
 from buildkit.engine.api import get_engine
 from buildkit.engine.buildx import BuildResult, check_buildx
-from buildkit.flows.pipeline import Prepared, build_options, build_prepared, lock_entry, prepared_context
+from buildkit.flows.buildunit import UnitOptions, run_unit
+from buildkit.flows.pipeline import Prepared, build_options, lock_entry, prepared_context
 from buildkit.oci.ociindex import push_index, write_index_archive
 from buildkit.plan.buildkey import index_key
 from buildkit.plan.buildplan import BuildRequest, make_request
@@ -147,9 +148,11 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
         builds = []
         for platform, sub, pr in prepared:
             pr = _key_tag_only(pr)
-            built = build_prepared(pr, sub, verify=verify, stream=stream, write_lock=False,
-                                   options=replace(options, load=load or verify))
-            builds.append(PlatformBuild(platform, built.prepared, built.result, built.report))
+            # verified like any build; no lock entry yet: the platforms' entries go with the index's
+            unit = run_unit(pr, UnitOptions(verify=verify, build=replace(options, load=load or verify), stream=stream),
+                            cfg=sub)
+            assert unit.result is not None
+            builds.append(PlatformBuild(platform, unit.prepared, unit.result, unit.report))
         local_tags = tuple(t for t in prepared[0][2].plan.tags if not t.rsplit(":", 1)[-1].startswith("bk-"))
         local_tags += (f"{image_name}:{build_key_tag(key, variant)}",)
         archive = work / "index.oci.tar"
@@ -194,7 +197,7 @@ def _published_platforms(client, repo: str, digest: str,
         raise RegistryError(f"{where}: the index lists {', '.join(p for p, _ in found) or 'nothing'}, not "
                             f"{', '.join(wanted)}; publish again with --force")
     return [PlatformBuild(p, pr, BuildResult(digest=d, config_digest="", tags=(), seconds=0.0),
-                          VerifyReport(image="", checks=())) for (p, pr), (_, d) in zip(prepared, found)]
+                          VerifyReport(image="", checks=())) for (p, pr), (_, d) in zip(prepared, found, strict=True)]
 
 
 def record_index(lock_path: Path, builds: list[PlatformBuild], target: str, image_name: str,

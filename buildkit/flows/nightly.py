@@ -30,7 +30,7 @@ import re
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import semver
@@ -41,7 +41,7 @@ from buildkit.source.changelog import Changelog, Commit  # noqa: F401  (Commit: 
 from buildkit.plan.config import ResolvedConfig
 from buildkit.core.errors import BuildkitError, ConfigError, LockError, PatchError, RegistryError, SourceError
 from buildkit.oci.imageref import ImageRef, parse_image_ref
-from buildkit.release.lock import read_lock, update_lock, write_lock_entry
+from buildkit.release.lock import read_lock, update_lock
 from buildkit.source.patches import load_patch_queue
 from buildkit.oci.registry import RegistryClient, client_for
 from buildkit.plan.tags import TagSet, next_version, parse_version, release_tags
@@ -236,7 +236,7 @@ def repository_of(cfg: ResolvedConfig) -> ImageRef:
 
 
 def today() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d")
+    return _dt.datetime.now(_dt.UTC).strftime("%Y%m%d")
 
 
 def _result_for(variant: Variant, status: str, **fields) -> VariantResult:
@@ -301,10 +301,10 @@ def one_per_key(variants: list[Variant]) -> list[Variant]:
 
 def _build_and_publish(cfg, client, repository, summary: Summary, variants, todo, previous, head, patch_set,
                        lock_path, *, verify: bool, stream) -> None:
+    from buildkit.flows.buildunit import LOADED, Publication, UnitOptions
     from buildkit.flows.matrix import assemble_indexes, build_matrix
     from buildkit.source.changelog import changelog
-    from buildkit.flows.pipeline import build_options, cache_root, lock_entry
-    from buildkit.release.publish import publish_local_image
+    from buildkit.flows.pipeline import build_options, cache_root
 
     todo_keys = {v.key for v in todo}
     results: dict[str, VariantResult] = {}
@@ -315,10 +315,15 @@ def _build_and_publish(cfg, client, repository, summary: Summary, variants, todo
                                          version=p.version or "", tags=[nightly_tag(v.key)],
                                          known_from=p.known_from)
     to_build = [v.with_values("nightly", source__commit=head, image__version=summary.version) for v in todo]
+
+    def publication(v: Variant, _) -> UnitOptions:  # a platform of several goes with its index, below
+        return UnitOptions() if v.platform_split else UnitOptions(lock_path=lock_path, lock_first=False, publish=(
+            Publication(client, repository, nightly_tags(summary.version, head, v.key), summary.version, how=LOADED)))
+
     with tempfile.TemporaryDirectory(prefix="buildkit-nightly-") as tmp:
         try:
             builds, _ = build_matrix(to_build, build_options(cfg), Path(tmp), verify=verify, stream=stream,
-                                     stop_on=(PatchError,))
+                                     stop_on=(PatchError,), finish=publication)
         except PatchError as exc:
             summary.error = f"the patch queue does not apply to {head[:12]}, nothing was built or pushed: {exc}"
             summary.version = ""  # nothing was published under it
@@ -339,26 +344,21 @@ def _build_and_publish(cfg, client, repository, summary: Summary, variants, todo
             v, p = b.variant, previous[b.variant.key]
             seconds = b.outcome.seconds if b.outcome else None
             checks = [asdict(c) for c in b.report.checks] if b.report else []
-            if not b.ok:
-                results[v.key] = _result_for(v, FAILED, previous_commit=p.commit if p else None, error=b.error,
+            published, error = (b.unit.published, b.error) if b.unit is not None else (None, b.error)
+            if b.unit is not None and b.unit.failed in ("lock", "publish"):  # built and verified
+                error = f"built, not published: {b.error}"
+            elif published is not None:
+                try:
+                    update_nightly_record(lock_path, summary.url, summary.branch, v.key, {
+                        "commit": head, "patch_set_sha256": patch_set, "digest": published.digest,
+                        "version": summary.version, "date": summary.date})
+                except BuildkitError as exc:
+                    error = f"built, not published: {exc}"
+            if error or published is None:
+                results[v.key] = _result_for(v, FAILED, previous_commit=p.commit if p else None, error=error,
                                              build_seconds=seconds, checks=checks)
                 continue
-            tags = nightly_tags(summary.version, head, v.key)
-            try:
-                digest, added = publish_local_image(client, repository, b.outcome.result.tags[0], tags,
-                                                    stream=stream)
-                entry = lock_entry(b.prepared, b.outcome.result)
-                entry = replace(entry, version=summary.version, image_digest=digest,
-                                pushed=tuple(f"{repository.name}:{t}" for t in tags.all))
-                write_lock_entry(lock_path, entry)
-                update_nightly_record(lock_path, summary.url, summary.branch, v.key, {
-                    "commit": head, "patch_set_sha256": patch_set, "digest": digest, "version": summary.version,
-                    "date": summary.date})
-            except BuildkitError as exc:
-                results[v.key] = _result_for(v, FAILED, previous_commit=p.commit if p else None,
-                                             error=f"built, not published: {exc}", build_seconds=seconds,
-                                             checks=checks)
-                continue
+            tags, digest, added = nightly_tags(summary.version, head, v.key), published.digest, published.added
             results[v.key] = _result_for(v, PASSED, previous_commit=p.commit if p else None, commit=head,
                                          digest=digest, version=summary.version, tags=list(tags.all),
                                          changed_tags=list(added), build_seconds=seconds, checks=checks)

@@ -178,6 +178,7 @@ def find_unit(cfg: ResolvedConfig, unit: str) -> Variant:
 def run_job(cfg: ResolvedConfig, unit: str, *, verify: bool = True, stream=None) -> dict:
     """Build, verify and push one unit (source.commit and image.version: the plan's) by digest under
     its build-key tag. A failure is in the result (status failed), not raised, but for ConfigError."""
+    from buildkit.flows.buildunit import BY_DIGEST, Publication, UnitOptions
     from buildkit.flows.matrix import build_matrix
     from buildkit.flows.pipeline import build_options
     from buildkit.plan.tags import TagSet, build_key_tag, parse_version
@@ -192,37 +193,31 @@ def run_job(cfg: ResolvedConfig, unit: str, *, verify: bool = True, stream=None)
     out = {"id": unit_id(v), "unit": v.unit, "variant": v.key, "platform": v.request.platform, "commit": commit,
            "version": version, "status": FAILED, "built": False, "digest": "", "build_key": "", "tag": "",
            "build_seconds": None, "checks": [], "error": ""}
+    def by_digest(_, prepared) -> UnitOptions:  # under its build-key tag, which may be replaced: the same inputs
+        tags = TagSet((build_key_tag(prepared.build_key, v.key),), ())
+        return UnitOptions(publish=Publication(client, repository, tags, version, how=BY_DIGEST, force=True))
+
     with tempfile.TemporaryDirectory(prefix="buildkit-job-") as tmp:
         try:
-            (b,), _ = build_matrix([v], build_options(cfg), Path(tmp), verify=verify, stream=stream,
-                                   stop_on=(PatchError,))
+            with client_for(repository.registry) as client:
+                (b,), _ = build_matrix([v], build_options(cfg), Path(tmp), verify=verify, stream=stream,
+                                       stop_on=(PatchError,), finish=by_digest)
             out["built"] = b.outcome is not None and b.outcome.ok
             out["build_seconds"] = b.outcome.seconds if b.outcome else None
             out["checks"] = [asdict(c) for c in b.report.checks] if b.report else []
-            if not b.ok:
+            if b.unit is not None and b.unit.failed != "verify":  # verified (pushed, or not: the error says)
+                out["build_key"] = b.prepared.build_key
+                out["tag"] = build_key_tag(b.prepared.build_key, v.key)
+            if not b.ok or b.unit is None or b.unit.published is None:
                 out["error"] = b.error
                 return out
-            out["build_key"] = b.prepared.build_key
-            out["tag"] = build_key_tag(b.prepared.build_key, v.key)
-            out["digest"] = _push_by_digest(repository, b.outcome.result, TagSet((out["tag"],), ()), stream)
+            out["digest"] = b.unit.published.digest
             out["status"] = PASSED
         except BuildkitError as exc:
             if isinstance(exc, ConfigError):
                 raise
             out["error"] = str(exc)
     return out
-
-
-def _push_by_digest(repository, result, tags, stream) -> str:
-    """The built image under its build-key tag: its OCI archive through the registry API when the
-    build wrote one (the digest verify saw), else `docker push`. The key tag may be replaced (force):
-    the same key is the same inputs."""
-    from buildkit.release.publish import publish_archive, publish_local_image
-
-    with client_for(repository.registry) as client:
-        if result.oci_archive is not None:
-            return publish_archive(client, repository, result.oci_archive, result.digest, tags, force=True)[0]
-        return publish_local_image(client, repository, result.tags[0], tags, force=True, stream=stream)[0]
 
 
 # ---------------------------------------------------------------- assemble: indexes and tags, no build

@@ -25,19 +25,18 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 from buildkit import __version__
 from buildkit.engine.api import get_engine
 from buildkit.engine.baseimages import BaseSource, check_base_platforms, resolve_base_images
 from buildkit.plan.buildkey import key_of
-from buildkit.engine.buildx import BuildOptions, BuildResult, check_buildx, image_store, run_build
-from buildkit.flows.buildspec import build_spec
+from buildkit.engine.buildx import BuildOptions, BuildResult, check_buildx, image_store
 from buildkit.plan.config import ResolvedConfig
 from buildkit.verify.cpuhost import host_cpu_id
 from buildkit.source.cudaroot import ensure_cuda_root, read_manifest, runtime_subset
 from buildkit.core.errors import BuildkitError, ConfigError, CudaRootError
-from buildkit.release.lock import LockEntry, write_lock_entry
+from buildkit.release.lock import LockEntry
 from buildkit.core.paths import bundled_patches_dir, cache_dir
 from buildkit.source.patches import PatchQueue, apply_patches, load_patch_queue
 from buildkit.core.progress import stage
@@ -51,8 +50,6 @@ from buildkit.source.cudasource import long_double_uses
 from buildkit.source.fetch import SourceInfo, export_tree, fetch_source
 from buildkit.core.urlcreds import clean_url
 from buildkit.verify import binfmt
-from buildkit.verify.checks import VerifyReport
-from buildkit.verify.gate import verified_or_removed
 
 SHA_LEN = 40
 
@@ -74,14 +71,6 @@ class Prepared:
     def inputs(self) -> BuildInputs:
         """Every input of this build (the plan's version: publish re-makes the plan with its own)."""
         return plan_inputs(self.plan, self.base_images, self.cuda_manifest, _cpu_host(self.plan.request))
-
-
-@dataclass(frozen=True)
-class Built:
-    prepared: Prepared
-    result: BuildResult
-    report: VerifyReport
-    lock_path: Path
 
 
 def cache_root(cfg: ResolvedConfig) -> Path:
@@ -346,36 +335,17 @@ def check_build_machine(request: BuildRequest, stream=None, *, warn: bool = True
         (stream or sys.stderr).write(f"buildkit: warning: {line}\n")
 
 
-def build_prepared(prepared: Prepared, cfg: ResolvedConfig, *, verify: bool = True, stream=None,
-                   options: BuildOptions | None = None, write_lock: bool = True) -> Built:
-    """buildx (OCI archive + docker load, or --load), verify, then write the lock (unless write_lock
-    is False: a platform of a multi-platform build, whose entries the index's flow writes)."""
-    options = options or build_options(cfg)
-    check_build_machine(prepared.plan.request, stream)
-    metadata = prepared.rendered.context_dir.parent / "metadata.json"
-    spec = build_spec(prepared.plan, prepared.rendered, options, metadata)
-    last = last_build_seconds(cfg, prepared.plan.request)
-    with stage("build", f"{prepared.plan.request.variant}" + (f", last build took {last:.0f}s" if last else "")):
-        result = run_build(spec, options.session(metadata), stream=stream, last_seconds=last)
-    report = VerifyReport(image=result.tags[0] if result.tags else "", checks=())
-    if verify:
-        with stage("verify", result.tags[0]):
-            report = verified_or_removed(prepared.plan, result.tags, prepared.cuda_roots or prepared.cuda_root,
-                                         result.oci_archive)
-    lock_path = cfg.path_value("lock.path")
-    if write_lock:
-        write_lock_entry(lock_path, lock_entry(prepared, result))
-    return Built(prepared=prepared, result=result, report=report, lock_path=lock_path)
-
-
 def build(cfg: ResolvedConfig, *, extra_tags: tuple[str, ...] = (), verify: bool = True,
-          work_dir: Path | None = None, stream=None, no_cache: bool = False) -> Built:
-    """Prepare, build with buildx, verify, then write the lock. no_cache: build from a clean state
-    (buildx --no-cache), as build.no_cache does."""
+          work_dir: Path | None = None, stream=None, no_cache: bool = False):
+    """Prepare, then the build unit's flow (flows/buildunit.py): build, verify, write the lock.
+    no_cache: build from a clean state (buildx --no-cache), as build.no_cache does. A UnitResult."""
+    from buildkit.flows.buildunit import UnitOptions, run_unit  # (it builds on this module)
+
     request = make_request(cfg)  # refuse a bad request before anything else
     options = build_options(cfg)
     options = replace(options, no_cache=no_cache or options.no_cache)
     check_buildx()
     check_build_machine(request, warn=False)  # before the fetch and the toolkit: a build that cannot run here
     with prepared_context(cfg, request=request, extra_tags=extra_tags, work_dir=work_dir) as prepared:
-        return build_prepared(prepared, cfg, verify=verify, stream=stream, options=options)
+        return run_unit(prepared, UnitOptions(verify=verify, lock_path=cfg.path_value("lock.path"), build=options,
+                                              stream=stream), cfg=cfg)

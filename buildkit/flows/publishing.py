@@ -1,24 +1,25 @@
-"""Publishing a build (`buildkit build --push`, `buildkit push`): the build of the pipeline, the
-registry steps of release/publish.py, and the lock entry of the publication."""
+"""Publishing a build (`buildkit build --push`, `buildkit push`): what the registry and the engine
+already hold decides whether to build; a build (or the engine's image) then goes through the build
+unit's flow (flows/buildunit.py: build, verify, lock, publish, lock), one already published only
+gets its missing tags and its lock entry."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from buildkit.core.errors import ConfigError, LockError, RegistryError
-from buildkit.core.progress import stage
 from buildkit.engine.api import get_engine
 from buildkit.engine.buildx import BuildResult, check_buildx
-from buildkit.flows.pipeline import Prepared, build_options, build_prepared, lock_entry, prepared_context, with_labels
+from buildkit.flows.buildunit import RELEASE, Publication, UnitOptions, run_unit
+from buildkit.flows.pipeline import Prepared, build_options, lock_entry, prepared_context, with_labels
 from buildkit.oci.imageref import ImageRef, tag_of
 from buildkit.oci.registry import client_for
 from buildkit.plan.buildplan import make_plan, make_request
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.tags import TagSet, check_tag, next_version, parse_version, release_tags
 from buildkit.release.lock import entry_from_dict, read_lock, write_lock_entry
-from buildkit.release.publish import (PublishResult, local_image, local_image_with_key, push_image, publish_repository,
-                                      reuse_published, tag_locally, check_immutable_free, default_variant,
-                                      publish_archive, with_extra_tags)
+from buildkit.release.publish import (PublishResult, local_image_with_key, push_image, publish_repository,
+                                      reuse_published, check_immutable_free, default_variant, with_extra_tags)
 
 
 def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str = "patch",
@@ -59,32 +60,21 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
                                extra_tags)
         check_immutable_free(client, repo, tags, local.id if local is not None else None, force=force)
         prepared = replace(prepared, plan=with_version(prepared, version))
+        publication = Publication(client, repository, tags, version, how=RELEASE, force=force, keep_loaded=load)
+        lock_path = cfg.path_value("lock.path")
         if local is None:
             build_opts = replace(options, load=load or verify)  # verify runs the image in the engine
-            result = build_prepared(prepared, cfg, verify=verify, stream=stream, options=build_opts).result
+            unit = run_unit(prepared, UnitOptions(verify=verify, lock_path=lock_path, publish=publication,
+                                                  build=build_opts, stream=stream), cfg=cfg)
             origin = "built"
-            if result.oci_archive is not None:
-                with stage("push", f"{repository.name}:{tags.immutable[0]} (the built OCI archive)"):
-                    digest, added = publish_archive(client, repository, result.oci_archive, result.digest, tags,
-                                                    force=force)
-                if not load:
-                    get_engine().untag(result.tags)
-                    result = replace(result, tags=())
-                elif result.tags:  # the engine's copy gets the release tag too, as `docker push` gave it
-                    tag_locally(local_image(result.tags[0]), repository, tags.immutable[:1])
-            else:
-                local = local_image(result.tags[0])
-                with stage("push", f"{repository.name}:{tags.immutable[0]} (docker push)"):
-                    digest, added = push_image(client, repository, local, result.digest, tags, force=force,
-                                                stream=stream)
-        else:
-            result = BuildResult(digest=local.id, config_digest=local.id, tags=tuple(local.tags), seconds=0.0)
+        else:  # the engine's image with this build key: pushed as it is, its lock entry once published
+            held = BuildResult(digest=local.id, config_digest=local.id, tags=tuple(local.tags), seconds=0.0)
+            unit = run_unit(prepared, UnitOptions(verify=False, lock_path=lock_path, lock_first=False,
+                                                  publish=publication, stream=stream), built=held)
             origin = "engine"
-            with stage("push", f"{repository.name}:{tags.immutable[0]} (docker push)"):
-                digest, added = push_image(client, repository, local, result.digest, tags, force=force,
-                                            stream=stream)
-        _record(cfg, prepared, repository, tags, version, digest, result)
-        return PublishResult(repository.name, version, digest, tags.all, tuple(added), origin=origin, build_key=key)
+        assert unit.published is not None
+        return PublishResult(repository.name, version, unit.published.digest, tags.all, unit.published.added,
+                             origin=origin, build_key=key)
 
 
 def push_local(cfg: ResolvedConfig, *, force: bool = False, stream=None) -> PublishResult:

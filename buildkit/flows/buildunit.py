@@ -1,0 +1,212 @@
+"""One build unit, start to end: build → verify → lock entry → publish, always in that order.
+
+A unit is one prepared image (flows/pipeline.prepare: source fetched, plan made, context rendered).
+Every flow that builds runs its units through here: `build` (pipeline.build), `build --push`
+(publishing.build_and_push), each platform of a multi-platform build (multiplatform.build_multi:
+verify only, its lock entries go with the index), and, after `docker buildx bake` built the images,
+each unit of `bake`, of the nightly and of a nightly CI job (matrix.build_matrix; `built` is then the
+bake's result and the build stage is skipped).
+
+The order is what makes a failure safe: an image that fails verification loses its tags
+(verify/gate.py) and gets no lock entry; nothing unverified is pushed; the lock's entry of a
+publication is written only after the registry has it.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from collections.abc import Iterator
+from typing import Any
+
+from buildkit.core.errors import BuildkitError
+from buildkit.core.progress import stage
+from buildkit.engine.api import get_engine
+from buildkit.engine.buildx import BuildOptions, BuildResult, run_build
+from buildkit.flows.buildspec import build_spec
+from buildkit.flows.pipeline import Prepared, build_options, check_build_machine, last_build_seconds, lock_entry
+from buildkit.oci.imageref import ImageRef
+from buildkit.oci.registry import RegistryClient
+from buildkit.plan.config import ResolvedConfig
+from buildkit.plan.tags import TagSet
+from buildkit.release.lock import LockEntry, write_lock_entry
+from buildkit.release.publish import (local_image, publish_archive, publish_local_image,
+                                      push_image, tag_locally)
+from buildkit.verify.checks import VerifyReport
+from buildkit.verify.gate import FailedVerification, verified_or_removed
+
+# How a verified unit reaches the registry (Publication.how):
+RELEASE = "release"  # build --push: the OCI archive through the registry API (the engine's copy then gets the
+#                      first release tag, or loses its tags with keep_loaded=False), else `docker push`
+LOADED = "loaded"  # the nightly: `docker push` of the loaded image, its immutable tags checked free first
+BY_DIGEST = "by-digest"  # a nightly CI job: the OCI archive through the API when there is one, else as LOADED
+STAGES = ("build", "verify", "lock", "publish")
+
+
+@dataclass(frozen=True)
+class Publication:
+    """Where a verified unit goes: the registry, its tags (the first immutable one is pushed, the
+    others put on its digest) and the version its lock entry then records."""
+    client: RegistryClient
+    repository: ImageRef
+    tags: TagSet
+    version: str
+    how: str = RELEASE
+    force: bool = False
+    keep_loaded: bool = True  # RELEASE through the archive: False removes the engine's tags after the push
+
+
+@dataclass(frozen=True)
+class UnitOptions:
+    verify: bool = True
+    lock_path: Path | None = None  # None: no lock entry (a platform of an index: the index's flow writes them)
+    # the verified build's entry is written before the push as well, so `buildkit push` can retry a failed
+    # push from it; the nightly records published builds only
+    lock_first: bool = True
+    publish: Publication | None = None
+    build: BuildOptions | None = None  # the build stage's (default: the config's)
+    stages: bool = True  # the stage lines on stderr (a bake's units have the bake's log instead)
+    stream: Any = None
+
+
+@dataclass(frozen=True)
+class Published:
+    digest: str  # the registry's
+    added: tuple[str, ...]  # tags this run created or moved
+    pushed: tuple[str, ...]  # every reference of the publication
+
+
+@dataclass(frozen=True)
+class UnitResult:
+    prepared: Prepared
+    result: BuildResult | None  # None when the build failed; after publish as the engine now holds it
+    report: VerifyReport  # no checks when verify was not asked (or did not run)
+    entry: LockEntry | None  # what the lock got last
+    lock_path: Path | None
+    published: Published | None
+    seconds: dict[str, float] = field(default_factory=dict)  # per stage that ran
+    error: str = ""  # attempt_unit: why it failed ("" when it did not)
+    failed: str = ""  # attempt_unit: the stage that failed (one of STAGES)
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+
+class _Run:
+    """What a unit's run has reached, so a failure can say at which stage and what it kept."""
+
+    def __init__(self, prepared: Prepared, options: UnitOptions) -> None:
+        self.prepared, self.options = prepared, options
+        self.result: BuildResult | None = None
+        self.report = VerifyReport(image="", checks=())
+        self.entry: LockEntry | None = None
+        self.published: Published | None = None
+        self.seconds: dict[str, float] = {}
+        self.current = ""
+
+    @contextmanager
+    def step(self, name: str, detail: str = "") -> Iterator[None]:
+        self.current = name
+        start = time.monotonic()
+        with stage(name, detail) if self.options.stages and detail else nullcontext():
+            yield
+        self.seconds[name] = self.seconds.get(name, 0.0) + time.monotonic() - start
+
+    def outcome(self, error: str = "") -> UnitResult:
+        return UnitResult(self.prepared, self.result, self.report, self.entry, self.options.lock_path,
+                          self.published, dict(self.seconds), error, self.current if error else "")
+
+
+def run_unit(prepared: Prepared, options: UnitOptions, *, cfg: ResolvedConfig | None = None,
+             built: BuildResult | None = None) -> UnitResult:
+    """build (unless built: a bake's result) → verify → lock entry → publish. A failure raises, as it
+    came (FailedVerification after the image lost its tags). cfg: the unit's config, for the build stage."""
+    run = _Run(prepared, options)
+    _run(run, cfg, built)
+    return run.outcome()
+
+
+def attempt_unit(prepared: Prepared, options: UnitOptions, *, cfg: ResolvedConfig | None = None,
+                 built: BuildResult | None = None) -> UnitResult:
+    """run_unit for one unit of many: a BuildkitError is the result's error (and failed, its stage),
+    with what the unit reached (a failed verification's report)."""
+    run = _Run(prepared, options)
+    try:
+        _run(run, cfg, built)
+    except FailedVerification as exc:
+        run.report = exc.report
+        return run.outcome(str(exc))
+    except BuildkitError as exc:
+        return run.outcome(str(exc))
+    return run.outcome()
+
+
+def _run(run: _Run, cfg: ResolvedConfig | None, built: BuildResult | None) -> None:
+    prepared, options = run.prepared, run.options
+    result = built if built is not None else _build(run, cfg)
+    run.result = result
+    if options.verify:
+        with run.step("verify", result.tags[0] if result.tags else ""):
+            run.report = verified_or_removed(prepared.plan, result.tags, prepared.cuda_roots or prepared.cuda_root,
+                                             result.oci_archive)
+    if options.lock_path is not None and (options.publish is None or options.lock_first):
+        with run.step("lock"):
+            run.entry = lock_entry(prepared, result)
+            write_lock_entry(options.lock_path, run.entry)
+    if options.publish is None:
+        return
+    target = options.publish
+    with run.step("publish"):
+        digest, added, result = _publish(target, result, options)
+    run.result = result
+    run.published = Published(digest, tuple(added), tuple(f"{target.repository.name}:{t}" for t in target.tags.all))
+    if options.lock_path is not None:
+        with run.step("lock"):
+            run.entry = replace(lock_entry(prepared, result), version=target.version, image_digest=digest,
+                                pushed=run.published.pushed)
+            write_lock_entry(options.lock_path, run.entry)
+
+
+def _build(run: _Run, cfg: ResolvedConfig | None) -> BuildResult:
+    if cfg is None:
+        raise TypeError("run_unit builds with the unit's config: give cfg, or built")
+    prepared, options = run.prepared, run.options
+    build = options.build or build_options(cfg)
+    check_build_machine(prepared.plan.request, options.stream)
+    metadata = prepared.rendered.context_dir.parent / "metadata.json"
+    spec = build_spec(prepared.plan, prepared.rendered, build, metadata)
+    last = last_build_seconds(cfg, prepared.plan.request)
+    with run.step("build", f"{prepared.plan.request.variant}" + (f", last build took {last:.0f}s" if last else "")):
+        return run_build(spec, build.session(metadata), stream=options.stream, last_seconds=last)
+
+
+def _publish(target: Publication, result: BuildResult, options: UnitOptions) -> tuple[str, list[str], BuildResult]:
+    """(registry digest, tags changed, the build as the engine now holds it)."""
+    client, repository, tags, stream = target.client, target.repository, target.tags, options.stream
+    first = f"{repository.name}:{tags.immutable[0]}"
+    if target.how in (RELEASE, BY_DIGEST) and result.oci_archive is not None:
+        with stage("push", f"{first} (the built OCI archive)") if options.stages else nullcontext():
+            digest, added = publish_archive(client, repository, result.oci_archive, result.digest, tags,
+                                            force=target.force)
+        if target.how == RELEASE:
+            if not target.keep_loaded:
+                get_engine().untag(result.tags)
+                result = replace(result, tags=())
+            elif result.tags:  # the engine's copy gets the release tag too, as `docker push` gave it
+                tag_locally(local_image(result.tags[0]), repository, tags.immutable[:1])
+        return digest, added, result
+    with stage("push", f"{first} (docker push)") if options.stages else nullcontext():
+        if target.how == RELEASE:  # its immutable tags were checked before the build
+            digest, added = push_image(client, repository, local_image(result.tags[0]), result.digest, tags,
+                                       force=target.force, stream=stream)
+        else:
+            digest, added = publish_local_image(client, repository, result.tags[0], tags, force=target.force,
+                                                stream=stream)
+    return digest, added, result
+
+
+__all__ = ["BY_DIGEST", "LOADED", "RELEASE", "Publication", "Published", "UnitOptions", "UnitResult",
+           "attempt_unit", "run_unit"]

@@ -1,0 +1,231 @@
+"""The build unit's flow (flows/buildunit.py) after a build: verify → lock entry → publish, in that
+order, through the in-memory engine (tests/fakeengine.py) and a registry kept in a dict. What is
+checked is what a user finds afterwards: the engine's tags, buildkit.lock, the registry's tags."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from buildkit.core.errors import RegistryError
+from buildkit.engine.api import ImageInfo, use_engine
+from buildkit.engine.buildx import BuildResult
+from buildkit.flows.buildunit import LOADED, Publication, UnitOptions, attempt_unit, run_unit
+from buildkit.flows.pipeline import Prepared
+from buildkit.oci.imageref import parse_image_ref
+from buildkit.oci.registry import ManifestInfo
+from buildkit.plan.buildplan import SourceFacts, make_plan, make_request
+from buildkit.plan.config import load_config
+from buildkit.plan.render import RenderResult
+from buildkit.plan.tags import TagSet
+from buildkit.release.lock import read_lock
+from buildkit.source.fetch import SourceInfo
+from buildkit.source.patches import PatchQueue
+from buildkit.verify.gate import FailedVerification
+from fakeengine import FakeEngine
+
+COMMIT = "c0ffee" + "0" * 34
+BODY = b'{"schemaVersion": 2}'  # the one image's manifest: its digest is the image's id, as on the containerd store
+IMAGE_ID = "sha256:" + hashlib.sha256(BODY).hexdigest()
+REPO = "registry.test/llama"
+MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+TAGS = TagSet(immutable=("1.0.0-nightly.1-cpu", "sha-c0ffee0-cpu"), moving=("nightly-cpu",))
+
+
+class MemoryRegistry:
+    """The registry calls publishing makes, on a dict: {tag: digest} of one repository."""
+
+    host = "registry.test"
+
+    def __init__(self) -> None:
+        self.tags: dict[str, str] = {}
+        self.bodies: dict[str, bytes] = {}
+
+    def head_manifest(self, repo: str, reference: str) -> ManifestInfo | None:
+        digest = self.tags.get(reference, reference if reference in self.bodies else None)
+        return None if digest is None else ManifestInfo(digest, MANIFEST, len(self.bodies[digest]))
+
+    def get_manifest(self, repo: str, reference: str) -> tuple[bytes, str, str]:
+        info = self.head_manifest(repo, reference)
+        if info is None:
+            raise RegistryError(f"{repo}:{reference} is not in the registry")
+        return self.bodies[info.digest], MANIFEST, info.digest
+
+    def put_manifest(self, repo: str, reference: str, body: bytes, media_type: str) -> str:
+        digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        self.bodies[digest] = body
+        self.tags[reference] = digest
+        return digest
+
+
+class PushingEngine(FakeEngine):
+    """`docker push` of the fake engine lands in the memory registry (the image's manifest is BODY)."""
+
+    def __init__(self, registry: MemoryRegistry, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.registry = registry
+
+    def push(self, ref: str, *, stream=None) -> None:
+        super().push(ref, stream=stream)
+        image = self.images[ref]
+        self.registry.bodies[image.id] = BODY
+        self.registry.tags[ref.rsplit(":", 1)[1]] = image.id
+
+
+def prepared_unit(tmp_path: Path) -> Prepared:
+    cfg = load_config(None, env={}, overrides={"build.arch": ("cpu", "test"), "image.name": (REPO, "test")})
+    facts = SourceFacts(url="https://example.invalid/fork", commit=COMMIT, commit_time=1767225600,
+                        build_number=1, patch_set_sha256="", patch_names=())
+    plan = make_plan(make_request(cfg), facts, template_sha256="t", tool_version="9.9.9")
+    rendered = RenderResult(context_dir=tmp_path / "context", dockerfile=tmp_path / "context" / "Dockerfile",
+                            dockerfile_sha256="d" * 64)
+    source = SourceInfo(url=facts.url, ref="master", commit=COMMIT, commit_time=facts.commit_time, build_number=1,
+                        subject="", fetched=False, bytes_fetched=0)
+    return Prepared(plan=plan, rendered=rendered, source=source, patches=PatchQueue(tmp_path, (), "", ()),
+                    cuda_root=None, base_images=(), build_key="b" * 64)
+
+
+def loaded(engine: FakeEngine, prepared: Prepared) -> BuildResult:
+    """The build as the bake left it: the image in the engine under the plan's tags."""
+    image = ImageInfo(id=IMAGE_ID, tags=prepared.plan.tags)
+    for ref in (IMAGE_ID, *prepared.plan.tags):
+        engine.images[ref] = image
+    return BuildResult(digest=IMAGE_ID, config_digest=IMAGE_ID, tags=prepared.plan.tags, seconds=1.0)
+
+
+def nightly(registry: MemoryRegistry) -> Publication:
+    return Publication(registry, parse_image_ref(REPO), TAGS, "1.0.0-nightly.1", how=LOADED)  # type: ignore[arg-type]
+
+
+def test_a_unit_that_fails_verification_loses_its_tags_and_is_neither_locked_nor_pushed(tmp_path):
+    registry = MemoryRegistry()
+    engine = PushingEngine(registry, run_result=lambda image, entrypoint, args: (127, "libgomp.so.1: cannot open"))
+    prepared = prepared_unit(tmp_path)
+    lock = tmp_path / "buildkit.lock"
+    options = UnitOptions(verify=True, lock_path=lock, publish=nightly(registry), stages=False)
+    with use_engine(engine):
+        built = loaded(engine, prepared)
+        unit = attempt_unit(prepared, options, built=built)
+        with pytest.raises(FailedVerification, match="failed verification and was removed"):
+            run_unit(prepared, options, built=loaded(engine, prepared))
+    assert unit.failed == "verify" and unit.error.startswith(f"image {built.tags[0]} failed verification")
+    assert unit.report.failures() and unit.entry is None and unit.published is None
+    assert ("untag", built.tags) in engine.calls and not any(t in engine.images for t in built.tags)
+    assert not lock.exists()
+    assert not [c for c in engine.calls if c[0] == "push"] and registry.tags == {}
+
+
+def test_a_published_unit_is_locked_with_the_registry_digest_and_every_tag(tmp_path):
+    registry = MemoryRegistry()
+    engine = PushingEngine(registry)
+    prepared = prepared_unit(tmp_path)
+    lock = tmp_path / "buildkit.lock"
+    with use_engine(engine):
+        unit = run_unit(prepared, UnitOptions(verify=False, lock_path=lock, lock_first=False,
+                                              publish=nightly(registry), stages=False),
+                        built=loaded(engine, prepared))
+    assert [c for c in engine.calls if c[0] == "push"] == [("push", f"{REPO}:{TAGS.immutable[0]}")]
+    assert registry.tags == {t: IMAGE_ID for t in TAGS.all}
+    assert unit.published is not None and unit.published.digest == IMAGE_ID
+    assert set(unit.published.added) == set(TAGS.all)
+    entry = read_lock(lock)["builds"]["cpu/server"]
+    assert entry["version"] == "1.0.0-nightly.1" and entry["image_digest"] == IMAGE_ID
+    assert entry["pushed"] == [f"{REPO}:{t}" for t in TAGS.all] and entry["build_key"] == "b" * 64
+
+
+def test_tags_the_registry_already_has_on_the_digest_are_not_put_again(tmp_path):
+    registry = MemoryRegistry()
+    registry.bodies[IMAGE_ID] = BODY
+    registry.tags["nightly-cpu"] = IMAGE_ID
+    engine = PushingEngine(registry)
+    prepared = prepared_unit(tmp_path)
+    with use_engine(engine):
+        unit = run_unit(prepared, UnitOptions(verify=False, publish=nightly(registry), stages=False),
+                        built=loaded(engine, prepared))
+    assert unit.published is not None and "nightly-cpu" not in unit.published.added
+    assert registry.tags == {t: IMAGE_ID for t in TAGS.all}
+
+
+@pytest.mark.parametrize("lock_first", [True, False])
+def test_a_refused_publication_pushes_nothing_and_locks_only_the_verified_build_when_asked(tmp_path, lock_first):
+    """An immutable tag on another digest stops the push. With lock_first (build --push) the lock keeps
+    the built entry, unpublished, for `buildkit push`; the nightly (lock_first=False) locks nothing."""
+    registry = MemoryRegistry()
+    registry.bodies["sha256:" + "9" * 64] = b"other"
+    registry.tags[TAGS.immutable[0]] = "sha256:" + "9" * 64
+    engine = PushingEngine(registry)
+    prepared = prepared_unit(tmp_path)
+    lock = tmp_path / "buildkit.lock"
+    with use_engine(engine):
+        unit = attempt_unit(prepared, UnitOptions(verify=False, lock_path=lock, lock_first=lock_first,
+                                                  publish=nightly(registry), stages=False),
+                            built=loaded(engine, prepared))
+    assert unit.failed == "publish" and "immutable tags are never overwritten" in unit.error
+    assert not [c for c in engine.calls if c[0] == "push"]
+    assert registry.tags == {TAGS.immutable[0]: "sha256:" + "9" * 64}
+    if lock_first:
+        entry = read_lock(lock)["builds"]["cpu/server"]
+        assert entry["image_digest"] == IMAGE_ID and entry.get("pushed") in (None, [])
+    else:
+        assert not lock.exists()
+
+
+def test_a_unit_locked_without_publishing_keeps_its_local_tags(tmp_path):
+    engine = FakeEngine()
+    prepared = prepared_unit(tmp_path)
+    lock = tmp_path / "buildkit.lock"
+    with use_engine(engine):
+        built = loaded(engine, prepared)
+        unit = run_unit(prepared, UnitOptions(verify=False, lock_path=lock, stages=False), built=built)
+    entry = read_lock(lock)["builds"]["cpu/server"]
+    assert entry["tags"] == list(built.tags) and entry["image_digest"] == IMAGE_ID
+    assert unit.published is None and all(t in engine.images for t in built.tags)
+    assert not [c for c in engine.calls if c[0] in ("untag", "push")]
+
+
+@pytest.mark.parametrize("verify", [False, True])
+def test_bake_locks_each_unit_it_built_and_verified_and_no_other(tmp_path, monkeypatch, verify):
+    """`buildkit bake`'s flow (matrix.bake_locked): the bake, then each unit through the build-unit flow;
+    the fake engine's image cannot pass verification (it saves no files), so verify=True locks nothing."""
+    from buildkit.engine.buildx import BuildOptions
+    from buildkit.flows import matrix
+    from buildkit.plan.matrix import Variant
+
+    prepared = prepared_unit(tmp_path)
+    variant = Variant(key="cpu", cfg=load_config(None, env={}, overrides={}), request=prepared.plan.request)
+    monkeypatch.setattr(matrix, "prepare_matrix", lambda variants, work, **_: ({"cpu": prepared}, {}))
+    engine = FakeEngine()
+    lock = tmp_path / "buildkit.lock"
+    with use_engine(engine):
+        (build,), indexes, _ = matrix.bake_locked([variant], BuildOptions(progress="plain"), tmp_path / "work", lock,
+                                                  verify=verify)
+    assert indexes == [] and [c[0] for c in engine.calls][:1] == ["bake"]
+    if verify:
+        assert not build.ok and build.unit is not None and build.unit.failed == "verify"
+        assert ("untag", build.outcome.result.tags) in engine.calls and not lock.exists()
+    else:
+        assert build.ok and build.unit is not None and build.unit.entry is not None
+        entry = read_lock(lock)["builds"]["cpu/server"]
+        assert entry["image_digest"] == build.outcome.result.digest and entry["tags"] == list(build.outcome.result.tags)
+
+
+def test_a_ci_job_unit_replaces_its_build_key_tag_and_locks_nothing(tmp_path):
+    """`nightly --job` (BY_DIGEST, force): the same build key is the same inputs, so its tag may move;
+    without an OCI archive the loaded image goes up with `docker push`."""
+    from buildkit.flows.buildunit import BY_DIGEST
+
+    registry = MemoryRegistry()
+    registry.bodies["sha256:" + "9" * 64] = b"an earlier push"
+    key_tag = "bk-" + "b" * 24 + "-cpu"
+    registry.tags[key_tag] = "sha256:" + "9" * 64
+    engine = PushingEngine(registry)
+    prepared = prepared_unit(tmp_path)
+    publication = Publication(registry, parse_image_ref(REPO), TagSet((key_tag,), ()), "1.0.0-nightly.1",  # type: ignore[arg-type]
+                              how=BY_DIGEST, force=True)
+    with use_engine(engine):
+        unit = run_unit(prepared, UnitOptions(verify=False, publish=publication, stages=False),
+                        built=loaded(engine, prepared))
+    assert registry.tags == {key_tag: IMAGE_ID} and unit.published is not None and unit.published.digest == IMAGE_ID
+    assert unit.entry is None and not (tmp_path / "buildkit.lock").exists()
