@@ -1,10 +1,11 @@
 """buildkit.toml, LLAMA_BUILDKIT_* variables and CLI overrides, merged into one resolved config.
 
 Precedence, lowest first: built-in default < buildkit.toml < environment < command line.
-Every key is declared once in KEYS with its type; the file is checked against that schema
-(plan/schema.py, which checks the [profiles.NAME] tables too: unknown keys and wrong types are one
-clear error each), and `buildkit config` shows each value with where it came from. The file is
-parsed once (read_document); the resolved config keeps the document, so profiles.py reads its
+Every key is declared once, as a typed field of its section (options.py), and KEYS is derived from
+those; the file is checked against that schema (plan/schema.py, which checks the [profiles.NAME]
+tables too: unknown keys and wrong types are one clear error each), and `buildkit config` shows each
+value with where it came from. The resolved config carries the values typed (cfg.build.arch). The
+file is parsed once (read_document); the resolved config keeps the document, so profiles.py reads its
 tables from it instead of parsing the file again.
 """
 
@@ -18,8 +19,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from buildkit.core.errors import ConfigError
-from buildkit.core.platforms import DEFAULT_PLATFORM
-from buildkit.plan.cpulevels import LEVELS as CPU_LEVELS
+from buildkit.plan.options import (BaseOptions, BuildOptions, CacheOptions, ImageOptions, LockOptions, MatrixOptions,
+                                   Options, SourceOptions, declared, make_options)
 from buildkit.plan.schema import check_choice, check_table, check_value, suggestion
 
 SCHEMA_VERSION = 1
@@ -41,77 +42,9 @@ class Key:
         return ENV_PREFIX + self.name.upper().replace(".", "_")
 
 
-KEYS: tuple[Key, ...] = (
-    Key("source.url", str, "https://github.com/spiritbuun/buun-llama-cpp",
-        "git repository of the fork: URL or local path (a mirror works too)"),
-    Key("source.branch", str, "master", "branch the fork is tracked on"),
-    Key("source.commit", str, "905483277823858fdec17ff5c3750451cb1b7cdc",
-        "pinned commit: a full 40-hex SHA (or a branch/tag name to build whatever it points at)"),
-    Key("source.patch_dir", str, "patches", "patch queue, relative to buildkit.toml"),
-    Key("image.name", str, "buun-llama-cpp", "image repository name, optionally with a registry host"),
-    Key("image.version", str, "0.1.0", "version written to the org.opencontainers.image.version label"),
-    Key("image.title", str, "buun-llama-cpp", "org.opencontainers.image.title"),
-    Key("image.default_variant", str, "cuda13.1-sm120",
-        "the variant that also gets the bare version, MAJOR.MINOR and latest tags when published"),
-    Key("image.licenses", str, "MIT", "org.opencontainers.image.licenses"),
-    Key("image.description", str, "llama.cpp {target} image of {source} for {variant}",
-        "org.opencontainers.image.description ({source}: the fork's URL, {variant}, {target}; empty: no label)"),
-    Key("image.url", str, "{source}", "org.opencontainers.image.url ({source}: the fork's URL; empty: no label)"),
-    Key("image.base_labels", bool, True,
-        "label the image with its runtime base image: org.opencontainers.image.base.name and base.digest"),
-    Key("build.arch", str, "sm_120", "CUDA architecture (see `buildkit archs`) or cpu"),
-    Key("build.cuda_version", str, "13.1", "CUDA toolkit version, MAJOR.MINOR"),
-    Key("build.target", str, "server", "image target", ("server", "full", "light")),
-    Key("build.platform", str, DEFAULT_PLATFORM, "buildx --platform: the platform the image is for"),
-    Key("build.build_platform", str, "",
-        "the platform the compile runs on (empty: this machine's); when it differs from build.platform the "
-        "build cross-compiles, with no emulation"),
-    Key("build.emulate_build_platform", bool, False,
-        "run a cross build whose build_platform is not the engine's CPU under the engine's emulation (QEMU "
-        "through binfmt_misc): many times slower, for tests and CI that prove a build made on another machine"),
-    Key("build.no_vmm", bool, True,
-        "build with GGML_CUDA_NO_VMM=ON (no libcuda.so.1 dependency); off links against the libcuda stub"),
-    Key("build.cpu_level", str, "all",
-        "CPU instruction sets: all (every variant, the best loaded at start-up), x86-64-v2/v3/v4, armv8.2, "
-        "armv8.6, native (this machine; not reproducible elsewhere) or none (baseline, for benchmarks)",
-        tuple(CPU_LEVELS)),
-    Key("build.jobs", int, 0, "parallel compile jobs inside the build (0 = all cores of the builder)"),
-    Key("build.ccache", bool, True, "compile through ccache kept in a BuildKit cache mount (per arch and CUDA version)"),
-    Key("build.reproducible", str, "auto",
-        "auto: on the containerd image store export through an OCI archive with rewrite-timestamp (same "
-        "inputs, same digest); off: plain --load", ("auto", "off")),
-    Key("build.provenance", bool, False, "attach buildx provenance attestations (they carry invocation ids)"),
-    Key("build.no_cache", bool, False,
-        "run every build step again (buildx --no-cache); the ccache mount is kept, so compiles may still hit it"),
-    Key("build.cmake_args", list, [], "extra -DNAME=VALUE flags for CMake"),
-    Key("build.user", str, "",
-        "run the image as this user instead of root: NAME or NAME:UID (uid and gid 10001 unless given; "
-        "home /home/NAME); empty = root"),
-    Key("build.builder", str, "", "buildx builder name (empty = the current one)"),
-    Key("build.progress", str, "auto", "auto: buildkit's live display on a terminal, plain lines elsewhere; "
-        "plain, tty, quiet, rawjson: buildx's own --progress", ("auto", "plain", "tty", "quiet", "rawjson")),
-    Key("build.cache_from", list, [], "buildx --cache-from entries"),
-    Key("build.cache_to", list, [], "buildx --cache-to entries"),
-    Key("base.provider", str, "nvidia",
-        "where the CUDA toolkit comes from: nvidia (NVIDIA's cuda images) or wheels (os_image plus "
-        "NVIDIA's PyPI wheels, no NVIDIA image needed)", ("nvidia", "wheels")),
-    Key("base.devel_image", str, "docker.io/nvidia/cuda:{cuda_version}.0-devel-ubuntu24.04",
-        "build stage image for provider nvidia ({cuda_version} is replaced)"),
-    Key("base.runtime_image", str, "docker.io/nvidia/cuda:{cuda_version}.0-runtime-ubuntu24.04",
-        "runtime stage image for provider nvidia ({cuda_version} is replaced)"),
-    Key("base.os_image", str, "docker.io/library/ubuntu:24.04",
-        "Debian or Ubuntu image for the cpu variant and for provider wheels"),
-    Key("base.cuda_root", str, "",
-        "provider wheels: a ready CUDA root folder to use instead of downloading the wheels"),
-    Key("base.cublas", bool, True,
-        "provider wheels: include cuBLAS (llama.cpp links it; a fork that does not may turn it off)"),
-    Key("matrix.archs", list, ["sm_120"], "nightly/bake: the architectures of the build matrix"),
-    Key("matrix.cuda_versions", list, ["13.1"], "nightly/bake: the CUDA versions of the build matrix"),
-    Key("matrix.targets", list, ["server"], "nightly/bake: the image targets of the build matrix"),
-    Key("cache.dir", str, "", "cache folder for git mirrors and CUDA roots (empty = XDG cache)"),
-    Key("lock.path", str, "buildkit.lock", "lock file written after a successful build"),
-)
-
+# Every key is declared once, as a typed field of its section (options.py); the schema is derived from them.
+KEYS: tuple[Key, ...] = tuple(Key(d.name, d.toml_type, list(d.setting.default) if d.toml_type is list
+                                  else d.setting.default, d.setting.help, d.setting.choices) for d in declared())
 KEY_BY_NAME: dict[str, Key] = {k.name: k for k in KEYS}
 # The LLAMA_BUILDKIT_* variables that are not settings (tests/unit/test_config.py finds every one in the code).
 OTHER_VARIABLES: dict[str, str] = {
@@ -145,11 +78,48 @@ class ConfigDocument:
 
 @dataclass(frozen=True)
 class ResolvedConfig:
+    """The resolved settings: `options` typed (cfg.build.arch, ...), `values` as resolved ({dotted key: value},
+    what `buildkit config` shows), `origins` where each came from."""
     values: Mapping[str, Any]
     origins: Mapping[str, str]
     path: Path | None  # the buildkit.toml read, if any
     base_dir: Path = field(default_factory=Path.cwd)  # relative paths resolve against this
     document: ConfigDocument = field(default_factory=lambda: ConfigDocument(None))  # for [profiles.NAME]
+    options: Options = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Made again by every dataclasses.replace (a matrix variant's values), so each is checked here, once.
+        for key in KEYS:
+            check_value(key, self.values[key.name], self.origins.get(key.name, "config"))
+        object.__setattr__(self, "options", make_options(self.values, self.base_dir))
+
+    @property
+    def source(self) -> SourceOptions:
+        return self.options.source
+
+    @property
+    def image(self) -> ImageOptions:
+        return self.options.image
+
+    @property
+    def build(self) -> BuildOptions:
+        return self.options.build
+
+    @property
+    def base(self) -> BaseOptions:
+        return self.options.base
+
+    @property
+    def matrix(self) -> MatrixOptions:
+        return self.options.matrix
+
+    @property
+    def cache(self) -> CacheOptions:
+        return self.options.cache
+
+    @property
+    def lock(self) -> LockOptions:
+        return self.options.lock
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
@@ -300,10 +270,10 @@ def load_config(path: Path | ConfigDocument | None, env: Mapping[str, str] | Non
             values[key.name] = parse_text(key, env[key.env_var], key.env_var)
             origins[key.name] = f"env {key.env_var}"
     for name, (value, origin) in (overrides or {}).items():
-        key = KEY_BY_NAME.get(name)
-        if key is None:
+        given = KEY_BY_NAME.get(name)
+        if given is None:
             raise ConfigError(f"{origin}: unknown key {name!r}{_suggest(name)}")
-        values[name] = parse_text(key, value, origin) if isinstance(value, str) else check_value(key, value, origin)
+        values[name] = parse_text(given, value, origin) if isinstance(value, str) else check_value(given, value, origin)
         origins[name] = origin
     if origins["build.platform"] == "default":
         values["build.platform"], origins["build.platform"] = platform_for(values["build.arch"]), PLATFORM_FOLLOWS

@@ -29,10 +29,15 @@ class Field:
 class Spec(Protocol):
     """What the checks read of a key: a Field, or config.Key (which adds a default and a variable)."""
 
-    name: str
-    type: type
-    choices: tuple[str, ...]
-    rule: Callable[[Any], str | None] | None
+    # Read-only, so a frozen dataclass (Field, Key) is one.
+    @property
+    def name(self) -> str: ...
+    @property
+    def type(self) -> type: ...
+    @property
+    def choices(self) -> tuple[str, ...]: ...
+    @property
+    def rule(self) -> Callable[[Any], str | None] | None: ...
 
 
 def type_name(value: Any) -> str:
