@@ -54,7 +54,7 @@ def bake(print_only: bool, bake_path: str | None, no_verify: bool, as_json: bool
                    f"{' --builder ' + options.builder if options.builder else ''}", err=True)
         return
     with tempfile.TemporaryDirectory(prefix="buildkit-bake-") as tmp:
-        lock_path = cfg.path_value("lock.path")
+        lock_path = cfg.lock.path
         builds, indexes, bake_file = bake_locked(variants, options, Path(tmp), lock_path, verify=not no_verify)
         if bake_path and bake_file:
             Path(bake_path).write_text(bake_file.read_text())

@@ -151,7 +151,7 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
     if attach_lock:
         overrides = {"lock.path": (lock_path, "--lock")} if lock_path else {}
         cfg = load_config(document if document is not None else cfg_path, os.environ, overrides)
-        lock_file = cfg.path_value("lock.path")
+        lock_file = cfg.lock.path
         from buildkit.release.lock import read_lock
 
         builds = read_lock(lock_file)["builds"]

@@ -69,7 +69,7 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
         raise ConfigError("--no-load goes with --push (a build without --push is for the engine)")
     from buildkit.plan.platforms import is_multi
 
-    if is_multi(cfg["build.platform"]):
+    if is_multi(cfg.build.platform):
         if print_only:
             raise ConfigError("--print shows one buildx command; with several platforms print each one "
                               "(--platform linux/amd64, then --platform linux/arm64)")
@@ -145,7 +145,7 @@ def _display(cfg):
 
     from buildkit.core.livedisplay import live_display
 
-    return live_display(sys.stderr.isatty() and cfg["build.progress"] == "auto")
+    return live_display(sys.stderr.isatty() and cfg.build.progress == "auto")
 
 
 def _build_multi(cfg, *, preflight: bool, min_free_gb: float | None, as_json: bool, **kwargs) -> None:

@@ -51,10 +51,10 @@ def _carry(direction: str, folder, registry_repo, unit, kwargs) -> None:
     where = Path(folder) if folder else None
     if direction == "export":
         done = export_ccache(targets_for(cfg, unit), dest_dir=where, registry_repo=registry_repo or "",
-                             builder=cfg["build.builder"])
+                             builder=cfg.build.builder)
     else:
         done = import_ccache(targets_for(cfg, unit), src_dir=where, registry_repo=registry_repo or "",
-                             builder=cfg["build.builder"])
+                             builder=cfg.build.builder)
     click.echo(f"{direction}ed {len(done)} ccache(s): {' '.join(done) or 'none'}")
 
 

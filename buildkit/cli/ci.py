@@ -91,12 +91,12 @@ def github(out_path, cron, username_secret, password_secret, python_version, ins
     check_cron(cron or DEFAULT_CRON)
     repository = repository_of(cfg)
     if cfg.origins["image.name"] == "default" or repository.name.startswith("docker.io/library/"):
-        raise ConfigError(f"image {cfg['image.name']!r} would be pushed to docker.io/library, where no one may "
+        raise ConfigError(f"image {cfg.image.name!r} would be pushed to docker.io/library, where no one may "
                           "push; give --image REGISTRY/OWNER/NAME (or [image] name in buildkit.toml)")
     variants = matrix_variants(cfg)[0]
     by_arch = {**dict(DEFAULT_RUNNERS), **parse_runners(runners)}
     check_runners(variants, by_arch)
-    bench_variant = bench_variant or cfg["image.default_variant"]
+    bench_variant = bench_variant or cfg.image.default_variant
     if bench_runner:
         keys = [v.key for v in variants]
         if bench_variant not in keys:
@@ -115,7 +115,7 @@ def github(out_path, cron, username_secret, password_secret, python_version, ins
                               bench_image=repository.name, bench_variant=bench_variant, bench_model=bench_model or "",
                               bench_profile=bench_profile or "", max_slowdown=max_slowdown)
     if cfg.origins["image.name"] == "--image":
-        options = replace(options, image=cfg["image.name"])
+        options = replace(options, image=cfg.image.name)
     options = replace(options, config=config_in_repo(cfg.path, Path.cwd()))
     text = render_workflow(options)
     if to_stdout:

@@ -176,11 +176,11 @@ def defaults_notice(cfg) -> None:
     from buildkit.oci.imageref import InvalidReference, parse_image_ref
 
     try:
-        where = parse_image_ref(cfg["image.name"]).name
+        where = parse_image_ref(cfg.image.name).name
     except InvalidReference:
-        where = cfg["image.name"]
+        where = cfg.image.name
     click.echo(f"buildkit: no buildkit.toml here; built-in defaults in use (where no flag or variable sets a key): "
-               f"fork {redact_url(cfg['source.url'])}, image {cfg['image.name']} ({where} when pushed); "
+               f"fork {redact_url(cfg.source.url)}, image {cfg.image.name} ({where} when pushed); "
                "`buildkit init` writes a buildkit.toml", err=True)
 
 

@@ -31,7 +31,7 @@ def tags(version: str, as_json: bool, **kwargs):
     version = normalise_version(version)
     parse_version(version)
     cfg = resolve(kwargs)
-    commit = cfg["source.commit"].strip()
+    commit = cfg.source.commit.strip()
     if not _SHA.fullmatch(commit):
         raise ConfigError(f"the sha- tag needs a commit SHA (7 to 40 hex digits); source.commit is {commit!r} "
                           f"({cfg.origins['source.commit']}): pass --commit SHA")
@@ -39,7 +39,7 @@ def tags(version: str, as_json: bool, **kwargs):
     tag_set = tags_for(cfg, version, commit)
     name = make_request(cfg).tag_variant
     rules = publish_rules(name, commit)
-    repo = cfg["image.name"]
+    repo = cfg.image.name
     if as_json:
         click.echo(json.dumps({"repository": repo, "version": version, "commit": commit, "variant": name,
                                "immutable": list(tag_set.immutable), "moving": list(tag_set.moving),

@@ -51,7 +51,7 @@ def variants_of(cfg, matrix: bool = False) -> list[Variant]:
     if not matrix:
         from buildkit.plan.platforms import is_multi
 
-        if is_multi(cfg["build.platform"]):  # one variant per platform of a multi-platform build
+        if is_multi(cfg.build.platform):  # one variant per platform of a multi-platform build
             from buildkit.flows.multiplatform import platform_requests
 
             return [_variant(request) for _, _, request in platform_requests(cfg)]
@@ -93,14 +93,14 @@ def run_checks(cfg, *, min_free_gb: float | None = None, matrix: bool = False, o
     if cheap_only:
         return checks
     if info is not None:
-        buildx, builder_platforms = check_buildx_and_builder(cfg["build.builder"])
+        buildx, builder_platforms = check_buildx_and_builder(cfg.build.builder)
     else:
         buildx, builder_platforms = Check("buildx", WARN, "not checked: no engine", "fix the engine first"), []
     checks.insert(1, buildx)
     if offline:
         checks.append(Check("registry", OK, "not contacted (--offline)"))
     else:
-        checks.append(check_registry(cfg["image.name"]))
+        checks.append(check_registry(cfg.image.name))
     checks.append(check_driver(variants))
     checks.append(check_emulation(variants, builder_platforms))
     cross_cuda = judge_cross_cuda(variants)

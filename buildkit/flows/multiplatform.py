@@ -78,7 +78,7 @@ def index_platforms(index) -> list[PlatformBuild]:
 def platform_requests(cfg: ResolvedConfig) -> list[tuple[str, ResolvedConfig, BuildRequest]]:
     """(platform, its config, its checked request) for each platform of build.platform, in order;
     every platform is checked (arch, CPU level) before any work."""
-    platforms = parse_platforms(cfg["build.platform"])
+    platforms = parse_platforms(cfg.build.platform)
     origin = cfg.origins.get("build.platform", "platform list")
     out = []
     for platform in platforms:
@@ -86,7 +86,7 @@ def platform_requests(cfg: ResolvedConfig) -> list[tuple[str, ResolvedConfig, Bu
         out.append((platform, sub, make_request(sub)))
     variants = {r.tag_variant for _, _, r in out}
     if len(variants) > 1:
-        raise ConfigError(f"build.platform {cfg['build.platform']!r}: the platforms give different variants "
+        raise ConfigError(f"build.platform {cfg.build.platform!r}: the platforms give different variants "
                           f"({', '.join(sorted(variants))}); one index needs one variant (set build.cpu_level)")
     return out
 
@@ -135,7 +135,7 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
                 versioned = [(p, replace(pr, plan=with_version(pr, version))) for p, _, pr in prepared]
                 builds = _published_platforms(client, repository.repository, digest, versioned)
                 pushed = tuple(f"{repository.name}:{t}" for t in tags.all)
-                lock_path = cfg.path_value("lock.path")
+                lock_path = cfg.lock.path
                 record_index(lock_path, builds, target, image_name, digest, key, (), version, pushed)
                 return MultiResult(image_name=image_name, variant=variant, index_digest=digest, build_key=key,
                                    platforms=tuple(builds), tags=(), lock_path=lock_path, version=version,
@@ -173,7 +173,7 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
                 get_engine().tag(local_tags[0], f"{repository.name}:{tags.immutable[0]}")
         if not load:  # loaded for the checks only
             get_engine().untag([t for b in builds for t in b.result.tags])
-        lock_path = cfg.path_value("lock.path")
+        lock_path = cfg.lock.path
         record_index(lock_path, builds, target, image_name, digest, key, local_tags if load else (),
                      version or first_request.version, pushed)
         return MultiResult(image_name=image_name, variant=variant, index_digest=digest, build_key=key,

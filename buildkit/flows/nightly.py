@@ -217,7 +217,7 @@ def patch_dir(cfg: ResolvedConfig) -> Path:
         from buildkit.core.paths import bundled_patches_dir
 
         return bundled_patches_dir()
-    return cfg.path_value("source.patch_dir")
+    return cfg.source.patch_dir
 
 
 def normalise_url(url: str) -> str:
@@ -229,9 +229,9 @@ def normalise_url(url: str) -> str:
 
 
 def repository_of(cfg: ResolvedConfig) -> ImageRef:
-    repository = parse_image_ref(cfg["image.name"])
+    repository = parse_image_ref(cfg.image.name)
     if repository.tag or repository.digest:
-        raise RegistryError(f"image.name {cfg['image.name']!r} must not carry a tag or digest")
+        raise RegistryError(f"image.name {cfg.image.name!r} must not carry a tag or digest")
     return repository
 
 
@@ -255,9 +255,9 @@ def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = F
         raise ConfigError(f"--date {date!r} is not YYYYMMDD")
     variants, excluded = matrix_variants(cfg)
     repository = repository_of(cfg)
-    url, branch = normalise_url(cfg["source.url"]), cfg["source.branch"]
-    auth = split_credentials(cfg["source.url"])[1]
-    lock_path = cfg.path_value("lock.path")
+    url, branch = normalise_url(cfg.source.url), cfg.source.branch
+    auth = split_credentials(cfg.source.url)[1]
+    lock_path = cfg.lock.path
     summary = Summary(repository=repository.name, url=url, branch=branch, date=date, old_commit=None,
                       new_commit=None, excluded=[{"combination": c, "reason": r} for c, r in excluded])
     queue = load_patch_queue(patch_dir(cfg), required=cfg.origins["source.patch_dir"] != "default")

@@ -56,7 +56,7 @@ def label_arch(labels: str) -> str | None:
 def build_arch(variant: Variant) -> str:
     """The CPU of the machine a unit compiles on: build.build_platform's when set (a cross build),
     else the image's own platform (a native compile on a runner of that CPU)."""
-    return (variant.cfg["build.build_platform"] or variant.request.platform).split("/")[1]
+    return (variant.cfg.build.build_platform or variant.request.platform).split("/")[1]
 
 
 def unit_id(variant: Variant) -> str:
@@ -105,11 +105,11 @@ def plan_nightly(cfg: ResolvedConfig, *, runners: dict[str, str], date: str | No
     variants, excluded = matrix_variants(cfg)
     check_runners(variants, runners)
     repository = repository_of(cfg)
-    url, branch = normalise_url(cfg["source.url"]), cfg["source.branch"]
+    url, branch = normalise_url(cfg.source.url), cfg.source.branch
     queue = load_patch_queue(patch_dir(cfg), required=cfg.origins["source.patch_dir"] != "default")
-    head = ls_remote_head(url, branch, auth=split_credentials(cfg["source.url"])[1])
+    head = ls_remote_head(url, branch, auth=split_credentials(cfg.source.url)[1])
     with client_for(repository.registry) as client:
-        previous = previous_builds(client, repository, variants, cfg.path_value("lock.path"), url, branch)
+        previous = previous_builds(client, repository, variants, cfg.lock.path, url, branch)
         todo = [v for v in variants if force or not is_current(previous[v.key], head, queue.sha256)]
         version = nightly_version(client.list_tags(repository.repository), [v.key for v in variants], date) \
             if todo else ""
@@ -184,7 +184,7 @@ def run_job(cfg: ResolvedConfig, unit: str, *, verify: bool = True, stream=None)
     from buildkit.plan.tags import TagSet, build_key_tag, parse_version
 
     stream = sys.stderr if stream is None else stream
-    commit, version = cfg["source.commit"], cfg["image.version"]
+    commit, version = cfg.source.commit, cfg.image.version
     if not _SHA.match(commit or ""):
         raise ConfigError(f"--job needs --commit with the plan's full 40-hex commit, not {commit!r}")
     parse_version(version)

@@ -74,22 +74,22 @@ class Prepared:
 
 
 def cache_root(cfg: ResolvedConfig) -> Path:
-    return Path(cfg["cache.dir"]).expanduser() if cfg["cache.dir"] else cache_dir()
+    return cfg.cache.dir or cache_dir()
 
 
 def patch_dir(cfg: ResolvedConfig) -> Path:
     """source.patch_dir relative to buildkit.toml; without a config file, the bundled queue."""
     if cfg.path is None and cfg.origins["source.patch_dir"] == "default":
         return bundled_patches_dir()
-    return cfg.path_value("source.patch_dir")
+    return cfg.source.patch_dir
 
 
 def ref_and_pin(cfg: ResolvedConfig) -> tuple[str, str | None]:
     """What to fetch and what it must resolve to. A full SHA in source.commit is the pin;
     a branch or tag name there is fetched as is; an empty one means the tracked branch."""
-    commit = cfg["source.commit"].strip()
+    commit = cfg.source.commit.strip()
     if not commit:
-        return cfg["source.branch"], None
+        return cfg.source.branch, None
     is_hex = all(c in "0123456789abcdefABCDEF" for c in commit)
     if is_hex and len(commit) == SHA_LEN:
         return commit.lower(), commit.lower()
@@ -119,12 +119,12 @@ def _cuda_contexts(request: BuildRequest, cfg: ResolvedConfig) \
     if request.provider != "wheels":
         return None, None, ()
     assert request.cuda_version is not None
-    given = cfg["base.cuda_root"]
+    given = cfg.base.cuda_root
     if given:
         if request.cross:
             raise CudaRootError(f"base.cuda_root is one folder for one platform; a cross build for {request.platform} "
                                 "lays out the build machine's and the target's toolkits from NVIDIA's wheels: unset it")
-        root = Path(given).expanduser().resolve()
+        root = given.resolve()
         if not (root / "bin" / "nvcc").is_file():
             raise CudaRootError(f"base.cuda_root {root} has no bin/nvcc; point it at a CUDA toolkit folder")
         key = hashlib.sha256(str(root).encode()).hexdigest()[:12]
@@ -132,7 +132,7 @@ def _cuda_contexts(request: BuildRequest, cfg: ResolvedConfig) \
         return root, _cuda_manifest(root), (("cuda-root", root), ("cuda-runtime", runtime))
 
     def laid_out(cpu) -> Path:
-        return ensure_cuda_root(request.cuda_version, cache_root(cfg), with_cublas=cfg["base.cublas"],
+        return ensure_cuda_root(request.cuda_version, cache_root(cfg), with_cublas=cfg.base.cublas,
                                 arch=cpu.processor)
 
     root = laid_out(request.build_cpu)
@@ -156,8 +156,8 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
     sources = resolve_base_images([request.devel_image, request.runtime_image], cache_root(cfg))
     check_base_platforms(sources, *base_platforms(request))
     bases = tuple(BaseImage(ref=s.ref, digest=s.digest) for s in sources)
-    with stage("fetch", clean_url(cfg["source.url"])):
-        info = fetch_source(cfg["source.url"], ref, pin, cache_root(cfg))
+    with stage("fetch", clean_url(cfg.source.url)):
+        info = fetch_source(cfg.source.url, ref, pin, cache_root(cfg))
     created = _fresh_dir(out_dir)
     try:
         with stage("fetch", f"export {info.commit[:12]}"):
@@ -230,16 +230,16 @@ def _cpu_host(request: BuildRequest) -> str | None:
 def reproducible_exporter(cfg: ResolvedConfig) -> bool:
     """The OCI exporter path (bit-for-bit digests) is used when `docker load` keeps an archive's bytes:
     on the containerd image store. build.reproducible = "off" forces the plain --load path."""
-    if cfg["build.reproducible"] == "off":
+    if cfg.build.reproducible == "off":
         return False
     return image_store() == "containerd"
 
 
 def build_options(cfg: ResolvedConfig) -> BuildOptions:
-    return BuildOptions(builder=cfg["build.builder"], progress=cfg["build.progress"],
-                        cache_from=tuple(cfg["build.cache_from"]), cache_to=tuple(cfg["build.cache_to"]),
+    return BuildOptions(builder=cfg.build.builder, progress=cfg.build.progress,
+                        cache_from=cfg.build.cache_from, cache_to=cfg.build.cache_to,
                         reproducible=reproducible_exporter(cfg),
-                        provenance=cfg["build.provenance"], no_cache=cfg["build.no_cache"])
+                        provenance=cfg.build.provenance, no_cache=cfg.build.no_cache)
 
 
 # --------------------------------------------------------------------------- deterministic inputs
@@ -309,7 +309,7 @@ def last_build_seconds(cfg: ResolvedConfig, request: BuildRequest) -> float | No
     from buildkit.release.lock import read_lock
 
     try:
-        builds = read_lock(cfg.path_value("lock.path"))["builds"]
+        builds = read_lock(cfg.lock.path)["builds"]
         name = f"{request.variant}/{request.target}"
         entry = builds.get(name) or builds.get(f"{name}@{request.platform}")  # (a platform of several)
     except BuildkitError:  # no lock, or one this version cannot read (LockError): no estimate, not an error
@@ -347,5 +347,5 @@ def build(cfg: ResolvedConfig, *, extra_tags: tuple[str, ...] = (), verify: bool
     check_buildx()
     check_build_machine(request, warn=False)  # before the fetch and the toolkit: a build that cannot run here
     with prepared_context(cfg, request=request, extra_tags=extra_tags, work_dir=work_dir) as prepared:
-        return run_unit(prepared, UnitOptions(verify=verify, lock_path=cfg.path_value("lock.path"), build=options,
+        return run_unit(prepared, UnitOptions(verify=verify, lock_path=cfg.lock.path, build=options,
                                               stream=stream), cfg=cfg)

@@ -61,7 +61,7 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
         check_immutable_free(client, repo, tags, local.id if local is not None else None, force=force)
         prepared = replace(prepared, plan=with_version(prepared, version))
         publication = Publication(client, repository, tags, version, how=RELEASE, force=force, keep_loaded=load)
-        lock_path = cfg.path_value("lock.path")
+        lock_path = cfg.lock.path
         if local is None:
             build_opts = replace(options, load=load or verify)  # verify runs the image in the engine
             unit = run_unit(prepared, UnitOptions(verify=verify, lock_path=lock_path, publish=publication,
@@ -81,7 +81,7 @@ def push_local(cfg: ResolvedConfig, *, force: bool = False, stream=None) -> Publ
     """`buildkit push`: publish the image of the lock's entry for this variant, already in the engine."""
     request = make_request(cfg)
     repository = publish_repository(request.image_name)
-    lock_path = cfg.path_value("lock.path")
+    lock_path = cfg.lock.path
     entry = read_lock(lock_path)["builds"].get(f"{request.variant}/{request.target}")
     if entry is None:
         raise LockError(f"{lock_path} has no build of {request.variant}/{request.target}; run buildkit build first")
@@ -120,4 +120,4 @@ def _record(cfg: ResolvedConfig, prepared: Prepared, repository: ImageRef, tags:
     result = result or BuildResult(digest=digest, config_digest="", tags=(), seconds=0.0)
     entry = replace(lock_entry(prepared, result), version=version, image_digest=digest,
                     pushed=tuple(f"{repository.name}:{t}" for t in tags.all))
-    write_lock_entry(cfg.path_value("lock.path"), entry)
+    write_lock_entry(cfg.lock.path, entry)

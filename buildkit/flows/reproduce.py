@@ -183,7 +183,7 @@ def reproduce(rec: Recorded, *, config_path: Path | None = None, env: Mapping[st
         archive = (keep / "reproduced.oci.tar") if keep else Path(tmp) / "reproduced.oci.tar"
         if keep:
             keep.mkdir(parents=True, exist_ok=True)
-        options = BuildOptions(builder=cfg["build.builder"], progress=cfg["build.progress"], reproducible=True,
+        options = BuildOptions(builder=cfg.build.builder, progress=cfg.build.progress, reproducible=True,
                                load=False, no_cache=not use_cache, provenance=provenance, oci_archive=archive)
         metadata = Path(tmp) / "metadata.json"
         spec = build_spec(prepared.plan, prepared.rendered, options, metadata)

@@ -155,23 +155,23 @@ def check_user(value: str) -> str:
 
 
 def make_request(cfg: ResolvedConfig) -> BuildRequest:
-    arch = get_arch(cfg["build.arch"])
+    arch = get_arch(cfg.build.arch)
     cuda_version: str | None = None
     if arch.is_cuda:
-        cuda_version = cfg["build.cuda_version"]
+        cuda_version = cfg.build.cuda_version
         check_cuda_release(cuda_version)
         check_cuda_support(arch, cuda_version)
-        provider = cfg["base.provider"]
+        provider = cfg.base.provider
     else:
         provider = "cpu"
     if provider == "nvidia":
-        devel = cfg["base.devel_image"].replace("{cuda_version}", cuda_version or "")
-        runtime = cfg["base.runtime_image"].replace("{cuda_version}", cuda_version or "")
+        devel = cfg.base.devel_image.replace("{cuda_version}", cuda_version or "")
+        runtime = cfg.base.runtime_image.replace("{cuda_version}", cuda_version or "")
     else:
-        devel = runtime = cfg["base.os_image"]
+        devel = runtime = cfg.base.os_image
     _check_image_ref("base image", devel)
     _check_image_ref("base image", runtime)
-    platform = cfg["build.platform"]
+    platform = cfg.build.platform
     if cfg.origins.get("build.platform") == PLATFORM_FOLLOWS:  # a matrix variant may have another arch
         platform = default_platform(arch)
     if "," in platform:
@@ -179,38 +179,40 @@ def make_request(cfg: ResolvedConfig) -> BuildRequest:
                           "`nightly` build those (one index per tag); this step takes one (--platform linux/amd64)")
     if not PLATFORM_RE.match(platform):
         raise ConfigError(f"build.platform {platform!r} is not of the form os/arch (linux/amd64)")
-    cpu_level = get_level(cfg["build.cpu_level"], platform)
+    cpu_level = get_level(cfg.build.cpu_level, platform)
     check_platform(arch, platform)
-    build_platform = cfg["build.build_platform"] or machine_platform()
+    build_platform = cfg.build.build_platform or machine_platform()
     if not PLATFORM_RE.match(build_platform):
         raise ConfigError(f"build.build_platform {build_platform!r} is not of the form os/arch (linux/amd64)")
     if cpu_level.native and is_cross(build_platform, platform):
         raise ConfigError(f"build.cpu_level native compiles for this machine's CPU ({build_platform}); an image "
                           f"for {platform} needs another level (all, or one of its platform)")
-    jobs = cfg["build.jobs"]
+    jobs = cfg.build.jobs
     if not 0 <= jobs <= MAX_JOBS:
         raise ConfigError(f"build.jobs must be 0 (all cores) to {MAX_JOBS}, got {jobs}")
-    for arg in cfg["build.cmake_args"]:
+    for arg in cfg.build.cmake_args:
         if not CMAKE_ARG_RE.match(arg):
             raise ConfigError(f"build.cmake_args: {arg!r} is not of the form -DNAME=VALUE "
                               "(value without spaces, quotes or shell characters)")
-    version = normalise_version(cfg["image.version"])  # v1.2.3 is 1.2.3 (metadata-action's type=semver)
+    version = normalise_version(cfg.image.version)  # v1.2.3 is 1.2.3 (metadata-action's type=semver)
     if not VERSION_RE.match(version):
         raise ConfigError(f"image.version {version!r} is not a valid version")
-    for key in ("image.title", "image.licenses", "image.description", "image.url"):
-        if any(ch in cfg[key] for ch in "\n\r\0"):
+    image = cfg.image
+    for key, text in (("image.title", image.title), ("image.licenses", image.licenses),
+                      ("image.description", image.description), ("image.url", image.url)):
+        if any(ch in text for ch in "\n\r\0"):
             raise ConfigError(f"{key} must be a single line")
     return BuildRequest(
         arch=arch, cuda_version=cuda_version, provider=provider,
         template="cuda.Dockerfile.j2" if arch.is_cuda else "cpu.Dockerfile.j2",
-        devel_image=devel, runtime_image=runtime, target=cfg["build.target"], platform=platform,
-        build_platform=build_platform, jobs=jobs, no_vmm=cfg["build.no_vmm"], ccache=cfg["build.ccache"], cpu_level=cpu_level,
-        extra_cmake_args=tuple(cfg["build.cmake_args"]),
-        image_name=check_repository(cfg["image.name"]), version=version,
-        title=cfg["image.title"], licenses=cfg["image.licenses"], description=cfg["image.description"],
-        url=cfg["image.url"], base_labels=cfg["image.base_labels"],
+        devel_image=devel, runtime_image=runtime, target=cfg.build.target, platform=platform,
+        build_platform=build_platform, jobs=jobs, no_vmm=cfg.build.no_vmm, ccache=cfg.build.ccache, cpu_level=cpu_level,
+        extra_cmake_args=cfg.build.cmake_args,
+        image_name=check_repository(cfg.image.name), version=version,
+        title=cfg.image.title, licenses=cfg.image.licenses, description=cfg.image.description,
+        url=cfg.image.url, base_labels=cfg.image.base_labels,
         variant=variant(arch, cuda_version) + variant_suffix(cpu_level, arch.is_cuda),
-        emulate_build_platform=cfg["build.emulate_build_platform"], user=check_user(cfg["build.user"]),
+        emulate_build_platform=cfg.build.emulate_build_platform, user=check_user(cfg.build.user),
     )
 
 

@@ -70,7 +70,7 @@ def with_values(cfg: ResolvedConfig, origin: str, **values) -> ResolvedConfig:
 
 def matrix_variants(cfg: ResolvedConfig) -> tuple[list[Variant], list[tuple[str, str]]]:
     """(variants in matrix order, [(combination, why it was left out)]). Empty matrix: ConfigError."""
-    archs, cudas, targets = cfg["matrix.archs"], cfg["matrix.cuda_versions"], cfg["matrix.targets"]
+    archs, cudas, targets = cfg.matrix.archs, cfg.matrix.cuda_versions, cfg.matrix.targets
     for name, values in (("matrix.archs", archs), ("matrix.cuda_versions", cudas), ("matrix.targets", targets)):
         if not values:
             raise ConfigError(f"{name} is empty; the build matrix needs at least one value")
@@ -79,7 +79,7 @@ def matrix_variants(cfg: ResolvedConfig) -> tuple[list[Variant], list[tuple[str,
             raise ConfigError(f"matrix.targets: {target!r} is not one of server, full, light")
     for cuda in cudas:
         check_cuda_release(cuda, "matrix.cuda_versions")
-    platforms = parse_platforms(cfg["build.platform"]) if is_multi(cfg["build.platform"]) else (None,)
+    platforms = parse_platforms(cfg.build.platform) if is_multi(cfg.build.platform) else (None,)
     variants: list[Variant] = []
     excluded: list[tuple[str, str]] = []
     seen: set[str] = set()

@@ -40,7 +40,7 @@ def promote(cfg: ResolvedConfig, source_tag: str, version: str) -> Promotion:
     parsed = parse_version(version)
     if parsed.prerelease and str(parsed.prerelease).startswith("nightly"):
         raise ConfigError(f"--release {version} is a nightly version; promote to a release (X.Y.Z or X.Y.Z-rc.N)")
-    repository = publish_repository(cfg["image.name"])
+    repository = publish_repository(cfg.image.name)
     repo = repository.repository
     with client_for(repository.registry) as client:
         info = client.head_manifest(repo, tag)
@@ -50,7 +50,7 @@ def promote(cfg: ResolvedConfig, source_tag: str, version: str) -> Promotion:
         commit = labels.get(REVISION_LABEL, "")
         if len(commit) != 40:
             raise RegistryError(f"{repository.name}:{tag} has no {REVISION_LABEL} label; not a buildkit image")
-        tags = release_tags(version, commit, key, default_variant=key == cfg["image.default_variant"])
+        tags = release_tags(version, commit, key, default_variant=key == cfg.image.default_variant)
         check_immutable_free(client, repo, tags, info.digest, force=False)
         added = point_tags(client, repo, info.digest, tags)
     return Promotion(repository=repository.name, source_tag=tag, digest=info.digest, version=version,

@@ -47,7 +47,7 @@ class PublishResult:
 
 
 def default_variant(cfg: ResolvedConfig) -> str:
-    return cfg["image.default_variant"]
+    return cfg.image.default_variant
 
 
 def _labels_of(client: RegistryClient, repo: str, digest: str) -> dict[str, str]:
