@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from buildkit.core.errors import InputsError
+from buildkit.plan.schema import JSON_TYPES, JsonType, is_strings
 
 if TYPE_CHECKING:
     from buildkit.plan.buildplan import BuildPlan, BuildRequest, SourceFacts
@@ -87,26 +88,22 @@ FLAGS = LabelForm(" ".join, lambda text, where, name: split_flags(text))
 
 
 @dataclass(frozen=True)
-class Kind:
-    """A type of input in JSON (the inputs label, the build key): the check, its words, the conversions."""
-    expect: str
-    ok: Callable[[Any], bool]
+class Kind(JsonType):
+    """A type of input in JSON (the inputs label, the build key): the check and its words, the conversions."""
     to_json: Callable[[Any], Any] = lambda v: v
     from_json: Callable[[Any], Any] = lambda v: v
 
 
-def _strs(v) -> bool:
-    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+def _kind(name: str, *conversions: Callable[[Any], Any]) -> Kind:
+    return Kind(JSON_TYPES[name].expect, JSON_TYPES[name].ok, *conversions)  # the schema's one type check
 
 
 KINDS = {  # by annotation ("X | None": the same kind, null allowed)
-    "str": Kind("a string", lambda v: isinstance(v, str)),
-    "int": Kind("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
-    "bool": Kind("true or false", lambda v: isinstance(v, bool)),
-    "tuple[str, ...]": Kind("a list of strings", _strs, list, tuple),
+    "str": _kind("str"), "int": _kind("int"), "bool": _kind("bool"),
+    "tuple[str, ...]": _kind("tuple[str, ...]", list, tuple),
     "tuple[BaseImage, ...]": Kind("a list of [ref, digest] pairs",
                                   lambda v: isinstance(v, list) and all(isinstance(p, list) and len(p) == 2
-                                                                        and _strs(p) for p in v),
+                                                                        and is_strings(p) for p in v),
                                   lambda bases: [[b.ref, b.digest] for b in bases],
                                   lambda pairs: tuple(BaseImage(*p) for p in pairs)),
 }

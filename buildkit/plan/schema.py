@@ -1,7 +1,10 @@
 """One schema checker for buildkit.toml (pure): the settings tables ([source], [build], ...: config.py)
 and the [profiles.NAME] tables (profiles.py) declare their keys as fields, key -> type, choices and any
 further rule, and are checked here. Each problem is one ConfigError line that says where: an unknown
-key (with the key meant), a wrong type, a value not among the choices, a broken rule."""
+key (with the key meant), a wrong type, a value not among the choices, a broken rule.
+
+Its type check (JSON_TYPES, by a field's annotation) is also the one of the inputs label (inputs.py KINDS)
+and of buildkit.lock's entries (release/lock.py), so all three say a wrong type in the same words."""
 
 from __future__ import annotations
 
@@ -11,7 +14,41 @@ from typing import Any, Callable, Iterable, Mapping, Protocol
 
 from buildkit.core.errors import ConfigError
 
-WANT = {str: "a string", bool: "true or false", int: "an integer", list: "a list of strings"}
+
+
+@dataclass(frozen=True)
+class JsonType:
+    """A value's type as TOML or JSON carries it: its check, and its words in an error."""
+    expect: str
+    ok: Callable[[Any], bool]
+
+
+def is_strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+# The one type check of what buildkit reads (buildkit.toml, the inputs label, buildkit.lock), by the Python
+# annotation of the field it becomes: tuple[str, ...] is a list of strings, and a bool is never an integer.
+JSON_TYPES: dict[str, JsonType] = {
+    "str": JsonType("a string", lambda v: isinstance(v, str)),
+    "int": JsonType("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    "bool": JsonType("true or false", lambda v: isinstance(v, bool)),
+    "tuple[str, ...]": JsonType("a list of strings", is_strings),
+    "dict": JsonType("an object", lambda v: isinstance(v, dict)),
+}
+
+
+def json_type(annotation: str) -> JsonType | None:
+    """The check of an annotation ("X | None" also takes null); None for one without a plain JSON form."""
+    base = annotation.removesuffix(" | None")
+    plain = JSON_TYPES.get(base)
+    if plain is None or base == annotation:
+        return plain
+    return JsonType(plain.expect + " or null", lambda v: v is None or plain.ok(v))
+
+
+_OF_SETTING = {str: "str", bool: "bool", int: "int", list: "tuple[str, ...]"}  # a Field's type (TOML's)
+WANT = {t: JSON_TYPES[name].expect for t, name in _OF_SETTING.items()}
 
 
 @dataclass(frozen=True)
@@ -62,9 +99,7 @@ def unknown_key(name: str, known: Iterable[str], where: str, *, list_known: bool
 
 
 def has_type(field: Spec, value: Any) -> bool:
-    if field.type is list:
-        return isinstance(value, list) and all(isinstance(v, str) for v in value)
-    return isinstance(value, field.type) and not (field.type is int and isinstance(value, bool))
+    return JSON_TYPES[_OF_SETTING[field.type]].ok(value)
 
 
 def check_choice(field: Spec, value: Any, where: str) -> Any:

@@ -21,6 +21,7 @@ from typing import Callable
 from buildkit.core.errors import LockError
 from buildkit.core.filelock import file_lock
 from buildkit.plan.inputs import INPUTS, NEEDED, BaseImage, BuildInputs, from_lock_entry
+from buildkit.plan.schema import JSON_TYPES, JsonType, json_type
 
 LOCK_VERSION = 1
 
@@ -73,29 +74,17 @@ def _kind(value) -> str:
             dict: "an object", type(None): "null"}.get(type(value), type(value).__name__)
 
 
-# What each field of an entry must be: a JSON type check per field of LockEntry (by its annotation).
-_STR, _INT, _BOOL, _STRS, _DICT = "a string", "an integer", "true or false", "a list of strings", "an object"
-_EXPECT = {"str": _STR, "int": _INT, "bool": _BOOL, "tuple[str, ...]": _STRS, "dict": _DICT,
-           "str | None": _STR + " or null", "dict | None": _DICT + " or null", "int | None": _INT + " or null",
-           "tuple[BaseImage, ...]": "a list of {ref, digest} objects"}
+# What each field of an entry must be: the schema's JSON type check of its annotation; base images are
+# the lock's own form of them ({ref, digest} objects; the inputs label has [ref, digest] pairs).
+_BASE_IMAGES = JsonType("a list of {ref, digest} objects",
+                        lambda v: isinstance(v, list) and all(isinstance(b, dict) and set(b) == {"ref", "digest"}
+                                                              and all(isinstance(s, str) for s in b.values())
+                                                              for b in v))
+_STRS = JSON_TYPES["tuple[str, ...]"]
 
 
-def _valid(expect: str, value) -> bool:
-    if expect.endswith(" or null") and value is None:
-        return True
-    base = expect.removesuffix(" or null")
-    if base == _STR:
-        return isinstance(value, str)
-    if base == _INT:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if base == _BOOL:
-        return isinstance(value, bool)
-    if base == _STRS:
-        return isinstance(value, list) and all(isinstance(v, str) for v in value)
-    if base == _DICT:
-        return isinstance(value, dict)
-    return (isinstance(value, list) and all(isinstance(b, dict) and set(b) == {"ref", "digest"}
-                                            and all(isinstance(v, str) for v in b.values()) for b in value))
+def _expected(annotation: str) -> JsonType | None:
+    return _BASE_IMAGES if annotation == "tuple[BaseImage, ...]" else json_type(annotation)
 
 
 def check_entry(data, where: str, complete: bool = True) -> None:
@@ -112,9 +101,9 @@ def check_entry(data, where: str, complete: bool = True) -> None:
             if complete and spec.default is MISSING and spec.default_factory is MISSING:
                 raise LockError(f"{where}: the key {name!r} is missing")
             continue
-        expect = _EXPECT.get(str(spec.type))
-        if expect is not None and not _valid(expect, data[name]):
-            raise LockError(f"{where}.{name}: expected {expect}, got {_kind(data[name])}")
+        expect = _expected(str(spec.type))
+        if expect is not None and not expect.ok(data[name]):
+            raise LockError(f"{where}.{name}: expected {expect.expect}, got {_kind(data[name])}")
 
 
 def check_lock(data, path: Path) -> dict:
@@ -247,8 +236,8 @@ def check_index(data, where: str) -> None:
         if not isinstance(item, dict) or set(item) != names or not all(isinstance(v, str) for v in item.values()):
             raise LockError(f"{where}.platforms[{i}]: expected an object of {', '.join(sorted(names))} (strings)")
     for name in ("tags", "pushed"):
-        if name in data and not _valid(_STRS, data[name]):
-            raise LockError(f"{where}.{name}: expected {_STRS}, got {_kind(data[name])}")
+        if name in data and not _STRS.ok(data[name]):
+            raise LockError(f"{where}.{name}: expected {_STRS.expect}, got {_kind(data[name])}")
 
 
 def index_from_dict(data: dict, where: str = "lock index") -> IndexEntry:
