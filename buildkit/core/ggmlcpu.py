@@ -95,7 +95,8 @@ X86 = GgmlCpu(
     levels=(
         SingleLevel("x86-64-v2", "x86-64-v2: SSE4.2", ("SSE42",)),
         SingleLevel("x86-64-v3", "x86-64-v3: AVX, AVX2, BMI2, FMA, F16C (Haswell, Zen 1 and later)", X86_V3),
-        SingleLevel("x86-64-v4", "x86-64-v4: v3 + AVX-512 F/CD/VL/DQ/BW (Skylake-X, Zen 4 and later)",
+        SingleLevel("x86-64-v4", "x86-64-v4: v3 + AVX-512 F/CD/VL/DQ/BW (Skylake-X, Zen 4 and later); "
+                    "no VNNI or AMX: prompts at about 1/3 of `all` on Sapphire Rapids (docs/bench.md)",
                     X86_V3 + ("AVX512",)),
     ),
     gcc_for={})
