@@ -29,6 +29,7 @@ from buildkit.engine.api import get_engine
 from buildkit.engine.dockerengine import MIN_BUILDX, parse_buildx_version  # noqa: F401  (re-exported)
 from buildkit.engine.runner import wants_tty
 from buildkit.engine.specs import BuildSession, BuildSpec
+from buildkit.plan.cpulevels import LEVELS
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,15 @@ def oci_archive_path(options: BuildOptions, metadata_file: Path) -> Path:
     return options.oci_archive or metadata_file.parent / "image.oci.tar"
 
 
+# The CPU levels named for a CPU whose -march needs a GCC newer than the bases' own (plan/cpulevels.py)
+_NEWER_GCC = {lv.name: lv for lv in LEVELS.values() if lv.gcc}
+
 # Failures with a known cause, and what to do: (pattern in the build's output, the hint).
 KNOWN_FAILURES = (
+    *((re.compile(rf"E: (?:Unable to locate package |Package '?)g(?:cc|\+\+)-{lv.gcc}\b"),
+       f"the build base has no GCC {lv.gcc} package, which cpu level {name} needs (-march={lv.march or lv.arm_arch}): "
+       f"use a base whose archive has it (Ubuntu 24.04, the default, or Debian 13), or another --cpu-level")
+      for name, lv in _NEWER_GCC.items()),
     (re.compile(r"E: (?:Unable to locate package |Package '?)g(?:cc|\+\+)-1[4-9]\b"),
      "the build base has no GCC 14 package, which llama.cpp's armv9.2 (SME) CPU variants need (cpu level all "
      "for arm64): use a base whose archive has it (Ubuntu 24.04, the default, or Debian 13), "
@@ -88,6 +96,10 @@ KNOWN_FAILURES = (
      "cpu level all for arm64 (buildkit installs GCC 14 for the variants ggml/src/CMakeLists.txt declares; "
      "this tree declares them elsewhere): use a base image with GCC 14 or newer (Debian 13), "
      "or --cpu-level armv8.6 (or armv8.2)"),
+    # a named CPU's -march that the build stage's GCC lacks (x86's GCC says bad value, AArch64's unknown value)
+    (re.compile(r"(?:bad|unknown) value [‘'](\w[\w-]*)[’'] for [‘']-march=?[’']"),
+     "the build stage's GCC does not know the -march of the cpu level (znver4 needs GCC 13): use a base "
+     "with a newer GCC (Ubuntu 24.04, the default, or Debian 13), or another --cpu-level"),
 )
 
 
