@@ -103,6 +103,9 @@ KNOWN_FAILURES = (
 )
 
 
+_APT_ERROR = re.compile(r"(?:^|\s)E: ")
+
+
 def known_failure(lines: Sequence[str]) -> str | None:
     """The hint for a failure with a known cause, else None."""
     for pattern, hint in KNOWN_FAILURES:
@@ -154,7 +157,8 @@ def run_build(spec: BuildSpec, session: BuildSession, *, stream=None,
 
     def on_line(clean: str) -> None:
         tail.append(clean)
-        if "error" in clean and len(hints) < 200:
+        # error lines, and apt's (E: Unable to locate package gcc-13), whose known causes have a hint
+        if ("error" in clean or _APT_ERROR.search(clean)) and len(hints) < 200:
             hints.append(clean)
         if "Hits:" in clean or "cache hit" in clean or "cache miss" in clean:
             stats_lines.append(clean)

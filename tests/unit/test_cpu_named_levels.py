@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from buildkit.engine.api import use_engine
-from buildkit.engine.buildx import known_failure
+from buildkit.core.errors import BuildError
+from buildkit.engine.api import Finished, use_engine
+from buildkit.engine.buildx import known_failure, run_build
+from buildkit.engine.specs import BuildSession, BuildSpec
 from buildkit.flows.pipeline import check_build_machine, inputs_record
 from buildkit.flows.record import from_labels
 from buildkit.flows.reproduce import overrides_for
@@ -232,3 +234,23 @@ def test_help_and_the_error_of_an_unknown_level_describe_every_level(tmp_path):
         assert f"{level.name}: {level.description}" in unknown.stderr
     assert "neoverse-v2: (linux/arm64) armv9-a+dotprod+fp16+sve+i8mm+sve2+bf16 (Neoverse V2: NVIDIA Grace" \
         in unknown.stderr
+
+
+class AptFails(FakeEngine):
+    """A build whose apt step finds no gcc-13 package, the way buildx prints it."""
+
+    def build(self, spec, session, on_line, *, stream, tty=False):
+        for line in ("#9 [build 2/6] RUN apt-get update && apt-get install -y gcc-13 g++-13",
+                     "#9 2.104 E: Unable to locate package gcc-13", "#9 2.104 E: Unable to locate package g++-13",
+                     "#9 ERROR: process \"/bin/sh -c apt-get update\" did not complete successfully: exit code: 100",
+                     "ERROR: failed to solve: process did not complete successfully: exit code: 100"):
+            on_line(line)
+        return Finished(code=1, seconds=1.0, tty=False)
+
+
+def test_the_build_error_of_a_base_without_gcc_13_is_the_one_line_remedy(tmp_path):
+    spec = BuildSpec(context=tmp_path, dockerfile=tmp_path / "Dockerfile", tags=("x:cpu-znver4",))
+    with use_engine(AptFails()), pytest.raises(BuildError) as failed:
+        run_build(spec, BuildSession(progress="plain"), stream=io.StringIO())
+    message = str(failed.value)
+    assert "\n" not in message and "GCC 13" in message and "cpu level znver4" in message
