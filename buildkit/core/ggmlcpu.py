@@ -111,9 +111,11 @@ X86 = GgmlCpu(
         SingleLevel("sapphirerapids", "-march=sapphirerapids: v4 + AVX-512 VNNI/BF16/VBMI/FP16, AVX-VNNI, AMX "
                     "(Intel Xeon 4th gen and later); prompts at native speed on Sapphire Rapids (docs/bench.md)",
                     X86_SAPPHIRERAPIDS, march="sapphirerapids"),
-        # GCC 13 (and 12.3) added znver4: Debian 12's 12.2 lacks it, Ubuntu 24.04's 13 has it
+        # GCC 13 (and 12.3) added znver4, which Debian 12's 12.2 lacks: the build installs GCC 14, the release
+        # both default-able bases carry (Ubuntu 24.04 in universe, Debian 13 as its own), as for arm64's SME
         SingleLevel("znver4", "-march=znver4: v4 + AVX-512 VNNI/BF16/VBMI/IFMA (AMD Zen 4: EPYC Genoa, Ryzen "
-                    "7000, and later); needs GCC 13", X86_ZEN4, march="znver4", gcc=13),
+                    "7000, and later); compiled with GCC 14, which the build stage installs", X86_ZEN4,
+                    march="znver4", gcc=14),
     ),
     gcc_for={})
 

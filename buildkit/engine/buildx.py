@@ -29,7 +29,7 @@ from buildkit.engine.api import get_engine
 from buildkit.engine.dockerengine import MIN_BUILDX, parse_buildx_version  # noqa: F401  (re-exported)
 from buildkit.engine.runner import wants_tty
 from buildkit.engine.specs import BuildSession, BuildSpec
-from buildkit.plan.cpulevels import LEVELS
+from buildkit.plan.cpulevels import LEVELS, fallback
 
 
 @dataclass(frozen=True)
@@ -78,19 +78,15 @@ def oci_archive_path(options: BuildOptions, metadata_file: Path) -> Path:
     return options.oci_archive or metadata_file.parent / "image.oci.tar"
 
 
-# The CPU levels named for a CPU whose -march needs a GCC newer than the bases' own (plan/cpulevels.py)
-_NEWER_GCC = {lv.name: lv for lv in LEVELS.values() if lv.gcc}
+# The CPU levels named for a CPU whose -march needs the GCC release the build stage installs (plan/cpulevels.py)
+_NEWER_GCC = " and ".join(f"cpu level {lv.name} (else --cpu-level {fallback(lv)})" for lv in LEVELS.values() if lv.gcc)
 
 # Failures with a known cause, and what to do: (pattern in the build's output, the hint).
 KNOWN_FAILURES = (
-    *((re.compile(rf"E: (?:Unable to locate package |Package '?)g(?:cc|\+\+)-{lv.gcc}\b"),
-       f"the build base has no GCC {lv.gcc} package, which cpu level {name} needs (-march={lv.march or lv.arm_arch}): "
-       f"use a base whose archive has it (Ubuntu 24.04, the default, or Debian 13), or another --cpu-level")
-      for name, lv in _NEWER_GCC.items()),
     (re.compile(r"E: (?:Unable to locate package |Package '?)g(?:cc|\+\+)-1[4-9]\b"),
      "the build base has no GCC 14 package, which llama.cpp's armv9.2 (SME) CPU variants need (cpu level all "
-     "for arm64): use a base whose archive has it (Ubuntu 24.04, the default, or Debian 13), "
-     "or --cpu-level armv8.6 (or armv8.2)"),
+     f"for arm64; else --cpu-level armv8.6 or armv8.2), and {_NEWER_GCC}: use a base whose archive has it "
+     "(Ubuntu 24.04, the default, or Debian 13)"),
     (re.compile(r"unknown value 'armv9[.0-9]*-a[^']*\+sme[^']*' for '-march'"),
      "the build stage's GCC is older than 14 and cannot compile the tree's armv9.2 (SME) CPU variants of "
      "cpu level all for arm64 (buildkit installs GCC 14 for the variants ggml/src/CMakeLists.txt declares; "
@@ -98,7 +94,7 @@ KNOWN_FAILURES = (
      "or --cpu-level armv8.6 (or armv8.2)"),
     # a named CPU's -march that the build stage's GCC lacks (x86's GCC says bad value, AArch64's unknown value)
     (re.compile(r"(?:bad|unknown) value [‘'](\w[\w-]*)[’'] for [‘']-march=?[’']"),
-     "the build stage's GCC does not know the -march of the cpu level (znver4 needs GCC 13): use a base "
+     "the build stage's GCC does not know the -march of the cpu level (znver4 needs GCC 13 or newer): use a base "
      "with a newer GCC (Ubuntu 24.04, the default, or Debian 13), or another --cpu-level"),
 )
 
@@ -157,7 +153,7 @@ def run_build(spec: BuildSpec, session: BuildSession, *, stream=None,
 
     def on_line(clean: str) -> None:
         tail.append(clean)
-        # error lines, and apt's (E: Unable to locate package gcc-13), whose known causes have a hint
+        # error lines, and apt's (E: Unable to locate package gcc-14), whose known causes have a hint
         if ("error" in clean or _APT_ERROR.search(clean)) and len(hints) < 200:
             hints.append(clean)
         if "Hits:" in clean or "cache hit" in clean or "cache miss" in clean:

@@ -13,7 +13,7 @@ reproducible build has no AVX at all. So every level passes every relevant GGML_
     sapphirerapids  a named CPU of x86-64: one libggml-cpu.so, every C/C++ compile with -march=<name>
     znver4          (CMAKE_C_FLAGS, CMAKE_CXX_FLAGS: ggml has no x86 -march option) and the GGML_<feature>
                     options that -march turns on (so ggml's feature check refuses a CPU without them);
-                    znver4 needs GCC 13, which the build stage installs (gcc_needed)
+                    znver4 needs GCC 13: the build stage installs GCC 14 (gcc_needed)
     armv8.2    arm64: one libggml-cpu.so built with GGML_CPU_ARM_ARCH (armv8.2-a+dotprod+fp16,
     armv8.6    armv8.6-a+dotprod+fp16+sve+i8mm: upstream's armv8.2_2 and armv8.6_1 variants;
     neoverse-v2  armv9-a+dotprod+fp16+sve+i8mm+sve2+bf16: Grace, GB10)
@@ -118,13 +118,17 @@ def gcc_line(level: CpuLevel, platform: str) -> str | None:
     shown before the build), or None."""
     if not level.gcc:
         return None
-    # the widest level of the same platform that the base's own GCC compiles and the CPU runs
+    return (f"cpu level {level.name}: Debian 12's GCC 12.2 does not know -march={level.march or level.arm_arch}; "
+            f"the build stage installs GCC {level.gcc} (gcc-{level.gcc}, g++-{level.gcc}) from the base's archive and "
+            f"compiles with it (Ubuntu 24.04, the default, and Debian 13 have it; on Debian 12 use --cpu-level "
+            f"{fallback(level)})")
+
+
+def fallback(level: CpuLevel) -> str:
+    """The widest level of the same platform that every base's own GCC compiles and the level's CPU runs."""
     within = [lv for lv in LEVELS.values() if lv.platform_arch == level.platform_arch and not lv.gcc
               and not lv.march and set(lv.features) <= set(level.features)]
-    fallback = max(within, key=lambda lv: len(lv.features)).name if within else "none"
-    return (f"cpu level {level.name}: -march={level.march or level.arm_arch} needs GCC {level.gcc} or newer; "
-            f"the build stage installs gcc-{level.gcc} and g++-{level.gcc} from the base's archive (Ubuntu 24.04, "
-            f"the default, has them; Debian 12 does not: use Debian 13, or --cpu-level {fallback})")
+    return max(within, key=lambda lv: len(lv.features)).name if within else "none"
 
 
 def variant_suffix(level: CpuLevel, cuda: bool) -> str:
