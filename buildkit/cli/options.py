@@ -13,6 +13,11 @@ import click
 
 from buildkit.plan.config import find_config_file, load_config, parse_set_option, unknown_variables
 from buildkit.core.errors import BuildkitError
+from buildkit.plan.cpulevels import LEVELS as CPU_LEVELS
+
+# --cpu-level: every level on a line of its own (\b: click keeps the lines as they are)
+CPU_LEVEL_HELP = "CPU instruction sets [build.cpu_level], all by default:\n\n\b\n" + "\n".join(
+    f"{lv.name}: {lv.description}" for lv in CPU_LEVELS.values())
 
 
 # CLI flag -> config key. Each flag overrides buildkit.toml and LLAMA_BUILDKIT_* variables.
@@ -111,8 +116,7 @@ _SHARED_OPTIONS = [
                           "under the engine's emulation (QEMU via binfmt_misc, registered beforehand), e.g. an "
                           "arm64 Mac's build of an amd64 image, proven on an amd64 machine; many times slower "
                           "[build.emulate_build_platform]."),
-        _o("--cpu-level", help="CPU instruction sets: all (default), x86-64-v2/v3/v4, armv8.2, armv8.6, "
-                                         "native, none [build.cpu_level]."),
+        _o("--cpu-level", help=CPU_LEVEL_HELP),
         _o("--no-vmm/--vmm", "vmm", default=None,
                      help="GGML_CUDA_NO_VMM on (default) or off; off links the libcuda stub [build.no_vmm]."),
         _o("--jobs", type=int, help="Parallel compile jobs, 0 = all cores [build.jobs]."),

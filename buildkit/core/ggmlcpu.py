@@ -15,7 +15,10 @@ class SingleLevel:
     name: str
     summary: str
     features: tuple[str, ...] = ()  # ggml's GGML_<feature> options turned on
-    march: str = ""  # the family's -march option value (GGML_CPU_ARM_ARCH)
+    # the -march value: the family's march_option takes it (GGML_CPU_ARM_ARCH); a family without one (x86)
+    # gets it in CMAKE_C_FLAGS and CMAKE_CXX_FLAGS (a level named for a CPU: -march=sapphirerapids)
+    march: str = ""
+    gcc: int = 0  # the first GCC release whose -march knows it, when the bases' own may not (0: every one does)
 
 
 @dataclass(frozen=True, eq=False)
@@ -40,6 +43,11 @@ class GgmlCpu:
 X86_FEATURES = ("SSE42", "AVX", "AVX2", "BMI2", "AVX_VNNI", "FMA", "F16C", "AVX512", "AVX512_VBMI",
                 "AVX512_VNNI", "AVX512_BF16", "AMX_TILE", "AMX_INT8", "AMX_BF16")
 X86_V3 = ("SSE42", "AVX", "AVX2", "BMI2", "FMA", "F16C")
+X86_V4 = X86_V3 + ("AVX512",)
+# the ggml features that GCC's -march of a named CPU turns on (gcc -march=NAME -Q --help=target): the level
+# passes them ON too, so ggml's own feature check (its score) refuses the backend on a CPU that lacks them
+X86_ZEN4 = X86_V4 + ("AVX512_VBMI", "AVX512_VNNI", "AVX512_BF16")
+X86_SAPPHIRERAPIDS = X86_ZEN4 + ("AVX_VNNI", "AMX_TILE", "AMX_INT8", "AMX_BF16")
 
 # GGML_CPU_ALL_VARIANTS: upstream's variants and their features (ggml/src/CMakeLists.txt).
 X86_VARIANTS: dict[str, tuple[str, ...]] = {
@@ -97,7 +105,17 @@ X86 = GgmlCpu(
         SingleLevel("x86-64-v3", "x86-64-v3: AVX, AVX2, BMI2, FMA, F16C (Haswell, Zen 1 and later)", X86_V3),
         SingleLevel("x86-64-v4", "x86-64-v4: v3 + AVX-512 F/CD/VL/DQ/BW (Skylake-X, Zen 4 and later); "
                     "no VNNI or AMX: prompts at about 1/3 of `all` on Sapphire Rapids (docs/bench.md)",
-                    X86_V3 + ("AVX512",)),
+                    X86_V4),
+        # named CPUs: -march=<name> for every C and C++ compile (x86 has no ggml option for -march), with its
+        # tuning; reproducible on any build machine, unlike native. The whole image then needs that CPU.
+        SingleLevel("sapphirerapids", "-march=sapphirerapids: v4 + AVX-512 VNNI/BF16/VBMI/FP16, AVX-VNNI, AMX "
+                    "(Intel Xeon 4th gen and later); prompts at native speed on Sapphire Rapids (docs/bench.md)",
+                    X86_SAPPHIRERAPIDS, march="sapphirerapids"),
+        # GCC 13 (and 12.3) added znver4, which Debian 12's 12.2 lacks: the build installs GCC 14, the release
+        # both default-able bases carry (Ubuntu 24.04 in universe, Debian 13 as its own), as for arm64's SME
+        SingleLevel("znver4", "-march=znver4: v4 + AVX-512 VNNI/BF16/VBMI/IFMA (AMD Zen 4: EPYC Genoa, Ryzen "
+                    "7000, and later); compiled with GCC 14, which the build stage installs", X86_ZEN4,
+                    march="znver4", gcc=14),
     ),
     gcc_for={})
 
@@ -113,6 +131,11 @@ ARM = GgmlCpu(
         SingleLevel("armv8.2", "armv8.2-a+dotprod+fp16 (Graviton2, Ampere Altra)", march="armv8.2-a+dotprod+fp16"),
         SingleLevel("armv8.6", "armv8.6-a+dotprod+fp16+sve+i8mm (Graviton3 class)",
                     march="armv8.6-a+dotprod+fp16+sve+i8mm"),
+        # Neoverse V2 is Armv9.0-A with SVE2, i8mm, bf16: GCC knows no -march=neoverse-v2 (only -mcpu, from
+        # GCC 13 and 12.3), so its -march is spelled out; GCC 12 knows armv9-a. Every extension is named,
+        # those armv9-a implies too, so that verify reads the level's features from the string.
+        SingleLevel("neoverse-v2", "armv9-a+dotprod+fp16+sve+i8mm+sve2+bf16 (Neoverse V2: NVIDIA Grace, "
+                    "Graviton4; runs on GB10)", march="armv9-a+dotprod+fp16+sve+i8mm+sve2+bf16"),
     ),
     # -march=armv9.2-a+sme (the armv9.2 variants): GCC 14; Debian 12 has 12, Ubuntu 24.04 13 by default
     gcc_for={"SME": 14})

@@ -29,6 +29,7 @@ from buildkit.engine.api import get_engine
 from buildkit.engine.dockerengine import MIN_BUILDX, parse_buildx_version  # noqa: F401  (re-exported)
 from buildkit.engine.runner import wants_tty
 from buildkit.engine.specs import BuildSession, BuildSpec
+from buildkit.plan.cpulevels import LEVELS, fallback
 
 
 @dataclass(frozen=True)
@@ -77,18 +78,28 @@ def oci_archive_path(options: BuildOptions, metadata_file: Path) -> Path:
     return options.oci_archive or metadata_file.parent / "image.oci.tar"
 
 
+# The CPU levels named for a CPU whose -march needs the GCC release the build stage installs (plan/cpulevels.py)
+_NEWER_GCC = " and ".join(f"cpu level {lv.name} (else --cpu-level {fallback(lv)})" for lv in LEVELS.values() if lv.gcc)
+
 # Failures with a known cause, and what to do: (pattern in the build's output, the hint).
 KNOWN_FAILURES = (
     (re.compile(r"E: (?:Unable to locate package |Package '?)g(?:cc|\+\+)-1[4-9]\b"),
      "the build base has no GCC 14 package, which llama.cpp's armv9.2 (SME) CPU variants need (cpu level all "
-     "for arm64): use a base whose archive has it (Ubuntu 24.04, the default, or Debian 13), "
-     "or --cpu-level armv8.6 (or armv8.2)"),
+     f"for arm64; else --cpu-level armv8.6 or armv8.2), and {_NEWER_GCC}: use a base whose archive has it "
+     "(Ubuntu 24.04, the default, or Debian 13)"),
     (re.compile(r"unknown value 'armv9[.0-9]*-a[^']*\+sme[^']*' for '-march'"),
      "the build stage's GCC is older than 14 and cannot compile the tree's armv9.2 (SME) CPU variants of "
      "cpu level all for arm64 (buildkit installs GCC 14 for the variants ggml/src/CMakeLists.txt declares; "
      "this tree declares them elsewhere): use a base image with GCC 14 or newer (Debian 13), "
      "or --cpu-level armv8.6 (or armv8.2)"),
+    # a named CPU's -march that the build stage's GCC lacks (x86's GCC says bad value, AArch64's unknown value)
+    (re.compile(r"(?:bad|unknown) value [‘'](\w[\w-]*)[’'] for [‘']-march=?[’']"),
+     "the build stage's GCC does not know the -march of the cpu level (znver4 needs GCC 13 or newer): use a base "
+     "with a newer GCC (Ubuntu 24.04, the default, or Debian 13), or another --cpu-level"),
 )
+
+
+_APT_ERROR = re.compile(r"(?:^|\s)E: ")
 
 
 def known_failure(lines: Sequence[str]) -> str | None:
@@ -142,7 +153,8 @@ def run_build(spec: BuildSpec, session: BuildSession, *, stream=None,
 
     def on_line(clean: str) -> None:
         tail.append(clean)
-        if "error" in clean and len(hints) < 200:
+        # error lines, and apt's (E: Unable to locate package gcc-14), whose known causes have a hint
+        if ("error" in clean or _APT_ERROR.search(clean)) and len(hints) < 200:
             hints.append(clean)
         if "Hits:" in clean or "cache hit" in clean or "cache miss" in clean:
             stats_lines.append(clean)

@@ -33,6 +33,7 @@ from buildkit.engine.baseimages import BaseSource, check_base_platforms, resolve
 from buildkit.plan.buildkey import key_of
 from buildkit.engine.buildx import BuildOptions, BuildResult, check_buildx, image_store
 from buildkit.plan.config import ResolvedConfig
+from buildkit.plan.cpulevels import gcc_line
 from buildkit.verify.cpuhost import host_cpu_id
 from buildkit.source.cudaroot import ensure_cuda_root, read_manifest, runtime_subset
 from buildkit.core.errors import BuildkitError, ConfigError, CudaRootError
@@ -320,7 +321,8 @@ def last_build_seconds(cfg: ResolvedConfig, request: BuildRequest) -> float | No
 
 def check_build_machine(request: BuildRequest, stream=None, *, warn: bool = True) -> None:
     """Stop a cross build planned for another build machine (unless its emulation is asked for, and a
-    binfmt_misc handler can run that machine's programs); say so when the compile will be emulated."""
+    binfmt_misc handler can run that machine's programs); say so when the compile will be emulated, and when
+    the CPU level's -march needs a newer GCC than the base may have (cpulevels.gcc_line)."""
     engine = engine_platform(get_engine().arch())
     line = judge_build_machine(request.build_platform, request.platform, engine,
                                emulate=request.emulate_build_platform)
@@ -333,6 +335,9 @@ def check_build_machine(request: BuildRequest, stream=None, *, warn: bool = True
                               "first (qemu-user-static with binfmt_misc), or build on that machine")
     if line and warn:
         (stream or sys.stderr).write(f"buildkit: warning: {line}\n")
+    note = gcc_line(request.cpu_level, request.platform)
+    if note and warn:
+        (stream or sys.stderr).write(f"buildkit: {note}\n")
 
 
 def build(cfg: ResolvedConfig, *, extra_tags: tuple[str, ...] = (), verify: bool = True,

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from buildkit.plan.archs import Arch, check_cuda_release, check_cuda_support, check_platform, default_platform, get_arch
 from buildkit.plan.config import PLATFORM_FOLLOWS, ResolvedConfig
-from buildkit.plan.cpulevels import CpuLevel, cmake_flags as cpu_cmake_flags, gcc_needed, get_level, variant_suffix
+from buildkit.plan.cpulevels import (CpuLevel, cmake_flags as cpu_cmake_flags, compiler_flags, gcc_needed, get_level,
+                                     variant_suffix)
 from buildkit.core.errors import ConfigError
 from buildkit.oci.imageref import InvalidReference, parse_image_ref
 from buildkit.plan.inputs import OCI, request_inputs
@@ -246,6 +247,10 @@ def cmake_args(request: BuildRequest, source: SourceFacts) -> tuple[str, ...]:
         f"-DLLAMA_BUILD_NUMBER={source.build_number}",
     ]
     extra = list(request.extra_cmake_args)
+    for var, _ in compiler_flags(request.cpu_level):
+        # a named CPU's -march (cpulevels.compiler_flags): the same variable of build.cmake_args is kept after it
+        # instead of replacing it
+        args, extra = _joined(args, extra, f"-D{var}=")
     if request.arch.is_cuda:
         args += [
             "-DGGML_CUDA=ON",
@@ -273,6 +278,14 @@ def cmake_args(request: BuildRequest, source: SourceFacts) -> tuple[str, ...]:
         if exe_link:
             args.append(f"-DCMAKE_EXE_LINKER_FLAGS=-Wl,{','.join(exe_link)}")
     return tuple(args) + tuple(extra)
+
+
+def _joined(args: list[str], extra: list[str], prefix: str) -> tuple[list[str], list[str]]:
+    """args' `prefix` flag with the values of extra's same flags after its own, and extra without them."""
+    theirs = [a[len(prefix):] for a in extra if a.startswith(prefix)]
+    joined = [" ".join([a[len(prefix):], *filter(None, theirs)]) for a in args if a.startswith(prefix)]
+    return ([prefix + joined[0] if a.startswith(prefix) else a for a in args],
+            [a for a in extra if not a.startswith(prefix)])
 
 
 def ccache_id(request: BuildRequest) -> str:

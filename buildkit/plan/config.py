@@ -36,6 +36,7 @@ class Key:
     help: str
     choices: tuple[str, ...] = ()
     rule: Callable[[Any], str | None] | None = None  # a further check (schema.Field); none of ours has one
+    choice_help: str = ""  # the choices with a line each, for the error of a value not among them
 
     @property
     def env_var(self) -> str:
@@ -44,7 +45,8 @@ class Key:
 
 # Every key is declared once, as a typed field of its section (options.py); the schema is derived from them.
 KEYS: tuple[Key, ...] = tuple(Key(d.name, d.toml_type, list(d.setting.default) if d.toml_type is list
-                                  else d.setting.default, d.setting.help, d.setting.choices) for d in declared())
+                                  else d.setting.default, d.setting.help, d.setting.choices,
+                                  choice_help=d.setting.choice_help) for d in declared())
 KEY_BY_NAME: dict[str, Key] = {k.name: k for k in KEYS}
 # The LLAMA_BUILDKIT_* variables that are not settings (tests/unit/test_config.py finds every one in the code).
 OTHER_VARIABLES: dict[str, str] = {

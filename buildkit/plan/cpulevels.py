@@ -10,8 +10,13 @@ reproducible build has no AVX at all. So every level passes every relevant GGML_
     x86-64-v2  one libggml-cpu.so (GGML_BACKEND_DL) for that x86-64 psABI level (v2: SSE4.2,
     x86-64-v3  v3: AVX, AVX2, BMI2, FMA, F16C; v4: v3 + AVX-512 F/CD/VL/DQ/BW)
     x86-64-v4
+    sapphirerapids  a named CPU of x86-64: one libggml-cpu.so, every C/C++ compile with -march=<name>
+    znver4          (CMAKE_C_FLAGS, CMAKE_CXX_FLAGS: ggml has no x86 -march option) and the GGML_<feature>
+                    options that -march turns on (so ggml's feature check refuses a CPU without them);
+                    znver4 needs GCC 13: the build stage installs GCC 14 (gcc_needed)
     armv8.2    arm64: one libggml-cpu.so built with GGML_CPU_ARM_ARCH (armv8.2-a+dotprod+fp16,
-    armv8.6    armv8.6-a+dotprod+fp16+sve+i8mm: upstream's armv8.2_2 and armv8.6_1 variants)
+    armv8.6    armv8.6-a+dotprod+fp16+sve+i8mm: upstream's armv8.2_2 and armv8.6_1 variants;
+    neoverse-v2  armv9-a+dotprod+fp16+sve+i8mm+sve2+bf16: Grace, GB10)
     native     GGML_NATIVE=ON: -march=native of the build machine. Not reproducible across
                machines, and the image may not start (SIGILL) on an older CPU
     none       no instruction set beyond the platform's baseline (x86-64: SSE2; arm64: armv8-a,
@@ -40,6 +45,14 @@ class CpuLevel:
     features: tuple[str, ...] = ()  # x86: ggml's GGML_<feature> options turned on
     arm_arch: str = ""  # GGML_CPU_ARM_ARCH
     reproducible: bool = True  # False: the code depends on the machine that builds it
+    march: str = ""  # a named CPU of a family without an -march option (x86): -march=<march> in the C/C++ flags
+    gcc: int | None = None  # the GCC release that knows the -march, when the bases' own may not
+
+    @property
+    def description(self) -> str:
+        """Its one line for `--help` and errors: the platform it is for, and its summary."""
+        where = f"(linux/{self.platform_arch}) " if self.platform_arch else ""
+        return where + self.summary.removeprefix(f"{self.name}: ")
 
     @property
     def all_variants(self) -> bool:
@@ -58,7 +71,9 @@ class CpuLevel:
 LEVELS: dict[str, CpuLevel] = {lv.name: lv for lv in (
     CpuLevel("all", None, "every variant of the platform (GGML_CPU_ALL_VARIANTS), the best loaded at start-up"),
     # the single levels of each platform's instruction-set family (core/ggmlcpu.py), in the catalogue's order
-    *(CpuLevel(single.name, p.docker, single.summary, single.features, single.march)
+    *(CpuLevel(single.name, p.docker, single.summary, single.features,
+               arm_arch=single.march if p.cpu.march_option else "",
+               march="" if p.cpu.march_option else single.march, gcc=single.gcc or None)
       for p in ARCHES.values() if p.cpu for single in p.cpu.levels),
     CpuLevel("native", None, "-march=native of the build machine: NOT reproducible across machines",
              reproducible=False),
@@ -81,7 +96,7 @@ def family(platform: str) -> GgmlCpu | None:
 def get_level(name: str, platform: str) -> CpuLevel:
     level = LEVELS.get(str(name).strip().lower())
     if level is None:
-        raise ConfigError(f"build.cpu_level {name!r} is not one of {', '.join(LEVELS)}")
+        raise ConfigError(f"build.cpu_level {name!r} is not one of: {described()}")
     arch = platform_arch(platform)
     if family(platform) is None and level.name != "none":
         with_levels = " and ".join(p.name for p in ARCHES.values() if p.cpu)
@@ -91,6 +106,29 @@ def get_level(name: str, platform: str) -> CpuLevel:
         raise ConfigError(f"build.cpu_level {level.name} is for linux/{level.platform_arch}, "
                           f"but build.platform is {platform}")
     return level
+
+
+def described() -> str:
+    """Every level with its one-line description, on one line (an error's, `--cpu-level`'s help)."""
+    return "; ".join(f"{lv.name}: {lv.description}" for lv in LEVELS.values())
+
+
+def gcc_line(level: CpuLevel, platform: str) -> str | None:
+    """What the build stage does for a level whose -march needs a newer GCC than the base may have (one line,
+    shown before the build), or None."""
+    if not level.gcc:
+        return None
+    return (f"cpu level {level.name}: Debian 12's GCC 12.2 does not know -march={level.march or level.arm_arch}; "
+            f"the build stage installs GCC {level.gcc} (gcc-{level.gcc}, g++-{level.gcc}) from the base's archive and "
+            f"compiles with it (Ubuntu 24.04, the default, and Debian 13 have it; on Debian 12 use --cpu-level "
+            f"{fallback(level)})")
+
+
+def fallback(level: CpuLevel) -> str:
+    """The widest level of the same platform that every base's own GCC compiles and the level's CPU runs."""
+    within = [lv for lv in LEVELS.values() if lv.platform_arch == level.platform_arch and not lv.gcc
+              and not lv.march and set(lv.features) <= set(level.features)]
+    return max(within, key=lambda lv: len(lv.features)).name if within else "none"
 
 
 def variant_suffix(level: CpuLevel, cuda: bool) -> str:
@@ -114,7 +152,16 @@ def cmake_flags(level: CpuLevel, platform: str) -> tuple[str, ...]:
         if cpu.march_option:
             march = level.arm_arch or (cpu.baseline_march if level.name == "none" else "")
             args.append(f"-D{cpu.march_option}={march}")
+    args += [f"-D{var}={flag}" for var, flag in compiler_flags(level)]
     return tuple(args)
+
+
+def compiler_flags(level: CpuLevel) -> tuple[tuple[str, str], ...]:
+    """(CMake variable, flag) of a named CPU's -march: every C and C++ compile gets it (no other -mtune than
+    what -march implies); () for every other level, whose flags are ggml's options only."""
+    if not level.march:
+        return ()
+    return (("CMAKE_C_FLAGS", f"-march={level.march}"), ("CMAKE_CXX_FLAGS", f"-march={level.march}"))
 
 
 # Variants of other operating systems in the same CMake file (not built for a Linux image)
@@ -126,6 +173,8 @@ def gcc_needed(level: CpuLevel, platform: str, declared: tuple[tuple[str, tuple[
     Linux variant the tree declares (source/cpuvariants.py), and a feature whose -march the bases' GCC lacks
     needs the family's release for it (arm64's SME: GCC 14, core/ggmlcpu.py `gcc_for`)."""
     cpu = family(platform)
+    if level.gcc:
+        return level.gcc  # a named CPU whose -march the base's GCC may not know (core/ggmlcpu.py SingleLevel.gcc)
     if not (level.all_variants and cpu is not None):
         return None
     needs = [cpu.gcc_for[f] for name, feats in declared if not name.startswith(_OTHER_OS_PREFIXES)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from buildkit.core.platforms import DEFAULT_PLATFORM
-from buildkit.plan.cpulevels import LEVELS as CPU_LEVELS
+from buildkit.plan.cpulevels import LEVELS as CPU_LEVELS, described as cpu_levels_described
 
 
 @dataclass(frozen=True)
@@ -30,11 +30,12 @@ class Setting:
     default: Any
     help: str
     choices: tuple[str, ...] = ()
+    choice_help: str = ""  # each choice with its one-line description, for the error of a value not among them
 
 
-def setting(default: Any, help: str, choices: tuple[str, ...] = ()) -> Any:
+def setting(default: Any, help: str, choices: tuple[str, ...] = (), choice_help: str = "") -> Any:
     # No dataclass default: an Options is only ever made from a complete set of resolved values.
-    return dataclasses.field(metadata={"setting": Setting(default, help, choices)})
+    return dataclasses.field(metadata={"setting": Setting(default, help, choices, choice_help)})
 
 
 @dataclass(frozen=True)
@@ -78,9 +79,10 @@ class BuildOptions:
     no_vmm: bool = setting(
         True, "build with GGML_CUDA_NO_VMM=ON (no libcuda.so.1 dependency); off links against the libcuda stub")
     cpu_level: str = setting(
-        "all", "CPU instruction sets: all (every variant, the best loaded at start-up), x86-64-v2/v3/v4, armv8.2, "
-        "armv8.6, native (this machine; not reproducible elsewhere) or none (baseline, for benchmarks)",
-        tuple(CPU_LEVELS))
+        "all", "CPU instruction sets: all (every variant, the best loaded at start-up), x86-64-v2/v3/v4, "
+        "sapphirerapids, znver4 (amd64 CPUs by name: -march), armv8.2, armv8.6, neoverse-v2 (arm64), native (this "
+        "machine; not reproducible elsewhere) or none (baseline, for benchmarks)",
+        tuple(CPU_LEVELS), cpu_levels_described())
     jobs: int = setting(0, "parallel compile jobs inside the build (0 = all cores of the builder)")
     ccache: bool = setting(
         True, "compile through ccache kept in a BuildKit cache mount (per arch and CUDA version)")

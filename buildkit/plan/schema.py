@@ -61,6 +61,7 @@ class Field:
     help: str
     choices: tuple[str, ...] = ()
     rule: Callable[[Any], str | None] | None = None
+    choice_help: str = ""
 
 
 class Spec(Protocol):
@@ -73,6 +74,8 @@ class Spec(Protocol):
     def type(self) -> type: ...
     @property
     def choices(self) -> tuple[str, ...]: ...
+    @property
+    def choice_help(self) -> str: ...
     @property
     def rule(self) -> Callable[[Any], str | None] | None: ...
 
@@ -104,7 +107,8 @@ def has_type(field: Spec, value: Any) -> bool:
 
 def check_choice(field: Spec, value: Any, where: str) -> Any:
     if field.choices and value not in field.choices:
-        raise ConfigError(f"{where}: {field.name} must be one of {', '.join(field.choices)}, got {value!r}")
+        described = f": {field.choice_help}" if field.choice_help else ""
+        raise ConfigError(f"{where}: {field.name} must be one of {', '.join(field.choices)}, got {value!r}{described}")
     return value
 
 

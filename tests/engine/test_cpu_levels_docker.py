@@ -117,3 +117,27 @@ def test_a_backend_without_the_code_of_its_level_fails_the_build(project):
     with pytest.raises(docker.errors.ImageNotFound):
         docker.from_env().images.get(f"{IMAGE}:nosimd")
     assert (lock.read_bytes() if lock.exists() else b"") == before
+
+
+def test_a_level_named_for_a_cpu_compiles_for_it_on_any_machine(project, tmp_path):
+    """--cpu-level sapphirerapids (issue 25): one libggml-cpu.so compiled with -march=sapphirerapids, whatever
+    CPU builds it; verify passes (the load check only where the CPU has AMX and AVX-VNNI), and the library holds
+    AVX-512 code."""
+    proc = buildkit(project, "build", "--cpu-level", "sapphirerapids")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for check in ("cpu-backends", "cpu-code"):
+        assert f"verify {check}: passed" in proc.stdout, proc.stdout[-3000:]
+    load = next(ln for ln in proc.stdout.splitlines() if ln.startswith("verify cpu-load: "))
+    if {"amx_tile", "amx_int8", "avx_vnni", "avx512_vnni"} <= host_cpu_flags():
+        assert load.startswith("verify cpu-load: passed"), load
+    else:
+        assert load.startswith("verify cpu-load: skipped: this machine lacks"), load
+    ref = f"{IMAGE}:cpu-sapphirerapids"
+    libs = lib_files(ref, tmp_path)
+    assert set(libs) == {"libggml-cpu.so"}
+    assert count("%zmm", libs["libggml-cpu.so"]) > 0
+    labels = docker.from_env().images.get(ref).attrs["Config"]["Labels"]
+    assert labels["org.llama-buildkit.cpu-level"] == "sapphirerapids"
+    assert "-DCMAKE_C_FLAGS=-march=sapphirerapids" in labels["org.llama-buildkit.flags"]
+    entry = json.loads((project["root"] / "buildkit.lock").read_text())["builds"]["cpu-sapphirerapids/server"]
+    assert entry["cpu_level"] == "sapphirerapids" and "-DCMAKE_CXX_FLAGS=-march=sapphirerapids" in entry["cmake_args"]

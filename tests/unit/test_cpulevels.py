@@ -43,7 +43,7 @@ def ggml_flags(plan) -> dict[str, str]:
 @pytest.mark.parametrize("level", list(cpulevels.LEVELS))
 def test_every_instruction_set_flag_is_explicit_whatever_source_date_epoch_does(level):
     """ggml's defaults for these change with SOURCE_DATE_EPOCH: each must be passed, ON or OFF."""
-    platform = {"armv8.2": "linux/arm64", "armv8.6": "linux/arm64"}.get(level, "linux/amd64")
+    platform = f"linux/{cpulevels.LEVELS[level].platform_arch or 'amd64'}"
     flags = ggml_flags(plan_for(**{"build.arch": "cpu", "build.cpu_level": level, "build.platform": platform}))
     for name in ("GGML_NATIVE", "GGML_BACKEND_DL", "GGML_CPU_ALL_VARIANTS"):
         assert flags[name] in ("ON", "OFF"), name
