@@ -99,6 +99,17 @@ def nightly(registry: MemoryRegistry) -> Publication:
     return Publication(registry, parse_image_ref(REPO), TAGS, "1.0.0-nightly.1", how=LOADED)  # type: ignore[arg-type]
 
 
+def publish_loaded(tmp_path: Path, registry: MemoryRegistry, run=run_unit, **options):
+    """The unit's image, already loaded in a pushing engine, run through `run` with the nightly's publication:
+    (engine, unit)."""
+    engine = PushingEngine(registry)
+    prepared = prepared_unit(tmp_path)
+    with use_engine(engine):
+        unit = run(prepared, UnitOptions(verify=False, publish=nightly(registry), stages=False, **options),
+                   built=loaded(engine, prepared))
+    return engine, unit
+
+
 def test_a_unit_that_fails_verification_loses_its_tags_and_is_neither_locked_nor_pushed(tmp_path):
     registry = MemoryRegistry()
     engine = PushingEngine(registry, run_result=lambda image, entrypoint, args: (127, "libgomp.so.1: cannot open"))
@@ -119,13 +130,8 @@ def test_a_unit_that_fails_verification_loses_its_tags_and_is_neither_locked_nor
 
 def test_a_published_unit_is_locked_with_the_registry_digest_and_every_tag(tmp_path):
     registry = MemoryRegistry()
-    engine = PushingEngine(registry)
-    prepared = prepared_unit(tmp_path)
     lock = tmp_path / "buildkit.lock"
-    with use_engine(engine):
-        unit = run_unit(prepared, UnitOptions(verify=False, lock_path=lock, lock_first=False,
-                                              publish=nightly(registry), stages=False),
-                        built=loaded(engine, prepared))
+    engine, unit = publish_loaded(tmp_path, registry, lock_path=lock, lock_first=False)
     assert [c for c in engine.calls if c[0] == "push"] == [("push", f"{REPO}:{TAGS.immutable[0]}")]
     assert registry.tags == {t: IMAGE_ID for t in TAGS.all}
     assert unit.published is not None and unit.published.digest == IMAGE_ID
@@ -139,11 +145,7 @@ def test_tags_the_registry_already_has_on_the_digest_are_not_put_again(tmp_path)
     registry = MemoryRegistry()
     registry.bodies[IMAGE_ID] = BODY
     registry.tags["nightly-cpu"] = IMAGE_ID
-    engine = PushingEngine(registry)
-    prepared = prepared_unit(tmp_path)
-    with use_engine(engine):
-        unit = run_unit(prepared, UnitOptions(verify=False, publish=nightly(registry), stages=False),
-                        built=loaded(engine, prepared))
+    _, unit = publish_loaded(tmp_path, registry)
     assert unit.published is not None and "nightly-cpu" not in unit.published.added
     assert registry.tags == {t: IMAGE_ID for t in TAGS.all}
 
@@ -155,13 +157,8 @@ def test_a_refused_publication_pushes_nothing_and_locks_only_the_verified_build_
     registry = MemoryRegistry()
     registry.bodies["sha256:" + "9" * 64] = b"other"
     registry.tags[TAGS.immutable[0]] = "sha256:" + "9" * 64
-    engine = PushingEngine(registry)
-    prepared = prepared_unit(tmp_path)
     lock = tmp_path / "buildkit.lock"
-    with use_engine(engine):
-        unit = attempt_unit(prepared, UnitOptions(verify=False, lock_path=lock, lock_first=lock_first,
-                                                  publish=nightly(registry), stages=False),
-                            built=loaded(engine, prepared))
+    engine, unit = publish_loaded(tmp_path, registry, attempt_unit, lock_path=lock, lock_first=lock_first)
     assert unit.failed == "publish" and "immutable tags are never overwritten" in unit.error
     assert not [c for c in engine.calls if c[0] == "push"]
     assert registry.tags == {TAGS.immutable[0]: "sha256:" + "9" * 64}
