@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from buildkit.plan.buildplan import BuildPlan
 from buildkit.plan.inputs import INPUTS, BaseImage, BuildInputs, plan_inputs
 
 
-def key_fields(inputs: BuildInputs) -> dict:
+def key_fields(inputs: BuildInputs) -> dict[str, Any]:
     """The inputs the key hashes: those declared with a key name (plan/inputs.py), the ones that decide
     the image's content (not its name, version or description); an input added later is left out while
     a build does not have it, so the keys of builds without it stay the same."""
@@ -28,7 +29,7 @@ def key_of(inputs: BuildInputs) -> str:
     return hashlib.sha256(json.dumps(key_fields(inputs), sort_keys=True).encode()).hexdigest()
 
 
-def build_key(plan: BuildPlan, base_images: Iterable[BaseImage], cuda_manifest: dict | None,
+def build_key(plan: BuildPlan, base_images: Iterable[BaseImage], cuda_manifest: dict[str, Any] | None,
               cpu_host: str | None = None) -> str:
     """cpu_host: for cpu_level native, the build machine's CPU (its code depends on it)."""
     return key_of(plan_inputs(plan, tuple(base_images), cuda_manifest, cpu_host))

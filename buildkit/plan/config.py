@@ -14,9 +14,10 @@ from __future__ import annotations
 import difflib
 import os
 import tomllib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from buildkit.core.errors import ConfigError
 from buildkit.plan.options import (BaseOptions, BuildOptions, CacheOptions, ImageOptions, LockOptions, MatrixOptions,
@@ -58,7 +59,8 @@ OTHER_VARIABLES: dict[str, str] = {
     ENV_PREFIX + "ENGINE_LOCK": "the engine turn's lock file (engine/runner.py)",
     ENV_PREFIX + "REGISTRY_TIMEOUT": "seconds each registry request may take (oci/registryhttp.py)",
     ENV_PREFIX + "REGISTRY_DEADLINE": "seconds all of a command's registry requests may take (oci/registryhttp.py)",
-    ENV_PREFIX + "REGISTRY_TRANSFER_DEADLINE": "seconds all of a command's blob transfers may take (oci/registryhttp.py)",
+    ENV_PREFIX + "REGISTRY_TRANSFER_DEADLINE":
+        "seconds all of a command's blob transfers may take (oci/registryhttp.py)",
     ENV_PREFIX + "CI": "the test suite runs in CI (tests/fixtures_docker.py)",
     ENV_PREFIX + "TEST_CACHE": "the tests' cache of real images (tests/realserver.py)",
     ENV_PREFIX + "DOCKER_DATA_ROOT": "scripts/install-engine.sh",
@@ -127,7 +129,8 @@ class ResolvedConfig:
         return self.values[name]
 
     def path_value(self, name: str) -> Path:
-        return (self.base_dir / self.values[name]).resolve()
+        relative: str = self.values[name]
+        return (self.base_dir / relative).resolve()
 
 
 def _suggest(name: str) -> str:
@@ -246,7 +249,8 @@ def platform_for(arch_name: str) -> str:
     try:
         return default_platform(get_arch(arch_name))
     except ArchError:
-        return KEY_BY_NAME["build.platform"].default
+        default: str = KEY_BY_NAME["build.platform"].default
+        return default
 
 
 def load_config(path: Path | ConfigDocument | None, env: Mapping[str, str] | None = None,

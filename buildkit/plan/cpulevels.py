@@ -27,6 +27,7 @@ The backends go to /app/lib and are found there through GGML_BACKEND_DIR (compil
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from buildkit.core.errors import ConfigError
@@ -141,7 +142,7 @@ def variant_suffix(level: CpuLevel, cuda: bool) -> str:
 def cmake_flags(level: CpuLevel, platform: str) -> tuple[str, ...]:
     """Every GGML_* flag that decides the CPU code, whatever ggml's defaults would have been."""
     cpu = family(platform)
-    on = lambda b: "ON" if b else "OFF"  # noqa: E731
+    on: Callable[[bool], str] = lambda b: "ON" if b else "OFF"  # noqa: E731
     args = [f"-DGGML_NATIVE={on(level.native)}",
             f"-DGGML_BACKEND_DL={on(level.backend_dl)}",
             f"-DGGML_CPU_ALL_VARIANTS={on(level.all_variants)}"]

@@ -23,15 +23,18 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from buildkit.core.errors import InputsError
 from buildkit.plan.schema import JSON_TYPES, JsonType, is_strings
 
 if TYPE_CHECKING:
     from buildkit.plan.buildplan import BuildPlan, BuildRequest, SourceFacts
+
+    InputFunction = Callable[[BuildRequest, SourceFacts, "_Made"], Any]  # Input.of: a function of request, source, made
 
 LABEL_PREFIX = "org.llama-buildkit."
 OCI = "org.opencontainers.image."
@@ -49,12 +52,12 @@ class BaseImage:
 # --------------------------------------------------------------------------- how values are written
 
 def oci_created(epoch: int) -> str:
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _epoch(created: str, where: str, name: str) -> int:
     try:
-        return int(datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp())
+        return int(datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp())
     except (TypeError, ValueError):
         raise InputsError(f"the created label {created!r} is not a UTC time of the form 2024-01-02T00:00:00Z") \
             from None
@@ -119,8 +122,8 @@ class Input:
     """One input of a build, declared once: a field of BuildInputs and its `given(...)`."""
     name: str
     annotation: str  # its type: KINDS says how its JSON is checked and written
-    of: str | Callable | None  # where request_inputs takes it: "request.x", "source.y", "made.z", or a
-    #                            function of the three; None: known once base images and CUDA root are resolved
+    of: str | InputFunction | None  # where request_inputs takes it: "request.x", "source.y", "made.z", or a
+    #                                 function of the three; None: known once base images and CUDA root are resolved
     label: str | None = None  # the image label that carries it
     form: LabelForm = TEXT  # how the label's text is written and read
     record: bool = False  # a key of the inputs label's JSON (by its name)
@@ -143,12 +146,12 @@ class Input:
         return None if value is None else self.kind.to_json(value)
 
 
-def given(of: str | Callable | None, *, default: Any = MISSING, **declaration):
+def given(of: str | InputFunction | None, *, default: Any = MISSING, **declaration: Any) -> Any:
     """A field of BuildInputs with its declaration (Input's fields)."""
     return field(default=default, metadata={"input": dict(of=of, **declaration)})
 
 
-def _fill(text: str, request: "BuildRequest", source: "SourceFacts") -> str:
+def _fill(text: str, request: BuildRequest, source: SourceFacts) -> str:
     """A config text's {source}, {variant} and {target} (image.description, image.url)."""
     return text.replace("{source}", source.url).replace("{variant}", request.variant) \
         .replace("{target}", request.target)
@@ -224,7 +227,7 @@ class BuildInputs:
         """The digest of the runtime stage's base image (base_name), when it is known."""
         return next((b.digest for b in self.base_images if self.base_name and b.ref == self.base_name), "")
 
-    def record(self) -> dict:
+    def record(self) -> dict[str, Any]:
         """The inputs label's document: every input the other labels do not carry."""
         doc: dict[str, Any] = {"format": INPUTS_FORMAT}
         for i in INPUTS:
@@ -258,14 +261,14 @@ INPUTS: tuple[Input, ...] = tuple(Input(name=f.name, annotation=str(f.type), **f
 
 # --------------------------------------------------------------------------- the model of a build
 
-def cuda_wheel_hashes(manifest: dict | None) -> list[str] | None:
+def cuda_wheel_hashes(manifest: dict[str, Any] | None) -> list[str] | None:
     """The sha256 of every wheel a provider-wheels CUDA root was laid out from."""
     if manifest is None:
         return None
     return sorted(w.get("sha256", "") for w in manifest.get("wheels", []) if isinstance(w, dict))
 
 
-def _cublas(provider: str, manifest: dict | None) -> bool | None:
+def _cublas(provider: str, manifest: dict[str, Any] | None) -> bool | None:
     if manifest is None or provider != "wheels" or "wheels" not in manifest:
         return None
     return any(str(w.get("package", "")).startswith("nvidia-cublas") for w in manifest["wheels"] if isinstance(w, dict))
@@ -278,13 +281,13 @@ class _Made:
     cmake_args: tuple[str, ...]
 
 
-def request_inputs(request: "BuildRequest", source: "SourceFacts", *, template_sha256: str, tool_version: str,
+def request_inputs(request: BuildRequest, source: SourceFacts, *, template_sha256: str, tool_version: str,
                    cmake_args: tuple[str, ...]) -> BuildInputs:
     """The inputs known before the base images and the CUDA root are resolved (each input's `of`)."""
     made = _Made(template_sha256, tool_version, tuple(cmake_args))
     scope = {"request": request, "source": source, "made": made}
 
-    def value(of):
+    def value(of: str | InputFunction) -> Any:
         if callable(of):
             return of(request, source, made)
         where, _, name = of.partition(".")
@@ -294,7 +297,7 @@ def request_inputs(request: "BuildRequest", source: "SourceFacts", *, template_s
     return BuildInputs(**{i.name: value(i.of) for i in INPUTS if i.of is not None})
 
 
-def plan_inputs(plan: "BuildPlan", base_images=(), cuda_manifest: dict | None = None,
+def plan_inputs(plan: BuildPlan, base_images: Iterable[BaseImage] = (), cuda_manifest: dict[str, Any] | None = None,
                 cpu_host: str | None = None) -> BuildInputs:
     """Every input of a planned build, once its base images (with digests) and CUDA root are known.
     cpu_host: for cpu_level native, the build machine's CPU (its code depends on it)."""
@@ -310,7 +313,7 @@ def plan_inputs(plan: "BuildPlan", base_images=(), cuda_manifest: dict | None = 
 _OTHER_RECORD_KEYS = {"format": KINDS["int"], "image_name": KINDS["str"]}  # (image_name: older records)
 
 
-def _record_of(labels: Mapping[str, str], where: str) -> dict:
+def _record_of(labels: Mapping[str, str], where: str) -> dict[str, Any]:
     text = labels.get(INPUTS_LABEL)
     if not text:
         raise InputsError(f"{where} has no {INPUTS_LABEL} label (built by a buildkit without reproducible "
@@ -385,7 +388,7 @@ def from_lock_entry(entry: Mapping[str, Any], where: str) -> BuildInputs:
         raise InputsError(f"{where} has no recorded labels (written by a buildkit without reproducible builds); "
                           "the inputs jobs, ccache and provider are missing")
     inputs = from_labels(labels, where)
-    values = {}
+    values: dict[str, Any] = {}
     for i in INPUTS:
         value = entry.get(i.name)
         if i.lock and value is not None and value != "":

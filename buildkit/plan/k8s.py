@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 from buildkit.core.errors import ConfigError
 from buildkit.oci.imageref import InvalidReference, parse_image_ref
@@ -72,7 +73,7 @@ def _escaped(arg: str) -> str:
     return arg.replace("$(", "$$(")
 
 
-def manifest(spec: ServerSpec, *, image: str, name: str, gpus: int) -> dict:
+def manifest(spec: ServerSpec, *, image: str, name: str, gpus: int) -> dict[str, Any]:
     """A v1 List: the Deployment (and a Service) serving spec with the image pinned by digest."""
     port = spec.host_port or CONTAINER_PORT
     labels = {"app.kubernetes.io/name": "llama-server", "app.kubernetes.io/instance": name}

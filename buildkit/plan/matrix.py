@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from typing import Any
 
 from buildkit.core.errors import ArchError, ConfigError
 from buildkit.plan.archs import check_cuda_release, check_cuda_support, check_platform, get_arch
@@ -44,7 +45,7 @@ class Variant:
         """The bake target name (bake allows letters, digits, '_' and '-' only)."""
         return bake_target_name(self.unit)
 
-    def with_values(self, origin: str, **values) -> "Variant":
+    def with_values(self, origin: str, **values: Any) -> Variant:
         cfg = with_values(self.cfg, origin, **values)
         return Variant(key=self.key, cfg=cfg, request=make_request(cfg), platform_split=self.platform_split)
 
@@ -57,7 +58,7 @@ def variant_key(request: BuildRequest) -> str:
     return request.tag_variant
 
 
-def with_values(cfg: ResolvedConfig, origin: str, **values) -> ResolvedConfig:
+def with_values(cfg: ResolvedConfig, origin: str, **values: Any) -> ResolvedConfig:
     """cfg with some keys replaced (dotted names given with '__' for '.': build__arch=...)."""
     new_values, new_origins = dict(cfg.values), dict(cfg.origins)
     for name, value in values.items():

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from buildkit.core.errors import ConfigError
 # the catalogue itself lives in core (source/ reads it too); plan's modules and the templates take it from here
-from buildkit.core.platforms import (ARCHES, DEFAULT_PLATFORM, Platform, cpu_arch, engine_platform,  # noqa: F401
-                                     machine_platform)
+# (each `X as X`: an explicit re-export)
+from buildkit.core.platforms import (ARCHES as ARCHES, DEFAULT_PLATFORM as DEFAULT_PLATFORM, Platform as Platform,
+                                     cpu_arch as cpu_arch, engine_platform as engine_platform,
+                                     machine_platform as machine_platform)
 
 
 def gcc_packages(build_platform: str, platform: str, major: int | None) -> tuple[str, ...]:

@@ -162,6 +162,7 @@ class ServerSpec:
         """(host path, container path), both read-only."""
         out = [(str(self.model), self.model_in_container)]
         if self.model_draft:
+            assert self.draft_in_container is not None  # set with model_draft
             out.append((str(self.model_draft), self.draft_in_container))
         return out
 
@@ -204,11 +205,12 @@ def server_command(spec: ServerSpec, port: int = CONTAINER_PORT) -> list[str]:
     """llama-server's arguments inside the container (the image's entrypoint is llama-server)."""
     cmd = ["--host", "0.0.0.0", "--port", str(port), "--model", spec.model_in_container]
     if spec.model_draft:
+        assert spec.draft_in_container is not None  # set with model_draft
         cmd += ["--model-draft", spec.draft_in_container]
     return cmd + list(spec.args)
 
 
-def gpu_device_requests(gpus: str) -> list[dict]:
+def gpu_device_requests(gpus: str) -> list[dict[str, Any]]:
     """docker --gpus VALUE as Engine API DeviceRequests (what the docker CLI sends)."""
     if not gpus:
         return []

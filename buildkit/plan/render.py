@@ -91,7 +91,8 @@ def render_dockerfile(plan: BuildPlan, directory: Path | None = None) -> str:
     except jinja2.TemplateError as exc:
         raise RenderError(f"template {plan.request.template}: {exc}") from None
     # Collapse the blank lines left by Jinja tags.
-    lines, blank = [], False
+    lines: list[str] = []
+    blank = False
     for line in text.splitlines():
         if not line.strip():
             if not blank and lines:

@@ -9,8 +9,9 @@ and of buildkit.lock's entries (release/lock.py), so all three say a wrong type 
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Protocol
+from typing import Any, Protocol
 
 from buildkit.core.errors import ConfigError
 

@@ -8,7 +8,8 @@ with its built-in default (which is what applies while it stays commented out).
 from __future__ import annotations
 
 import textwrap
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from buildkit.plan.config import KEY_BY_NAME, KEYS, SCHEMA_VERSION, Key, platform_for
 
