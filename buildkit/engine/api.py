@@ -21,10 +21,11 @@ own message; `untag` is best effort (cleanup) and never raises; the lookups (`im
 from __future__ import annotations
 
 import abc
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, ContextManager, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from buildkit.core.errors import BuildkitError
 
@@ -110,7 +111,7 @@ class Engine(abc.ABC):
 
     # ------------------------------------------------------------ builds
     @abc.abstractmethod
-    def turn(self, exclusive: bool, stream=None) -> ContextManager[None]:
+    def turn(self, exclusive: bool, stream=None) -> AbstractContextManager[None]:
         """The engine turn (a --no-cache build runs alone); re-entrant within one process."""
 
     @abc.abstractmethod

@@ -19,9 +19,10 @@ import json
 import re
 import sys
 import threading
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from buildkit.core.errors import BuildError
 from buildkit.engine.api import Engine, get_engine
@@ -41,7 +42,7 @@ _TELLING = re.compile(r"(\berror\b|Error:|CMake Error|fatal)", re.IGNORECASE)
 @dataclass(frozen=True)
 class TargetOutcome:
     name: str
-    result: "BuildResult | None"  # None when it failed
+    result: BuildResult | None  # None when it failed
     error: str  # "" when it was built
     seconds: float  # wall time of the bake that built (or failed) it; bakes run targets in parallel
     isolated: bool  # built in a bake of its own, after a bake of several targets failed
@@ -67,7 +68,7 @@ class _Run:
         self.code = -1
         self.seconds = 0.0
 
-    def run(self) -> "_Run":
+    def run(self) -> _Run:
         finished = self.engine.bake(self.bake_file, self.names, self.session, self._parse, stream=self.stream,
                                     exclusive=self.exclusive, write_lock=self.lock)
         self.code, self.seconds = finished.code, finished.seconds
@@ -120,11 +121,10 @@ def _results(metadata_file: Path, names: Iterable[str], document: dict, seconds:
         if error:
             out[name] = TargetOutcome(name, None, error, seconds, isolated)
         else:
+            archive_field: dict[str, Any] = ({"oci_archive": Path(archive)} if archive and
+                                             "oci_archive" in BuildResult.__dataclass_fields__ else {})
             out[name] = TargetOutcome(name, BuildResult(digest=digest, config_digest=config, tags=tags,
-                                                        seconds=seconds, metadata=meta,
-                                                        **({"oci_archive": Path(archive)} if archive and
-                                                           "oci_archive" in BuildResult.__dataclass_fields__
-                                                           else {})),
+                                                        seconds=seconds, metadata=meta, **archive_field),
                                       "", seconds, isolated)
     return out
 

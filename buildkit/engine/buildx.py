@@ -20,9 +20,9 @@ import collections
 import json
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Sequence
 
 from buildkit.core.errors import BuildError
 from buildkit.engine.api import get_engine

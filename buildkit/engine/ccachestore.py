@@ -21,9 +21,9 @@ import io
 import secrets
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from buildkit.core.errors import BuildError
 from buildkit.engine.specs import BuildSession, BuildSpec

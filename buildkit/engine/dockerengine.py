@@ -19,14 +19,18 @@ import signal
 import subprocess
 import sys
 import tarfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from buildkit.core.errors import BuildError, RegistryError
 from buildkit.core.interrupts import signal_of
 from buildkit.engine.api import ContainerSpec, ContainerState, Engine, EngineError, Finished, ImageInfo
 from buildkit.engine.dockerargv import buildx_bake_argv, buildx_build_argv, docker_run_argv
 from buildkit.engine.specs import BuildSession, BuildSpec, RunSpec
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 MIN_BUILDX = (0, 10, 0)  # --build-context, --metadata-file digests, cache mounts
 CONTAINERD_SNAPSHOTTER = "io.containerd.snapshotter.v1"
@@ -59,7 +63,7 @@ def _info(image) -> ImageInfo:
 class DockerEngine(Engine):
     def __init__(self, docker: str = "docker") -> None:
         self.docker = docker
-        self._client = None
+        self._client: DockerClient | None = None
 
     # ------------------------------------------------------------ docker-py
     @functools.cached_property
@@ -109,7 +113,8 @@ class DockerEngine(Engine):
                              "or newer is needed")
         return version
 
-    @functools.lru_cache(maxsize=None)
+    # One DockerEngine per process (api.get_engine keeps it for the process's life), so the cache holding it is no leak.
+    @functools.cache  # noqa: B019
     def image_store(self) -> str:
         try:
             proc = subprocess.run([self.docker, "info", "--format", "{{json .DriverStatus}}"],

@@ -18,9 +18,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import TypedDict
 
 from buildkit.core import children
 from buildkit.core.errors import BuildError
@@ -35,8 +36,13 @@ def engine_lock_path() -> Path:
     return Path(os.environ.get(ENGINE_LOCK_ENV) or Path(tempfile.gettempdir()) / "llama-buildkit-buildx.lock")
 
 
+class _Held(TypedDict):
+    depth: int  # the turns this process holds, one within another
+    exclusive: bool  # the outermost of them is exclusive
+
+
 _held_lock = threading.Lock()
-_held = {"depth": 0, "exclusive": False}
+_held: _Held = {"depth": 0, "exclusive": False}
 
 
 @contextmanager
@@ -63,9 +69,12 @@ def engine_turn(exclusive: bool, stream=None) -> Iterator[None]:
             return
         what = "other buildkit builds to finish (a --no-cache build runs alone)" if exclusive else \
             "a --no-cache build to finish"
+
+        def say_waiting() -> None:
+            (stream or sys.stderr).write(f"buildkit: waiting for {what}\n")
+
         try:
-            lock = file_lock(engine_lock_path(), shared=not exclusive,
-                             on_wait=lambda: (stream or sys.stderr).write(f"buildkit: waiting for {what}\n"))
+            lock = file_lock(engine_lock_path(), shared=not exclusive, on_wait=say_waiting)
             lock.__enter__()
         except OSError:
             yield  # no lock file possible (read-only tmp): build anyway
