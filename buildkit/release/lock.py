@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import MISSING, asdict, dataclass, field, fields, make_dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any
 
 from buildkit.core.errors import LockError
 from buildkit.core.filelock import file_lock
@@ -28,7 +29,7 @@ LOCK_VERSION = 1
 
 # What the build produced, and where it was published: the fields of a lock entry that are not inputs.
 # (The inputs are BuildInputs' fields declared `lock` in plan/inputs.py: source_url, commit, arch, ...)
-_PRODUCED = (
+_PRODUCED: tuple[tuple[str, str, Any], ...] = (  # (name, annotation, field())
     ("ref", "str", field()),
     ("template", "str", field()),
     ("dockerfile_sha256", "str", field()),
@@ -47,7 +48,7 @@ _PRODUCED = (
 )
 
 
-def _has_default(spec: tuple) -> bool:
+def _has_default(spec: tuple[str, str, Any]) -> bool:
     return spec[2].default is not MISSING or spec[2].default_factory is not MISSING
 
 
@@ -61,10 +62,12 @@ def _inputs(self) -> BuildInputs:
 
 
 # A lock entry: the inputs declared `lock` (plan/inputs.py, in their lock form) and what the build produced.
+_ENTRY_FIELDS: list[tuple[str, str, Any]] = sorted(
+    [(i.name, i.annotation, field() if i.lock_default is NEEDED else field(default=i.lock_default))
+     for i in INPUTS if i.lock] + list(_PRODUCED), key=_has_default)  # (those without a default first)
 LockEntry = make_dataclass(
     "LockEntry",
-    sorted([(i.name, i.annotation, field() if i.lock_default is NEEDED else field(default=i.lock_default))
-            for i in INPUTS if i.lock] + list(_PRODUCED), key=_has_default),  # (those without a default first)
+    _ENTRY_FIELDS,
     frozen=True, namespace={"key": property(_key), "inputs": _inputs, "__module__": __name__,
                             "__doc__": "One build of buildkit.lock: its inputs and what it produced."})
 
@@ -130,7 +133,8 @@ def check_lock(data, path: Path) -> dict:
     return data
 
 
-def entry_from_dict(data: dict, where: str = "lock entry") -> LockEntry:
+# (type: ignore[valid-type]: LockEntry is made by make_dataclass, which mypy cannot take as a class)
+def entry_from_dict(data: dict, where: str = "lock entry") -> LockEntry:  # type: ignore[valid-type]
     """A LockEntry from its JSON form (as read_lock returns it)."""
     check_entry(data, where)
     try:
@@ -249,7 +253,8 @@ def index_from_dict(data: dict, where: str = "lock index") -> IndexEntry:
     return IndexEntry(**values)
 
 
-def write_index_entry(path: Path, index: IndexEntry, entries: dict[str, LockEntry]) -> None:
+# (type: ignore[valid-type]: LockEntry is made by make_dataclass, which mypy cannot take as a class)
+def write_index_entry(path: Path, index: IndexEntry, entries: dict[str, LockEntry]) -> None:  # type: ignore[valid-type]
     """The index and each platform's entry (builds[<variant>/<target>@<platform>]), in one write."""
     def change(data: dict) -> None:
         for key, entry in entries.items():
@@ -261,6 +266,8 @@ def write_index_entry(path: Path, index: IndexEntry, entries: dict[str, LockEntr
     update_lock(path, change)
 
 
-def write_lock_entry(path: Path, entry: LockEntry) -> None:
+# (type: ignore[valid-type]: LockEntry is made by make_dataclass, which mypy cannot take as a class)
+def write_lock_entry(path: Path, entry: LockEntry) -> None:  # type: ignore[valid-type]
     """Add or replace the entry for entry.key, keeping the others."""
-    update_lock(path, lambda data: data["builds"].__setitem__(entry.key, asdict(entry)))
+    # (type: ignore[attr-defined]: entry's type is the make_dataclass one above, unknown to mypy)
+    update_lock(path, lambda data: data["builds"].__setitem__(entry.key, asdict(entry)))  # type: ignore[attr-defined]

@@ -225,7 +225,9 @@ def push_image(client: RegistryClient, repository: ImageRef, image, local_digest
     """Tag the local image, push it, put every tag on its digest; (registry digest, tags changed)."""
     tag_locally(image, repository, tags.immutable[:1])
     added = publish_built(client, repository, local_digest, tags, force=force, stream=stream)
-    return client.head_manifest(repository.repository, tags.immutable[0]).digest, added
+    pushed = client.head_manifest(repository.repository, tags.immutable[0])
+    assert pushed is not None  # publish_built just put this tag on it
+    return pushed.digest, added
 
 
 def tags_for(cfg: ResolvedConfig, version: str, commit: str) -> TagSet:
