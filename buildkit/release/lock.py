@@ -16,7 +16,7 @@ import os
 import tempfile
 from dataclasses import MISSING, asdict, dataclass, field, fields, make_dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeAlias
 
 from buildkit.core.errors import LockError
 from buildkit.core.filelock import file_lock
@@ -61,12 +61,15 @@ def _inputs(self) -> BuildInputs:
 
 
 # A lock entry: the inputs declared `lock` (plan/inputs.py, in their lock form) and what the build produced.
-LockEntry = make_dataclass(
-    "LockEntry",
-    sorted([(i.name, i.annotation, field() if i.lock_default is NEEDED else field(default=i.lock_default))
-            for i in INPUTS if i.lock] + list(_PRODUCED), key=_has_default),  # (those without a default first)
-    frozen=True, namespace={"key": property(_key), "inputs": _inputs, "__module__": __name__,
-                            "__doc__": "One build of buildkit.lock: its inputs and what it produced."})
+if TYPE_CHECKING:  # made at run time from INPUTS: a type checker cannot see its fields
+    LockEntry: TypeAlias = Any
+else:
+    LockEntry = make_dataclass(
+        "LockEntry",
+        sorted([(i.name, i.annotation, field() if i.lock_default is NEEDED else field(default=i.lock_default))
+                for i in INPUTS if i.lock] + list(_PRODUCED), key=_has_default),  # (those without a default first)
+        frozen=True, namespace={"key": property(_key), "inputs": _inputs, "__module__": __name__,
+                                "__doc__": "One build of buildkit.lock: its inputs and what it produced."})
 
 
 def _kind(value) -> str:
