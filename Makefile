@@ -35,7 +35,7 @@ test: test-unit test-engine
 # The packages ruff and mypy check (zero findings; pyproject.toml has their settings). Add a package
 # here once it is clean, and drop it from mypy's follow_imports = "silent" list in pyproject.toml.
 LINTED = buildkit/core buildkit/oci buildkit/source buildkit/verify buildkit/gpu buildkit/bench \
-         buildkit/plan buildkit/engine buildkit/release
+         buildkit/plan buildkit/engine buildkit/release buildkit/flows buildkit/cli
 
 test-unit:
 	$(PYTHON) -m ruff check $(LINTED)

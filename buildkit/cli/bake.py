@@ -6,6 +6,7 @@ import json
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -59,7 +60,7 @@ def bake(print_only: bool, bake_path: str | None, no_verify: bool, as_json: bool
         if bake_path and bake_file:
             Path(bake_path).write_text(bake_file.read_text())
         failed = 0
-        rows = []
+        rows: list[dict[str, Any]] = []
         for b in builds:
             seconds = round(b.outcome.seconds, 1) if b.outcome else None
             if not b.ok:
@@ -69,6 +70,7 @@ def bake(print_only: bool, bake_path: str | None, no_verify: bool, as_json: bool
                 if not as_json:
                     click.echo(f"{b.variant.unit}: failed: {b.error}")
                 continue
+            assert b.outcome is not None and b.outcome.result is not None  # built (b.ok)
             result = b.outcome.result
             rows.append({"variant": b.variant.unit, "status": "built", "image": result.tags[0] if result.tags else None,
                          "digest": result.digest or result.config_digest, "seconds": seconds, "error": ""})
@@ -83,9 +85,12 @@ def bake(print_only: bool, bake_path: str | None, no_verify: bool, as_json: bool
                 if not as_json:
                     click.echo(f"{index.key}: no index: {index.error}")
                 continue
+            manifests = {}
+            for u in index.units:
+                assert u.outcome is not None and u.outcome.result is not None  # an index has built platforms only
+                manifests[u.variant.request.platform] = u.outcome.result.digest
             rows.append({"variant": index.key, "status": "built", "image": index.tags[0] if index.tags else None,
-                         "digest": index.digest, "index": True, "platforms": platforms,
-                         "manifests": {u.variant.request.platform: u.outcome.result.digest for u in index.units},
+                         "digest": index.digest, "index": True, "platforms": platforms, "manifests": manifests,
                          "error": ""})
             if not as_json:
                 click.echo(f"{index.key}: index {index.digest} of {', '.join(platforms)}")

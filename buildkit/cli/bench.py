@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -135,18 +136,21 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
     # everything is checked before anything starts
     spec = document = None  # buildkit.toml, parsed once if a profile or the lock needs it
     if image:
+        profile = None
         if profile_name:
             document = read_document(cfg_path)
-        profile = get_profile(document, profile_name) if profile_name else None
+            profile = get_profile(document, profile_name)
         spec = make_spec(image=image, model=model, model_draft=model_draft, profile=profile,
                          extra_args=tuple(server_args), gpus=gpus, host_port=None, use_profile_port=False,
                          bind="127.0.0.1")
-    client = docker_client() if image else None
-    image_id = local_image_id(client, image) if image else None
-    if compare_image and local_image_id(client, compare_image) == image_id:
-        raise BenchError(f"--image {image} and --compare-image {compare_image} are the same image "
-                         f"({image_id[:19]}); a local tag moves to the latest build of its variant, the "
-                         "bk-<key>-<variant> tag of each build does not")
+    client = image_id = None
+    if image:
+        client = docker_client()
+        image_id = local_image_id(client, image)
+        if compare_image and local_image_id(client, compare_image) == image_id:  # --compare-image needs --image
+            raise BenchError(f"--image {image} and --compare-image {compare_image} are the same image "
+                             f"({image_id[:19]}); a local tag moves to the latest build of its variant, the "
+                             "bk-<key>-<variant> tag of each build does not")
     lock_file = key = None
     if attach_lock:
         overrides = {"lock.path": (lock_path, "--lock")} if lock_path else {}
@@ -177,8 +181,8 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
     def measure(s: ServerSpec | None, img_id: str | None) -> BenchReport:
         _progress(f"bench {s.image if s else url}: {protocol.runs} runs, max_tokens {protocol.max_tokens}, "
                   f"concurrency {protocol.concurrency}")
-        shown = {"on_run": lambda r: _progress(_run_line(r)),
-                 "on_invalid": lambda i, why: _progress(f"run {i}: INVALID, left out: {why}")}
+        shown: dict[str, Any] = {"on_run": lambda r: _progress(_run_line(r)),
+                                 "on_invalid": lambda i, why: _progress(f"run {i}: INVALID, left out: {why}")}
         if s is None:
             return run_bench(url, protocol, **shown)
         with served(s, startup_timeout, log=_progress) as srv:
@@ -188,12 +192,14 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
     if compare_image and not report.error and not report.invalid:
         from dataclasses import replace
 
+        assert spec is not None and client is not None  # --compare-image comes with --image (checked above)
         other = measure(replace(spec, image=compare_image), None)
         other.target["image_id"] = local_image_id(client, compare_image)
 
     compared = other is not None and not report.invalid and not other.invalid  # nothing invalid is compared
     doc = report.to_dict()
     if compared:
+        assert other is not None
         doc["compare"] = {"base": other.to_dict() if compare_image else {"file": compare_file, "label": other.label},
                           "rows": compare(other, report)}
     unsaved = save_report(Path(output), report) if output else ""  # "" or where the report went instead
@@ -204,8 +210,10 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
         if compare_image and other is not None:
             click.echo(format_report(other))
         if compared:
+            assert other is not None
             click.echo(format_compare(other, report, "before" if compare_image else Path(compare_file).name, "now"))
     if attach_lock and report.runs and not report.invalid:
+        assert lock_file is not None and key is not None  # set above for --attach-lock, or it raised
         attach_to_lock(lock_file, key, report)
         _progress(f"attached the results to {lock_file} entry {key}")
     also = f"; {unsaved}" if unsaved else ""
@@ -232,6 +240,7 @@ def _fail_after_report(report, protocol, also, unsaved, compare_image, other, do
         raise BenchError(unsaved)
     if compare_image and other is not None and (other.error or other.invalid):
         raise BenchError(f"{compare_image}: {other.error or invalid_text(other) + '; it is not compared'}")
-    problem = slowdown_problem(doc.get("compare", {}).get("rows", []), max_slowdown) if max_slowdown is not None else None
+    problem = (slowdown_problem(doc.get("compare", {}).get("rows", []), max_slowdown)
+               if max_slowdown is not None else None)
     if problem:
         raise BenchError(problem)

@@ -31,7 +31,8 @@ def version_options(func):
 @click.command(cls=BuildkitCommand)
 @config_options
 @version_options
-@click.option("--tag", "extra_tags", multiple=True, help="Extra local tag (the part after ':'), repeatable; with --push also pushed (a moving tag).")
+@click.option("--tag", "extra_tags", multiple=True,
+              help="Extra local tag (the part after ':'), repeatable; with --push also pushed (a moving tag).")
 @click.option("--push", is_flag=True,
               help="Publish to the registry in image.name: skip the build if the registry has its build key, "
                    "else build, verify and push every tag (see `buildkit tags`).")

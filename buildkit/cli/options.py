@@ -8,6 +8,7 @@ import functools
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -25,7 +26,8 @@ FLAG_KEYS = {
     "source": "source.url", "commit": "source.commit", "patches": "source.patch_dir",
     "arch": "build.arch", "cuda": "build.cuda_version", "target": "build.target",
     "platform": "build.platform", "build_platform": "build.build_platform",
-    "emulate_build_platform": "build.emulate_build_platform", "cpu_level": "build.cpu_level", "vmm": "build.no_vmm", "jobs": "build.jobs",
+    "emulate_build_platform": "build.emulate_build_platform", "cpu_level": "build.cpu_level", "vmm": "build.no_vmm",
+    "jobs": "build.jobs",
     "cmake_arg": "build.cmake_args", "builder": "build.builder", "progress": "build.progress",
     "cache_from": "build.cache_from", "cache_to": "build.cache_to", "provider": "base.provider",
     "os_image": "base.os_image", "devel_image": "base.devel_image", "runtime_image": "base.runtime_image",
@@ -130,9 +132,9 @@ _SHARED_OPTIONS = [
         _o("--image", help="Image repository name [image.name]."),
         _o("--builder", help="buildx builder [build.builder]."),
         _o("--progress", type=click.Choice(["auto", "plain", "tty", "quiet", "rawjson"]),
-                     help="What a build shows: auto, on a terminal buildkit's live display (stage, compile bar and time "
-                          "left, ccache hits, buildx's step), elsewhere plain lines; plain, buildx's raw lines; tty, "
-                          "buildx's own display [build.progress]."),
+                     help="What a build shows: auto, on a terminal buildkit's live display (stage, compile bar and "
+                          "time left, ccache hits, buildx's step), elsewhere plain lines; plain, buildx's raw lines; "
+                          "tty, buildx's own display [build.progress]."),
         _o("--cache-from", multiple=True, help="buildx --cache-from, repeatable [build.cache_from]."),
         _o("--cache-to", multiple=True, help="buildx --cache-to, repeatable [build.cache_to]."),
         _o("--provenance/--no-provenance", "provenance", default=None,
@@ -192,7 +194,7 @@ def resolve(kwargs: dict, *, notice: bool = True):
     """Pop the config options out of kwargs and resolve the configuration (saying so on stderr, once,
     when no buildkit.toml was found: notice=False for a command that says it itself)."""
     config_path = kwargs.pop("config_path")
-    overrides = parse_set_option(kwargs.pop("set_items"))
+    overrides: dict[str, tuple[Any, str]] = parse_set_option(kwargs.pop("set_items"))
     for flag, key in FLAG_KEYS.items():
         value = kwargs.pop(flag, None)  # not every command has every flag (--no-cache: build only)
         if value is None or value == ():

@@ -46,7 +46,7 @@ def run(profile_name, image, model, model_draft, gpus, port, bind, name, detach,
     \b
       buildkit run --profile dflash --image buun-llama-cpp:cuda13.1-sm120 --model m.gguf --model-draft d.gguf --print
       buildkit run --profile dflash --image REGISTRY/buun-llama-cpp:cuda13.1-sm120 --print --format k8s | kubectl apply -f -
-    """
+    """  # noqa: E501 - click prints this \b example block verbatim in --help; one command, one line
     profile = get_profile(read_document(project_config(config_path)), profile_name) if profile_name else None
     if port is not None and not 0 < port < 65536:
         raise ConfigError(f"--port must be between 1 and 65535, got {port}")

@@ -29,9 +29,9 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import jinja2
 
@@ -124,7 +124,7 @@ def check_cron(cron: str) -> str:
     if len(fields) != 5:
         raise ConfigError(f"--cron {cron!r} is not a 5-field cron expression such as {DEFAULT_CRON!r} "
                           "(minute hour day-of-month month day-of-week, UTC)")
-    for field, (name, low, high, names) in zip(fields, _CRON_FIELDS):
+    for field, (name, low, high, names) in zip(fields, _CRON_FIELDS, strict=True):
         problem = _cron_field_problem(field, name, low, high, names)
         if problem:
             raise ConfigError(f"--cron {cron!r}: {problem}")
@@ -224,7 +224,7 @@ def render_workflow(options: WorkflowOptions, directory: Path | None = None) -> 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(directory or templates_dir())),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
 
-    def secret(name: str) -> str:
+    def secret_ref(name: str) -> str:
         return "${{ secrets." + name + " }}"
 
     text = env.get_template(TEMPLATE).render(
@@ -238,8 +238,8 @@ def render_workflow(options: WorkflowOptions, directory: Path | None = None) -> 
         ccache=options.ccache, free_disk=options.free_disk, ccache_dir=CCACHE_DIR,
         builder_driver=options.builder_driver, timeout_minutes=int(options.timeout_minutes),
         username=("${{ github.actor }}" if options.username_secret == "GITHUB_TOKEN"
-                  else secret(options.username_secret)),
-        password=secret(options.password_secret), tool_version=__version__,
+                  else secret_ref(options.username_secret)),
+        password=secret_ref(options.password_secret), tool_version=__version__,
         ghcr=options.registry == "ghcr.io")
     return text
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from buildkit.flows.doctorcheck import FAIL, OK, WARN, Check, Variant
 

@@ -23,9 +23,9 @@ diskcheck.py, registrycheck.py and platformcheck.py (driver, emulation), on doct
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable, Sequence
 
 from buildkit.core.errors import BuildError, BuildkitError, ConfigError
 from buildkit.flows.diskcheck import check_disk, disk_kind, required_gb

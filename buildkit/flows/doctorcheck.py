@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 

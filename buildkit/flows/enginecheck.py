@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Iterable
+from collections.abc import Iterable
 
 from buildkit.core.errors import BuildError
 from buildkit.engine.buildx import MIN_BUILDX, check_buildx

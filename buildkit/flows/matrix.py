@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from buildkit.engine.bake import TargetOutcome, run_bake
 from buildkit.oci.imageref import tag_of
@@ -19,7 +19,7 @@ from buildkit.engine.bakefile import bake_document, bake_target, write_bake_file
 from buildkit.plan.matrix import Variant
 
 if TYPE_CHECKING:
-    from buildkit.engine.buildx import BuildOptions
+    from buildkit.engine.buildx import BuildOptions, BuildResult
     from buildkit.flows.buildunit import UnitOptions, UnitResult
     from buildkit.flows.pipeline import Prepared
     from buildkit.verify.checks import VerifyReport
@@ -39,7 +39,7 @@ class VariantBuild:
         return not self.error
 
 
-def prepare_matrix(variants: Sequence[Variant], work_dir: Path, *, stop_on: tuple[type, ...] = ()):
+def prepare_matrix(variants: Sequence[Variant], work_dir: Path, *, stop_on: tuple[type[BaseException], ...] = ()):
     """Fetch, patch and render every variant into work_dir/<target>/context.
 
     Returns ({key: Prepared}, {key: error}); an exception of a type in stop_on is raised instead
@@ -75,7 +75,7 @@ def matrix_document(variants: Sequence[Variant], prepared: dict, options: BuildO
             continue
         p = prepared[variant.unit]
         spec = build_spec(p.plan, p.rendered, options, work_dir / variant.target_name / "metadata.json")
-        extra = tuple(tag_of(t) for t in p.plan.tags[2:])
+        extra = tuple(cast(str, tag_of(t)) for t in p.plan.tags[2:])  # a plan's tags are all <image>:<tag>
         tags = build_tags(variant.request.image_name, local_name(variant), p.source.commit, extra)
         targets[variant.target_name] = bake_target(spec.with_tags(tags))
     return bake_document(targets)
@@ -165,20 +165,24 @@ def assemble_indexes(builds: Sequence[VariantBuild], work_dir: Path, *, load: bo
             error = "; ".join(f"{u.variant.request.platform}: {u.error}" for u in failed)
             out.append(IndexBuild(key, tuple(units), "", None, (), "", f"not every platform was built: {error}"))
             continue
-        first = units[0].prepared
-        assert first is not None and all(u.outcome is not None and u.outcome.result is not None for u in units)
-        if any(u.outcome.result.oci_archive is None for u in units):
+        built: list[tuple[VariantBuild, Prepared, BuildResult]] = []  # none failed: every platform was built
+        for u in units:
+            assert u.prepared is not None and u.outcome is not None and u.outcome.result is not None
+            built.append((u, u.prepared, u.outcome.result))
+        first = built[0][1]
+        archives = [(u.variant.request.platform, r.oci_archive) for u, _, r in built if r.oci_archive is not None]
+        if len(archives) < len(built):
             out.append(IndexBuild(key, tuple(units), "", None, (), "", "a multi-platform variant needs the OCI "
                                   "exporter (the containerd image store, build.reproducible = auto)"))
             continue
-        ikey = index_key((u.variant.request.platform, u.prepared.build_key) for u in units)
-        extra = tuple(tag_of(t) for t in first.plan.tags[2:] if not tag_of(t).startswith("bk-"))
+        ikey = index_key((u.variant.request.platform, pr.build_key) for u, pr, _ in built)
+        # a plan's tags are all <image>:<tag>
+        extra = tuple(tag for tag in (cast(str, tag_of(t)) for t in first.plan.tags[2:]) if not tag.startswith("bk-"))
         tags = build_tags(units[0].variant.request.image_name, key, first.source.commit, extra)
         tags += (f"{units[0].variant.request.image_name}:{build_key_tag(ikey, key)}",)
         archive = work_dir / f"index-{units[0].variant.target_name}.oci.tar"
         try:
-            digest = write_index_archive([(u.variant.request.platform, u.outcome.result.oci_archive)
-                                          for u in units], archive, tags if load else ())
+            digest = write_index_archive(archives, archive, tags if load else ())
             if load:
                 get_engine().load(archive, tags)
         except BuildkitError as exc:

@@ -18,6 +18,7 @@ import tempfile
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import cast
 
 from buildkit.core.errors import ConfigError, RegistryError
 from buildkit.core.progress import stage
@@ -157,12 +158,13 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
         local_tags += (f"{image_name}:{build_key_tag(key, variant)}",)
         archive = work / "index.oci.tar"
         with stage("index", f"{variant}: {', '.join(b.platform for b in builds)}"):
-            digest = write_index_archive([(b.platform, b.result.oci_archive) for b in builds], archive,
+            # (options.reproducible, checked above: every platform's build wrote its OCI archive)
+            digest = write_index_archive([(b.platform, cast(Path, b.result.oci_archive)) for b in builds], archive,
                                          local_tags if load else ())
             if load:
                 get_engine().load(archive, local_tags, stream=stream)
-        added: list[str] = []
-        pushed: tuple[str, ...] = ()
+        added = []
+        pushed = ()
         if push:
             assert client is not None and repository is not None and tags is not None
             with stage("push", f"{repository.name}:{tags.immutable[0]} (the index and {len(builds)} manifests)"):

@@ -271,11 +271,11 @@ def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = F
             todo = [v for v in variants if force or not is_current(previous[v.key], head, queue.sha256)]
             if not todo:
                 summary.up_to_date = True
-                summary.variants = [_result_for(v, SKIPPED, previous_commit=previous[v.key].commit,
-                                                commit=previous[v.key].commit, digest=previous[v.key].digest,
-                                                version=previous[v.key].version or "",
-                                                tags=[nightly_tag(v.key)], known_from=previous[v.key].known_from)
-                                    for v in one_per_key(variants)]
+                current = {k: p for k, p in previous.items() if p is not None}  # all of them (is_current)
+                summary.variants = [_result_for(v, SKIPPED, previous_commit=current[v.key].commit,
+                                                commit=current[v.key].commit, digest=current[v.key].digest,
+                                                version=current[v.key].version or "", tags=[nightly_tag(v.key)],
+                                                known_from=current[v.key].known_from) for v in one_per_key(variants)]
                 summary.changelog = Changelog(head, head, ())
                 return summary
             existing = client.list_tags(repository.repository)

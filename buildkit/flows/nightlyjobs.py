@@ -120,7 +120,7 @@ def plan_nightly(cfg: ResolvedConfig, *, runners: dict[str, str], date: str | No
         "build": bool(todo),
         "variants": [{"variant": v.key, "arch": v.request.arch.name, "cuda_version": v.request.cuda_version,
                       "target": v.request.target, "build": v.key in moved,
-                      "previous": asdict(previous[v.key]) if previous[v.key] else None}
+                      "previous": asdict(p) if (p := previous[v.key]) else None}
                      for v in one_per_key(variants)],
         "matrix": {"include": [_unit_entry(v, runners) for v in todo]},
         "excluded": [{"combination": c, "reason": r} for c, r in excluded],
@@ -206,6 +206,7 @@ def run_job(cfg: ResolvedConfig, unit: str, *, verify: bool = True, stream=None)
             out["build_seconds"] = b.outcome.seconds if b.outcome else None
             out["checks"] = [asdict(c) for c in b.report.checks] if b.report else []
             if b.unit is not None and b.unit.failed != "verify":  # verified (pushed, or not: the error says)
+                assert b.prepared is not None  # a unit ran: it was prepared
                 out["build_key"] = b.prepared.build_key
                 out["tag"] = build_key_tag(b.prepared.build_key, v.key)
             if not b.ok or b.unit is None or b.unit.published is None:
@@ -259,8 +260,10 @@ def assemble(cfg: ResolvedConfig, folder: Path) -> Summary:
             units = [u for u in plan["matrix"]["include"] if u["variant"] == entry["variant"]]
             got = [results.get(u["id"]) or {"status": FAILED, "error": "no result from its job"} for u in units]
             seconds = max((r.get("build_seconds") or 0 for r in got), default=None)
-            checks = [dict(c, platform=u["platform"]) for u, r in zip(units, got) for c in r.get("checks") or []]
-            failed = [f"{u['unit']}: {r.get('error') or 'failed'}" for u, r in zip(units, got) if r["status"] != PASSED]
+            checks = [dict(c, platform=u["platform"]) for u, r in zip(units, got, strict=True)
+                      for c in r.get("checks") or []]
+            failed = [f"{u['unit']}: {r.get('error') or 'failed'}" for u, r in zip(units, got, strict=True)
+                      if r["status"] != PASSED]
             if failed:
                 done[entry["variant"]] = _result(entry, FAILED, previous_commit=_prev(entry), error="; ".join(failed),
                                                  build_seconds=seconds, checks=checks)
@@ -298,11 +301,11 @@ def _tag_variant(client, repository, plan: dict, entry: dict, units: list[dict],
         check_immutable_free(client, repo, tags, got[0]["digest"], force=False)
         return got[0]["digest"], tags, point_tags(client, repo, got[0]["digest"], tags)
     manifests = []
-    for u, r in zip(units, got):
+    for u, r in zip(units, got, strict=True):
         body, media_type, _ = client.get_manifest(repo, r["digest"])
         manifests.append(PlatformManifest.of_body(u["platform"], r["digest"], body, media_type))
     index = index_document(manifests)
-    key = index_key((u["platform"], r["build_key"]) for u, r in zip(units, got))
+    key = index_key((u["platform"], r["build_key"]) for u, r in zip(units, got, strict=True))
     tags = TagSet(tags.immutable + (build_key_tag(key, entry["variant"]),), tags.moving)
     digest = sha256_digest(index)
     check_immutable_free(client, repo, tags, digest, force=False)

@@ -119,7 +119,8 @@ def _cuda_contexts(request: BuildRequest, cfg: ResolvedConfig) \
     the target platform's (its libraries are linked and shipped: cuda-runtime is its subset)."""
     if request.provider != "wheels":
         return None, None, ()
-    assert request.cuda_version is not None
+    cuda_version = request.cuda_version
+    assert cuda_version is not None
     given = cfg.base.cuda_root
     if given:
         if request.cross:
@@ -133,7 +134,7 @@ def _cuda_contexts(request: BuildRequest, cfg: ResolvedConfig) \
         return root, _cuda_manifest(root), (("cuda-root", root), ("cuda-runtime", runtime))
 
     def laid_out(cpu) -> Path:
-        return ensure_cuda_root(request.cuda_version, cache_root(cfg), with_cublas=cfg.base.cublas,
+        return ensure_cuda_root(cuda_version, cache_root(cfg), with_cublas=cfg.base.cublas,
                                 arch=cpu.processor)
 
     root = laid_out(request.build_cpu)
@@ -174,8 +175,8 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
         if ccache_recache:
             plan = replace(plan, ccache_recache=True)
         with stage("render", request.variant):
-            cuda_root, cuda_manifest, named = _cuda_contexts(request, cfg)
-            named += tuple(c for c in (s.named_context() for s in sources) if c is not None)
+            cuda_root, cuda_manifest, cuda_named = _cuda_contexts(request, cfg)
+            named = cuda_named + tuple(c for c in (s.named_context() for s in sources) if c is not None)
             key = key_of(plan_inputs(plan, bases, cuda_manifest, _cpu_host(request)))
             plan = replace(with_labels(plan, bases, cuda_manifest, key), tags=with_key_tag(plan.tags, request, key))
             rendered = write_context(from_plan(plan, sources), out_dir, named)
@@ -186,7 +187,7 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
             for child in out_dir.iterdir():
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
         raise
-    roots = tuple(path for name, path in named if name in ("cuda-root", "cuda-target"))
+    roots = tuple(path for name, path in cuda_named if name in ("cuda-root", "cuda-target"))
     return Prepared(plan=plan, rendered=rendered, source=info, patches=queue, cuda_root=cuda_root,
                     base_images=bases, build_key=key, cuda_manifest=cuda_manifest, cuda_roots=roots)
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import platform as host_platform
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from buildkit.core.platforms import ARCHES, NVIDIA_CROSS, machine_arch
 from buildkit.plan.platforms import cpu_arch, cuda_char_flags
@@ -71,7 +71,7 @@ def check_driver(variants: Sequence[Variant]) -> Check:
     if not any(v.cuda for v in variants):
         return Check("driver", OK, "cpu variant: no GPU driver needed")
     if shutil.which("nvidia-smi") is None:
-        need = sorted({min_driver(v.cuda) for v in variants if v.cuda and min_driver(v.cuda)})
+        need = sorted({d for v in variants if v.cuda and (d := min_driver(v.cuda))})
         return Check("driver", OK, "no nvidia-smi here: fine for building; the host that runs the image needs "
                      f"driver >= {need[-1] if need else '?'}")
     proc = run_tool(["nvidia-smi", "--query-gpu=driver_version,name,compute_cap", "--format=csv,noheader"])

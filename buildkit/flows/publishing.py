@@ -6,6 +6,7 @@ gets its missing tags and its lock entry."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import cast
 
 from buildkit.core.errors import ConfigError, LockError, RegistryError
 from buildkit.engine.api import get_engine
@@ -109,8 +110,9 @@ def push_local(cfg: ResolvedConfig, *, force: bool = False, stream=None) -> Publ
 def with_version(prepared: Prepared, version: str):
     """The plan again with the publication's version (its label); the build key is unchanged."""
     plan = prepared.plan
+    # (a plan's tags are all <image>:<tag>: tag_of finds each one's tag)
     new = make_plan(replace(plan.request, version=version), plan.source, template_sha256=plan.template_sha256,
-                    tool_version=plan.tool_version, extra_tags=tuple(tag_of(t) for t in plan.tags[2:]))
+                    tool_version=plan.tool_version, extra_tags=tuple(cast(str, tag_of(t)) for t in plan.tags[2:]))
     return with_labels(new, prepared.base_images, prepared.cuda_manifest, prepared.build_key)
 
 

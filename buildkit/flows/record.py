@@ -7,10 +7,10 @@ record adds where it came from, what it produced and where the original can be r
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from buildkit.core.errors import ReproduceError
 from buildkit.core.platforms import DEFAULT_PLATFORM
@@ -132,7 +132,7 @@ def from_image(spec: str, platform: str = DEFAULT_PLATFORM) -> Recorded:
                            originals=(spec,))
 
 
-def load_record(target: str, key: str | None = None) -> "Recorded | IndexRecorded":
+def load_record(target: str, key: str | None = None) -> Recorded | IndexRecorded:
     """LOCK file or IMAGE reference."""
     path = Path(target).expanduser()
     if path.is_file():

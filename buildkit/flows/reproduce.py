@@ -26,10 +26,11 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from buildkit import __version__
 from buildkit.engine.baseimages import engine_digest
@@ -219,7 +220,7 @@ def compare_with_original(rec: Recorded, archive: Path) -> tuple[ImageDiff | Non
 
 @dataclass
 class IndexReproduceResult:
-    recorded: "IndexRecorded"
+    recorded: IndexRecorded
     digest: str  # the index assembled from the rebuilt platforms
     platforms: list[tuple[str, ReproduceResult]]
 
@@ -250,7 +251,7 @@ class IndexReproduceResult:
                               for p, r in self.platforms]}
 
 
-def reproduce_index(rec: "IndexRecorded", *, keep: Path | None = None, **kwargs) -> IndexReproduceResult:
+def reproduce_index(rec: IndexRecorded, *, keep: Path | None = None, **kwargs) -> IndexReproduceResult:
     """Rebuild every platform of a recorded multi-platform build (reproduce, one by one), then
     assemble their index (oci/ociindex.py) and compare it with the recorded index digest."""
     from buildkit.oci.ociindex import index_digest_of

@@ -41,8 +41,8 @@ def _chosen(url: str, branch: str, commit: str, image: str, arch_name: str) -> d
     cuda = KEY_BY_NAME["build.cuda_version"].default
     default_variant = target_variant(variant(arch, cuda), KEY_BY_NAME["build.target"].default)
     return {"source.url": url, "source.branch": branch, "source.commit": commit, "source.patch_dir": "patches",
-            "image.name": image, "image.title": image.rsplit("/", 1)[-1], "image.default_variant": default_variant, "build.arch": arch.name,
-            "matrix.archs": [arch.name]}
+            "image.name": image, "image.title": image.rsplit("/", 1)[-1], "image.default_variant": default_variant,
+            "build.arch": arch.name, "matrix.archs": [arch.name]}
 
 
 def _text(path: Path, chosen: dict, notes: dict) -> str:

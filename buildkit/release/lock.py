@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import MISSING, asdict, dataclass, field, fields, make_dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from buildkit.core.errors import LockError
 from buildkit.core.filelock import file_lock
@@ -65,11 +65,14 @@ def _inputs(self) -> BuildInputs:
 _ENTRY_FIELDS: list[tuple[str, str, Any]] = sorted(
     [(i.name, i.annotation, field() if i.lock_default is NEEDED else field(default=i.lock_default))
      for i in INPUTS if i.lock] + list(_PRODUCED), key=_has_default)  # (those without a default first)
-LockEntry = make_dataclass(
-    "LockEntry",
-    _ENTRY_FIELDS,
-    frozen=True, namespace={"key": property(_key), "inputs": _inputs, "__module__": __name__,
-                            "__doc__": "One build of buildkit.lock: its inputs and what it produced."})
+if TYPE_CHECKING:  # made at run time from INPUTS: a type checker cannot see its fields
+    LockEntry: TypeAlias = Any
+else:
+    LockEntry = make_dataclass(
+        "LockEntry",
+        _ENTRY_FIELDS,
+        frozen=True, namespace={"key": property(_key), "inputs": _inputs, "__module__": __name__,
+                                "__doc__": "One build of buildkit.lock: its inputs and what it produced."})
 
 
 def _kind(value) -> str:
@@ -133,8 +136,7 @@ def check_lock(data, path: Path) -> dict:
     return data
 
 
-# (type: ignore[valid-type]: LockEntry is made by make_dataclass, which mypy cannot take as a class)
-def entry_from_dict(data: dict, where: str = "lock entry") -> LockEntry:  # type: ignore[valid-type]
+def entry_from_dict(data: dict, where: str = "lock entry") -> LockEntry:
     """A LockEntry from its JSON form (as read_lock returns it)."""
     check_entry(data, where)
     try:
@@ -253,8 +255,7 @@ def index_from_dict(data: dict, where: str = "lock index") -> IndexEntry:
     return IndexEntry(**values)
 
 
-# (type: ignore[valid-type]: LockEntry is made by make_dataclass, which mypy cannot take as a class)
-def write_index_entry(path: Path, index: IndexEntry, entries: dict[str, LockEntry]) -> None:  # type: ignore[valid-type]
+def write_index_entry(path: Path, index: IndexEntry, entries: dict[str, LockEntry]) -> None:
     """The index and each platform's entry (builds[<variant>/<target>@<platform>]), in one write."""
     def change(data: dict) -> None:
         for key, entry in entries.items():
@@ -266,8 +267,6 @@ def write_index_entry(path: Path, index: IndexEntry, entries: dict[str, LockEntr
     update_lock(path, change)
 
 
-# (type: ignore[valid-type]: LockEntry is made by make_dataclass, which mypy cannot take as a class)
-def write_lock_entry(path: Path, entry: LockEntry) -> None:  # type: ignore[valid-type]
+def write_lock_entry(path: Path, entry: LockEntry) -> None:
     """Add or replace the entry for entry.key, keeping the others."""
-    # (type: ignore[attr-defined]: entry's type is the make_dataclass one above, unknown to mypy)
-    update_lock(path, lambda data: data["builds"].__setitem__(entry.key, asdict(entry)))  # type: ignore[attr-defined]
+    update_lock(path, lambda data: data["builds"].__setitem__(entry.key, asdict(entry)))
