@@ -155,7 +155,8 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
     queue = load_patch_queue(patch_dir(cfg), required=cfg.origins["source.patch_dir"] != "default")
     ref, pin = ref_and_pin(cfg)
     # base images first: one that cannot be had stops the build before any fetch
-    sources = resolve_base_images([request.devel_image, request.runtime_image], cache_root(cfg))
+    sources = resolve_base_images([request.devel_image, request.runtime_image], cache_root(cfg),
+                                  builder=cfg.build.builder)
     check_base_platforms(sources, *base_platforms(request))
     bases = tuple(BaseImage(ref=s.ref, digest=s.digest) for s in sources)
     with stage("fetch", clean_url(cfg.source.url)):
@@ -247,8 +248,8 @@ def build_options(cfg: ResolvedConfig) -> BuildOptions:
 # --------------------------------------------------------------------------- deterministic inputs
 
 def from_plan(plan: BuildPlan, sources: tuple[BaseSource, ...]) -> BuildPlan:
-    """The plan with each base image replaced by what the FROM line names (ref@digest, or the named
-    context of its OCI layout), for rendering only: labels, lock and build key keep the configured
+    """The plan with each base image replaced by what the FROM line names (ref@digest, its pinned name
+    in the engine, or the named context of its OCI layout), for rendering only: labels, lock and build key keep the configured
     names, and the digests are recorded beside them."""
     names = {s.ref: s.from_ref for s in sources if s.digest}
     req = plan.request

@@ -1,5 +1,8 @@
 """Base images reach BuildKit by content, never through a registry the user did not name (issue 9).
 
+On the engine's own builder an engine-only base is named by digest in the engine
+(``127.0.0.1:1/llama-buildkit/base:<hex>``), so its layers stay the base's own.
+
 The local Debian base is tagged under names whose registry cannot answer: ``127.0.0.1:1/...`` (a
 port that refuses connections: a hard failure for any registry lookup, on every machine) and a
 ``docker.io/...`` name (whose lookup fails, hangs or answers 401 depending on the machine's DNS).
@@ -10,6 +13,7 @@ still pinned ``FROM ref@sha256:...``. A base that is nowhere stops with one line
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import uuid
 from pathlib import Path
@@ -74,11 +78,18 @@ def test_local_only_base_builds_by_content(tmp_path, tmp_path_factory, fork, loc
     tag = f"bases-{uuid.uuid4().hex[:8]}"
     proc = buildkit("build", "--arch", arch, "--tag", tag, cwd=project["root"], env=project["env"])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    # BuildKit was handed the image as an OCI layout, by digest, and never asked a registry for it
-    context = f"local-base-{local_names['digest'].removeprefix('sha256:')[:12]}"
+    # BuildKit (the engine's own builder) was handed the image by its pinned name in the engine, under
+    # a registry that refuses connections, and looked up no other name
+    pinned = f"127.0.0.1:1/llama-buildkit/base:{local_names['digest'].removeprefix('sha256:')}"
     log = proc.stdout + proc.stderr
-    assert f"[context {context}] OCI load from client" in log
-    assert "[internal] load metadata for" not in log, log[:3000]  # the registry lookup of a FROM ref
+    looked_up = set(re.findall(r"\[internal\] load metadata for (\S+)", log))
+    assert looked_up == {pinned}, log[:3000]
+    assert "oci-layout://" not in log
+    # ... as its base image: the image's first layers are the base's, byte for byte (the reproducible
+    # exporter rewrote and re-compressed them when the base came as a named context)
+    base_layers = client.images.get(pinned).attrs["RootFS"]["Layers"]
+    image_layers = client.images.get(f"buildkit-test/bases:{tag}").attrs["RootFS"]["Layers"]
+    assert image_layers[:len(base_layers)] == base_layers
     entry = lock(project)["cpu/server" if arch == "cpu" else "cuda13.1-sm120/server"]
     assert entry["base_images"] == [{"ref": name, "digest": local_names["digest"]}]
     labels = client.images.get(f"buildkit-test/bases:{tag}").attrs["Config"]["Labels"]

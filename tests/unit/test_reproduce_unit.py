@@ -115,3 +115,32 @@ def test_inputs_record_is_plain_json():
     assert json.loads(json.dumps(record)) == record
     assert record["cuda_wheels"] == ["1"] and record["base_images"] == [["x", DIGEST]]
     assert asdict(BaseImage("x", DIGEST)) == {"ref": "x", "digest": DIGEST}
+
+
+def test_engine_only_base_is_named_by_digest_in_the_engine_on_its_own_builder(tmp_path):
+    """The engine's own builder (driver docker) reads the image by a pinned name, so BuildKit keeps the
+    base's layers; any other builder gets the OCI layout; planning (no builder given) pins nothing."""
+    from buildkit.engine.api import ImageInfo, use_engine
+    from buildkit.engine.baseimages import resolve_base_images
+    from fakeengine import FakeEngine
+
+    class OtherBuilder(FakeEngine):
+        def inspect_builder(self, name: str = "") -> str:
+            return f"Name: {name}\nDriver: docker-container\nStatus: running\n"
+
+    layout = tmp_path / "base-images" / DIGEST.replace(":", "-")
+    layout.mkdir(parents=True)
+    (layout / ".complete").write_text("local/debian:12\n")  # exported before: no docker save
+    pinned = "127.0.0.1:1/llama-buildkit/base:" + "ab" * 32
+    for engine, builder, want in ((FakeEngine(), "", pinned), (OtherBuilder(), "remote", None),
+                                  (FakeEngine(), None, None)):
+        engine.images["local/debian:12"] = ImageInfo(id=DIGEST)
+        with use_engine(engine):
+            source, = resolve_base_images(["local/debian:12"], tmp_path, ask_registry=False, builder=builder)
+        assert (source.ref, source.digest, source.layout) == ("local/debian:12", DIGEST, layout)
+        if want:
+            assert source.from_ref == pinned and source.named_context() is None
+            assert ("tag", "local/debian:12", pinned) in engine.calls
+        else:
+            assert source.from_ref.startswith("local-base-") and source.named_context() is not None
+            assert not [c for c in engine.calls if c[0] == "tag"]
