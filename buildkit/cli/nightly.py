@@ -133,7 +133,8 @@ def nightly(as_json: bool, summary_path: str | None, date: str | None, force: bo
     for v in summary.variants:
         took = f" in {v.build_seconds:.0f}s" if v.build_seconds is not None else ""
         detail = f": {v.error}" if v.error else (f" {v.digest}" if v.digest else "")
-        click.echo(f"{v.variant}: {v.status}{took}{detail}", file=out)
+        why = f" ({v.reason})" if v.reason else ""
+        click.echo(f"{v.variant}: {v.status}{took}{detail}{why}", file=out)
     errors = [summary.error] if summary.error else []
     if errors or unsaved:
         click.echo(f"error: {'; '.join(errors + unsaved)}", err=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -32,3 +33,13 @@ def templates_dir() -> Path:
 def bundled_patches_dir() -> Path:
     # not buildkit/patches: that name is the patches.py module
     return _bundled("patches", "bundled_patches")
+
+
+def templates_sha256(directory: Path | None = None) -> str:
+    """Hash of every template file (name and content), so any template change changes it (no Jinja
+    needed: a quiet `buildkit nightly` compares it)."""
+    directory = directory or templates_dir()
+    digest = hashlib.sha256()
+    for path in sorted(directory.glob("*.j2")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()

@@ -1,14 +1,19 @@
 """`buildkit nightly`: follow the fork's branch, rebuild only what moved, publish nightlies.
 
 1. Resolve the head of `source.branch` with `git ls-remote` (no mirror, no clone).
-2. For every variant of the matrix (see plan/matrix.py), find the commit it was last built from. The
-   registry is the truth, the lock a shortcut: one HEAD request for `nightly-<variant>` gives the
-   digest the world sees; if the lock's `nightly` record holds that same digest, its commit and
-   patch-set hash are used (nothing more to ask). Otherwise (a fresh CI runner without the lock,
-   a lock from another machine, an image tagged by hand) the image's labels are read from the
-   registry (`org.opencontainers.image.revision`, `org.llama-buildkit.patch-set`). Up to date: built
-   from the head commit with the current patch queue. An unchanged night costs one ls-remote and
-   one registry request per variant (and the /v2/ probe), and never runs buildx.
+2. For every variant of the matrix (see plan/matrix.py), find what it was last built from
+   (flows/nightlyprevious.py). The registry is the truth, the lock a shortcut: one HEAD request for
+   `nightly-<variant>` gives the digest the world sees; if the lock's `nightly` record holds that
+   same digest, its commit and patch-set hash, and the inputs of the lock's entry of that digest,
+   are used (nothing more to ask). Otherwise (a fresh CI runner without the lock, a lock from
+   another machine, an image tagged by hand) the image's labels are read from the registry: its
+   commit, patch set and recorded inputs. Up to date: built from the head commit with the current
+   patch queue, and every input the variant's config decides (plan/configinputs.py: build.cpu_level,
+   build.cmake_args, image.title, ..., this buildkit's version and templates) as the config makes it
+   now; an input the image predates counts as its declared `absent` value. Anything else is built,
+   and the summary says why ("new commit ...", "config changed: cpu_level all -> native",
+   "buildkit 0.2.0 -> 0.3.0", "template changed"). An unchanged night costs one ls-remote and one
+   registry request per variant (and the /v2/ probe), and never runs buildx.
 3. Otherwise the variants that are not up to date are built for the head commit (the patch
    queue applied; one that does not apply fails the night naming the patch, before anything is
    built or pushed), with `docker buildx bake`, verified, and each pushed on its own with the
@@ -24,26 +29,27 @@ CI splits steps 1-3 into jobs (flows/nightlyjobs.py); `promote` makes a nightly 
 
 from __future__ import annotations
 
-import collections
 import datetime as _dt
 import re
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import semver
 
 from buildkit.plan.matrix import Variant, matrix_variants
 from buildkit.flows.nightlysummary import FAILED, PASSED, SKIPPED, Summary, VariantResult, write_summaries  # noqa: F401
+from buildkit.flows.nightlyprevious import (Previous, is_current, nightly_tag, old_commit_of,  # noqa: F401
+                                            one_per_key, previous_builds, read_nightly_record, stale_variants,
+                                            update_nightly_record)
 from buildkit.source.changelog import Changelog, Commit  # noqa: F401  (Commit: part of the summary's API)
 from buildkit.plan.config import ResolvedConfig
-from buildkit.core.errors import BuildkitError, ConfigError, LockError, PatchError, RegistryError, SourceError
+from buildkit.core.errors import BuildkitError, ConfigError, PatchError, RegistryError, SourceError
 from buildkit.oci.imageref import ImageRef, parse_image_ref
-from buildkit.release.lock import read_lock, update_lock
 from buildkit.source.patches import load_patch_queue
-from buildkit.oci.registry import RegistryClient, client_for
+from buildkit.oci.registry import client_for
 from buildkit.plan.tags import TagSet, next_version, parse_version, release_tags
 from buildkit.core.urlcreds import UrlAuth, redact_text, split_credentials
 
@@ -52,16 +58,7 @@ from buildkit.core.urlcreds import UrlAuth, redact_text, split_credentials
 # used, which keeps `buildkit nightly` close to its floor when nothing moved. (GitPython itself is
 # imported by ls-remote: every git command goes through gitcmd.py, with its deadline and limits.)
 
-REVISION_LABEL = "org.opencontainers.image.revision"
-PATCH_SET_LABEL = "org.llama-buildkit.patch-set"
-RECORD_FIELDS = ("commit", "patch_set_sha256", "digest", "version", "date")  # of each variant's record
-VERSION_LABEL = "org.opencontainers.image.version"
-NIGHTLY_RECORD = "nightly"
 _SCP_LIKE = re.compile(r"[^/]+:")  # top-level key of buildkit.lock
-
-
-def nightly_tag(key: str) -> str:
-    return f"nightly-{key}"
 
 
 # ---------------------------------------------------------------- the branch head
@@ -116,66 +113,6 @@ def ls_remote_default(url: str, timeout: float = 120, auth: UrlAuth | None = Non
     return branch, commit
 
 
-# ---------------------------------------------------------------- what was built last
-
-@dataclass(frozen=True)
-class Previous:
-    commit: str | None
-    patch_set: str | None
-    digest: str
-    version: str | None
-    known_from: str  # "lock" (the lock holds the registry's digest) or "registry" (image labels)
-
-
-def read_nightly_record(lock_path: Path, url: str, branch: str) -> dict:
-    """The lock's nightly record, if it is about this repository and branch and has the shape nightly
-    writes; anything else is no record (the registry's labels are asked instead, and it is rewritten)."""
-    try:
-        record = read_lock(lock_path).get(NIGHTLY_RECORD) or {}
-    except LockError:
-        return {}
-    return record if _ours(record, url, branch) else {}
-
-
-def _ours(record: dict, url: str, branch: str) -> bool:
-    variants = record.get("variants", {})
-    return record.get("url") == url and record.get("branch") == branch and isinstance(variants, dict) and all(
-        isinstance(v, dict) and all(isinstance(v.get(k), (str, type(None))) for k in RECORD_FIELDS)
-        for v in variants.values())
-
-
-def last_built(client: RegistryClient, repo: str, key: str, record: dict | None) -> Previous | None:
-    """What nightly-<key> in the registry was built from; None when there is no such image."""
-    info = client.head_manifest(repo, nightly_tag(key))
-    if info is None:
-        return None
-    if record and record.get("digest") == info.digest:
-        return Previous(record.get("commit"), record.get("patch_set_sha256"), info.digest, record.get("version"),
-                        "lock")
-    from buildkit.release.publish import image_labels
-
-    labels = image_labels(client, repo, info.digest)
-    return Previous(labels.get(REVISION_LABEL), labels.get(PATCH_SET_LABEL), info.digest, labels.get(VERSION_LABEL),
-                    "registry")
-
-
-def previous_builds(client: RegistryClient, repository: ImageRef, variants: list[Variant], lock_path: Path,
-                    url: str, branch: str) -> dict[str, Previous | None]:
-    """{variant key: what its nightly tag was built from}: one registry request per variant."""
-    record = read_nightly_record(lock_path, url, branch)
-    return {v.key: last_built(client, repository.repository, v.key, (record.get("variants") or {}).get(v.key))
-            for v in one_per_key(variants)}
-
-
-def old_commit_of(previous: dict[str, Previous | None]) -> str | None:  # the changelog's start
-    commits = [p.commit for p in previous.values() if p is not None and p.commit]
-    return collections.Counter(commits).most_common(1)[0][0] if commits else None
-
-
-def is_current(previous: Previous | None, commit: str, patch_set: str) -> bool:
-    return previous is not None and previous.commit == commit and previous.patch_set == patch_set
-
-
 def nightly_version(existing_tags: list[str], keys: list[str], date: str) -> str:
     """<next patch>-nightly.<date>: the next patch release of the highest of every variant's releases,
     with .2, .3, ... added when a nightly of that version and day exists already for some variant."""
@@ -193,20 +130,6 @@ def nightly_version(existing_tags: list[str], keys: list[str], date: str) -> str
 
 def nightly_tags(version: str, commit: str, key: str) -> TagSet:
     return release_tags(version, commit, key, default_variant=False)
-
-
-# ---------------------------------------------------------------- the lock's nightly record
-
-def update_nightly_record(lock_path: Path, url: str, branch: str, key: str, entry: dict) -> None:
-    """Set the record of one variant (atomically, under the lock's writer lock)."""
-    def change(data: dict) -> None:
-        record = data.get(NIGHTLY_RECORD) or {}
-        if not _ours(record, url, branch):
-            record = {"url": url, "branch": branch, "variants": {}}
-        record.setdefault("variants", {})[key] = entry
-        record["variants"] = dict(sorted(record["variants"].items()))
-        data[NIGHTLY_RECORD] = record
-    update_lock(lock_path, change)
 
 
 # ---------------------------------------------------------------- the run
@@ -261,6 +184,7 @@ def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = F
     summary = Summary(repository=repository.name, url=url, branch=branch, date=date, old_commit=None,
                       new_commit=None, excluded=[{"combination": c, "reason": r} for c, r in excluded])
     queue = load_patch_queue(patch_dir(cfg), required=cfg.origins["source.patch_dir"] != "default")
+    reasons: dict[str, str] = {}  # why each variant is built tonight
     try:
         head = ls_remote_head(url, branch, auth=auth)
         summary.new_commit = head
@@ -268,7 +192,8 @@ def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = F
             previous = previous_builds(client, repository, variants, lock_path, url, branch)
             summary.check_seconds = time.monotonic() - start
             summary.old_commit = old_commit_of(previous)
-            todo = [v for v in variants if force or not is_current(previous[v.key], head, queue.sha256)]
+            reasons = stale_variants(previous, variants, head, queue.sha256, url, force)
+            todo = [v for v in variants if reasons[v.key]]
             if not todo:
                 summary.up_to_date = True
                 current = {k: p for k, p in previous.items() if p is not None}  # all of them (is_current)
@@ -290,13 +215,10 @@ def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = F
         summary.variants += [_result_for(v, FAILED, error="not built: the night failed before this variant")
                              for v in one_per_key(variants) if v.key not in done]
     finally:
+        for result in summary.variants:
+            result.reason = "" if result.skipped else reasons.get(result.variant, "")
         summary.seconds = time.monotonic() - start
     return summary
-
-
-def one_per_key(variants: list[Variant]) -> list[Variant]:
-    """A multi-platform variant's first platform stands for it (one nightly tag, one summary row)."""
-    return list({v.key: v for v in reversed(variants)}.values())[::-1]
 
 
 def _build_and_publish(cfg, client, repository, summary: Summary, variants, todo, previous, head, patch_set,

@@ -5,8 +5,9 @@ variant takes ~45 min and ~8 GB of disk), so the workflow of `buildkit ci github
 
 1. plan (`plan_nightly`): resolve the branch head and ask the registry what each variant's
    nightly tag was built from (nightly.previous_builds: one ls-remote, one request per variant);
-   the units (variant, platform) that need a build become the GitHub matrix, each with the runner
-   label that builds it natively. Nothing to build: the workflow ends here.
+   the units (variant, platform) that need a build (nightly.stale_variants: a new commit or patch
+   set, or an input the config decides changed) become the GitHub matrix, each with the runner
+   label that builds it natively and the reason. Nothing to build: the workflow ends here.
 2. job (`run_job`): build, verify and push one unit at the planned commit and version, by digest
    under its build-key tag `bk-<key>-<variant>` only; its result (digest, build key, checks) is a
    small JSON file the workflow carries to the next job as an artifact.
@@ -29,9 +30,9 @@ from pathlib import Path
 
 from buildkit.core.errors import BuildkitError, ConfigError, PatchError, RegistryError
 from buildkit.core.platforms import ARCHES
-from buildkit.flows.nightly import (FAILED, PASSED, SKIPPED, Summary, VariantResult, is_current, ls_remote_head,
-                                    nightly_tag, nightly_tags, nightly_version, normalise_url, old_commit_of,
-                                    one_per_key, patch_dir, previous_builds, repository_of, today)
+from buildkit.flows.nightly import (FAILED, PASSED, SKIPPED, Summary, VariantResult, ls_remote_head, nightly_tag,
+                                    nightly_tags, nightly_version, normalise_url, old_commit_of, one_per_key,
+                                    patch_dir, previous_builds, repository_of, stale_variants, today)
 from buildkit.oci.registry import client_for
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.matrix import Variant, bake_target_name, matrix_variants
@@ -88,10 +89,10 @@ def parse_runners(items: tuple[str, ...] | list[str]) -> dict[str, str]:
     return out
 
 
-def _unit_entry(v: Variant, runners: dict[str, str]) -> dict:
+def _unit_entry(v: Variant, runners: dict[str, str], reason: str) -> dict:
     labels = runners[build_arch(v)]
     return {"id": unit_id(v), "unit": v.unit, "variant": v.key, "platform": v.request.platform,
-            "split": v.platform_split, "runner": labels.split(",") if "," in labels else labels}
+            "split": v.platform_split, "runner": labels.split(",") if "," in labels else labels, "reason": reason}
 
 
 def plan_nightly(cfg: ResolvedConfig, *, runners: dict[str, str], date: str | None = None,
@@ -110,19 +111,19 @@ def plan_nightly(cfg: ResolvedConfig, *, runners: dict[str, str], date: str | No
     head = ls_remote_head(url, branch, auth=split_credentials(cfg.source.url)[1])
     with client_for(repository.registry) as client:
         previous = previous_builds(client, repository, variants, cfg.lock.path, url, branch)
-        todo = [v for v in variants if force or not is_current(previous[v.key], head, queue.sha256)]
+        reasons = stale_variants(previous, variants, head, queue.sha256, url, force)
+        todo = [v for v in variants if reasons[v.key]]
         version = nightly_version(client.list_tags(repository.repository), [v.key for v in variants], date) \
             if todo else ""
-    moved = {v.key for v in todo}
     return {
         "repository": repository.name, "url": url, "branch": branch, "date": date, "commit": head,
         "old_commit": old_commit_of(previous), "patch_set_sha256": queue.sha256, "version": version,
         "build": bool(todo),
         "variants": [{"variant": v.key, "arch": v.request.arch.name, "cuda_version": v.request.cuda_version,
-                      "target": v.request.target, "build": v.key in moved,
-                      "previous": asdict(p) if (p := previous[v.key]) else None}
+                      "target": v.request.target, "build": bool(reasons[v.key]), "reason": reasons[v.key],
+                      "previous": p.to_dict() if (p := previous[v.key]) else None}
                      for v in one_per_key(variants)],
-        "matrix": {"include": [_unit_entry(v, runners) for v in todo]},
+        "matrix": {"include": [_unit_entry(v, runners, reasons[v.key]) for v in todo]},
         "excluded": [{"combination": c, "reason": r} for c, r in excluded],
     }
 
@@ -143,7 +144,7 @@ def plan_summary(plan: dict) -> Summary:
 
 def _result(entry: dict, status: str, **fields) -> VariantResult:
     return VariantResult(variant=entry["variant"], arch=entry["arch"], cuda_version=entry["cuda_version"],
-                         target=entry["target"], status=status, **fields)
+                         target=entry["target"], status=status, reason=entry.get("reason", ""), **fields)
 
 
 def github_outputs(plan: dict) -> dict[str, str]:

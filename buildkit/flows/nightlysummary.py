@@ -28,6 +28,7 @@ class VariantResult:
     error: str = ""
     checks: list[dict] = field(default_factory=list)
     known_from: str | None = None  # where the previous build's commit was read: "lock" or "registry"
+    reason: str = ""  # why it was built tonight: "new commit ...", "config changed: cpu_level all -> native", ...
 
     @property
     def skipped(self) -> bool:
@@ -73,7 +74,7 @@ class Summary:
             return f"nightly failed: {self.error}"
         if self.up_to_date:
             return (f"up to date: {self.branch} is still at {_short(self.new_commit)} and every variant was built "
-                    f"from it; nothing built ({self.check_seconds:.2f} s)")
+                    f"from it as configured; nothing built ({self.check_seconds:.2f} s)")
         failed = [v.variant for v in self.variants if v.status == FAILED]
         built = [v.variant for v in self.variants if v.status == PASSED]
         if failed:
@@ -97,7 +98,8 @@ class Summary:
         out += ["", "### Variants", "", "| variant | result | digest | tags | build time | skipped |",
                 "| --- | --- | --- | --- | --- | --- |"]
         for v in self.variants:
-            result = v.status + (f": {_short_error(v.error)}" if v.error else "")
+            result = v.status + (f" ({_md(v.reason)})" if v.reason else "") \
+                + (f": {_short_error(v.error)}" if v.error else "")
             digest = f"`{v.digest[:19]}`" if v.digest else ""
             tags = " ".join(f"`{t}`" for t in v.tags)
             took = f"{v.build_seconds:.0f} s" if v.build_seconds is not None else ""

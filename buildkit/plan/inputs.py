@@ -7,7 +7,8 @@ and its name in errors; its type is its annotation. `INPUTS` is those declaratio
 a build's inputs is a loop over them:
 
 * the image labels: `to_labels`, the one label writer (OCI and org.llama-buildkit.* labels, the
-  inputs label: JSON of what no other label carries); `from_labels` reads them back into an equal model;
+  inputs label: JSON of what no other label carries; each label's text: plan/labelforms.py);
+  `from_labels` reads them back into an equal model;
 * the inputs label's type checks (each key's annotation);
 * the build key's fields (buildkey.py `key_fields`);
 * a lock entry's input fields (`lock_fields`; release/lock.py builds LockEntry from `INPUTS` and adds
@@ -17,18 +18,22 @@ a build's inputs is a loop over them:
 A new input is one field here (and, when it comes from the config, its config key and its field of
 BuildRequest). An input added after images and locks existed is `later`: every form leaves it out while
 it is None or "", so the keys, labels and records of builds without it do not change.
+
+Its `of` also says whether the config decides it, before any source is fetched (the inputs a quiet
+`buildkit nightly` compares, plan/configinputs.py): "request.x", "tool.x" (this buildkit's version
+and templates) and functions declared `ByConfig` (of the request and the source's URL only) do, unless
+`per_build` (the version: a new one for every build); "source.x", "made.x", other functions and None do not.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from buildkit.core.errors import InputsError
+from buildkit.plan.labelforms import CREATED, FLAGS, NONE_WORD, NUMBER, TEXT, LabelForm
 from buildkit.plan.schema import JSON_TYPES, JsonType, is_strings
 
 if TYPE_CHECKING:
@@ -47,47 +52,6 @@ INPUTS_FORMAT = 1
 class BaseImage:
     ref: str
     digest: str  # repo digest where known, else the local image id, else ""
-
-
-# --------------------------------------------------------------------------- how values are written
-
-def oci_created(epoch: int) -> str:
-    return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _epoch(created: str, where: str, name: str) -> int:
-    try:
-        return int(datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp())
-    except (TypeError, ValueError):
-        raise InputsError(f"the created label {created!r} is not a UTC time of the form 2024-01-02T00:00:00Z") \
-            from None
-
-
-def _int(value: Any, where: str, name: str) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise InputsError(f"{where}: the label {name} must be an integer, got {str(value)[:40]!r}") from None
-
-
-def split_flags(text: str) -> tuple[str, ...]:
-    """The flags label back into CMake's arguments: each starts with -D, and a value may hold spaces
-    (-DCMAKE_CUDA_FLAGS=-Xcudafe=... -Xcicc=..., a cross CUDA build's), so it is split before each -D."""
-    return tuple(a.strip() for a in re.split(r"\s+(?=-D)", text.strip()) if a.strip())
-
-
-@dataclass(frozen=True)
-class LabelForm:
-    """How an input is written as a label's text and read back (where, label name for errors)."""
-    write: Callable[[Any], str] = str
-    read: Callable[[str, str, str], Any] = lambda text, where, name: text
-
-
-TEXT = LabelForm()
-NUMBER = LabelForm(read=_int)
-CREATED = LabelForm(oci_created, _epoch)  # SOURCE_DATE_EPOCH as the OCI created time
-NONE_WORD = LabelForm(lambda v: v or "none", lambda text, where, name: None if text == "none" else text)
-FLAGS = LabelForm(" ".join, lambda text, where, name: split_flags(text))
 
 
 @dataclass(frozen=True)
@@ -122,8 +86,8 @@ class Input:
     """One input of a build, declared once: a field of BuildInputs and its `given(...)`."""
     name: str
     annotation: str  # its type: KINDS says how its JSON is checked and written
-    of: str | InputFunction | None  # where request_inputs takes it: "request.x", "source.y", "made.z", or a
-    #                                 function of the three; None: known once base images and CUDA root are resolved
+    of: str | InputFunction | None  # where request_inputs takes it: "request.x", "source.x", "tool.x", "made.x",
+    #      or a function of request, source, made (ByConfig: of the config); None: known once base images are resolved
     label: str | None = None  # the image label that carries it
     form: LabelForm = TEXT  # how the label's text is written and read
     record: bool = False  # a key of the inputs label's JSON (by its name)
@@ -134,6 +98,7 @@ class Input:
     absent: Any = NEEDED  # its value where a record lacks it (NEEDED: the error names `what`)
     what: str = ""
     later: bool = False  # added after builds were recorded: left out of every form while None or ""
+    per_build: bool = False  # chosen anew for every build (the version), though the config may give it
 
     @property
     def kind(self) -> Kind:
@@ -151,32 +116,41 @@ def given(of: str | InputFunction | None, *, default: Any = MISSING, **declarati
     return field(default=default, metadata={"input": dict(of=of, **declaration)})
 
 
-def _fill(text: str, request: BuildRequest, source: SourceFacts) -> str:
+@dataclass(frozen=True)
+class ByConfig:
+    """An input's `of` that the config decides: a function of the request and the source's URL only."""
+    read: Callable[[BuildRequest, str], Any]
+
+    def __call__(self, request: BuildRequest, source: SourceFacts, made: _Made) -> Any:
+        return self.read(request, source.url)
+
+
+def _fill(text: str, request: BuildRequest, url: str) -> str:
     """A config text's {source}, {variant} and {target} (image.description, image.url)."""
-    return text.replace("{source}", source.url).replace("{variant}", request.variant) \
-        .replace("{target}", request.target)
+    return text.replace("{source}", url).replace("{variant}", request.variant).replace("{target}", request.target)
 
 
 @dataclass(frozen=True)
 class BuildInputs:
     """Every input of one build: what decides the image's content, and the options that shape it."""
-    source_url: str = given("source.url", label=OCI + "source", lock=True, config="source.url", what="source URL")
+    source_url: str = given(ByConfig(lambda request, url: url), label=OCI + "source", lock=True, config="source.url",
+                            what="source URL")
     commit: str = given("source.commit", label=OCI + "revision", lock=True, key="commit", config="source.commit",
                         what="commit")
     version: str = given("request.version", label=OCI + "version", lock=True, lock_default="",
-                         config="image.version", what="version")
+                         config="image.version", what="version", per_build=True)
     source_date_epoch: int = given("source.commit_time", label=OCI + "created", form=CREATED, lock=True,
                                    what="created time (SOURCE_DATE_EPOCH)")
     title: str = given("request.title", label=OCI + "title", config="image.title", absent="")
     licenses: str = given("request.licenses", label=OCI + "licenses", config="image.licenses", absent="")
-    arch: str = given(lambda request, source, made: request.arch.name, label=LABEL_PREFIX + "arch", lock=True,
+    arch: str = given(ByConfig(lambda request, url: request.arch.name), label=LABEL_PREFIX + "arch", lock=True,
                       key="arch", config="build.arch")
     cuda_version: str | None = given("request.cuda_version", label=LABEL_PREFIX + "cuda-version", form=NONE_WORD,
                                      lock=True, key="cuda_version", config="build.cuda_version", absent=None)
     variant: str = given("request.variant", label=LABEL_PREFIX + "variant", lock=True, absent="")
     target: str = given("request.target", label=LABEL_PREFIX + "target", lock=True, key="target",
                         config="build.target")
-    cpu_level: str = given(lambda request, source, made: request.cpu_level.name, label=LABEL_PREFIX + "cpu-level",
+    cpu_level: str = given(ByConfig(lambda request, url: request.cpu_level.name), label=LABEL_PREFIX + "cpu-level",
                            record=True, lock=True, lock_default="", key="cpu_level", config="build.cpu_level",
                            absent="all")
     cmake_args: tuple[str, ...] = given("made.cmake_args", label=LABEL_PREFIX + "flags", form=FLAGS, lock=True,
@@ -185,9 +159,9 @@ class BuildInputs:
                               key="build_number", what="build number")
     patch_set_sha256: str = given("source.patch_set_sha256", label=LABEL_PREFIX + "patch-set", lock=True,
                                   key="patch_set", what="patch set hash")
-    template_sha256: str = given("made.template_sha256", label=LABEL_PREFIX + "template", lock=True, key="template",
+    template_sha256: str = given("tool.template_sha256", label=LABEL_PREFIX + "template", lock=True, key="template",
                                  what="template hash")
-    tool_version: str = given("made.tool_version", label=LABEL_PREFIX + "tool-version", lock=True,
+    tool_version: str = given("tool.tool_version", label=LABEL_PREFIX + "tool-version", lock=True,
                               what="tool version")
     devel_image: str = given("request.devel_image", record=True)
     runtime_image: str = given("request.runtime_image", record=True)
@@ -207,18 +181,19 @@ class BuildInputs:
     cublas: bool | None = given(None, record=True, absent=None, default=None)  # the CUDA root holds cuBLAS
     cpu_host: str | None = given(None, record=True, key="cpu_host", absent=None, later=True,
                                  default=None)  # cpu_level native: the build machine's CPU
-    build_platform: str | None = given(  # a cross build: where its compile ran (None: on the target platform)
+    build_platform: str | None = given(  # a cross build: where its compile ran (None: on the target platform);
+        # not ByConfig: without build.build_platform, the machine that plans decides it
         lambda request, source, made: request.build_platform if request.cross else None, record=True,
         key="build_platform", absent=None, later=True, default=None)
     user: str = given("request.user", record=True, key="user", config="build.user", absent="", later=True,
                       default="")  # build.user (NAME:UID) the image runs as; "" = root (its passwd, home, USER)
     # issue 24: the image's description and URL (metadata: not in the key), and the base image labels
-    description: str = given(lambda request, source, made: _fill(request.description, request, source),
+    description: str = given(ByConfig(lambda request, url: _fill(request.description, request, url)),
                              label=OCI + "description", config="image.description", absent="", later=True,
                              default="")
-    url: str = given(lambda request, source, made: _fill(request.url, request, source), label=OCI + "url",
+    url: str = given(ByConfig(lambda request, url: _fill(request.url, request, url)), label=OCI + "url",
                      config="image.url", absent="", later=True, default="")
-    base_name: str = given(lambda request, source, made: request.runtime_image if request.base_labels else "",
+    base_name: str = given(ByConfig(lambda request, url: request.runtime_image if request.base_labels else ""),
                            label=OCI + "base.name", absent="", later=True, default="")  # the runtime stage's base
 
     # ------------------------------------------------------------------ the forms
@@ -275,7 +250,7 @@ def _cublas(provider: str, manifest: dict[str, Any] | None) -> bool | None:
 
 
 @dataclass(frozen=True)
-class _Made:
+class _Made:  # "tool.x": what this buildkit brings; "made.x": what the plan made of the request and the source
     template_sha256: str
     tool_version: str
     cmake_args: tuple[str, ...]
@@ -285,7 +260,7 @@ def request_inputs(request: BuildRequest, source: SourceFacts, *, template_sha25
                    cmake_args: tuple[str, ...]) -> BuildInputs:
     """The inputs known before the base images and the CUDA root are resolved (each input's `of`)."""
     made = _Made(template_sha256, tool_version, tuple(cmake_args))
-    scope = {"request": request, "source": source, "made": made}
+    scope = {"request": request, "source": source, "tool": made, "made": made}
 
     def value(of: str | InputFunction) -> Any:
         if callable(of):

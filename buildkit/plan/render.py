@@ -15,6 +15,7 @@ import jinja2
 
 from buildkit.core.errors import RenderError
 from buildkit.core.paths import templates_dir
+from buildkit.core.paths import templates_sha256 as templates_sha256  # re-exported: its home was here
 from buildkit.plan.buildplan import BuildPlan
 from buildkit.plan.platforms import TOOLCHAIN_PATH, gcc_commands, gcc_packages
 
@@ -25,15 +26,6 @@ class RenderResult:
     dockerfile: Path
     dockerfile_sha256: str
     named_contexts: tuple[tuple[str, Path | str], ...] = ()  # --build-context NAME=DIR or NAME=oci-layout://...
-
-
-def templates_sha256(directory: Path | None = None) -> str:
-    """Hash of every template file (name and content), so any template change changes it."""
-    directory = directory or templates_dir()
-    digest = hashlib.sha256()
-    for path in sorted(directory.glob("*.j2")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
 
 
 def _environment(directory: Path) -> jinja2.Environment:

@@ -1,4 +1,5 @@
-"""Nightly pieces without the engine: versions, the branch head over git://, the changelog, summaries."""
+"""Nightly pieces without the engine: versions, the branch head over git://, the changelog, summaries.
+(When a variant is current: tests/unit/test_nightly_config.py.)"""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import pytest
 
 from buildkit.source.changelog import changelog
 from buildkit.core.errors import ConfigError, SourceError
-from buildkit.flows.nightly import (FAILED, PASSED, SKIPPED, Previous, Summary, VariantResult, is_current,
-                              ls_remote_head, nightly_tags, nightly_version, write_summaries)
+from buildkit.flows.nightly import (FAILED, PASSED, SKIPPED, Summary, VariantResult, ls_remote_head, nightly_tags,
+                              nightly_version, write_summaries)
 from buildkit.release.promote import promote
 from buildkit.source.changelog import Changelog, Commit
 from buildkit.plan.config import load_config
@@ -32,14 +33,6 @@ def test_nightly_tags_are_the_version_and_the_moving_nightly_tag():
     tags = nightly_tags("0.4.1-nightly.20261130", "a" * 40, "cuda13.1-sm120")
     assert tags.immutable == ("0.4.1-nightly.20261130-cuda13.1-sm120",)
     assert tags.moving == ("nightly-cuda13.1-sm120",)
-
-
-def test_a_variant_is_current_only_at_the_same_commit_and_patch_set():
-    prev = Previous("a" * 40, "p1", "sha256:x", "v", "lock")
-    assert is_current(prev, "a" * 40, "p1")
-    assert not is_current(prev, "b" * 40, "p1")
-    assert not is_current(prev, "a" * 40, "p2")  # a new patch is a change too
-    assert not is_current(None, "a" * 40, "p1")  # no image in the registry
 
 
 def test_ls_remote_head_over_git_protocol(tmp_path, git_daemon):

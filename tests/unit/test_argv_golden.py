@@ -141,7 +141,8 @@ def test_the_annotations_are_the_resolved_plans_oci_labels_and_hold_no_time_of_t
     """What buildx annotates the manifest with, once the base images are known: every OCI label with
     its value (base.digest too), no buildkit label, and the created time is the commit's."""
     from buildkit.flows.pipeline import with_labels
-    from buildkit.plan.inputs import BaseImage, oci_created
+    from buildkit.plan.inputs import BaseImage
+    from buildkit.plan.labelforms import oci_created
 
     plan = plan_for(**{"build.arch": "cpu", "image.url": ""})
     base = BaseImage(plan.request.runtime_image, "sha256:" + "b" * 64)

@@ -1,0 +1,188 @@
+"""What each variant's nightly tag was built from, and why it must be built again (flows/nightly.py step 2).
+
+The registry is the truth, the lock a shortcut: one HEAD request for `nightly-<variant>` gives the
+digest the world sees. When the lock's nightly record holds that digest, its commit and patch set are
+used, and the inputs of the lock entry of that digest (builds[...].image_digest, or the platform entry
+of an indexes[...] entry's index_digest). Otherwise (no lock, a lock from elsewhere, an image tagged by
+hand, an entry since replaced by another build) the image's labels are read from the registry: commit,
+patch set and, from the same response, every recorded input (plan/inputs.py from_labels).
+
+A variant is up to date when its image was built from the head commit with the current patch set
+and every input its config decides (plan/configinputs.py) is what the config makes now; an input
+the image predates counts as its declared `absent` value.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from buildkit import __version__
+from buildkit.core.errors import InputsError, LockError
+from buildkit.core.paths import templates_sha256
+from buildkit.oci.imageref import ImageRef
+from buildkit.oci.registry import RegistryClient
+from buildkit.plan.configinputs import config_changes, config_inputs
+from buildkit.plan.inputs import BuildInputs, from_labels, from_lock_entry
+from buildkit.plan.matrix import Variant
+from buildkit.release.lock import read_lock, update_lock
+
+REVISION_LABEL = "org.opencontainers.image.revision"
+PATCH_SET_LABEL = "org.llama-buildkit.patch-set"
+RECORD_FIELDS = ("commit", "patch_set_sha256", "digest", "version", "date")  # of each variant's record
+VERSION_LABEL = "org.opencontainers.image.version"
+NIGHTLY_RECORD = "nightly"
+
+
+def nightly_tag(key: str) -> str:
+    return f"nightly-{key}"
+
+
+def one_per_key(variants: list[Variant]) -> list[Variant]:
+    """A multi-platform variant's first platform stands for it (one nightly tag, one summary row)."""
+    return list({v.key: v for v in reversed(variants)}.values())[::-1]
+
+
+@dataclass(frozen=True)
+class Previous:
+    commit: str | None
+    patch_set: str | None
+    digest: str
+    version: str | None
+    known_from: str  # "lock" (the lock holds the registry's digest) or "registry" (image labels)
+    inputs: BuildInputs | None = field(default=None, repr=False)  # what it was built with; None: unreadable
+    unread: str = ""  # why inputs is None
+
+    def to_dict(self) -> dict:
+        """What the plan and the summary say of it (the inputs stay out)."""
+        return {"commit": self.commit, "patch_set": self.patch_set, "digest": self.digest, "version": self.version,
+                "known_from": self.known_from}
+
+
+def _lock_of(lock_path: Path) -> dict:
+    try:
+        return read_lock(lock_path)
+    except LockError:
+        return {}
+
+
+def read_nightly_record(lock_path: Path, url: str, branch: str) -> dict:
+    """The lock's nightly record, if it is about this repository and branch and has the shape nightly
+    writes; anything else is no record (the registry's labels are asked instead, and it is rewritten)."""
+    return _record_of(_lock_of(lock_path), url, branch)
+
+
+def _record_of(lock: dict, url: str, branch: str) -> dict:
+    record = lock.get(NIGHTLY_RECORD) or {}
+    return record if _ours(record, url, branch) else {}
+
+
+def _ours(record: dict, url: str, branch: str) -> bool:
+    variants = record.get("variants", {})
+    return record.get("url") == url and record.get("branch") == branch and isinstance(variants, dict) and all(
+        isinstance(v, dict) and all(isinstance(v.get(k), (str, type(None))) for k in RECORD_FIELDS)
+        for v in variants.values())
+
+
+def update_nightly_record(lock_path: Path, url: str, branch: str, key: str, entry: dict) -> None:
+    """Set the record of one variant (atomically, under the lock's writer lock)."""
+    def change(data: dict) -> None:
+        record = data.get(NIGHTLY_RECORD) or {}
+        if not _ours(record, url, branch):
+            record = {"url": url, "branch": branch, "variants": {}}
+        record.setdefault("variants", {})[key] = entry
+        record["variants"] = dict(sorted(record["variants"].items()))
+        data[NIGHTLY_RECORD] = record
+    update_lock(lock_path, change)
+
+
+def lock_inputs(lock: dict, digest: str, platform: str) -> BuildInputs | None:
+    """The inputs of the lock's entry for the image at digest (a multi-platform index: its entry of
+    platform, else its first); None when the lock has no readable entry of it."""
+    builds, indexes = lock.get("builds") or {}, lock.get("indexes") or {}
+    name = next((k for k, e in builds.items() if e.get("image_digest") == digest), None)
+    index = next((i for i in indexes.values() if i.get("index_digest") == digest), None)
+    if name is None and index is not None:
+        entries = [p["entry"] for p in index["platforms"] if p["platform"] == platform] or \
+                  [p["entry"] for p in index["platforms"]]
+        name = entries[0]
+    if name is None or name not in builds:
+        return None
+    try:
+        return from_lock_entry(builds[name], f"lock entry {name}")
+    except InputsError:
+        return None
+
+
+def last_built(client: RegistryClient, repo: str, variant: Variant, record: dict | None,
+               lock: dict) -> Previous | None:
+    """What nightly-<key> in the registry was built from; None when there is no such image."""
+    info = client.head_manifest(repo, nightly_tag(variant.key))
+    if info is None:
+        return None
+    if record and record.get("digest") == info.digest:
+        inputs = lock_inputs(lock, info.digest, variant.request.platform)
+        if inputs is not None:
+            return Previous(record.get("commit"), record.get("patch_set_sha256"), info.digest,
+                            record.get("version"), "lock", inputs)
+    from buildkit.release.publish import image_labels
+
+    labels = image_labels(client, repo, info.digest)
+    try:
+        recorded, unread = from_labels(labels, f"{repo}:{nightly_tag(variant.key)}"), ""
+    except InputsError as exc:
+        recorded, unread = None, str(exc)
+    return Previous(labels.get(REVISION_LABEL), labels.get(PATCH_SET_LABEL), info.digest, labels.get(VERSION_LABEL),
+                    "registry", recorded, unread)
+
+
+def previous_builds(client: RegistryClient, repository: ImageRef, variants: list[Variant], lock_path: Path,
+                    url: str, branch: str) -> dict[str, Previous | None]:
+    """{variant key: what its nightly tag was built from}: one registry request per variant whose nightly
+    record and lock entry the lock holds, the image's labels (its manifest and config) for the others."""
+    lock = _lock_of(lock_path)
+    record = _record_of(lock, url, branch)
+    return {v.key: last_built(client, repository.repository, v, (record.get("variants") or {}).get(v.key), lock)
+            for v in one_per_key(variants)}
+
+
+def old_commit_of(previous: dict[str, Previous | None]) -> str | None:  # the changelog's start
+    commits = [p.commit for p in previous.values() if p is not None and p.commit]
+    return collections.Counter(commits).most_common(1)[0][0] if commits else None
+
+
+def config_of(variant: Variant, url: str) -> dict[str, Any]:
+    """The inputs the variant's config decides now (plan/configinputs.py), with this buildkit's version
+    and templates."""
+    return config_inputs(variant.request, source_url=url, template_sha256=templates_sha256(),
+                         tool_version=__version__)
+
+
+def stale_reason(previous: Previous | None, commit: str, patch_set: str, wanted: Mapping[str, Any]) -> str:
+    """Why the variant's nightly must be built ("" when it is up to date: built from commit with patch_set
+    and every config-decided input as wanted)."""
+    if previous is None:
+        return "no nightly image yet"
+    if previous.commit != commit:
+        return f"new commit {(previous.commit or 'unknown')[:12]} -> {commit[:12]}"
+    if previous.patch_set != patch_set:
+        return "patch set changed"
+    if previous.inputs is None:
+        return f"what it was built with cannot be read ({previous.unread or 'not recorded'})"
+    return "; ".join(config_changes(previous.inputs, wanted))
+
+
+def is_current(previous: Previous | None, commit: str, patch_set: str, wanted: Mapping[str, Any]) -> bool:
+    return not stale_reason(previous, commit, patch_set, wanted)
+
+
+def stale_variants(previous: dict[str, Previous | None], variants: list[Variant], commit: str, patch_set: str,
+                   url: str, force: bool = False) -> dict[str, str]:
+    """{variant key: why its nightly is built tonight ("": it is not)}; a multi-platform variant is judged
+    by its first platform, the image whose labels its nightly tag shows."""
+    reasons = {v.key: stale_reason(previous[v.key], commit, patch_set, config_of(v, url))
+               for v in one_per_key(variants)}
+    return {key: why or ("--force" if force else "") for key, why in reasons.items()}
