@@ -249,8 +249,8 @@ def build_options(cfg: ResolvedConfig) -> BuildOptions:
 
 def from_plan(plan: BuildPlan, sources: tuple[BaseSource, ...]) -> BuildPlan:
     """The plan with each base image replaced by what the FROM line names (ref@digest, its pinned name
-    in the engine, or the named context of its OCI layout), for rendering only: labels, lock and build key keep the configured
-    names, and the digests are recorded beside them."""
+    in the engine, or the named context of its OCI layout), for rendering only: labels, lock and build
+    key keep the configured names, and the digests are recorded beside them."""
     names = {s.ref: s.from_ref for s in sources if s.digest}
     req = plan.request
     devel, runtime = names.get(req.devel_image, req.devel_image), names.get(req.runtime_image, req.runtime_image)
