@@ -1,17 +1,24 @@
 """Bench: rebuild after a one-file change, with and without the ccache mount; context size vs tree.
 
-Prints figures and ratios; asserts nothing. Needs a running engine and the local Debian base
-image (`python -m tests.images debian`).
+Three builds, each of a new commit (so BuildKit's layer cache cannot serve the compile): a priming
+build with the ccache (it fills the ccache mount), the cold one (a one-file change, ccache off: every
+object compiled) and the warm one (another one-file change, ccache on: one object compiled). Each is
+timed end to end (fetch, patch, render, build, verify with --verify, lock) and split into the compile
+step and the export step as buildx's log times them (the rest: context, the other steps, `docker
+load`, verify). Prints figures and ratios; asserts nothing. Needs a running engine and the local
+Debian base image (`python -m tests.images debian`).
 
     python bench/rebuild.py                       # the bundled example fork, cpu
     python bench/rebuild.py --arch sm_120         # CUDA via the PyPI-wheel provider
-    python bench/rebuild.py --tree /path/to/llama.cpp --file ggml/src/ggml.c   # real source (slow)
+    python bench/rebuild.py --tree /path/to/llama.cpp --file src/llama.cpp --cpu-level x86-64-v3 --verify
+                                                  # real source, one CPU level (issue 25 item 4; slow)
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -37,6 +44,19 @@ def commit_change(repo: Path, file: str, marker: str) -> str:
                           text=True).stdout.strip()
 
 
+def step_seconds(log: str) -> dict[str, float]:
+    """The compile step's and the export step's seconds in buildx's plain log (0 when absent, e.g. the
+    compile came from the layer cache)."""
+    named: dict[str, str] = {}
+    for m in re.finditer(r"^#(\d+) (\[[^\]]*\] RUN .*cmake --build.*|exporting to .*)$", log, re.M):
+        named.setdefault(m.group(1), "compile" if "cmake --build" in m.group(2) else "export")
+    out = {"compile": 0.0, "export": 0.0}
+    for m in re.finditer(r"^#(\d+) DONE ([\d.]+)s$", log, re.M):
+        if m.group(1) in named:
+            out[named[m.group(1)]] = float(m.group(2))
+    return out
+
+
 def du(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
@@ -48,7 +68,11 @@ def main() -> int:
     ap.add_argument("--tree", type=Path, default=ROOT / "examples" / "tiny-fork")
     ap.add_argument("--file", default="ggml/src/ggml.c", help="source file the one-line change goes into")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--cpu-level", default="", help="build.cpu_level (default: the config's, all)")
+    ap.add_argument("--verify", action="store_true", help="verify each build too, as `buildkit build` does")
+    ap.add_argument("--logs", type=Path, default=Path("/tmp/bench-rebuild"), help="buildx's log of each build")
     args = ap.parse_args()
+    args.logs.mkdir(parents=True, exist_ok=True)
 
     base = ensure_debian_image()
     with tempfile.TemporaryDirectory(prefix="bench-rebuild-") as tmp:
@@ -62,12 +86,24 @@ def main() -> int:
                 "source.url": (str(repo), "bench"), "source.commit": (commit, "bench"),
                 "build.arch": (args.arch, "bench"), "build.cuda_version": (args.cuda, "bench"),
                 "build.jobs": (args.jobs, "bench"), "build.ccache": (ccache, "bench"),
-                "build.progress": ("quiet", "bench"), "base.provider": ("wheels", "bench"),
+                "build.progress": ("plain", "bench"), "base.provider": ("wheels", "bench"),
                 "base.os_image": (base, "bench"), "base.cublas": (False, "bench"),
                 "image.name": ("bench/rebuild", "bench"), "lock.path": (str(tmp_path / "bench.lock"), "bench"),
                 "cache.dir": (os.environ.get("LLAMA_BUILDKIT_CACHE_DIR", str(tmp_path / "cache")), "bench"),
             }
+            if args.cpu_level:
+                overrides["build.cpu_level"] = (args.cpu_level, "bench")
             return load_config(None, env={}, overrides=overrides)
+
+        def timed(name: str, commit: str, ccache: bool) -> dict[str, float]:
+            log = args.logs / f"{name}.log"
+            start = time.monotonic()
+            with open(log, "w") as stream:
+                unit = build(cfg_for(commit, ccache), verify=args.verify, stream=stream)
+            wall = time.monotonic() - start
+            steps = step_seconds(log.read_text())
+            return {"wall": wall, **steps, "verify": unit.seconds.get("verify", 0.0),
+                    "other": wall - steps["compile"] - steps["export"] - unit.seconds.get("verify", 0.0)}
 
         # context size versus the tree it comes from
         prepared = prepare(cfg_for(first, True), tmp_path / "ctx")
@@ -75,17 +111,21 @@ def main() -> int:
         repo_bytes = du(repo)
 
         print(f"priming build of {first[:12]} ({args.arch}) ...", flush=True)
-        primed = build(cfg_for(first, True), verify=False, stream=open(os.devnull, "w"))
-        cold_commit = commit_change(repo, args.file, f"cold{run_id}")
-        cold = build(cfg_for(cold_commit, False), verify=False, stream=open(os.devnull, "w"))
-        warm_commit = commit_change(repo, args.file, f"warm{run_id}")
-        warm = build(cfg_for(warm_commit, True), verify=False, stream=open(os.devnull, "w"))
+        primed = timed("priming", first, True)
+        print("cold build (a one-file change, ccache off) ...", flush=True)
+        cold = timed("cold", commit_change(repo, args.file, f"cold{run_id}"), False)
+        print("warm build (another one-file change, ccache on) ...", flush=True)
+        warm = timed("warm", commit_change(repo, args.file, f"warm{run_id}"), True)
 
-    print(f"tree: {args.tree} ({args.arch}, {args.jobs} jobs)")
-    print(f"  priming build (ccache on)                     {primed.result.seconds:8.1f} s")
-    print(f"  one-file change, ccache off (cold compile)    {cold.result.seconds:8.1f} s")
-    print(f"  one-file change, ccache mount on (warm)       {warm.result.seconds:8.1f} s")
-    print(f"  cold / warm                                   {cold.result.seconds / warm.result.seconds:8.2f} x")
+    print(f"tree: {args.tree} ({args.arch}, cpu level {args.cpu_level or 'default'}, {args.jobs} jobs, "
+          f"verify {'on' if args.verify else 'off'}; logs in {args.logs})")
+    print(f"  {'seconds':34} {'end to end':>10} {'compile':>8} {'export':>7} {'verify':>7} {'other':>7}")
+    for name, row in (("priming build (ccache on)", primed), ("one-file change, ccache off (cold)", cold),
+                      ("one-file change, ccache on (warm)", warm)):
+        print(f"  {name:34} {row['wall']:10.1f} {row['compile']:8.1f} {row['export']:7.1f} {row['verify']:7.1f} "
+              f"{row['other']:7.1f}")
+    print(f"  warm / cold, end to end                       {100 * warm['wall'] / cold['wall']:8.1f} %")
+    print(f"  warm: outside the compile step                {warm['wall'] - warm['compile']:8.1f} s")
     print(f"  build context {context_bytes / 1e6:8.2f} MB  vs  repository with .git {repo_bytes / 1e6:8.2f} MB"
           f"  ({context_bytes / repo_bytes:.2f} x)")
     return 0
