@@ -27,7 +27,8 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from buildkit.verify import binfmt, cpucode, elfcheck
@@ -132,11 +133,23 @@ def _cuda_library(lib_dir: Path) -> Path | None:
     return candidates[0] if candidates else None
 
 
-def check_cuda_library(engine, plan: BuildPlan, image: str, cuda_roots: list[Path]) -> list[Check]:
-    checks: list[Check] = []
+@contextmanager
+def app_lib(engine, image: str, lib_dir: Path | None) -> Iterator[Path]:
+    """The image's /app/lib: lib_dir (the image's files, already read from its archive) when it is
+    there, else a copy out of the engine (removed afterwards)."""
+    if lib_dir is not None and lib_dir.is_dir():
+        yield lib_dir
+        return
     with tempfile.TemporaryDirectory(prefix="buildkit-verify-") as tmp:
         engine.copy_out(image, "/app/lib", Path(tmp))
-        library = _cuda_library(Path(tmp))
+        yield Path(tmp)
+
+
+def check_cuda_library(engine, plan: BuildPlan, image: str, cuda_roots: list[Path],
+                       lib_dir: Path | None = None) -> list[Check]:
+    checks: list[Check] = []
+    with app_lib(engine, image, lib_dir) as libs:
+        library = _cuda_library(libs)
         if library is None:
             return [Check("cuda-library", FAILED, "libggml-cuda.so is not in /app/lib of the image")]
         needed = needed_libraries(library)
@@ -223,15 +236,15 @@ def objdump_hint(arch: str) -> str:
     return f"install {cpu_arch(f'linux/{arch}').cross_binutils} (or binutils-multiarch)"
 
 
-def check_cpu_backends(engine, plan: BuildPlan, image: str, *, not_run: str = "") -> list[Check]:
-    """not_run: why the image's binaries cannot run here ("" when they can)."""
+def check_cpu_backends(engine, plan: BuildPlan, image: str, *, not_run: str = "",
+                       lib_dir: Path | None = None) -> list[Check]:
+    """not_run: why the image's binaries cannot run here ("" when they can). lib_dir: app_lib's."""
     platform, level = plan.request.platform, plan.request.cpu_level
     arch = cpulevels.platform_arch(platform)
     native = arch == engine_arch(engine)
     host = cpulevels.host_features(engine_cpu_flags(engine, image, platform), platform) if native else set()
-    with tempfile.TemporaryDirectory(prefix="buildkit-verify-") as tmp:
-        engine.copy_out(image, "/app/lib", Path(tmp))
-        libs = cpu_libraries(Path(tmp))
+    with app_lib(engine, image, lib_dir) as lib_folder:
+        libs = cpu_libraries(lib_folder)
         names = sorted(libs)
         shown = ", ".join(libs[n].name for n in names) or "none"
         missing = [v for v in expected_backends(plan) if v not in libs]
@@ -330,21 +343,37 @@ def verify_image(plan: BuildPlan, image: str, *, cuda_roots: Sequence[Path] = ()
                  archive: Path | None = None) -> VerifyReport:
     """archive: the OCI archive the build exported that image to (its files are read from it)."""
     engine = _engine()
-    checks: list[Check] = []
-    header = _header(None, plan)
-    try:
-        with exported(engine, image, plan.request.platform, archive) as tree:
+    with ExitStack() as stack:
+        checks: list[Check] = []
+        header = _header(None, plan)
+        tree: ImageTree | None = None
+        try:
+            tree = stack.enter_context(exported(engine, image, plan.request.platform, archive))
             checks += check_files(plan, tree)
             header = _header(tree, plan)
-    except BuildkitError as exc:  # the engine's or the archive's own message
-        checks.append(Check("elf-machine", FAILED, f"cannot read the image's files: {exc}"))
+        except BuildkitError as exc:  # the engine's or the archive's own message
+            checks.append(Check("elf-machine", FAILED, f"cannot read the image's files: {exc}"))
+        return _run_checks(engine, plan, image, checks, header, _lib_dir(tree), cuda_roots)
+
+
+def _lib_dir(tree: ImageTree | None) -> Path | None:
+    """The image's /app/lib as read for the file checks (None: app_lib copies it out of the engine)."""
+    try:
+        return tree.host("/app/lib") if tree is not None else None
+    except BuildkitError:
+        return None
+
+
+def _run_checks(engine, plan: BuildPlan, image: str, checks: list[Check], header: bytes, lib_dir: Path | None,
+                cuda_roots: Sequence[Path]) -> VerifyReport:
+    """verify_image's checks after the file checks: the CUDA library, the CPU backends, the version."""
     if plan.arch.is_cuda:
-        checks += check_cuda_library(engine, plan, image, list(cuda_roots))
+        checks += check_cuda_library(engine, plan, image, list(cuda_roots), lib_dir)
     vmm_needs_driver = any(c.name == "vmm" and c.status == PASSED for c in checks)
     handlers = binfmt.registered()
     not_run = VMM_NOT_RUN if vmm_needs_driver else binfmt.not_runnable(plan.request.platform, engine_arch(engine),
                                                                      header, handlers)
-    checks += check_cpu_backends(engine, plan, image, not_run=not_run)
+    checks += check_cpu_backends(engine, plan, image, not_run=not_run, lib_dir=lib_dir)
     if not_run:
         checks.append(Check("version", SKIPPED, not_run))
     else:

@@ -243,3 +243,27 @@ def test_the_export_writes_app_and_shared_libraries_only():
     assert wanted("app/llama-server") and wanted("app/share/x.json")
     assert wanted("usr/lib/aarch64-linux-gnu/libc.so.6") and wanted("usr/lib/ld-linux-aarch64.so.1")
     assert not wanted("usr/share/doc/libc6/copyright") and not wanted("usr/bin/perl") and not wanted("apple")
+
+
+def test_verify_reads_app_lib_from_the_built_archive_without_copying_it_out(tmp_path):
+    """The CPU backends are found in the image's files as read from the build's OCI archive, the same
+    read the ELF checks use: /app/lib is not copied out of the engine again (issue 25: re-read less)."""
+    import tarfile
+
+    from test_gpu_run import entry, layer_blob, write_layout
+
+    so = elf_bytes(EM_X86_64, e_type=3)
+    layer = layer_blob([entry("app", kind="dir"), entry("app/lib", kind="dir"),
+                        entry("app/lib/libggml-cpu.so", so, mode=0o755),
+                        entry("app/llama-server", elf_bytes(EM_X86_64, e_type=2), mode=0o755)])
+    write_layout(tmp_path / "layout", [layer])
+    archive = tmp_path / "image.oci.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(tmp_path / "layout", arcname=".")
+    fake = FakeEngine()
+    with use_engine(fake):
+        report = {c.name: c for c in verify_image(plan_for(platform="linux/amd64", **{"build.cpu_level": "x86-64-v3"}),
+                                                  "x/app:cpu", archive=archive).checks}
+    assert report["cpu-backends"].status == "passed", report["cpu-backends"].detail
+    assert "libggml-cpu.so" in report["cpu-backends"].detail
+    assert not [c for c in fake.calls if c[0] == "copy_out"]
