@@ -2,8 +2,9 @@
 
 `docker buildx bake` builds every target in one BuildKit session, in parallel. BuildKit
 cancels every target when one fails (measured with buildx 0.13: the others end CANCELED and no
-metadata file is written), so after a failed bake the targets that did not fail themselves are
-run again one bake each, in parallel; what they had finished comes from the build cache. With
+metadata file is written; one caught exporting may instead show the session's error, "failed to copy to
+tar: rpc error: code = Unavailable"), so after a failed bake the targets that did not fail themselves
+are run again one bake each, in parallel; what they had finished comes from the build cache. With
 buildx's docker driver, `--load` (output type=docker) of several targets in one bake works
 (checked with buildx 0.13.1 and the containerd image store: each target is loaded under its tags).
 A target built through the OCI exporter is loaded with `Engine.load`, like a single build
@@ -37,6 +38,11 @@ _STEP = re.compile(r"^#(\d+) \[([A-Za-z0-9_-]+)[ \]]")
 _STEP_ERROR = re.compile(r"^#(\d+) ERROR: (.*)$")
 _STEP_LINE = re.compile(r"^#(\d+) \d+\.\d+ (.*)$")  # a line a RUN step printed, with its timestamp
 _TELLING = re.compile(r"(\berror\b|Error:|CMake Error|fatal)", re.IGNORECASE)
+# An error a target shows when the bake was cancelled under it (another target failed), not one of its
+# own: BuildKit's cancellation, or the session closing mid-export ("failed to copy to tar: rpc error:
+# code = Unavailable ... connection reset by peer", seen with buildx 0.13 while a target exported).
+_CANCELLED = re.compile(r"context canceled|code = Canceled|code = Unavailable|connection reset by peer"
+                        r"|^CANCELED\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -81,7 +87,7 @@ class _Run:
             self.step_name.setdefault(m[1], line[len(m[1]) + 2:].split("]", 1)[0] + "]")
         elif m := _STEP_ERROR.match(line):
             target = self.step_target.get(m[1])
-            if target and target not in self.errors:
+            if target and target not in self.errors and not _CANCELLED.search(m[2]):
                 self.errors[target] = _describe_failure(self.step_name.get(m[1], ""), m[2].strip(),
                                                         self.step_lines.get(m[1], ()))
         elif m := _STEP_LINE.match(line):

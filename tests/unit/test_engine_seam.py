@@ -136,3 +136,25 @@ def test_bake_waits_for_the_engine_while_a_no_cache_build_holds_it(tmp_path, mon
         assert not started.exists()  # it waits before running anything
     thread.join()
     assert started.exists() and done["a"].ok
+
+
+def test_a_target_cancelled_mid_export_by_another_targets_failure_is_baked_again_alone(tmp_path):
+    """buildx 0.13 cancels a bake's targets when one fails; a target caught exporting shows the session's
+    error, not one of its own: it is baked again by itself, while the target whose compile failed is not."""
+    fake = FakeEngine(bake_code=1, bake_lines=[
+        "#7 [cpu 8/8] COPY --from=build /app/bin/ /app/",
+        "#9 [cuda 7/8] RUN cmake --build /build",
+        "#9 12.3 /src/ggml-cuda.cu:134:2: error: #error broken on purpose",
+        "#9 ERROR: process \"/bin/sh -c cmake --build /build\" did not complete successfully: exit code: 2",
+        "#7 ERROR: failed to copy to tar: rpc error: code = Unavailable desc = error reading from server: "
+        "read unix /var/run/docker.sock->@: read: connection reset by peer"])
+    doc = bake_document({"cpu": _oci_target(tmp_path, "cpu", ["x/a:cpu"]),
+                         "cuda": _oci_target(tmp_path, "cuda", ["x/a:cuda"])})
+    bake_file = write_bake_file(tmp_path / "docker-bake.json", doc)
+    log = io.StringIO()
+    with use_engine(fake):
+        outcomes = run_bake(bake_file, ["cpu", "cuda"], BuildOptions(progress="plain"), tmp_path / "w", stream=log)
+    assert [c[2] for c in fake.calls if c[0] == "bake"] == [("cpu", "cuda"), ("cpu",)]
+    assert "baking cpu again one by one" in log.getvalue()
+    assert not outcomes["cuda"].isolated and "error: #error broken on purpose" in outcomes["cuda"].error
+    assert outcomes["cpu"].isolated  # (the fake's second bake fails too: only the retry is the point)
