@@ -65,7 +65,7 @@ class Gate:
             f"| new | `{_md(self.new_label)}` | {self.new:.2f} |",
             f"| release | `{_md(self.old_label)}` | {self.old:.2f} |", "",
             "| ratio new/release | change | threshold | verdict |", "| --- | --- | --- | --- |",
-            f"| {self.ratio:.3f} | {change} | at most {self.max_slowdown:g}% slower | {_md(self.verdict)} |", ""])
+            f"| {self.ratio:.3f} | {change} | at most {self.max_slowdown:g}% slower | {_md(self.verdict)} |", "", ""])
 
 
 def _md(text: str) -> str:
@@ -99,4 +99,4 @@ def failed_markdown(what: str, new_label: str, old_label: str) -> str:
     """The step summary of a gate that has no verdict (the bench failed): nothing is promoted."""
     return "\n".join(["## ❌ bench gate: no verdict, the nightly stays a nightly", "",
                       f"- new: `{_md(new_label)}`", f"- release: `{_md(old_label)}`",
-                      f"- {_md(what)}", ""])
+                      f"- {_md(what)}", "", ""])

@@ -67,4 +67,4 @@ def promotion_markdown(done: Promotion) -> str:
         "| nightly | version label | commit | digest | release tags | tags moved or added |",
         "| --- | --- | --- | --- | --- | --- |",
         f"| `{done.source_tag}` | `{done.nightly_version or 'none'}` | `{done.commit[:12]}` | `{done.digest}` "
-        f"| {tags} | {added} |", ""])
+        f"| {tags} | {added} |", "", ""])
