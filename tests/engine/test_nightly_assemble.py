@@ -97,8 +97,9 @@ def test_assemble_makes_the_index_and_the_nightly_tags_from_the_jobs_digests(tmp
 
 def test_a_bench_gate_that_names_no_variant_is_refused_before_anything_runs(tmp_path):
     project = write_project(tmp_path / "project", image={"name": f"127.0.0.1:9/{REPO}"})
+    (tmp_path / "plan.json").write_text(json.dumps({"variants": [entry("cpu"), entry("cpu-light")]}))
     for args, message in ((("--assemble", str(tmp_path), "--bench-gate", "full"),
-                           "--bench-gate 'full' is neither none nor a variant of the matrix (cpu)"),
+                           "--bench-gate 'full' is neither none nor a variant of the plan (cpu, cpu-light)"),
                           (("--bench-gate", "none"), "--bench-gate goes with --assemble")):
         proc = run_cli(project, "nightly", *args, env=cli_env(tmp_path / "cache"))
         assert proc.returncode == 1 and proc.stderr.startswith("error: ") and message in proc.stderr, proc.stderr
