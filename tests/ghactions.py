@@ -5,7 +5,7 @@ It reads the workflow with PyYAML and runs one job at a time, the way GitHub wir
 `${{ fromJSON(needs.plan.outputs.matrix) }}`), `env` at workflow, job and step level, each step's
 `if`, `continue-on-error`, `${{ }}` expressions (matrix, needs.<job>.outputs/result,
 steps.<id>.outputs/outcome, github, inputs, secrets; `&&`, `||`, `!`, `==`, `!=`, fromJSON,
-always, success, failure, cancelled), $GITHUB_OUTPUT (NAME=VALUE and NAME<<DELIM) and the job's
+contains, always, success, failure, cancelled), $GITHUB_OUTPUT (NAME=VALUE and NAME<<DELIM) and the job's
 `outputs`. A `run:` step runs with bash -eo pipefail in the job's workspace, a fresh folder per
 job (a new runner); a `uses:` step is answered by the caller's stand-in for that action.
 """
@@ -122,6 +122,11 @@ class Expression:
             return status[name]()
         if name == "fromJSON":
             return json.loads(args[0])
+        if name == "contains":  # an array holds an item, or a string a substring; case-insensitive, as GitHub
+            search, item = args
+            if isinstance(search, list):
+                return any(_loose(x) == _loose(item) for x in search)
+            return text_of(item).lower() in text_of(search).lower()
         raise ValueError(f"the stand-in runner has no function {name}()")
 
     def _lookup(self, path: str) -> Any:

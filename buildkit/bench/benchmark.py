@@ -20,9 +20,10 @@ compared.
 
 Modules: protocol.py (what is asked), results.py (runs, statistics, the report), figures.py (the
 checks of a server's figures), client.py (the SSE client and the benchmark loop), format.py
-(tables), lockrecord.py (a report kept in the lock), container.py (`served(spec)`: a llama-server
-container for `bench --image`, started through the engine seam, waited for on /health, and always
-stopped and removed, also on Ctrl-C, SIGTERM and failures). This module is their public API.
+(tables), gate.py (the bench gate: ratio, threshold, verdict), lockrecord.py (a report kept in the
+lock), container.py (`served(spec)`: a llama-server container for `bench --image`, started through
+the engine seam, waited for on /health, and always stopped and removed, also on Ctrl-C, SIGTERM and
+failures). This module is their public API.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from buildkit.bench.format import invalid_text
+from buildkit.bench.gate import Gate
 from buildkit.bench.results import BenchReport
 from buildkit.core.errors import BenchError, LockError
 
@@ -23,9 +24,10 @@ def find_lock_entry(builds: dict, image_ref: str, image_id: str | None = None) -
     return None
 
 
-def attach_to_lock(lock_path: Path, key: str, report: BenchReport) -> None:
-    """builds[key]["bench"] = the report, written atomically under the lock's writer lock. A report with an
-    invalid run (impossible figures) is never written."""
+def attach_to_lock(lock_path: Path, key: str, report: BenchReport, gate: Gate | None = None) -> None:
+    """builds[key]["bench"] = the report (with the gate's ratio and verdict under "gate" when there is one),
+    written atomically under the lock's writer lock. A report with an invalid run (impossible figures) is
+    never written."""
     from buildkit.release.lock import update_lock
 
     if report.invalid:
@@ -34,5 +36,8 @@ def attach_to_lock(lock_path: Path, key: str, report: BenchReport) -> None:
     def change(data: dict) -> None:
         if key not in data["builds"]:
             raise LockError(f"{Path(lock_path).resolve()} has no entry {key!r}")
-        data["builds"][key]["bench"] = report.to_dict()
+        record = report.to_dict()
+        if gate is not None:
+            record["gate"] = gate.to_dict()
+        data["builds"][key]["bench"] = record
     update_lock(lock_path, change)

@@ -232,11 +232,13 @@ def _typed(cls, data, where: str, *, defaults: bool) -> dict:
     return out
 
 
-def save_report(path: Path, report: BenchReport) -> str:
-    """Write report as JSON to path: "" when done, else one line saying where it is instead (core/savefile.py)."""
+def save_report(path: Path, report: BenchReport, doc: dict | None = None) -> str:
+    """Write report as JSON to path (doc: the report's dict with what `bench` adds to it, its comparison and
+    gate): "" when done, else one line saying where it is instead (core/savefile.py)."""
     from buildkit.core.savefile import write_or_keep
 
-    return write_or_keep(path, json.dumps(report.to_dict(), indent=2) + "\n", "the report")
+    return write_or_keep(path, json.dumps(doc if doc is not None else report.to_dict(), indent=2) + "\n",
+                         "the report")
 
 
 def load_report(path: Path) -> BenchReport:

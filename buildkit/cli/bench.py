@@ -77,16 +77,21 @@ def _run_line(run) -> str:
               help="With --compare or --compare-image: exit 1 when the mean tok/s is more than PCT percent below "
                    "before's (a gate, e.g. 5 before promoting a nightly).")
 @click.option("--attach-lock", is_flag=True,
-              help="Record the results in the lock entry of the image measured (builds[KEY].bench).")
+              help="Record the results in the lock entry of the image measured (builds[KEY].bench; with "
+                   "--max-slowdown the gate's ratio and verdict too, builds[KEY].bench.gate).")
 @click.option("--lock-entry", help="With --attach-lock: the lock entry (e.g. cpu/server); needed with --url.")
 @click.option("--lock", "lock_path", help="Lock file [lock.path].")
+@click.option("--step-summary", "step_summary", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Append a Markdown table to FILE (CI: \"$GITHUB_STEP_SUMMARY\"): with --max-slowdown the gate, "
+                   "new vs release tok/s, ratio, threshold and verdict; else the mean tok/s.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="buildkit.toml to read (default: ./buildkit.toml, or $LLAMA_BUILDKIT_CONFIG).")
 @click.argument("server_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA-SERVER ARGS...]")
 @handle_errors
 def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, prompt, prompt_file, runs,
           max_tokens, concurrency, timeout, ignore_eos, thinking, cache_prompt, degradation_threshold, as_json, output,
-          compare_file, compare_image, max_slowdown, attach_lock, lock_entry, lock_path, config_path, server_args):
+          compare_file, compare_image, max_slowdown, attach_lock, lock_entry, lock_path, step_summary, config_path,
+          server_args):
     """Measure tokens/s of a llama-server: a running one (--url) or an image started for it (--image).
 
     \b
@@ -103,6 +108,7 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
     from buildkit.bench.benchmark import (BenchReport, attach_to_lock, compare, docker_client, find_lock_entry,
                                           format_compare, format_report, invalid_text, load_report, local_image_id,
                                           run_bench, save_report, served)
+    from buildkit.bench.gate import failed_markdown, make_gate
 
     if bool(url) == bool(image):
         raise BenchError("give either --url (a running server) or --image (buildkit starts it)")
@@ -188,21 +194,36 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
         with served(s, startup_timeout, log=_progress) as srv:
             return run_bench(srv.url, protocol, target=target_of(s, srv.image_id), **shown)
 
-    report = measure(spec, image_id)
-    if compare_image and not report.error and not report.invalid:
-        from dataclasses import replace
+    new_label = image or url
+    old_label = compare_image or (other.label if other is not None else "")
+    try:
+        report = measure(spec, image_id)
+        if compare_image and not report.error and not report.invalid:
+            from dataclasses import replace
 
-        assert spec is not None and client is not None  # --compare-image comes with --image (checked above)
-        other = measure(replace(spec, image=compare_image), None)
-        other.target["image_id"] = local_image_id(client, compare_image)
+            assert spec is not None and client is not None  # --compare-image comes with --image (checked above)
+            other = measure(replace(spec, image=compare_image), None)
+            other.target["image_id"] = local_image_id(client, compare_image)
+    except BenchError as exc:  # the server did not start, ...: the step summary says there is no verdict
+        if step_summary:
+            _write_step_summary(step_summary, failed_markdown(str(exc), new_label, old_label))
+        raise
 
     compared = other is not None and not report.invalid and not other.invalid  # nothing invalid is compared
     doc = report.to_dict()
+    gate = gate_problem = None
     if compared:
         assert other is not None
         doc["compare"] = {"base": other.to_dict() if compare_image else {"file": compare_file, "label": other.label},
                           "rows": compare(other, report)}
-    unsaved = save_report(Path(output), report) if output else ""  # "" or where the report went instead
+        if max_slowdown is not None:
+            try:  # the gate's figures are checked before anything prints or records them
+                gate = make_gate(doc["compare"]["rows"], max_slowdown, new_label, old_label)
+                doc["gate"] = gate.to_dict()
+                gate_problem = gate.problem()
+            except BenchError as exc:
+                gate_problem = str(exc)
+    unsaved = save_report(Path(output), report, doc) if output else ""  # "" or where the report went instead
     if as_json:
         click.echo(json.dumps(doc, indent=2))
     else:
@@ -212,22 +233,47 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
         if compared:
             assert other is not None
             click.echo(format_compare(other, report, "before" if compare_image else Path(compare_file).name, "now"))
+        if gate is not None:
+            click.echo(f"gate: {gate.verdict} (new/before {gate.ratio:.3f}x, at most {gate.max_slowdown:g}% slower)")
     if attach_lock and report.runs and not report.invalid:
         assert lock_file is not None and key is not None  # set above for --attach-lock, or it raised
-        attach_to_lock(lock_file, key, report)
-        _progress(f"attached the results to {lock_file} entry {key}")
+        attach_to_lock(lock_file, key, report, gate)
+        _progress(f"attached the results{' and the gate' if gate else ''} to {lock_file} entry {key}")
     also = f"; {unsaved}" if unsaved else ""
     try:
-        _fail_after_report(report, protocol, also, unsaved, compare_image, other, doc, max_slowdown)
+        _fail_after_report(report, protocol, also, unsaved, compare_image, other, gate_problem)
     except BenchError as exc:
         exc.answered = as_json  # the report above holds the error: stdout gets no second document
+        if step_summary and gate is None:
+            _write_step_summary(step_summary, failed_markdown(str(exc), new_label, old_label))
         raise
+    finally:
+        if step_summary and gate is not None:
+            _write_step_summary(step_summary, gate.to_markdown())
+    if step_summary and gate is None:
+        _write_step_summary(step_summary, _plain_markdown(report, doc))
 
 
-def _fail_after_report(report, protocol, also, unsaved, compare_image, other, doc, max_slowdown) -> None:
+def _write_step_summary(path: str, text: str) -> None:
+    from buildkit.core.savefile import write_or_keep
+
+    problem = write_or_keep(Path(path), text, "the step summary", append=True)
+    if problem:
+        _progress(f"warning: {problem}")
+
+
+def _plain_markdown(report, doc: dict) -> str:
+    """--step-summary without a gate: the mean tok/s (and the ratio of a comparison)."""
+    mean = (report.summary()["client_tps"] or {}).get("mean")
+    ratio = next((r["ratio"] for r in doc.get("compare", {}).get("rows", []) if r["key"] == "client_tps.mean"), None)
+    line = f"- `{report.label}`: mean {mean:.2f} tok/s over {len(report.runs)} runs" if mean else \
+        f"- `{report.label}`: no run completed"
+    return f"## bench\n\n{line}" + (f", {ratio:.3f}x of before" if ratio else "") + "\n"
+
+
+def _fail_after_report(report, protocol, also, unsaved, compare_image, other, gate_problem) -> None:
     """Exit or raise for what the report says went wrong (it is printed by then)."""
     from buildkit.bench.benchmark import invalid_text
-    from buildkit.bench.format import slowdown_problem
 
     if report.interrupted:
         click.echo(f"error: {report.error} ({len(report.runs)} of {protocol.runs} runs done, kept){also}", err=True)
@@ -240,7 +286,5 @@ def _fail_after_report(report, protocol, also, unsaved, compare_image, other, do
         raise BenchError(unsaved)
     if compare_image and other is not None and (other.error or other.invalid):
         raise BenchError(f"{compare_image}: {other.error or invalid_text(other) + '; it is not compared'}")
-    problem = (slowdown_problem(doc.get("compare", {}).get("rows", []), max_slowdown)
-               if max_slowdown is not None else None)
-    if problem:
-        raise BenchError(problem)
+    if gate_problem:
+        raise BenchError(gate_problem)

@@ -55,6 +55,10 @@ def ci():
               help="With --bench-runner: the variant benched and promoted [default: image.default_variant].")
 @click.option("--max-slowdown", type=click.FloatRange(0, 100), default=5.0, show_default=True, metavar="PCT",
               help="With --bench-runner: the most the new nightly's mean tok/s may be below the release's, percent.")
+@click.option("--bench-runs", type=click.IntRange(1, 100), metavar="N",
+              help="With --bench-runner: bench --runs (runs of each image) [default: bench's, 3].")
+@click.option("--bench-max-tokens", type=click.IntRange(1, 100000), metavar="N",
+              help="With --bench-runner: bench --max-tokens (tokens per run) [default: bench's, 800].")
 @click.option("--no-ccache", is_flag=True, help="Do not carry the ccache from run to run.")
 @click.option("--no-free-disk", is_flag=True, help="Leave out the step that frees disk space on the runner.")
 @click.option("--force", is_flag=True, help="Overwrite a workflow file that differs.")
@@ -62,7 +66,7 @@ def ci():
 @handle_errors
 def github(out_path, cron, username_secret, password_secret, python_version, install_spec, buildkit_repo,
            buildkit_ref, runners, plan_runner, layer_cache, bench_runner, bench_model, bench_profile, bench_variant,
-           max_slowdown, no_ccache, no_free_disk, force, to_stdout, **kwargs):
+           max_slowdown, bench_runs, bench_max_tokens, no_ccache, no_free_disk, force, to_stdout, **kwargs):
     """Write the GitHub Actions workflow running the nightly daily and on demand: a plan job, one
     build job per variant and platform, and a job that tags the nightly from their digests.
 
@@ -101,8 +105,9 @@ def github(out_path, cron, username_secret, password_secret, python_version, ins
         keys = [v.key for v in variants]
         if bench_variant not in keys:
             raise ConfigError(f"--bench-variant {bench_variant!r} is not a variant of the matrix ({', '.join(keys)})")
-    elif bench_model or bench_profile:
-        raise ConfigError("--bench-model and --bench-profile go with --bench-runner")
+    elif bench_model or bench_profile or bench_runs or bench_max_tokens:
+        raise ConfigError("--bench-model, --bench-profile, --bench-runs and --bench-max-tokens go with "
+                          "--bench-runner")
     cache_budget(variants, layer_cache, ccache=not no_ccache)
     options = WorkflowOptions(registry=repository.registry, cron=cron or DEFAULT_CRON,
                               username_secret=username_secret, password_secret=password_secret,
@@ -113,7 +118,8 @@ def github(out_path, cron, username_secret, password_secret, python_version, ins
                               cache_ref=repository.name if layer_cache == "registry" else "",
                               ccache=not no_ccache, free_disk=not no_free_disk, bench_runner=bench_runner or "",
                               bench_image=repository.name, bench_variant=bench_variant, bench_model=bench_model or "",
-                              bench_profile=bench_profile or "", max_slowdown=max_slowdown)
+                              bench_profile=bench_profile or "", max_slowdown=max_slowdown,
+                              bench_runs=bench_runs or 0, bench_max_tokens=bench_max_tokens or 0)
     if cfg.origins["image.name"] == "--image":
         options = replace(options, image=cfg.image.name)
     options = replace(options, config=config_in_repo(cfg.path, Path.cwd()))

@@ -72,10 +72,13 @@ def refuse_leftovers(leftovers: list[str], as_json: bool) -> None:
 @click.option("--assemble", "assemble_dir", type=click.Path(file_okay=False), metavar="DIR",
               help="CI: put the nightly tags (and multi-platform indexes) on the digests the jobs pushed, "
                    "from DIR/plan.json and the jobs' results in DIR; nothing is built.")
+@click.option("--bench-gate", metavar="VARIANT|none",
+              help="With --assemble: the summary says which variant the workflow's bench gate benches on the GPU "
+                   "runner, or that there is none (`ci github` without --bench-runner passes none).")
 @handle_errors
 def nightly(as_json: bool, summary_path: str | None, date: str | None, force: bool, no_verify: bool,
             plan_only: bool, runners: tuple[str, ...], job_unit: str | None, assemble_dir: str | None,
-            version: str | None, **kwargs):
+            bench_gate: str | None, version: str | None, **kwargs):
     """Build and push the matrix for the head of source.branch, unless every variant has it already.
 
     \b
@@ -99,6 +102,8 @@ def nightly(as_json: bool, summary_path: str | None, date: str | None, force: bo
         raise ConfigError("give one of --plan, --job and --assemble")
     if runners and not plan_only:
         raise ConfigError("--runner goes with --plan")
+    if bench_gate is not None and not assemble_dir:
+        raise ConfigError("--bench-gate goes with --assemble")
     if (job_unit or version) and not (job_unit and version and kwargs.get("commit")):
         raise ConfigError("--job needs the plan's --commit and --release (and --release goes with --job)")
     if summary_path == "-":
@@ -113,8 +118,13 @@ def nightly(as_json: bool, summary_path: str | None, date: str | None, force: bo
         return
     if assemble_dir:
         from buildkit.flows.nightlyjobs import assemble
+        from buildkit.flows.nightlysummary import bench_gate_line
 
+        if bench_gate is not None:
+            _check_bench_gate(Path(assemble_dir), bench_gate)
         summary = assemble(cfg, Path(assemble_dir))
+        if bench_gate is not None:
+            summary.bench_gate = bench_gate_line(bench_gate, summary)
     else:
         summary = run_nightly(cfg, date=date, force=force, verify=not no_verify)
     unsaved = write_summaries(summary, summary_path)
@@ -135,10 +145,21 @@ def nightly(as_json: bool, summary_path: str | None, date: str | None, force: bo
         detail = f": {v.error}" if v.error else (f" {v.digest}" if v.digest else "")
         why = f" ({v.reason})" if v.reason else ""
         click.echo(f"{v.variant}: {v.status}{took}{detail}{why}", file=out)
+    if summary.bench_gate:
+        click.echo(summary.bench_gate, file=out)
     errors = [summary.error] if summary.error else []
     if errors or unsaved:
         click.echo(f"error: {'; '.join(errors + unsaved)}", err=True)
     sys.exit(0 if summary.ok and not unsaved else 1)
+
+
+def _check_bench_gate(folder: Path, gate: str) -> None:
+    """Before anything is tagged: the gate is none or a variant of the night's plan (what --assemble reads)."""
+    from buildkit.flows.nightlyjobs import read_results
+
+    keys = [str(e.get("variant")) for e in read_results(folder)[0].get("variants") or [] if isinstance(e, dict)]
+    if gate != "none" and gate not in keys:
+        raise ConfigError(f"--bench-gate {gate!r} is neither none nor a variant of the plan ({', '.join(keys)})")
 
 
 def _ci_step(cfg, as_json, summary_path, plan_only, runners, job_unit, date, force, verify) -> None:

@@ -17,7 +17,12 @@ The workflow (see flows/nightlyjobs.py for the three steps of buildkit it runs):
   `buildkit nightly --job UNIT` (build, verify, push by digest under the build-key tag), and only
   when it built: save the ccache and delete the entry it replaces (one entry per unit).
 * assemble: `buildkit nightly --assemble` puts the nightly tags (and indexes) on the jobs'
-  digests through the registry API, and writes the summary (JSON artifact, step summary).
+  digests through the registry API, and writes the summary (JSON artifact, step summary), with a
+  line saying whether a bench gate runs (`--bench-gate VARIANT`, or `none` without --bench-runner).
+* bench (with --bench-runner only), on a self-hosted GPU runner: `buildkit bench --image NEW
+  --compare-image OLD --max-slowdown PCT` (step id `gate`, continue-on-error), whose gate table goes
+  to the step summary and the report artifact; `buildkit promote` only when that step succeeded;
+  a last step fails the job when it did not (the nightly stays a nightly, and the run is red).
 
 The GitHub cache holds 10 GB per repository: `cache_budget` adds up what the matrix puts there
 and a layer cache in it (type=gha, mode=min) that would not fit is refused; the default keeps the
@@ -88,6 +93,8 @@ class WorkflowOptions:
     bench_model: str = ""  # the model's path on that runner
     bench_profile: str = ""
     max_slowdown: float = 5.0
+    bench_runs: int = 0  # bench --runs (0: bench's default, 3)
+    bench_max_tokens: int = 0  # bench --max-tokens (0: bench's default, 800)
 
 
 def _cron_value(text: str, low: int, high: int, names: tuple[str, ...]) -> int | None:
@@ -219,6 +226,9 @@ def render_workflow(options: WorkflowOptions, directory: Path | None = None) -> 
     check_registry_login(options.registry, options.username_secret, options.password_secret)
     if options.bench_runner and not (options.bench_model and options.bench_variant and options.bench_image):
         raise ConfigError("--bench-runner needs --bench-model (the model's path on that runner)")
+    for name, count in (("--bench-runs", options.bench_runs), ("--bench-max-tokens", options.bench_max_tokens)):
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ConfigError(f"{name} {count!r} is not a positive whole number")
     if not 0 <= options.max_slowdown <= 100:
         raise ConfigError(f"--max-slowdown {options.max_slowdown:g} is not a percentage (0-100)")
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(directory or templates_dir())),
@@ -235,6 +245,7 @@ def render_workflow(options: WorkflowOptions, directory: Path | None = None) -> 
         bench_new=f"{options.bench_image}:nightly-{options.bench_variant}",
         bench_old=f"{options.bench_image}:{options.bench_variant}", bench_variant=options.bench_variant,
         bench_model=options.bench_model, bench_profile=options.bench_profile, max_slowdown=f"{options.max_slowdown:g}",
+        bench_runs=options.bench_runs, bench_max_tokens=options.bench_max_tokens,
         ccache=options.ccache, free_disk=options.free_disk, ccache_dir=CCACHE_DIR,
         builder_driver=options.builder_driver, timeout_minutes=int(options.timeout_minutes),
         username=("${{ github.actor }}" if options.username_secret == "GITHUB_TOKEN"

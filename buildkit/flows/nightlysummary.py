@@ -54,6 +54,7 @@ class Summary:
     error: str = ""
     check_seconds: float = 0.0  # resolving the head and asking the registry
     seconds: float = 0.0  # the whole run
+    bench_gate: str = ""  # `--assemble --bench-gate`: the line saying whether a bench gate runs (bench_gate_line)
 
     @property
     def ok(self) -> bool:
@@ -67,6 +68,7 @@ class Summary:
             "changelog": self.changelog.to_dict() if self.changelog else None,
             "variants": [v.to_dict() for v in self.variants], "excluded": self.excluded,
             "check_seconds": round(self.check_seconds, 3), "seconds": round(self.seconds, 3),
+            "bench_gate": self.bench_gate or None,
         }
 
     def headline(self) -> str:
@@ -90,6 +92,8 @@ class Summary:
                f"- new commit: `{self.new_commit or 'unknown'}`"]
         if self.version:
             out.append(f"- version: `{self.version}`")
+        if self.bench_gate:
+            out.append(f"- {_md(self.bench_gate)}")
         if self.changelog is not None and self.old_commit != self.new_commit:
             out += ["", f"### Changelog ({len(self.changelog.commits)} commits)", ""]
             out += [f"- `{c.sha[:12]}` {_md(c.subject)}" for c in self.changelog.commits]
@@ -107,6 +111,22 @@ class Summary:
         for ex in self.excluded:
             out.append(f"| {_md(ex['combination'])} | not in the matrix: {_md(ex['reason'])} | | | | |")
         return "\n".join(out) + "\n"
+
+
+NO_GATE = "bench gate: none (no GPU runner configured; nightlies are not promoted automatically)"
+
+
+def bench_gate_line(gate: str, summary: Summary) -> str:
+    """The summary's line for `--bench-gate VARIANT|none` (the workflow passes none without --bench-runner):
+    whether the bench job runs on the GPU runner tonight, and if not, why."""
+    if gate == "none":
+        return NO_GATE
+    result = next((v for v in summary.variants if v.variant == gate), None)
+    if result is None or result.status == SKIPPED:
+        return f"bench gate: {gate} was not built tonight; nothing benched or promoted"
+    if not summary.ok:
+        return f"bench gate: {gate} not benched: the nightly has failed variants; nothing promoted"
+    return f"bench gate: {gate} benched on the GPU runner (see the bench job)"
 
 
 def _short(sha: str | None) -> str:

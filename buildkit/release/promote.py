@@ -56,3 +56,15 @@ def promote(cfg: ResolvedConfig, source_tag: str, version: str) -> Promotion:
     return Promotion(repository=repository.name, source_tag=tag, digest=info.digest, version=version,
                      commit=commit, nightly_version=labels.get(VERSION_LABEL, ""), tags=tags.all,
                      added=tuple(added))
+
+
+def promotion_markdown(done: Promotion) -> str:
+    """What `promote --step-summary` appends: the nightly promoted, its digest, the tags it got."""
+    tags = " ".join(f"`{t}`" for t in done.tags)
+    added = " ".join(f"`{t}`" for t in done.added) or "none (it had them all)"
+    return "\n".join([
+        f"## ✅ promoted `{done.repository}:{done.source_tag}` to {done.version}", "",
+        "| nightly | version label | commit | digest | release tags | tags moved or added |",
+        "| --- | --- | --- | --- | --- | --- |",
+        f"| `{done.source_tag}` | `{done.nightly_version or 'none'}` | `{done.commit[:12]}` | `{done.digest}` "
+        f"| {tags} | {added} |", "", ""])

@@ -185,6 +185,8 @@ def test_the_bench_gate_benches_the_new_nightly_against_the_release_and_then_pro
                                             'default_variant = "cpu"\n[matrix]\narchs = ["cpu", "sm_120"]\n')
     plain = yaml.safe_load(run_cli(tmp_path, "--stdout").stdout)
     assert "bench" not in plain["jobs"]  # off unless asked for
+    assemble = steps_by_name(plain, "assemble")["Nightly tags and indexes on the jobs' digests (nothing is built)"]
+    assert assemble["run"].endswith(" --bench-gate none")  # the summary says there is no gate
     proc = run_cli(tmp_path, "--stdout", "--bench-runner", "self-hosted,gpu", "--bench-model", "/m/q.gguf",
                    "--bench-profile", "fast", "--max-slowdown", "3")
     assert proc.returncode == 0, proc.stderr
@@ -192,15 +194,35 @@ def test_the_bench_gate_benches_the_new_nightly_against_the_release_and_then_pro
     assert job["needs"] == ["plan", "assemble"] and job["runs-on"] == ["self-hosted", "gpu"]
     assert job["if"] == ("needs.assemble.result == 'success' && "
                          "contains(needs.plan.outputs.matrix, '\"variant\":\"cpu\"')")  # built tonight only
+    doc = yaml.safe_load(proc.stdout)
+    assert steps_by_name(doc, "assemble")["Nightly tags and indexes on the jobs' digests (nothing is built)"][
+        "run"].endswith(" --bench-gate cpu")
     steps = [s.get("run", "") for s in job["steps"]]
     bench = next(r for r in steps if r.startswith("buildkit bench"))
     assert ('--image "ghcr.io/acme/l:nightly-cpu" --compare-image "ghcr.io/acme/l:cpu"' in bench
             and '--model "/m/q.gguf" --profile "fast"' in bench and "--max-slowdown 3 " in bench)
-    promote = steps.index(next(r for r in steps if r.startswith("buildkit promote")))
-    assert steps.index(bench) < promote  # a failed gate (exit 1) stops the job before the promotion
-    assert steps[promote] == 'buildkit promote "nightly-cpu" --release "${VERSION%%-*}" --config "buildkit.toml"'
+    assert bench.endswith('--output buildkit-bench.json --step-summary "$GITHUB_STEP_SUMMARY"')
+    assert "--runs" not in bench and "--max-tokens" not in bench  # bench's own defaults unless asked
+    gate = next(s for s in job["steps"] if s.get("run") == bench)
+    # the gate step goes on when it refuses (the report is uploaded); the promotion runs only when it passed,
+    # and the last step turns the job red when it did not
+    assert gate["id"] == "gate" and gate["continue-on-error"] is True
+    promote = next(s for s in job["steps"] if s.get("run", "").startswith("buildkit promote"))
+    assert promote["if"] == "steps.gate.outcome == 'success'"
+    assert promote["run"] == ('buildkit promote "nightly-cpu" --release "${VERSION%%-*}" --config "buildkit.toml" '
+                              '--step-summary "$GITHUB_STEP_SUMMARY"')
+    names = [s["name"] for s in job["steps"]]
+    assert names.index(gate["name"]) < names.index(promote["name"])
+    assert job["steps"][-1]["if"] == "steps.gate.outcome != 'success'" and "exit 1" in job["steps"][-1]["run"]
+    upload = next(s for s in job["steps"] if s["name"] == "Upload the bench report")
+    assert upload["if"] == "always()"
+    runs = yaml.safe_load(run_cli(tmp_path, "--stdout", "--bench-runner", "gpu", "--bench-model", "/m/q.gguf",
+                                  "--bench-runs", "2", "--bench-max-tokens", "64").stdout)
+    bench = next(s["run"] for s in runs["jobs"]["bench"]["steps"] if s.get("run", "").startswith("buildkit bench"))
+    assert '--model "/m/q.gguf" --gpus all --runs 2 --max-tokens 64 --max-slowdown 5 ' in bench, bench
     for args, message in ((("--bench-runner", "gpu"), "--bench-runner needs --bench-model"),
                           (("--bench-model", "/m"), "go with --bench-runner"),
+                          (("--bench-runs", "2"), "go with --bench-runner"),
                           (("--bench-runner", "gpu", "--bench-model", "/m", "--bench-variant", "full"),
                            "'full' is not a variant of the matrix")):
         refused = run_cli(tmp_path, "--stdout", *args)
@@ -257,7 +279,9 @@ def lint(actionlint: list[str], path: Path) -> subprocess.CompletedProcess:
     ("--username-secret", "GITHUB_TOKEN", "--password-secret", "GITHUB_TOKEN", "--image", "ghcr.io/acme/x"),
     ("two-platforms",), ("--runner", "amd64=self-hosted,linux,X64", "--plan-runner", "self-hosted"),
     ("--bench-runner", "self-hosted,linux,x64", "--bench-model", "/models/m.gguf"),
-], ids=["registry", "gha", "bare", "ghcr", "two-platforms", "self-hosted", "bench-gate"])
+    ("--bench-runner", "self-hosted,linux,x64", "--bench-model", "/models/m.gguf", "--bench-profile", "fast",
+     "--bench-runs", "2", "--bench-max-tokens", "64", "--max-slowdown", "2.5", "--no-ccache"),
+], ids=["registry", "gha", "bare", "ghcr", "two-platforms", "self-hosted", "bench-gate", "bench-gate-runs"])
 def test_generated_workflow_passes_actionlint(tmp_path, actionlint, args):
     toml = 'schema_version = 1\n[image]\nname = "registry.example.com/team/l"\n'
     if args == ("two-platforms",):

@@ -133,6 +133,9 @@ def test_the_generated_jobs_run_in_order_against_the_loopback_registry(workflow_
         (k, "passed", r["digest"]) for k, r in results.items()]
     markdown = (assemble.workspace.parent / "runner-temp" / "step-summary.md").read_text()
     assert all(f"| `{u}` | passed" in markdown for u in UNITS)
+    # no --bench-runner: the summary says there is no gate, and nothing is promoted
+    no_gate = "bench gate: none (no GPU runner configured; nightlies are not promoted automatically)"
+    assert summary["bench_gate"] == no_gate and no_gate in markdown and "bench" not in runner.jobs
 
     # the next night, nothing moved: the plan says so and the other jobs do not run
     again = runner.run_job("plan", {})

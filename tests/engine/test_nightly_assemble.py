@@ -63,13 +63,17 @@ def test_assemble_makes_the_index_and_the_nightly_tags_from_the_jobs_digests(tmp
     (results / "plan.json").write_text(json.dumps(plan))
     step_summary = tmp_path / "step-summary.md"
     proc = run_cli(project, "nightly", "--assemble", str(results), "--summary", str(tmp_path / "summary.json"),
-                   env=cli_env(tmp_path / "cache", GITHUB_STEP_SUMMARY=str(step_summary)))
+                   "--bench-gate", "none", env=cli_env(tmp_path / "cache", GITHUB_STEP_SUMMARY=str(step_summary)))
     assert proc.returncode == 1, proc.stdout + proc.stderr  # cpu-light failed
     summary = json.loads((tmp_path / "summary.json").read_text())
     variants = {v["variant"]: v for v in summary["variants"]}
     assert variants["cpu"]["status"] == "passed"
     assert variants["cpu-light"]["status"] == "failed" and "the compile failed" in variants["cpu-light"]["error"]
     assert "| `cpu-light` | failed" in step_summary.read_text()
+    # no GPU runner in the workflow (`ci github` without --bench-runner passes --bench-gate none): it says so
+    no_gate = "bench gate: none (no GPU runner configured; nightlies are not promoted automatically)"
+    assert summary["bench_gate"] == no_gate and f"- {no_gate}" in step_summary.read_text()
+    assert no_gate in proc.stdout
     with RegistryClient(registry_plain.host) as client:
         body, media_type, digest = client.get_manifest(REPO, "nightly-cpu")
         assert media_type == OCI_INDEX and digest == variants["cpu"]["digest"] == sha256_digest(body)
@@ -84,6 +88,19 @@ def test_assemble_makes_the_index_and_the_nightly_tags_from_the_jobs_digests(tmp
         assert client.head_manifest(REPO, f"{VERSION}-cpu-light") is None
     # the same night assembled again (a re-run of the job) moves nothing and fails nothing new
     again = run_cli(project, "nightly", "--assemble", str(results), "--summary", str(tmp_path / "again.json"),
-                    env=cli_env(tmp_path / "cache"))
+                    "--bench-gate", "cpu", env=cli_env(tmp_path / "cache"))
     assert json.loads((tmp_path / "again.json").read_text())["variants"][0]["changed_tags"] == []
+    assert json.loads((tmp_path / "again.json").read_text())["bench_gate"] == \
+        "bench gate: cpu not benched: the nightly has failed variants; nothing promoted"
     assert again.returncode == 1, again.stderr
+
+
+def test_a_bench_gate_that_names_no_variant_is_refused_before_anything_runs(tmp_path):
+    project = write_project(tmp_path / "project", image={"name": f"127.0.0.1:9/{REPO}"})
+    (tmp_path / "plan.json").write_text(json.dumps({"variants": [entry("cpu"), entry("cpu-light")]}))
+    for args, message in ((("--assemble", str(tmp_path), "--bench-gate", "full"),
+                           "--bench-gate 'full' is neither none nor a variant of the plan (cpu, cpu-light)"),
+                          (("--bench-gate", "none"), "--bench-gate goes with --assemble")):
+        proc = run_cli(project, "nightly", *args, env=cli_env(tmp_path / "cache"))
+        assert proc.returncode == 1 and proc.stderr.startswith("error: ") and message in proc.stderr, proc.stderr
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr

@@ -275,3 +275,54 @@ def test_a_report_keeps_its_invalid_runs_and_refuses_impossible_figures(tmp_path
         path.write_text(json.dumps(data))
         with pytest.raises(BenchError, match=re.escape(said)):
             load_report(path)
+
+
+# ---------------------------------------------------------------- the bench gate (issue 21, item 4)
+
+def test_the_gate_says_promoted_or_how_much_slower():
+    from buildkit.bench.gate import make_gate
+
+    release = report([100.0, 100.0])
+    passed = make_gate(compare(release, report([96.0, 96.0])), 5, "img:nightly-cpu", "img:cpu")
+    assert passed.passed and passed.verdict == "promoted" and passed.problem() is None
+    assert passed.to_dict() == {"ratio": pytest.approx(0.96), "max_slowdown": 5.0, "verdict": "promoted",
+                                "passed": True, "new": 96.0, "old": 100.0, "new_image": "img:nightly-cpu",
+                                "old_image": "img:cpu"}
+    slower = make_gate(compare(release, report([25.0, 35.0])), 5, "img:nightly-cpu", "img:cpu")
+    assert slower.verdict == "stays a nightly: 70.0% slower than the release (threshold 5%)"
+    assert not slower.passed and "stays a nightly: 70.0% slower" in slower.problem()
+    table = slower.to_markdown()
+    assert "| new | `img:nightly-cpu` | 30.00 |" in table and "| release | `img:cpu` | 100.00 |" in table
+    assert ("| 0.300 | 70.0% slower | at most 5% slower | stays a nightly: 70.0% slower than the release "
+            "(threshold 5%) |") in table
+    assert "| 1.200 | 20.0% faster |" in make_gate(compare(release, report([120.0])), 0).to_markdown()
+
+
+@pytest.mark.parametrize("new,old,ratio,said", [
+    (float("nan"), 100.0, float("nan"), "new mean tok/s is nan"),
+    (float("inf"), 100.0, float("inf"), "new mean tok/s is inf"),
+    (50.0, 0.0, None, "release mean tok/s is 0.0"),
+    (-5.0, 100.0, -0.05, "new mean tok/s is -5.0"),
+    (50.0, 100.0, 0.9, "ratio 0.9 is not 50.0 / 100.0"),
+    (50.0, 100.0, True, "ratio new/release is True"),
+    (None, 100.0, None, "no mean tok/s of both"),
+])
+def test_a_gate_with_figures_that_cannot_be_true_is_refused(new, old, ratio, said):
+    from buildkit.bench.gate import make_gate
+
+    rows = [{"metric": "tok/s mean", "key": "client_tps.mean", "base": old, "new": new, "ratio": ratio}]
+    with pytest.raises(BenchError, match=re.escape(said)):
+        make_gate(rows, 5)
+    with pytest.raises(BenchError, match="not a percentage"):
+        make_gate([{"key": "client_tps.mean", "base": 1.0, "new": 1.0, "ratio": 1.0}], float("nan"))
+
+
+def test_attach_to_lock_records_the_gate_with_the_bench(tmp_path):
+    from buildkit.bench.gate import make_gate
+
+    path = tmp_path / "buildkit.lock"
+    path.write_text(json.dumps(lock_doc()))
+    gate = make_gate(compare(report([100.0]), report([80.0])), 5, "buun:sha-1234567-cpu", "buun:cpu")
+    attach_to_lock(path, "cpu/server", report([80.0]), gate)
+    recorded = read_lock(path)["builds"]["cpu/server"]["bench"]["gate"]
+    assert recorded["ratio"] == pytest.approx(0.8) and recorded["verdict"].startswith("stays a nightly: 20.0% slower")

@@ -112,3 +112,37 @@ def test_the_stand_in_runner_substitutes_expressions():
     assert substitute("${{ fromJSON(needs.plan.outputs.matrix) }}", CONTEXT) == {"include": [{"id": "cpu"}]}
     assert substitute("key-${{ matrix.id }}-${{ steps.build.outputs.built }}", CONTEXT) == "key-cpu-true"
     assert substitute("${{ matrix.missing }}x", CONTEXT) == "x"
+
+
+GATE_CONTEXT = {"steps": {"gate": {"outcome": "failure", "conclusion": "success", "outputs": {}}},
+                "needs": {"plan": {"outputs": {"matrix": '{"include":[{"id":"cpu","variant":"cpu"}]}'}}}}
+
+
+def test_the_stand_in_runner_has_contains_and_step_outcomes():
+    """What the bench job's conditions use: contains() (GitHub's: case-insensitive) and steps.<id>.outcome."""
+    assert condition("contains(needs.plan.outputs.matrix, '\"variant\":\"cpu\"')", GATE_CONTEXT, "success")
+    assert not condition("contains(needs.plan.outputs.matrix, '\"variant\":\"cpu-light\"')", GATE_CONTEXT, "success")
+    assert substitute("${{ contains(fromJSON('[\"A\", \"b\"]'), 'a') }}", GATE_CONTEXT) is True
+    assert not condition("steps.gate.outcome == 'success'", GATE_CONTEXT, "success")
+    assert condition("steps.gate.outcome != 'success'", GATE_CONTEXT, "success")
+
+
+def test_the_summary_says_whether_a_bench_gate_runs():
+    from buildkit.flows.nightlysummary import NO_GATE, Summary, VariantResult, bench_gate_line
+
+    def night(*results: tuple[str, str]) -> Summary:
+        return Summary(repository="r", url="u", branch="b", date="d", old_commit=None, new_commit="c" * 40,
+                       variants=[VariantResult(v, "cpu", None, "server", status) for v, status in results])
+
+    assert bench_gate_line("none", night(("cpu", "passed"))) == NO_GATE == \
+        "bench gate: none (no GPU runner configured; nightlies are not promoted automatically)"
+    assert bench_gate_line("cpu", night(("cpu", "passed"))) == \
+        "bench gate: cpu benched on the GPU runner (see the bench job)"
+    assert bench_gate_line("cpu", night(("cpu", "skipped"), ("cpu-light", "passed"))) == \
+        "bench gate: cpu was not built tonight; nothing benched or promoted"
+    assert "not benched: the nightly has failed variants" in bench_gate_line("cpu", night(("cpu", "passed"),
+                                                                                            ("x", "failed")))
+    summary = night(("cpu", "passed"))
+    summary.bench_gate = NO_GATE
+    assert summary.to_dict()["bench_gate"] == NO_GATE and f"- {NO_GATE}\n" in summary.to_markdown()
+    assert night().to_dict()["bench_gate"] is None
