@@ -30,7 +30,9 @@ Nights (the same commits for both modes, the modes run one after the other, neve
 Engine start and the base image's load into it are left out of the job times (a hosted runner
 has its engine; both modes pay them per runner). Prints a table; asserts nothing.
 
-    python bench/fanout.py [--units cpu,sm_120,sm_89] [--parallel 2] [--file src/llama.cpp]
+    python bench/fanout.py [--units cpu,sm_120,sm_89] [--parallel 2] [--nights 3] [--file src/llama.cpp]
+
+`--parallel 1 --nights 1` times each build job alone on the machine's cores (a runner of its own).
 """
 
 from __future__ import annotations
@@ -83,8 +85,8 @@ def registry_blobs(registry: RegistryServer) -> dict[str, int]:
     return {data.parent.name: data.stat().st_size for data in root.glob("*/*/data")} if root.exists() else {}
 
 
-def gb(n: int) -> str:
-    return f"{n / 1e6:9.1f} MB"
+def kb(n: int) -> str:
+    return f"{n / 1e3:,.0f} kB"
 
 
 class Bench:
@@ -168,6 +170,7 @@ cuda_versions = ["{CUDA}"]
                           work_root=self.tmp / "runs" / night / name)
 
         keys_before = set(cache.keys())
+        cache_before = tree_bytes(cache.root)
         blobs_before = registry_blobs(registry)
         figures: dict = {"mode": "fan-out", "night": night, "jobs": {}}
         plan = runner("plan", self.env(self.tmp / "runners" / night / "plan")).run_job("plan", {})
@@ -178,12 +181,14 @@ cuda_versions = ["{CUDA}"]
         # every runner's engine is started (and given the base) before the clock runs, as GitHub's are
         engines = {unit["id"]: self.engine(unit["id"]) for unit in matrix}
 
+        schedule: dict[str, tuple[float, float]] = {}
+
         def build(unit: dict) -> JobResult:
             env = self.env(self.tmp / "runners" / night / unit["id"], engines[unit["id"]])
-            try:
-                return runner(unit["id"], env).run_job("build", {"plan": plan}, matrix=unit, timeout=3600)
-            finally:
-                engines[unit["id"]].close()
+            begin = time.monotonic() - build_start
+            job = runner(unit["id"], env).run_job("build", {"plan": plan}, matrix=unit, timeout=3600)
+            schedule[unit["id"]] = (begin, time.monotonic() - build_start)
+            return job  # its engine is stopped after the phase: a runner's teardown is not the next job's wait
 
         build_start = time.monotonic()
         try:
@@ -192,7 +197,8 @@ cuda_versions = ["{CUDA}"]
         finally:
             for engine in engines.values():
                 engine.close()
-        figures["build_phase"] = time.monotonic() - build_start
+        figures["build_phase"] = max((end for _, end in schedule.values()), default=0.0)
+        figures["schedule"] = {unit: [round(a, 1), round(b, 1)] for unit, (a, b) in schedule.items()}
         for job in builds:
             check(job)
             figures["jobs"][job.name + ":" + job.workspace.parent.parent.name] = job.seconds
@@ -210,6 +216,8 @@ cuda_versions = ["{CUDA}"]
         new_keys = [k for k in cache.keys() if k not in keys_before]
         figures["ccache_entries"] = {k: tree_bytes(cache.root / k) for k in new_keys}
         figures["ccache_bytes"] = sum(figures["ccache_entries"].values())
+        figures["ccache_net"] = tree_bytes(cache.root) - cache_before  # after the jobs' `gh cache delete`
+        figures["ccache_kept"] = len(cache.keys())
         blobs = registry_blobs(registry)
         figures["registry_new_blobs"] = len(set(blobs) - set(blobs_before))
         figures["registry_bytes"] = sum(size for d, size in blobs.items() if d not in blobs_before)
@@ -235,15 +243,14 @@ cuda_versions = ["{CUDA}"]
             data = json.loads(summary.read_text())
             built = [v for v in data["variants"] if v.get("build_seconds") is not None]
             figures["built"] = len(built)
+            out = self.tmp / f"single-ccache-{night}"
             if built:  # the one-job workflow saved its ccache (it did even when nothing was built)
-                out = self.tmp / f"single-ccache-{night}"
                 figures["ccache export"] = run_buildkit(project, env, ["ccache", "export", "--dir", str(out)])
-                figures["ccache_bytes"] = tree_bytes(out)
+            figures["wall"] = time.monotonic() - start
+            figures["ccache_bytes"] = tree_bytes(out)
+            if built:
                 shutil.rmtree(ccache_dir)
                 shutil.copytree(out, ccache_dir, symlinks=True)
-            else:
-                figures["ccache_bytes"] = 0
-            figures["wall"] = time.monotonic() - start
         finally:
             engine.close()
         blobs = registry_blobs(registry)
@@ -280,20 +287,24 @@ def remove_local_images(repository: str) -> None:
                     pass
 
 
+def short(unit: str) -> str:
+    return unit.removeprefix("cuda13_1-").removesuffix("-cpu-none").removesuffix("-none")
+
+
 def table(rows: list[dict], units: int, parallel: int) -> str:
     out = []
     by = {(r["mode"], r["night"]): r for r in rows}
-    out.append(f"{'night':<22}{'mode':<9}{'wall s':>9}  {'phases':<58}{'GH cache':>12}{'registry':>12}  blobs")
+    out.append(f"{'night':<22}{'mode':<9}{'wall s':>8}{'GH cache':>11}{'registry':>13}{'blobs':>6}  phases (s)")
     for r in rows:
         if r["mode"] == "fan-out":
-            jobs = ", ".join(f"{k.split(':')[1]} {v:.0f}" for k, v in r["jobs"].items())
+            jobs = ", ".join(f"{short(k.split(':')[1])} {v:.0f}" for k, v in r["jobs"].items())
             phases = (f"plan {r['plan']:.1f}, builds {r.get('build_phase', 0):.0f} ({jobs}), "
                       f"assemble {r.get('assemble', 0):.1f}") if r["built"] else \
                 f"plan {r['plan']:.1f}, build {r['build_job']}"
         else:
             phases = ", ".join(f"{k} {r[k]:.0f}" for k in ("ccache import", "nightly", "ccache export") if k in r)
-        out.append(f"{r['night']:<22}{r['mode']:<9}{r['wall']:>9.1f}  {phases:<58}{gb(r['ccache_bytes']):>12}"
-                   f"{gb(r['registry_bytes']):>12}  {r['registry_new_blobs']}")
+        out.append(f"{r['night']:<22}{r['mode']:<9}{r['wall']:>8.1f}{kb(r['ccache_bytes']):>11}"
+                   f"{kb(r['registry_bytes']):>13}{r['registry_new_blobs']:>6}  {phases}")
     out.append("")
     for night in sorted({r["night"] for r in rows}):
         fan, single = by.get(("fan-out", night)), by.get(("single", night))
@@ -302,13 +313,14 @@ def table(rows: list[dict], units: int, parallel: int) -> str:
         jobs = list(fan["jobs"].values())
         out.append(f"{night}: fan-out/single wall {fan['wall'] / single['wall']:.2f} (measured, {parallel} jobs at a "
                    f"time on this machine's shared cores); build jobs: sum {sum(jobs):.0f} s, max {max(jobs):.0f} s; "
-                   f"on runners of their own the fan-out would take plan + max + assemble = "
+                   f"a runner per job, each job as long as here: plan + max + assemble = "
                    f"{fan['plan'] + max(jobs) + fan.get('assemble', 0):.0f} s, "
                    f"{(fan['plan'] + max(jobs) + fan.get('assemble', 0)) / single['wall']:.2f} x the single job")
     for r in rows:
         if r["mode"] == "fan-out" and r["ccache_entries"]:
             out.append(f"{r['night']}: ccache entries saved: " + ", ".join(
-                f"{k.removeprefix('buildkit-ccache-')[:-41]} {v / 1e6:.1f} MB" for k, v in r["ccache_entries"].items()))
+                f"{short(k.removeprefix('buildkit-ccache-')[:-41])} {kb(v)}" for k, v in r["ccache_entries"].items())
+                + f"; the cache after the jobs' deletes: {r['ccache_net']:+,} bytes, {r['ccache_kept']} entries")
     return "\n".join(out)
 
 
@@ -317,6 +329,7 @@ def main() -> int:
     parser.add_argument("--units", default="cpu,sm_120,sm_89", help="matrix.archs (CUDA 13.1, CPU level none)")
     parser.add_argument("--parallel", type=int, default=2, help="build jobs at a time in the fan-out")
     parser.add_argument("--file", default="src/llama.cpp", help="the source file each night changes")
+    parser.add_argument("--nights", type=int, default=3, choices=(1, 2, 3), help="run the first N nights only")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     args = parser.parse_args()
     units = args.units.split(",")
@@ -345,13 +358,13 @@ def main() -> int:
             layer_cache = f"type=registry,ref={layers.host}/bench/layers:{{variant}},mode=max"
             t0 = run_buildkit(fan, bench.env(tmp / "runners" / "night0"),
                               ["bake", "--no-verify", "--cache-to", layer_cache, "--lock", str(tmp / "night0.lock")])
-            print(f"  {t0:.0f} s; layer cache {gb(sum(registry_blobs(layers).values()))}", flush=True)
+            print(f"  {t0:.0f} s; layer cache {kb(sum(registry_blobs(layers).values()))}", flush=True)
             remove_local_images(f"{reg_fan.host}/bench/fanout")
             cache = CacheStore(tmp / "gha-cache")
             single_ccache = tmp / "single-ccache"
             single_ccache.mkdir()
             nights = [("1 first (cold ccache)", "b"), ("2 one file (ccache)", "c"), ("3 quiet", None)]
-            for night, marker in nights:
+            for night, marker in nights[:args.nights]:
                 if marker:
                     commit_change(fork, args.file, marker)
                 print(f"night {night}: fan-out", flush=True)
