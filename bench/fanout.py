@@ -25,7 +25,7 @@ Nights (the same commits for both modes, the modes run one after the other, neve
 1. commit B, registries empty, ccache cold (a first night);
 2. commit C (one more file change), ccache restored from night 1 (fan-out: the cache folder's
    entries by key, as actions/cache restores them; single: night 1's exported folder);
-3. nothing new: a quiet night (fan-out: plan only; it must save 0 bytes and push no blob).
+3. nothing new: a quiet night (fan-out: plan only; checked: 0 bytes saved, no blob pushed, else exit 1).
 
 Engine start and the base image's load into it are left out of the job times (a hosted runner
 has its engine; both modes pay them per runner). Prints a table; asserts nothing.
@@ -361,6 +361,7 @@ def main() -> int:
             print(f"  {t0:.0f} s; layer cache {kb(sum(registry_blobs(layers).values()))}", flush=True)
             remove_local_images(f"{reg_fan.host}/bench/fanout")
             cache = CacheStore(tmp / "gha-cache")
+            cache.gh_script(bench.bindir, tmp / "gh.log")  # `gh cache delete` of the replaced entry
             single_ccache = tmp / "single-ccache"
             single_ccache.mkdir()
             nights = [("1 first (cold ccache)", "b"), ("2 one file (ccache)", "c"), ("3 quiet", None)]
@@ -379,6 +380,12 @@ def main() -> int:
         print(f"matrix: {', '.join(units)} (example fork, CPU level none); {args.parallel} jobs at a time; "
               f"{os.cpu_count()} cores here")
         print(table(rows, len(units), args.parallel))
+        quiet = [r for r in rows if r["night"].endswith("quiet") and r["mode"] == "fan-out"]
+        for r in quiet:  # the one check: a quiet night builds nothing, so it saves and pushes nothing
+            ok = r["built"] == 0 and r["ccache_bytes"] == 0 and r["ccache_net"] == 0 and r["registry_new_blobs"] == 0
+            print(f"quiet night: {'0 bytes saved, 0 blobs pushed (checked)' if ok else 'SAVED OR PUSHED SOMETHING'}")
+            if not ok:
+                return 1
     finally:
         if args.keep:
             print(f"kept {tmp}")
