@@ -70,9 +70,6 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--cpu-level", default="", help="build.cpu_level (default: the config's, all)")
     ap.add_argument("--verify", action="store_true", help="verify each build too, as `buildkit build` does")
-    ap.add_argument("--no-cold", action="store_true",
-                    help="skip the ccache-off build; the priming build (every object compiled into an empty "
-                         "ccache, a user's first build) is the cold figure (saves one cold compile)")
     ap.add_argument("--logs", type=Path, default=Path("/tmp/bench-rebuild"), help="buildx's log of each build")
     args = ap.parse_args()
     args.logs.mkdir(parents=True, exist_ok=True)
@@ -115,22 +112,16 @@ def main() -> int:
 
         print(f"priming build of {first[:12]} ({args.arch}) ...", flush=True)
         primed = timed("priming", first, True)
-        if args.no_cold:
-            cold = primed
-        else:
-            print("cold build (a one-file change, ccache off) ...", flush=True)
-            cold = timed("cold", commit_change(repo, args.file, f"cold{run_id}"), False)
+        print("cold build (a one-file change, ccache off) ...", flush=True)
+        cold = timed("cold", commit_change(repo, args.file, f"cold{run_id}"), False)
         print("warm build (another one-file change, ccache on) ...", flush=True)
         warm = timed("warm", commit_change(repo, args.file, f"warm{run_id}"), True)
 
     print(f"tree: {args.tree} ({args.arch}, cpu level {args.cpu_level or 'default'}, {args.jobs} jobs, "
           f"verify {'on' if args.verify else 'off'}; logs in {args.logs})")
     print(f"  {'seconds':34} {'end to end':>10} {'compile':>8} {'export':>7} {'verify':>7} {'other':>7}")
-    rows = [("priming build (ccache on)", primed), ("one-file change, ccache off (cold)", cold),
-            ("one-file change, ccache on (warm)", warm)]
-    if args.no_cold:
-        rows = [("priming build (cold: ccache empty)", primed), rows[2]]
-    for name, row in rows:
+    for name, row in (("priming build (ccache on)", primed), ("one-file change, ccache off (cold)", cold),
+                      ("one-file change, ccache on (warm)", warm)):
         print(f"  {name:34} {row['wall']:10.1f} {row['compile']:8.1f} {row['export']:7.1f} {row['verify']:7.1f} "
               f"{row['other']:7.1f}")
     print(f"  warm / cold, end to end                       {100 * warm['wall'] / cold['wall']:8.1f} %")
