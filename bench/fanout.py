@@ -54,7 +54,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from forkrepo import make_fork_repo  # noqa: E402
 from ghactions import ArtifactStore, CacheStore, JobResult, Runner, no_op, runner_env  # noqa: E402
-from images import ensure_debian_image  # noqa: E402
+from images import ensure_debian_image, remove_local_images  # noqa: E402
 from registryserver import RegistryServer  # noqa: E402
 from second_engine import SecondEngine  # noqa: E402
 
@@ -272,19 +272,6 @@ def run_buildkit(project: Path, env: dict[str, str], args: list[str]) -> float:
     if proc.returncode != 0:
         sys.exit(f"buildkit {' '.join(args)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
     return time.monotonic() - start
-
-
-def remove_local_images(repository: str) -> None:
-    import docker
-
-    client = docker.from_env()
-    for image in client.images.list(name=repository):
-        for tag in image.tags:
-            if tag.startswith(repository + ":"):
-                try:
-                    client.images.remove(tag, force=True)
-                except docker.errors.APIError:
-                    pass
 
 
 def short(unit: str) -> str:

@@ -35,24 +35,10 @@ from buildkit.flows.nightly import ls_remote_head, nightly_tag, run_nightly  # n
 from buildkit.oci.registry import RegistryClient  # noqa: E402
 from forkrepo import make_fork_repo  # noqa: E402
 from gitserver import serve  # noqa: E402
-from images import ensure_debian_image  # noqa: E402
+from images import ensure_debian_image, remove_local_images  # noqa: E402
 from registryserver import RegistryServer  # noqa: E402
 
 TARGETS = ["server", "full", "light"]
-
-
-def remove_local_images(repository: str) -> None:
-    """Leave no image behind: the engine outlives the bench (and `build --push` looks for build keys)."""
-    import docker
-
-    client = docker.from_env()
-    for image in client.images.list(name=repository):
-        for tag in image.tags:
-            if tag.startswith(repository + ":"):
-                try:
-                    client.images.remove(tag, force=True)
-                except docker.errors.APIError:
-                    pass
 
 
 def median_time(fn, runs: int) -> float:
