@@ -103,18 +103,6 @@ def compare(base: BenchReport, new: BenchReport) -> list[dict]:
     return rows
 
 
-def slowdown_problem(rows: list[dict], max_slowdown: float) -> str | None:
-    """Why `now` is slower than `before` by more than max_slowdown percent of the mean tok/s (the
-    client's), or None; a comparison without that figure is a problem too (nothing proves it)."""
-    ratio = next((r["ratio"] for r in rows if r["key"] == "client_tps.mean"), None)
-    if ratio is None:
-        return "the comparison has no mean tok/s of both, so it cannot show the new image is not slower"
-    if ratio < 1 - max_slowdown / 100:
-        return (f"slower than allowed: mean tok/s {ratio:.3f}x of before, more than --max-slowdown "
-                f"{max_slowdown:g}% below it")
-    return None
-
-
 def protocol_differences(base: BenchReport, new: BenchReport) -> list[str]:
     """What differs between the two protocols (the comparison is then of different things)."""
     out = []

@@ -143,14 +143,16 @@ def test_compare_ratios_and_table():
 
 
 def test_the_slowdown_gate_passes_only_within_max_slowdown():
-    from buildkit.bench.format import slowdown_problem
+    from buildkit.bench.gate import make_gate
 
     before = report([100.0, 100.0, 100.0])
-    assert slowdown_problem(compare(before, report([96.0, 95.0, 97.0])), 5) is None  # 0.96x: within 5%
-    assert slowdown_problem(compare(before, report([120.0])), 0) is None  # faster always passes
-    problem = slowdown_problem(compare(before, report([94.0, 94.0, 94.0])), 5)
-    assert problem == "slower than allowed: mean tok/s 0.940x of before, more than --max-slowdown 5% below it"
-    assert "cannot show" in slowdown_problem(compare(report([]), report([90.0])), 5)  # nothing measured before
+    assert make_gate(compare(before, report([96.0, 95.0, 97.0])), 5).problem() is None  # 0.96x: within 5%
+    assert make_gate(compare(before, report([120.0])), 0).problem() is None  # faster always passes
+    problem = make_gate(compare(before, report([94.0, 94.0, 94.0])), 5).problem()
+    assert problem is not None and problem.startswith(
+        "slower than allowed: mean tok/s 0.940x of before, more than --max-slowdown 5% below it")
+    with pytest.raises(BenchError, match="cannot show"):  # nothing measured before
+        make_gate(compare(report([]), report([90.0])), 5)
 
 
 @pytest.mark.parametrize("url,base,path", [
