@@ -53,7 +53,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from forkrepo import make_fork_repo  # noqa: E402
-from ghactions import ArtifactStore, CacheStore, JobResult, Runner, no_op, runner_env  # noqa: E402
+from ghactions import (NIGHTLY_CONTEXT, ArtifactStore, CacheStore, JobResult, Runner,  # noqa: E402
+                       nightly_stand_ins, runner_env)
 from images import ensure_debian_image, remove_local_images  # noqa: E402
 from registryserver import RegistryServer  # noqa: E402
 from second_engine import SecondEngine  # noqa: E402
@@ -158,12 +159,8 @@ cuda_versions = ["{CUDA}"]
             shutil.copytree(project, workspace, dirs_exist_ok=True, ignore=shutil.ignore_patterns("buildkit.lock"))
             return {}
 
-        stand_ins = {"actions/checkout": checkout, "actions/setup-python": no_op, "docker/login-action": no_op,
-                     "docker/setup-buildx-action": no_op, "actions/cache/restore": cache.restore,
-                     "actions/cache/save": cache.save, "actions/upload-artifact": artifacts.upload,
-                     "actions/download-artifact": artifacts.download}
-        context = {"github": {"token": "not-a-token", "run_id": "4242"}, "inputs": {"force": False},
-                   "secrets": {"REGISTRY_USERNAME": "u", "REGISTRY_PASSWORD": "p"}}
+        stand_ins = nightly_stand_ins(checkout, cache, artifacts)
+        context = NIGHTLY_CONTEXT
 
         def runner(name: str, env: dict[str, str]) -> Runner:
             return Runner(workflow, env=env, stand_ins=stand_ins, skip=SKIPPED_STEPS, context=context,

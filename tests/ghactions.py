@@ -411,6 +411,21 @@ def no_op(inputs: dict, workspace: Path) -> dict:
     return {}
 
 
+# the context a nightly workflow's expressions read (github, inputs, secrets), as a run of it gives them
+NIGHTLY_CONTEXT = {"github": {"token": "not-a-token", "run_id": "4242"}, "inputs": {"force": False},
+                   "secrets": {"REGISTRY_USERNAME": "u", "REGISTRY_PASSWORD": "p"}}
+
+
+def nightly_stand_ins(checkout: StandIn, cache: CacheStore, artifacts: ArtifactStore,
+                      login: StandIn = no_op) -> dict[str, StandIn]:
+    """The `uses:` actions of the generated nightly workflow, answered by file copies (checkout, cache,
+    artifacts) or nothing (setup-python, setup-buildx, and login unless given)."""
+    return {"actions/checkout": checkout, "actions/setup-python": no_op, "docker/login-action": login,
+            "docker/setup-buildx-action": no_op, "actions/cache/restore": cache.restore,
+            "actions/cache/save": cache.save, "actions/upload-artifact": artifacts.upload,
+            "actions/download-artifact": artifacts.download}
+
+
 def runner_env(bindir: Path, extra: dict[str, str]) -> dict[str, str]:
     """This process's environment, bindir first on PATH, GitHub's CI variables."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "LLAMA_BUILDKIT_"))}

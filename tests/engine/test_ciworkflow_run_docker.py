@@ -21,7 +21,7 @@ import pytest
 
 from buildkit.oci.registry import RegistryClient
 from cliutil import cli_env, run_cli, write_project
-from ghactions import ArtifactStore, CacheStore, Runner, no_op, runner_env
+from ghactions import NIGHTLY_CONTEXT, ArtifactStore, CacheStore, Runner, nightly_stand_ins, runner_env
 
 pytestmark = pytest.mark.docker
 
@@ -61,12 +61,8 @@ def workflow_run(tmp_path_factory, example_fork, registry_plain, debian_base_ima
 
     env = runner_env(bindir, {k: v for k, v in cli_env(tmp / "buildkit-cache").items()
                               if k in ("PYTHONPATH", "LLAMA_BUILDKIT_CACHE_DIR")})
-    stand_ins = {"actions/checkout": checkout, "actions/setup-python": no_op, "docker/login-action": login,
-                 "docker/setup-buildx-action": no_op, "actions/cache/restore": cache.restore,
-                 "actions/cache/save": cache.save, "actions/upload-artifact": artifacts.upload,
-                 "actions/download-artifact": artifacts.download}
-    context = {"github": {"token": "not-a-token", "run_id": "4242"}, "inputs": {"force": False},
-               "secrets": {"REGISTRY_USERNAME": "u", "REGISTRY_PASSWORD": "p"}}
+    stand_ins = nightly_stand_ins(checkout, cache, artifacts, login)
+    context = NIGHTLY_CONTEXT
     runner = Runner(project / ".github" / "workflows" / "buildkit-nightly.yml", env=env, stand_ins=stand_ins,
                     skip=SKIPPED_STEPS, context=context, work_root=tmp / "runs")
     yield {"runner": runner, "cache": cache, "artifacts": artifacts, "registry": registry_plain, "tmp": tmp,
