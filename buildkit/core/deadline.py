@@ -46,12 +46,21 @@ class Deadline:
         self._cut = cut
         self._timer = threading.Timer(seconds, self._fire)
         self._timer.daemon = True
+        self._start: float | None = None
 
     def _fire(self) -> None:
         self.expired = True
         self._cut()
 
+    @property
+    def reached(self) -> bool:
+        """The deadline fired, or its time has passed: a socket time-out of the same length can end the
+        request a moment before the timer does (a busy machine), and then it too had no complete answer
+        within the deadline."""
+        return self.expired or (self._start is not None and time.monotonic() - self._start >= self.seconds)
+
     def __enter__(self) -> Deadline:
+        self._start = time.monotonic()
         self._timer.start()
         return self
 

@@ -161,15 +161,15 @@ class RegistryClient(RegistryAuth, BlobTransfers):
                         resp.close()
                         raise requests.ConnectionError("cut at the deadline")
             except requests.exceptions.SSLError:
-                if deadline.expired:
+                if deadline.reached:
                     raise self._fail(op, f"no complete answer within {limit:g} s") from None
                 raise
             except (requests.ConnectionError, requests.Timeout,
                     requests.exceptions.ChunkedEncodingError) as exc:
-                if deadline.expired and limit < own:
+                if deadline.reached and limit < own:
                     raise self._fail(op, budget.passed()) from None
-                expired = deadline.expired or isinstance(exc, requests.Timeout)
-                why = f"no complete answer within {limit:g} s" if deadline.expired \
+                expired = deadline.reached or isinstance(exc, requests.Timeout)
+                why = f"no complete answer within {limit:g} s" if deadline.reached \
                     else describe_connection_error(exc, self.timeout)
                 timed_out += expired
                 if last or timed_out > 1:
