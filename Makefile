@@ -42,11 +42,17 @@ test-unit:
 	$(PYTHON) -m mypy $(LINTED)
 	$(PYTEST) -q -ra tests/unit
 
-test-engine:
-	$(PYTEST) -q -ra --durations=25 tests/engine  # the slowest tests, for the CI budget
+# The engine tier runs its modules side by side (pytest-xdist): most of a test's time is the engine's,
+# the registry's or a timeout's, not this machine's cores. A module stays on one worker, so the builds
+# its fixtures share are made once (tests/conftest.py); the ones that depend on binfmt_misc run in turn.
+ENGINE_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 
+test-engine:
+	$(PYTEST) -q -ra -n $(ENGINE_WORKERS) --dist loadgroup --durations=25 tests/engine  # slowest: the CI budget
+
+# Two workers: the real tree's tests (one session image) on one, the arm64 cross build beside them.
 test-e2e:
-	$(PYTEST) -q -ra --durations=10 tests/e2e
+	$(PYTEST) -q -ra -n 2 --dist loadgroup --durations=10 tests/e2e
 
 bench:
 	$(PYTHON) bench/fetch_bytes.py

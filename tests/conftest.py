@@ -17,11 +17,30 @@ from gitserver import GitDaemon, serve  # noqa: E402
 E2E_TIMEOUT = 3600  # seconds; the default build of the real tree takes about 22 minutes cold (pyproject: 900)
 
 
+# Modules whose proof depends on the machine's binfmt_misc handlers: two of them register QEMU for a
+# while, the others prove "no arm64 program ran" by there being no handler. Under pytest-xdist they run
+# one after the other on one worker (tests/qemu.py also locks across processes, for a second pytest).
+BINFMT_MODULES = {"test_emulated_build_machine_docker.py", "test_cross_cuda_docker.py", "test_cross_build_docker.py",
+                  "test_multiplatform_docker.py"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """e2e tests (their session builds included) get E2E_TIMEOUT from pytest-timeout, however run."""
+    """e2e tests (their session builds included) get E2E_TIMEOUT from pytest-timeout, however run. Under
+    pytest-xdist (`--dist loadgroup`) a module's tests stay on one worker, so its module fixtures (the
+    builds they share) are made once."""
     for item in items:
         if item.get_closest_marker("e2e") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(E2E_TIMEOUT))
+        item.add_marker(pytest.mark.xdist_group(_group(item)))
+
+
+def _group(item: pytest.Item) -> str:
+    """The xdist group of a test: its module's, the binfmt modules' one group, or (e2e) one group for every
+    test of the real tree's session image, which is built once per worker and so on one worker only."""
+    if "real_server_image" in getattr(item, "fixturenames", ()):
+        return "real-tree"
+    return "binfmt" if item.path.name in BINFMT_MODULES else item.path.name
 
 
 @pytest.fixture(scope="session")

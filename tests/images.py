@@ -76,6 +76,16 @@ def image_exists(ref: str) -> bool:
     return r.returncode == 0
 
 
+def _making(ref: str):
+    """An exclusive lock held while `ref` is made: test processes running side by side (pytest-xdist's
+    workers, a second tier) make each base once; the others wait, then find it."""
+    from buildkit.core.filelock import file_lock
+
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", ref)
+    return file_lock(Path(tempfile.gettempdir()) / "llama-buildkit-test-images" / f"{name}.lock",
+                     on_wait=lambda: _log(f"waiting for another test process making {ref}"))
+
+
 def debian_mirror(deb822: Path = _DEB822_SOURCES, one_line: Path = _ONE_LINE_SOURCES,
                   suite: str = DEBIAN_SUITE) -> str:
     """The URI of the machine's main Debian archive (the stanza carrying ``suite``)."""
@@ -156,6 +166,13 @@ def ensure_debian_image(ref: str = DEBIAN_IMAGE, *, force: bool = False, suite: 
     comes from the machine's own Debian mirror (the one serving bookworm serves them all)."""
     if not force and image_exists(ref):
         return ref
+    with _making(ref):
+        if not force and image_exists(ref):  # made by another test process while this one waited
+            return ref
+        return _make_debian_image(ref, suite)
+
+
+def _make_debian_image(ref: str, suite: str) -> str:
     _need_debootstrap(ref)
     mirror = debian_mirror()
     work = Path(tempfile.mkdtemp(prefix="buildkit-debootstrap-"))
@@ -267,11 +284,18 @@ def ensure_multiarch_image(ref: str = MULTIARCH_IMAGE, *, force: bool = False, c
     """Make ``ref``, an OCI index of the amd64 Debian image and an arm64 one (of `suite`), unless it exists.
     configured: the arm64 half goes through debootstrap's second stage, under QEMU (registered by the
     caller); otherwise it is only unpacked, and nothing of arm64 runs."""
+    if not force and image_exists(ref):
+        return ref
+    with _making(ref):
+        if not force and image_exists(ref):
+            return ref
+        return _make_multiarch_image(ref, configured, suite)
+
+
+def _make_multiarch_image(ref: str, configured: bool, suite: str) -> str:
     import hashlib
     import json
 
-    if not force and image_exists(ref):
-        return ref
     _need_debootstrap(ref)
     native = ensure_debian_image() if suite == DEBIAN_SUITE else \
         ensure_debian_image(f"buildkit-test/debian:{suite}", suite=suite)
@@ -332,6 +356,13 @@ def ensure_busybox_image(ref: str = BUSYBOX_IMAGE, *, force: bool = False) -> st
     """Make ``ref`` from the host's static busybox unless it exists; returns ref."""
     if not force and image_exists(ref):
         return ref
+    with _making(ref):
+        if not force and image_exists(ref):
+            return ref
+        return _make_busybox_image(ref)
+
+
+def _make_busybox_image(ref: str) -> str:
     busybox = Path("/bin/busybox")
     if not _is_static(busybox):
         _apt_install("busybox-static")
