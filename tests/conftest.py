@@ -19,7 +19,7 @@ E2E_TIMEOUT = 3600  # seconds; the default build of the real tree takes about 22
 
 # Modules whose proof depends on the machine's binfmt_misc handlers: two of them register QEMU for a
 # while, the others prove "no arm64 program ran" by there being no handler. Under pytest-xdist they run
-# one after the other on one worker (tests/qemu.py also locks across processes, for a second pytest).
+# one after the other on one worker. (No other engine module builds for another platform.)
 BINFMT_MODULES = {"test_emulated_build_machine_docker.py", "test_cross_cuda_docker.py", "test_cross_build_docker.py",
                   "test_multiplatform_docker.py"}
 

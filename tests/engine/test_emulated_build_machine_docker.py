@@ -25,7 +25,9 @@ from buildkit.source.cudaroot import cuda_root_dir
 from buildkit.verify.checks import find_cuobjdump
 from cliutil import cli_env, run_cli, write_project
 
-pytestmark = pytest.mark.docker
+# the arm64 base made and the seed built under QEMU: 6-8 minutes alone on 2 cores, 14 beside the engine tier's
+# other workers (pytest-xdist) on a cold engine; pyproject's 900 s would end it there
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(2400)]
 
 CUDA = "13.1"
 IMAGE = "buildkit-test/tiny-seed"
