@@ -42,9 +42,9 @@ test-unit:
 	$(PYTHON) -m mypy $(LINTED)
 	$(PYTEST) -q -ra tests/unit
 
-# The engine tier runs its modules side by side (pytest-xdist): most of a test's time is the engine's,
-# the registry's or a timeout's, not this machine's cores. A module stays on one worker, so the builds
-# its fixtures share are made once (tests/conftest.py); the ones that depend on binfmt_misc run in turn.
+# The engine tier runs its modules side by side (pytest-xdist): one module's waits (the engine, a
+# registry, a deadline) are another's compile time. A module stays on one worker, so the builds its
+# fixtures share are made once (tests/conftest.py); the ones that depend on binfmt_misc run in turn.
 ENGINE_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 
 test-engine:
