@@ -2,8 +2,12 @@
 
 One `Gate` per comparison with `--max-slowdown`: the new and the old mean tok/s (the client's), their
 ratio, the threshold, and the verdict, "promoted" or "stays a nightly: N% slower than the release
-(threshold M%)". Its figures are checked before anything prints or records them (finite, positive,
-the ratio agreeing with the two means): a gate that cannot be true is a BenchError, never a verdict.
+(threshold M%)". A measurement that was not steady decides nothing: when either image's last run ran
+below the degradation threshold of its first (the bench's "degraded"; a busy runner, a server slowing
+down), the mean tok/s of that image is not what it serves, so the nightly stays a nightly and the
+verdict says which measurement and why; a noisy release must not let a slower nightly through.
+Its figures are checked before anything prints or records them (finite, positive, the ratio
+agreeing with the two means): a gate that cannot be true is a BenchError, never a verdict.
 It goes into the JSON report (`gate`), the lock entry (`--attach-lock`: builds[KEY].bench.gate) and
 the step summary (`--step-summary FILE`, a Markdown table appended, as GitHub's
 $GITHUB_STEP_SUMMARY wants it).
@@ -27,10 +31,11 @@ class Gate:
     max_slowdown: float  # percent
     new_label: str = ""
     old_label: str = ""
+    unsteady: str = ""  # why the measurement cannot decide ("the release's last run ran at 0.27x its first"), or ""
 
     @property
     def passed(self) -> bool:
-        return self.ratio >= 1 - self.max_slowdown / 100
+        return not self.unsteady and self.ratio >= 1 - self.max_slowdown / 100
 
     @property
     def slower_pct(self) -> float:
@@ -41,18 +46,22 @@ class Gate:
     def verdict(self) -> str:
         if self.passed:
             return PROMOTED
+        if self.unsteady:
+            return f"stays a nightly: {self.unsteady}, so the comparison proves nothing (bench again on a quiet runner)"
         return (f"stays a nightly: {self.slower_pct:.1f}% slower than the release "
                 f"(threshold {self.max_slowdown:g}%)")
 
     def to_dict(self) -> dict:
         return {"ratio": self.ratio, "max_slowdown": self.max_slowdown, "verdict": self.verdict,
                 "passed": self.passed, "new": self.new, "old": self.old,
-                "new_image": self.new_label, "old_image": self.old_label}
+                "new_image": self.new_label, "old_image": self.old_label, "unsteady": self.unsteady or None}
 
     def problem(self) -> str | None:
         """The line `bench` fails with when the gate refuses, else None."""
         if self.passed:
             return None
+        if self.unsteady:
+            return f"no verdict: the nightly {self.verdict}"
         return (f"slower than allowed: mean tok/s {self.ratio:.3f}x of before, more than --max-slowdown "
                 f"{self.max_slowdown:g}% below it; the nightly {self.verdict}")
 
@@ -92,7 +101,20 @@ def make_gate(rows: list[dict], max_slowdown: float, new_label: str = "", old_la
                                               and 0 <= max_slowdown <= 100):
         raise BenchError(f"--max-slowdown {max_slowdown!r} is not a percentage (0-100)")
     return Gate(new=new, old=old, ratio=ratio, max_slowdown=float(max_slowdown), new_label=new_label,
-                old_label=old_label)
+                old_label=old_label, unsteady=_unsteady(rows))
+
+
+def _unsteady(rows: list[dict]) -> str:
+    """Which measurement was degraded (compare()'s "degraded" and "last/first" rows), as a phrase; "" if none."""
+    by_key = {r.get("key"): r for r in rows}
+    degraded, last_first = by_key.get("degraded") or {}, by_key.get("last_vs_first") or {}
+    said = []
+    for side, name in (("base", "the release's"), ("new", "the nightly's")):
+        if degraded.get(side) is True:
+            ratio = last_first.get(side)
+            known = isinstance(ratio, float) and math.isfinite(ratio)
+            said.append(f"{name} last run " + (f"ran at {ratio:.2f}x its first" if known else "slowed down"))
+    return " and ".join(said) + (" (not a steady measurement)" if said else "")
 
 
 def failed_markdown(what: str, new_label: str, old_label: str) -> str:

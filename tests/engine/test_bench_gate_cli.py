@@ -17,13 +17,14 @@ from hostile import HostileServer
 SANE = stream(FIVE, {"completion_tokens": 5, "prompt_tokens": 9}, {"predicted_per_second": 50.0})
 
 
-def release_report(tmp_path: Path, server_url: str, tps: float) -> Path:
-    """A report of this server, its runs' tok/s set to tps (the 'release' measured on another day)."""
+def release_report(tmp_path: Path, server_url: str, tps: float, *later: float) -> Path:
+    """A report of this server (2 runs), the first run's tok/s set to tps and the second's to later[0] or tps
+    (the 'release' measured on another day)."""
     proc = bench(tmp_path, server_url, "--output", str(tmp_path / "measured.json"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads((tmp_path / "measured.json").read_text())
-    for run in data["runs"]:
-        run["client_tps"] = tps
+    for run, value in zip(data["runs"], (tps, *later, tps), strict=False):
+        run["client_tps"] = value
     path = tmp_path / "release.json"
     path.write_text(json.dumps(data))
     return path
@@ -79,3 +80,20 @@ def test_a_gate_without_sane_figures_gives_no_verdict_and_records_none(tmp_path)
     assert lock_proc.returncode == 1
     assert "gate" not in json.loads(lock.read_text())["builds"]["cpu/server"]["bench"]
     assert before != lock.read_bytes()  # the bench itself is attached, the gate is not
+
+
+def test_a_release_measured_unsteadily_promotes_nothing(tmp_path):
+    """The release's second run at a tenth of its first (a busy runner): its mean says nothing of what it serves,
+    so even a nightly far faster than that mean stays a nightly; the job is red, and the summary says why."""
+    summary = tmp_path / "step-summary.md"
+    with HostileServer("answer", answer=SANE) as server:
+        release = release_report(tmp_path, server.url, 2e-3, 2e-4)
+        proc = bench(tmp_path, server.url, "--compare", str(release), "--max-slowdown", "5",
+                     "--output", str(tmp_path / "report.json"), "--step-summary", str(summary))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    gate = json.loads((tmp_path / "report.json").read_text())["gate"]
+    assert gate["ratio"] > 1 and not gate["passed"]  # faster than the release's mean, and still not promoted
+    assert gate["unsteady"] == "the release's last run ran at 0.10x its first (not a steady measurement)"
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
+    assert len(errors) == 1 and "no verdict: the nightly stays a nightly: the release's last run" in errors[0]
+    assert "bench again on a quiet runner" in summary.read_text() and "✅" not in summary.read_text()

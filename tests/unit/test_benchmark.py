@@ -289,7 +289,7 @@ def test_the_gate_says_promoted_or_how_much_slower():
     assert passed.passed and passed.verdict == "promoted" and passed.problem() is None
     assert passed.to_dict() == {"ratio": pytest.approx(0.96), "max_slowdown": 5.0, "verdict": "promoted",
                                 "passed": True, "new": 96.0, "old": 100.0, "new_image": "img:nightly-cpu",
-                                "old_image": "img:cpu"}
+                                "old_image": "img:cpu", "unsteady": None}
     slower = make_gate(compare(release, report([25.0, 35.0])), 5, "img:nightly-cpu", "img:cpu")
     assert slower.verdict == "stays a nightly: 70.0% slower than the release (threshold 5%)"
     assert not slower.passed and "stays a nightly: 70.0% slower" in slower.problem()
@@ -298,6 +298,27 @@ def test_the_gate_says_promoted_or_how_much_slower():
     assert ("| 0.300 | 70.0% slower | at most 5% slower | stays a nightly: 70.0% slower than the release "
             "(threshold 5%) |") in table
     assert "| 1.200 | 20.0% faster |" in make_gate(compare(release, report([120.0])), 0).to_markdown()
+
+
+def test_a_measurement_that_was_not_steady_promotes_nothing():
+    """The e2e gate saw it on a busy runner: the release's second run at 0.27x its first pulled its mean down
+    to the nightly's, and a nightly several times slower was promoted. A degraded side now decides nothing."""
+    from buildkit.bench.gate import make_gate
+
+    noisy_release = make_gate(compare(report([100.0, 20.0]), report([50.0, 50.0])), 5, "img:nightly-cpu", "img:cpu")
+    assert noisy_release.ratio == pytest.approx(50 / 60)  # the figures are still reported
+    assert not noisy_release.passed
+    assert noisy_release.verdict == ("stays a nightly: the release's last run ran at 0.20x its first (not a steady "
+                                     "measurement), so the comparison proves nothing (bench again on a quiet runner)")
+    assert noisy_release.problem().startswith("no verdict: the nightly stays a nightly: the release's last run")
+    assert noisy_release.to_dict()["unsteady"].startswith("the release's last run ran at 0.20x")
+    assert "## ❌ bench gate: stays a nightly: the release's" in noisy_release.to_markdown()
+    faster_but_noisy = make_gate(compare(report([50.0, 50.0]), report([100.0, 60.0])), 5)
+    assert faster_but_noisy.ratio > 1 and not faster_but_noisy.passed
+    assert faster_but_noisy.unsteady.startswith("the nightly's last run ran at 0.60x its first")
+    # steady runs, the first slower (a cold start) or the last a little slower, still decide
+    assert make_gate(compare(report([80.0, 100.0]), report([90.0, 99.0])), 5).passed
+    assert make_gate(compare(report([100.0, 75.0]), report([100.0, 72.0])), 5).passed
 
 
 @pytest.mark.parametrize("new,old,ratio,said", [
