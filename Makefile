@@ -5,7 +5,7 @@
 # and, by tier:
 #   make test-unit    pure parts, no engine (under a minute)
 #   make test-engine  integration tests on the real engine, git daemon and loopback registry
-#   make test-e2e     the long end-to-end builds of the real llama.cpp source
+#   make test-e2e     the long builds: the real llama.cpp source's, and the seed's build machine under QEMU
 
 PYTHON ?= python3
 PYTEST ?= $(PYTHON) -m pytest
@@ -50,7 +50,8 @@ ENGINE_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test-engine:
 	$(PYTEST) -q -ra -n $(ENGINE_WORKERS) --dist loadgroup --durations=25 tests/engine  # slowest: the CI budget
 
-# Two workers: the real tree's tests (one session image) on one, the arm64 cross build beside them.
+# Two workers: the real tree's tests (one session image) on one; on the other, in turn, the arm64 cross
+# build and the seed's build under QEMU (both depend on binfmt_misc), beside them.
 test-e2e:
 	$(PYTEST) -q -ra -n 2 --dist loadgroup --durations=10 tests/e2e
 

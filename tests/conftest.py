@@ -17,22 +17,28 @@ from gitserver import GitDaemon, serve  # noqa: E402
 E2E_TIMEOUT = 3600  # seconds; the default build of the real tree takes about 22 minutes cold (pyproject: 900)
 
 
-# Modules whose proof depends on the machine's binfmt_misc handlers: two of them register QEMU for a
-# while, the others prove "no arm64 program ran" by there being no handler. Under pytest-xdist they run
-# one after the other on one worker. (No other engine module builds for another platform.)
-BINFMT_MODULES = {"test_emulated_build_machine_docker.py", "test_cross_cuda_docker.py", "test_cross_build_docker.py",
-                  "test_multiplatform_docker.py"}
+# Modules whose proof depends on the machine's binfmt_misc handlers: some register QEMU for a while
+# (the seed's build machine, e2e; the cross-CUDA module, engine), the others prove "no arm64 program ran"
+# by there being no handler. Under pytest-xdist a tier's ones run one after the other on one worker; the
+# tiers run one after the other. (No other module builds for another platform.)
+BINFMT_MODULES = {"test_emulated_build_machine_docker.py", "test_e2e_cross.py",  # e2e
+                  "test_cross_cuda_docker.py", "test_cross_build_docker.py", "test_multiplatform_docker.py"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """e2e tests (their session builds included) get E2E_TIMEOUT from pytest-timeout, however run. Under
+    """e2e tests (their session builds included) get E2E_TIMEOUT from pytest-timeout, however run; tests
+    marked `measures` go last. Under
     pytest-xdist (`--dist loadgroup`) a module's tests stay on one worker, so its module fixtures (the
     builds they share) are made once."""
     for item in items:
         if item.get_closest_marker("e2e") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(E2E_TIMEOUT))
         item.add_marker(pytest.mark.xdist_group(_group(item)))
+    # tests that compare speeds run last (a stable sort keeps the rest in order): by then the other
+    # workers' compiles are ending, so their wait for a quiet machine (tests/quiet.py) is short, and the
+    # tests after them in their group do not wait with them
+    items[:] = sorted(items, key=lambda item: item.get_closest_marker("measures") is not None)
 
 
 def _group(item: pytest.Item) -> str:

@@ -17,8 +17,9 @@ Both directions, one bench job run each (2 runs of few tokens per image):
 * new = all, release = none: promoted; the release tags in the registry now point at the new digest.
 
 The tier runs the arm64 cross build on its other worker: each bench job runs under `quiet.measuring`,
-so no compile of another test process shares the cores with the runs it compares (a gate that saw one
-would now refuse to decide, as it should: "not a steady measurement").
+and last in the tier (marker `measures`), so no compile of another test process shares the cores with
+the runs it compares (a gate that saw one would now refuse to decide, as it should: "not a steady
+measurement").
 """
 
 from __future__ import annotations
@@ -146,6 +147,7 @@ def gate_of(artifacts: ArtifactStore) -> dict:
     return report["gate"]
 
 
+@pytest.mark.measures
 @pytest.mark.parametrize("direction", ["slower", "faster"])
 def test_the_bench_gate_promotes_only_a_nightly_that_is_not_slower(direction, tmp_path, real_server_image,
                                                                    none_image, gate_model, registry_plain):
