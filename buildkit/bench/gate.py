@@ -2,10 +2,13 @@
 
 One `Gate` per comparison with `--max-slowdown`: the new and the old mean tok/s (the client's), their
 ratio, the threshold, and the verdict, "promoted" or "stays a nightly: N% slower than the release
-(threshold M%)". A measurement that was not steady decides nothing: when either image's last run ran
-below the degradation threshold of its first (the bench's "degraded"; a busy runner, a server slowing
-down), the mean tok/s of that image is not what it serves, so the nightly stays a nightly and the
-verdict says which measurement and why; a noisy release must not let a slower nightly through.
+(threshold M%)". A release measured unsteadily promotes nothing: a busy runner can only slow a run
+down, so noise lowers the release's mean and could let a slower nightly through. When a run of the
+release after its first is below STEADY (0.7, the bench's degradation threshold) of its fastest, a
+nightly that would pass stays a nightly with the verdict "the release's runs were not steady ..."
+(`unsteady` says so). The first run may be slow (a server's warm-up), as the nightly's may. Noise in
+the nightly's own runs only makes it look slower, the safe side, so it decides as measured; a nightly
+slower than an unsteady release's lowered mean is slower still.
 Its figures are checked before anything prints or records them (finite, positive, the ratio
 agreeing with the two means): a gate that cannot be true is a BenchError, never a verdict.
 It goes into the JSON report (`gate`), the lock entry (`--attach-lock`: builds[KEY].bench.gate) and
@@ -16,11 +19,14 @@ $GITHUB_STEP_SUMMARY wants it).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from buildkit.bench.protocol import DEGRADATION_THRESHOLD
 from buildkit.core.errors import BenchError
 
 PROMOTED = "promoted"
+STEADY = DEGRADATION_THRESHOLD  # the release's slowest run / its fastest, at least
 
 
 @dataclass(frozen=True)
@@ -31,11 +37,15 @@ class Gate:
     max_slowdown: float  # percent
     new_label: str = ""
     old_label: str = ""
-    unsteady: str = ""  # why the measurement cannot decide ("the release's last run ran at 0.27x its first"), or ""
+    unsteady: str = ""  # why the release's measurement cannot let a nightly through, or ""
+
+    @property
+    def fast_enough(self) -> bool:
+        return self.ratio >= 1 - self.max_slowdown / 100
 
     @property
     def passed(self) -> bool:
-        return not self.unsteady and self.ratio >= 1 - self.max_slowdown / 100
+        return self.fast_enough and not self.unsteady
 
     @property
     def slower_pct(self) -> float:
@@ -46,7 +56,7 @@ class Gate:
     def verdict(self) -> str:
         if self.passed:
             return PROMOTED
-        if self.unsteady:
+        if self.fast_enough:
             return f"stays a nightly: {self.unsteady}, so the comparison proves nothing (bench again on a quiet runner)"
         return (f"stays a nightly: {self.slower_pct:.1f}% slower than the release "
                 f"(threshold {self.max_slowdown:g}%)")
@@ -60,7 +70,7 @@ class Gate:
         """The line `bench` fails with when the gate refuses, else None."""
         if self.passed:
             return None
-        if self.unsteady:
+        if self.fast_enough:
             return f"no verdict: the nightly {self.verdict}"
         return (f"slower than allowed: mean tok/s {self.ratio:.3f}x of before, more than --max-slowdown "
                 f"{self.max_slowdown:g}% below it; the nightly {self.verdict}")
@@ -88,8 +98,10 @@ def _sane(name: str, value) -> float:
     return float(value)
 
 
-def make_gate(rows: list[dict], max_slowdown: float, new_label: str = "", old_label: str = "") -> Gate:
-    """The gate of compare()'s rows (bench/format.py): client_tps.mean of both, checked sane; BenchError else."""
+def make_gate(rows: list[dict], max_slowdown: float, new_label: str = "", old_label: str = "",
+              release_runs: Sequence[float | None] = ()) -> Gate:
+    """The gate of compare()'s rows (bench/format.py): client_tps.mean of both, checked sane; BenchError else.
+    release_runs: the release's client tok/s, run by run, judged for steadiness."""
     row = next((r for r in rows if r.get("key") == "client_tps.mean"), None)
     if row is None or row.get("base") is None or row.get("new") is None:
         raise BenchError("the comparison has no mean tok/s of both, so it cannot show the new image is not slower")
@@ -101,20 +113,24 @@ def make_gate(rows: list[dict], max_slowdown: float, new_label: str = "", old_la
                                               and 0 <= max_slowdown <= 100):
         raise BenchError(f"--max-slowdown {max_slowdown!r} is not a percentage (0-100)")
     return Gate(new=new, old=old, ratio=ratio, max_slowdown=float(max_slowdown), new_label=new_label,
-                old_label=old_label, unsteady=_unsteady(rows))
+                old_label=old_label, unsteady=_unsteady(release_runs))
 
 
-def _unsteady(rows: list[dict]) -> str:
-    """Which measurement was degraded (compare()'s "degraded" and "last/first" rows), as a phrase; "" if none."""
-    by_key = {r.get("key"): r for r in rows}
-    degraded, last_first = by_key.get("degraded") or {}, by_key.get("last_vs_first") or {}
-    said = []
-    for side, name in (("base", "the release's"), ("new", "the nightly's")):
-        if degraded.get(side) is True:
-            ratio = last_first.get(side)
-            known = isinstance(ratio, float) and math.isfinite(ratio)
-            said.append(f"{name} last run " + (f"ran at {ratio:.2f}x its first" if known else "slowed down"))
-    return " and ".join(said) + (" (not a steady measurement)" if said else "")
+def _unsteady(runs: Sequence[float | None]) -> str:
+    """Why the release's runs were not steady, as a phrase; "" when they were (or there is one run)."""
+    tps = [float(v) for v in runs
+           if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0]
+    if len(tps) != len(runs):
+        return f"the release's runs hold a tok/s that is not a finite positive number ({list(runs)!r})"
+    if len(tps) < 2:
+        return ""
+    fastest = max(tps)
+    slowest = min(range(1, len(tps)), key=tps.__getitem__)  # a slow first run is the server's warm-up
+    spread = tps[slowest] / fastest
+    if spread >= STEADY:
+        return ""
+    return (f"the release's runs were not steady (run {slowest + 1} at {tps[slowest]:.3g} tok/s, {spread:.2f}x "
+            f"its fastest {fastest:.3g}; at least {STEADY:g}x is steady)")
 
 
 def failed_markdown(what: str, new_label: str, old_label: str) -> str:

@@ -218,7 +218,8 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
                           "rows": compare(other, report)}
         if max_slowdown is not None:
             try:  # the gate's figures are checked before anything prints or records them
-                gate = make_gate(doc["compare"]["rows"], max_slowdown, new_label, old_label)
+                gate = make_gate(doc["compare"]["rows"], max_slowdown, new_label, old_label,
+                                 [r.client_tps for r in other.runs])
                 doc["gate"] = gate.to_dict()
                 gate_problem = gate.problem()
             except BenchError as exc:

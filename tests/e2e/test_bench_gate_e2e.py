@@ -18,8 +18,8 @@ Both directions, one bench job run each (2 runs of few tokens per image):
 
 The tier runs the arm64 cross build on its other worker: each bench job runs under `quiet.measuring`,
 and last in the tier (marker `measures`), so no compile of another test process shares the cores with
-the runs it compares (a gate that saw one would now refuse to decide, as it should: "not a steady
-measurement").
+the runs it compares (a release measured beside one would now promote nothing: "the release's runs
+were not steady").
 """
 
 from __future__ import annotations
