@@ -28,9 +28,8 @@ BINFMT_MODULES = {"test_emulated_build_machine_docker.py", "test_e2e_cross.py", 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """e2e tests (their session builds included) get E2E_TIMEOUT from pytest-timeout, however run; tests
-    marked `measures` go last. Under
-    pytest-xdist (`--dist loadgroup`) a module's tests stay on one worker, so its module fixtures (the
-    builds they share) are made once."""
+    marked `measures` go last. Under pytest-xdist (`--dist loadgroup`) a module's tests stay on one
+    worker, so its module fixtures (the builds they share) are made once."""
     for item in items:
         if item.get_closest_marker("e2e") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(E2E_TIMEOUT))

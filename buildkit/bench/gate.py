@@ -26,7 +26,7 @@ from buildkit.bench.protocol import DEGRADATION_THRESHOLD
 from buildkit.core.errors import BenchError
 
 PROMOTED = "promoted"
-STEADY = DEGRADATION_THRESHOLD  # the release's slowest run / its fastest, at least
+STEADY = DEGRADATION_THRESHOLD  # each release run after the first / its fastest, at least
 
 
 @dataclass(frozen=True)

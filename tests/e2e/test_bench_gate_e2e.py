@@ -16,10 +16,10 @@ Both directions, one bench job run each (2 runs of few tokens per image):
   summary says how much slower, and the release tag in the registry still points at the release;
 * new = all, release = none: promoted; the release tags in the registry now point at the new digest.
 
-The tier runs the arm64 cross build on its other worker: each bench job runs under `quiet.measuring`,
-and last in the tier (marker `measures`), so no compile of another test process shares the cores with
-the runs it compares (a release measured beside one would now promote nothing: "the release's runs
-were not steady").
+The tier compiles for arm64 and under QEMU on its other worker: each bench job runs under
+`quiet.measuring`, and last in the tier (marker `measures`), so no compile of another test process
+shares the cores with the runs it compares (a release measured beside one would now promote nothing:
+"the release's runs were not steady").
 """
 
 from __future__ import annotations
