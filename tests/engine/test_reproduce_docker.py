@@ -1,11 +1,12 @@
-"""Reproducible builds on the real engine: the example fork's cpu variant, built twice from a clean state.
+"""Reproducible builds on the real engine: the example fork's cpu variant, built, then rebuilt from a clean state.
 
 The first build goes through `buildkit.flows.pipeline.build(..., no_cache=True)` (buildx --no-cache,
-with the ccache the other cpu builds of the example fork filled), the second is `buildkit reproduce
-buildkit.lock`, cache-less and compiling every object again (no ccache hit): both must give the
-same manifest digest. The CUDA variant is built without the ccache, the other way a record can be.
-Then a changed patch, a changed template and a different commit each give another digest, and
-`diff` / `reproduce` name the files that differ.
+with the ccache the other cpu builds of the example fork filled). A later commit, dated after it, is
+built with the cache (its runtime packages come from the first build's cached step, made before that
+commit) and `buildkit reproduce` of its lock rebuilds it cache-less, compiling every object again (no
+ccache hit): both must give the same manifest digest. The CUDA variant is built without the ccache, the
+other way a record can be. A changed patch, a changed template and a different commit each give another
+digest, and `diff` / `reproduce` name the files that differ.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ import shutil
 import subprocess
 import sys
 import uuid
+from datetime import datetime, timezone
 from pathlib import Path
 
 import docker
 import pytest
 
 from buildkit.core.progress import ccache_stats
-from forkrepo import FORK_DATE, _git, make_fork_repo
+from forkrepo import _git, make_fork_repo
 from cliutil import buildkit_env, write_project
 from fixtures_docker import need_containerd_store
 
@@ -49,12 +51,18 @@ def buildkit(project: Path, env: dict[str, str], *args: str) -> subprocess.Compl
 def fork(tmp_path_factory):
     repo = tmp_path_factory.mktemp("repro-upstream") / "tiny-fork"
     _, commit = make_fork_repo(repo, ROOT / "examples" / "tiny-fork")
-    # a second fork commit that changes a compiled source file
+    return {"path": repo, "commit": commit}
+
+
+def later_commit(repo: Path) -> str:
+    """A second fork commit that changes a compiled source file, dated now: after the first build, whose
+    cached steps (the runtime packages) the next build of the project reuses, as a new upstream commit is
+    after yesterday's build."""
     source = repo / "common" / "common.cpp"
     source.write_text(source.read_text() + "\n// a later fork commit\nint buildkit_later_commit = 1;\n")
-    _git(repo, "commit", "-q", "-a", "-m", "fork: later", date=FORK_DATE)
-    later = _git(repo, "rev-parse", "HEAD")
-    return {"path": repo, "commit": commit, "later": later}
+    now = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+    _git(repo, "commit", "-q", "-a", "-m", "fork: later", date=now)
+    return _git(repo, "rev-parse", "HEAD")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -140,17 +148,22 @@ def test_render_pins_the_base_image_by_digest(project, first, tmp_path):
     assert "oci-layout://" not in proc.stdout
 
 
-def test_reproduce_from_the_lock_gives_the_same_digest(project, first):
-    proc = buildkit(project["root"], project["env"], "reproduce", "first.lock")
+def test_reproduce_from_the_lock_gives_the_same_digest(project, first, variants):
+    """The later commit's build, whose runtime-package layer came from the cache of the first build (made
+    before that commit): every file time in the image is the commit's or a fixed one, never the time a
+    cached step ran, so the cache-less rebuild gives the same digest."""
+    recorded = variants["commit lock"].read_text()
+    digest = json.loads(recorded)["builds"]["cpu/server"]["image_digest"]
+    proc = buildkit(project["root"], project["env"], "reproduce", str(variants["commit lock"]))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "reproduced" in proc.stdout and first["lock"]["image_digest"] in proc.stdout
+    assert "reproduced" in proc.stdout and digest in proc.stdout
     # the recorded build used the ccache: the rebuild compiled every object again (CCACHE_RECACHE),
     # none was looked up (recached calls count as uncacheable), so the proof does not rest on the cache
     assert ccache_stats(proc.stderr.splitlines()) == (0, 0), proc.stderr[-3000:]
     assert re.search(r"^#\d+ [\d.]+\s+Cacheable calls:\s+0 /\s+[1-9]", proc.stderr, re.M), proc.stderr[-3000:]
     assert "--no-cache" not in proc.stdout  # buildx output goes to stderr
-    # the reproduction changed nothing: same lock, same tag
-    assert (project["root"] / "buildkit.lock").read_text() == (project["root"] / "first.lock").read_text()
+    # the reproduction changed nothing: same lock
+    assert variants["commit lock"].read_text() == recorded
 
 
 def test_reproduce_from_the_image_labels(project, first):
@@ -208,8 +221,10 @@ def variants(project, first, fork, tmp_path_factory):
                                                    "lock.path": str(templates / "lock")})).result.digest
     finally:
         render.templates_dir = saved
-    out["commit"] = build(config(project, **{"image.name": IMAGE + "-commit", "source.commit": fork["later"],
+    later = later_commit(fork["path"])
+    out["commit"] = build(config(project, **{"image.name": IMAGE + "-commit", "source.commit": later,
                                               "lock.path": str(templates / "lock2")})).result.digest
+    out["commit lock"] = templates / "lock2"
     return out
 
 
@@ -219,7 +234,7 @@ def diff(project, a: str, b: str) -> subprocess.CompletedProcess:
 
 def test_a_changed_patch_template_or_commit_changes_the_digest_and_diff_names_the_files(project, first, variants):
     base = first["lock"]["image_digest"]
-    assert len({base, *variants.values()}) == 4, variants
+    assert len({base, variants["patch"], variants["template"], variants["commit"]}) == 4, variants
     patched = diff(project, f"{IMAGE}:cpu", f"{IMAGE}-patch:cpu")
     assert patched.returncode == 2 and "/app/lib/libllama-common.so" in patched.stdout, patched.stdout[-3000:]
     template = diff(project, f"{IMAGE}:cpu", f"{IMAGE}-template:cpu")
