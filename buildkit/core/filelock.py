@@ -3,6 +3,7 @@
     with file_lock(path):                  # exclusive, waits
     with file_lock(path, shared=True):     # shared with other shared holders
     with file_lock(path, on_wait=say):     # say() once before waiting on a busy lock
+    with try_lock(path) as held:           # exclusive if free now; held is False when it was not
 
 path may be a folder (flocked through a read-only descriptor, so no extra file is left behind)
 or a file (created when missing, parents too). The lock is released when the block ends, and by
@@ -42,3 +43,19 @@ def file_lock(path: Path | str, shared: bool = False,
         yield
     finally:
         os.close(fd)  # closing the last descriptor releases the lock
+
+
+@contextmanager
+def try_lock(path: Path | str) -> Iterator[bool]:
+    """Hold an exclusive flock on path for the block if nobody holds it now (True), else hold
+    nothing and do not wait (False). A second try in the same process is refused too."""
+    fd = _open(Path(path))
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)

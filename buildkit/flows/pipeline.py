@@ -22,7 +22,7 @@ import hashlib
 import sys
 import shutil
 import tempfile
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from collections.abc import Iterator
@@ -48,7 +48,9 @@ from buildkit.plan.render import RenderResult, templates_sha256, write_context
 from buildkit.plan.tags import build_key_tag
 from buildkit.source.cpuvariants import declared_variants
 from buildkit.source.cudasource import long_double_uses
-from buildkit.source.fetch import SourceInfo, export_tree, fetch_source
+from buildkit.source.fetch import SourceInfo, export_tree, fetch_source, mirror_dir
+from buildkit.source.sourcetree import clear_around, sync_tree
+from buildkit.core.filelock import try_lock
 from buildkit.core.urlcreds import clean_url
 from buildkit.verify import binfmt
 
@@ -148,9 +150,11 @@ def _cuda_contexts(request: BuildRequest, cfg: ResolvedConfig) \
 
 
 def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] = (),
-            request: BuildRequest | None = None, ccache_recache: bool = False) -> Prepared:
+            request: BuildRequest | None = None, ccache_recache: bool = False, in_place: bool = False) -> Prepared:
     """Check the request, fetch, export, patch and render into out_dir (Dockerfile + src/).
-    ccache_recache: the compile reads nothing from the ccache (BuildPlan.ccache_recache)."""
+    ccache_recache: the compile reads nothing from the ccache (BuildPlan.ccache_recache).
+    in_place: out_dir is kept between builds; its src/ is brought to the commit by sync_tree (only
+    changed files written), everything else in it is rendered anew."""
     request = request or make_request(cfg)  # an unknown arch or unbuildable CUDA version stops here
     queue = load_patch_queue(patch_dir(cfg), required=cfg.origins["source.patch_dir"] != "default")
     ref, pin = ref_and_pin(cfg)
@@ -161,10 +165,12 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
     bases = tuple(BaseImage(ref=s.ref, digest=s.digest) for s in sources)
     with stage("fetch", clean_url(cfg.source.url)):
         info = fetch_source(cfg.source.url, ref, pin, cache_root(cfg))
-    created = _fresh_dir(out_dir)
+    if in_place:
+        clear_around(out_dir / "src")
+    created = not in_place and _fresh_dir(out_dir)
     try:
         with stage("fetch", f"export {info.commit[:12]}"):
-            export_tree(info, cache_root(cfg), out_dir / "src")
+            (sync_tree if in_place else export_tree)(info, cache_root(cfg), out_dir / "src")
         with stage("patch", f"{len(queue.files)} patch(es)"):
             apply_patches(queue, out_dir / "src")
         check_cuda_sources(request, out_dir / "src")
@@ -182,7 +188,9 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
             plan = replace(with_labels(plan, bases, cuda_manifest, key), tags=with_key_tag(plan.tags, request, key))
             rendered = write_context(from_plan(plan, sources), out_dir, named)
     except BaseException:
-        if created:
+        if in_place:
+            pass  # the next sync_tree brings src/ back to its commit, whatever a failed patch left
+        elif created:
             shutil.rmtree(out_dir, ignore_errors=True)
         else:
             for child in out_dir.iterdir():
@@ -299,11 +307,29 @@ def lock_entry(prepared: Prepared, result: BuildResult) -> LockEntry:
     )
 
 
+def kept_context_dir(cfg: ResolvedConfig) -> Path:
+    """The build folder kept between builds of one source (cache_root/contexts/<its mirror's name>)."""
+    return cache_root(cfg) / "contexts" / mirror_dir(cache_root(cfg), clean_url(cfg.source.url)).stem
+
+
 @contextmanager
 def prepared_context(cfg: ResolvedConfig, *, request: BuildRequest | None = None,
                      extra_tags: tuple[str, ...] = (), work_dir: Path | None = None) -> Iterator[Prepared]:
-    """A rendered build context that lives as long as the with-block."""
-    with tempfile.TemporaryDirectory(prefix="buildkit-context-", dir=work_dir) as tmp:
+    """A rendered build context that lives as long as the with-block.
+
+    Without work_dir it is the source's kept folder (kept_context_dir), so the next build of the same
+    source writes and sends only the files that changed (sourcetree.py); the rest of that folder (the
+    Dockerfile, buildx's metadata, the OCI archive) is removed when the block ends. A build of the same
+    source that holds that folder now (another process, or another platform of this build) gets a
+    temporary folder instead, as work_dir does."""
+    with ExitStack() as stack:
+        kept = kept_context_dir(cfg) if work_dir is None else None
+        if kept is not None and stack.enter_context(try_lock(kept.with_name(kept.name + ".lock"))):
+            stack.callback(clear_around, kept / "context" / "src")
+            stack.callback(clear_around, kept / "context")  # buildx's metadata, the OCI archive
+            yield prepare(cfg, kept / "context", extra_tags=extra_tags, request=request, in_place=True)
+            return
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="buildkit-context-", dir=work_dir))
         yield prepare(cfg, Path(tmp) / "context", extra_tags=extra_tags, request=request)
 
 

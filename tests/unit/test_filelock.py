@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from buildkit.core.filelock import file_lock
+from buildkit.core.filelock import file_lock, try_lock
 
 
 def _held_elsewhere(path, shared: bool) -> bool:
@@ -55,3 +55,12 @@ def test_on_wait_is_called_only_when_the_lock_is_busy(tmp_path):
     with file_lock(path, on_wait=release):
         pass
     assert calls == ["busy"]
+
+
+def test_try_lock_takes_a_free_lock_and_never_waits_for_a_busy_one(tmp_path):
+    path = tmp_path / "x.lock"
+    with try_lock(path) as held:
+        assert held and _held_elsewhere(path, shared=False)
+        with try_lock(path) as again:  # the same process, another descriptor: refused, not waited for
+            assert again is False
+    assert not _held_elsewhere(path, shared=False)
