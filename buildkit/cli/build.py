@@ -41,9 +41,9 @@ def version_options(func):
                    "removed again; `buildkit render --out DIR` keeps one).")
 @click.option("--no-verify", is_flag=True, help="Skip the smoke checks on the built image.")
 @click.option("--no-cache", "no_cache", is_flag=True, default=None,
-              help="Run every build step again, none from the layer cache (buildx --no-cache). The ccache "
-                   "mount stays, so a warm ccache still speeds the compile; `buildkit reproduce` rebuilds "
-                   "with neither [build.no_cache].")
+              help="Run every build step again, none from the layer cache (buildx --no-cache). The compile "
+                   "reads nothing from the ccache and writes into a cache mount of its own, since --no-cache "
+                   "empties the mount it is given: the warm ccache stays for the next build [build.no_cache].")
 @click.option("--no-load", is_flag=True,
               help="With --push: push the built OCI archive and keep no image in the engine (loaded for the "
                    "checks only; never with --no-verify).")

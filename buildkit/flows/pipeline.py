@@ -41,7 +41,7 @@ from buildkit.release.lock import LockEntry
 from buildkit.core.paths import bundled_patches_dir, cache_dir
 from buildkit.source.patches import PatchQueue, apply_patches, load_patch_queue
 from buildkit.core.progress import stage
-from buildkit.plan.buildplan import BuildPlan, BuildRequest, SourceFacts, make_plan, make_request
+from buildkit.plan.buildplan import BuildPlan, BuildRequest, SourceFacts, clean_ccache_id, make_plan, make_request
 from buildkit.plan.inputs import BaseImage, BuildInputs, plan_inputs
 from buildkit.plan.platforms import engine_platform, judge_build_machine, long_double_differs
 from buildkit.plan.render import RenderResult, templates_sha256, write_context
@@ -152,7 +152,9 @@ def _cuda_contexts(request: BuildRequest, cfg: ResolvedConfig) \
 def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] = (),
             request: BuildRequest | None = None, ccache_recache: bool = False, in_place: bool = False) -> Prepared:
     """Check the request, fetch, export, patch and render into out_dir (Dockerfile + src/).
-    ccache_recache: the compile reads nothing from the ccache (BuildPlan.ccache_recache).
+    ccache_recache (also when build.no_cache is set): a clean build's compile, which reads nothing from
+    the ccache (BuildPlan.ccache_recache) and writes into a cache mount of its own (buildplan.clean_ccache_id):
+    BuildKit's --no-cache empties every cache mount it uses, so the warm one of other builds is kept.
     in_place: out_dir is kept between builds; its src/ is brought to the commit by sync_tree (only
     changed files written), everything else in it is rendered anew."""
     request = request or make_request(cfg)  # an unknown arch or unbuildable CUDA version stops here
@@ -179,8 +181,8 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
                             patch_names=queue.names, cpu_variants=declared_variants(out_dir / "src"))
         plan = make_plan(request, facts, template_sha256=templates_sha256(), tool_version=__version__,
                          extra_tags=extra_tags)
-        if ccache_recache:
-            plan = replace(plan, ccache_recache=True)
+        if ccache_recache or cfg.build.no_cache:
+            plan = replace(plan, ccache_recache=True, ccache_id=clean_ccache_id(plan.ccache_id))
         with stage("render", request.variant):
             cuda_root, cuda_manifest, cuda_named = _cuda_contexts(request, cfg)
             named = cuda_named + tuple(c for c in (s.named_context() for s in sources) if c is not None)
@@ -313,8 +315,8 @@ def kept_context_dir(cfg: ResolvedConfig) -> Path:
 
 
 @contextmanager
-def prepared_context(cfg: ResolvedConfig, *, request: BuildRequest | None = None,
-                     extra_tags: tuple[str, ...] = (), work_dir: Path | None = None) -> Iterator[Prepared]:
+def prepared_context(cfg: ResolvedConfig, *, request: BuildRequest | None = None, extra_tags: tuple[str, ...] = (),
+                     work_dir: Path | None = None, ccache_recache: bool = False) -> Iterator[Prepared]:
     """A rendered build context that lives as long as the with-block.
 
     Without work_dir it is the source's kept folder (kept_context_dir), so the next build of the same
@@ -327,10 +329,11 @@ def prepared_context(cfg: ResolvedConfig, *, request: BuildRequest | None = None
         if kept is not None and stack.enter_context(try_lock(kept.with_name(kept.name + ".lock"))):
             stack.callback(clear_around, kept / "context" / "src")
             stack.callback(clear_around, kept / "context")  # buildx's metadata, the OCI archive
-            yield prepare(cfg, kept / "context", extra_tags=extra_tags, request=request, in_place=True)
+            yield prepare(cfg, kept / "context", extra_tags=extra_tags, request=request, in_place=True,
+                          ccache_recache=ccache_recache)
             return
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="buildkit-context-", dir=work_dir))
-        yield prepare(cfg, Path(tmp) / "context", extra_tags=extra_tags, request=request)
+        yield prepare(cfg, Path(tmp) / "context", extra_tags=extra_tags, request=request, ccache_recache=ccache_recache)
 
 
 def last_build_seconds(cfg: ResolvedConfig, request: BuildRequest) -> float | None:
@@ -379,6 +382,7 @@ def build(cfg: ResolvedConfig, *, extra_tags: tuple[str, ...] = (), verify: bool
     options = replace(options, no_cache=no_cache or options.no_cache)
     check_buildx()
     check_build_machine(request, warn=False)  # before the fetch and the toolkit: a build that cannot run here
-    with prepared_context(cfg, request=request, extra_tags=extra_tags, work_dir=work_dir) as prepared:
+    with prepared_context(cfg, request=request, extra_tags=extra_tags, work_dir=work_dir,
+                          ccache_recache=options.no_cache) as prepared:
         return run_unit(prepared, UnitOptions(verify=verify, lock_path=cfg.lock.path, build=options,
                                               stream=stream), cfg=cfg)

@@ -111,7 +111,8 @@ class BuildPlan:
     # the GCC release the build stage installs and compiles with, None for the base's own (cpulevels.gcc_needed)
     gcc_major: int | None = None
     # compile every object again and store it, reading nothing from the ccache (CCACHE_RECACHE): how
-    # `reproduce` rebuilds, so that its proof never rests on objects the original build left behind.
+    # `reproduce` and `build --no-cache` rebuild, so that a proof never rests on objects an earlier build
+    # left behind (they also get a mount of their own: clean_ccache_id).
     # It changes how the compile runs, not what it makes: it is in no input, label or build key.
     ccache_recache: bool = False
 
@@ -291,6 +292,12 @@ def _joined(args: list[str], extra: list[str], prefix: str) -> tuple[list[str], 
 def ccache_id(request: BuildRequest) -> str:
     """The compile step's cache mount: one per arch, CUDA version and target platform."""
     return f"llama-buildkit-ccache-{variant(request.arch, request.cuda_version)}-{request.target_cpu.docker}"
+
+
+def clean_ccache_id(warm: str) -> str:
+    """The cache mount of a clean build (buildx --no-cache, reproduce): BuildKit gives such a build an empty
+    mount and keeps it in place of the one it was given, so a mount of its own spares the warm one."""
+    return f"{warm}-clean"
 
 
 def make_plan(request: BuildRequest, source: SourceFacts, *, template_sha256: str,

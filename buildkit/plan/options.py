@@ -91,7 +91,8 @@ class BuildOptions:
         "inputs, same digest); off: plain --load", ("auto", "off"))
     provenance: bool = setting(False, "attach buildx provenance attestations (they carry invocation ids)")
     no_cache: bool = setting(
-        False, "run every build step again (buildx --no-cache); the ccache mount is kept, so compiles may still hit it")
+        False, "run every build step again (buildx --no-cache); the compile reads nothing from the ccache and "
+        "writes into a mount of its own (--no-cache empties the mount it is given), so the warm ccache is kept")
     cmake_args: tuple[str, ...] = setting((), "extra -DNAME=VALUE flags for CMake")
     user: str = setting(
         "", "run the image as this user instead of root: NAME or NAME:UID (uid and gid 10001 unless given; "

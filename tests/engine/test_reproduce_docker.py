@@ -1,7 +1,7 @@
 """Reproducible builds on the real engine: the example fork's cpu variant, built, then rebuilt from a clean state.
 
-The first build goes through `buildkit.flows.pipeline.build(..., no_cache=True)` (buildx --no-cache,
-with the ccache the other cpu builds of the example fork filled). A later commit, dated after it, is
+The first build goes through `buildkit.flows.pipeline.build(..., no_cache=True)` (buildx --no-cache;
+its compile reads nothing from the ccache). A later commit, dated after it, is
 built with the cache (its runtime packages come from the first build's cached step, made before that
 commit) and `buildkit reproduce` of its lock rebuilds it cache-less, compiling every object again (no
 ccache hit): both must give the same manifest digest. The CUDA variant is built without the ccache, the
@@ -105,8 +105,8 @@ def config(project, **overrides):
 
 
 def clean_build(project, **overrides):
-    """buildkit build with buildx --no-cache; the ccache mount (shared with the other cpu builds of
-    the example fork) may give its objects."""
+    """buildkit build with buildx --no-cache: every object compiled again, into the clean builds' own
+    ccache mount."""
     from buildkit.flows.pipeline import build
 
     return build(config(project, **overrides), no_cache=True)
@@ -148,12 +148,27 @@ def test_render_pins_the_base_image_by_digest(project, first, tmp_path):
     assert "oci-layout://" not in proc.stdout
 
 
+def ccache_mounts() -> dict[str, str]:
+    """The engine's ccache mounts: their id -> BuildKit's record id (a mount emptied is a new record)."""
+    out = subprocess.run(["docker", "buildx", "du", "--verbose", "--filter", "type=exec.cachemount"],
+                         capture_output=True, text=True, check=True).stdout
+    mounts = {}
+    for record in out.split("\n\n"):
+        fields = dict(re.findall(r"^(ID|Description):\s+(.*)$", record, re.M))
+        named = re.search(r'with id "/?(llama-buildkit-ccache-[^"]+)"', fields.get("Description", ""))
+        if named:
+            mounts[named.group(1)] = fields["ID"]
+    return mounts
+
+
 def test_reproduce_from_the_lock_gives_the_same_digest(project, first, variants):
     """The later commit's build, whose runtime-package layer came from the cache of the first build (made
     before that commit): every file time in the image is the commit's or a fixed one, never the time a
-    cached step ran, so the cache-less rebuild gives the same digest."""
+    cached step ran, so the cache-less rebuild gives the same digest. The rebuild compiles into a ccache
+    mount of its own: BuildKit's --no-cache empties the mount it is given, and the warm one stays."""
     recorded = variants["commit lock"].read_text()
     digest = json.loads(recorded)["builds"]["cpu/server"]["image_digest"]
+    warm = ccache_mounts()["llama-buildkit-ccache-cpu-amd64"]
     proc = buildkit(project["root"], project["env"], "reproduce", str(variants["commit lock"]))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "reproduced" in proc.stdout and digest in proc.stdout
@@ -162,8 +177,10 @@ def test_reproduce_from_the_lock_gives_the_same_digest(project, first, variants)
     assert ccache_stats(proc.stderr.splitlines()) == (0, 0), proc.stderr[-3000:]
     assert re.search(r"^#\d+ [\d.]+\s+Cacheable calls:\s+0 /\s+[1-9]", proc.stderr, re.M), proc.stderr[-3000:]
     assert "--no-cache" not in proc.stdout  # buildx output goes to stderr
-    # the reproduction changed nothing: same lock
+    # the reproduction changed nothing: same lock, the warm ccache mount as it was
     assert variants["commit lock"].read_text() == recorded
+    mounts = ccache_mounts()
+    assert mounts["llama-buildkit-ccache-cpu-amd64"] == warm and "llama-buildkit-ccache-cpu-amd64-clean" in mounts
 
 
 def test_reproduce_from_the_image_labels(project, first):
