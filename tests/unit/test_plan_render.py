@@ -65,7 +65,7 @@ def test_wheels_provider_uses_os_image_and_named_contexts():
     text = render_dockerfile(plan_for(**{"base.provider": "wheels", "base.os_image": "local/debian:bookworm"}))
     assert "FROM local/debian:bookworm AS build" in text
     assert "COPY --from=cuda-root / /usr/local/cuda/" in text
-    assert "COPY --from=cuda-runtime /lib64/ /usr/local/cuda/lib64/" in text
+    assert "COPY --from=cuda-runtime --chown=0:0 /lib64/ /usr/local/cuda/lib64/" in text
     assert "nvidia/cuda" not in text
 
 
