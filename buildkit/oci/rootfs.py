@@ -201,14 +201,20 @@ def apply_layers(image: Image, root: Path, include: Callable[[str], bool] = lamb
     if any(root.iterdir()):
         raise ImageSourceError(f"{root}: not empty; the image's root needs a new folder")
     applied = Applied(root=root)
-    for desc in layers if layers is not None else image.layers:
+    apply_more(image, applied, layers if layers is not None else image.layers, include)
+    return applied
+
+
+def apply_more(image: Image, applied: Applied, layers: Iterable[Descriptor],
+               include: Callable[[str], bool] = lambda rel: True) -> None:
+    """Apply more of the image's layers, in order, on top of what applied holds."""
+    for desc in layers:
         with image.open_blob(desc.digest) as fh:
             try:
                 with open_layer(fh, desc.media_type, desc.digest) as tar:
                     apply_layer(tar, applied, desc.digest, include)
             except tarfile.TarError as exc:
                 raise ImageSourceError(f"layer {desc.digest[:19]}: not a readable tar ({exc})") from None
-    return applied
 
 
 def is_under(rel: str, prefixes: Iterable[str]) -> bool:

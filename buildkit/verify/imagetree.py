@@ -1,7 +1,8 @@
 """An image's own files, read without starting it, and ld.so's search run inside them.
 
 `exported` saves the image from the engine (engine.save: an OCI archive) and applies its layers
-into a temporary folder (oci/rootfs.py: whiteouts, and every path, symlinks included, resolved
+into a temporary folder (the runtime base's from the kept copy of an earlier verification,
+oci/keptlayers.py; oci/rootfs.py: whiteouts, and every path, symlinks included, resolved
 inside that folder, so an absolute link such as /lib -> /usr/lib means the image's /usr/lib,
 never the host's). Only what the checks read is written: the files under /app and every file
 whose name holds ".so" (shared libraries, the dynamic linker); symlinks are all kept.
@@ -24,7 +25,9 @@ from pathlib import Path
 
 from buildkit.core.errors import ImageSourceError
 from buildkit.oci.ocilayout import open_image
-from buildkit.oci.rootfs import apply_layers, is_under, secure_join
+from buildkit.core.paths import cache_dir
+from buildkit.oci.keptlayers import apply_kept
+from buildkit.oci.rootfs import is_under, secure_join
 from buildkit.verify.elfdeps import ElfError, ElfInfo, Resolution, Resolved, expand_origin, read_elf
 
 
@@ -78,9 +81,37 @@ def exported(engine, image: str, platform: str, archive: Path | None = None) -> 
     with ExitStack() as stack:
         spec = f"oci:{archive}" if archive is not None and Path(archive).is_file() else f"docker:{image}"
         opened = open_image(spec, stack, platform=platform, engine=engine)
-        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="buildkit-verify-root-")))
-        applied = apply_layers(opened, tmp / "root", include=wanted)
+        kept = kept_dir()
+        try:  # beside the kept layers, so that hard links reach them (a /tmp of its own could not)
+            kept.mkdir(parents=True, exist_ok=True)
+            work: Path | None = kept
+        except OSError:
+            work = None
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=".buildkit-verify-root-", dir=work)))
+        applied = apply_kept(opened, tmp / "root", wanted, WANTED, kept, fresh=built_layers(opened.config))
         yield ImageTree(root=applied.root, config=opened.config)
+
+
+WANTED = "verify-wanted-1"  # names `wanted` in the kept layers' key: change it when `wanted` changes
+
+
+def kept_dir() -> Path:
+    """Where the runtime base's layers, applied, are kept between verifications (oci/keptlayers.py)."""
+    return cache_dir() / "verify" / "layers"
+
+
+def built_layers(config: dict) -> int:
+    """How many of the image's top layers the build made from its own output: from the first that copies
+    into /app (templates/_runtime.j2) up. Every layer when the history does not say (nothing is kept)."""
+    history = [h for h in config.get("history") or [] if isinstance(h, dict) and not h.get("empty_layer")]
+    layers = len((config.get("rootfs") or {}).get("diff_ids") or [])
+    if len(history) != layers:
+        return layers
+    for i, entry in enumerate(history):
+        words = str(entry.get("created_by", "")).split("#", 1)[0].split()
+        if words[:1] == ["COPY"] and len(words) > 2 and words[-1].startswith("/app/"):  # its destination
+            return layers - i
+    return layers
 
 
 def _candidate(tree: ImageTree, folder: str, name: str, want: ElfInfo) -> tuple[Path, str] | None:
