@@ -3,27 +3,12 @@ top layers on the copy, with the same result as applying every layer, and the ke
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from buildkit.oci.keptlayers import apply_kept
 from buildkit.oci.ocilayout import OciArchive
 from buildkit.oci.rootfs import apply_layers
 from buildkit.verify.imagetree import built_layers
 from test_gpu_run import layer_blob, lower, upper, write_layout
-
-
-def snapshot(top: Path) -> dict[str, tuple]:
-    out = {}
-    for path in sorted(top.rglob("*")):
-        rel = path.relative_to(top).as_posix()
-        if path.is_symlink():
-            out[rel] = ("link", os.readlink(path))
-        elif path.is_file():
-            out[rel] = ("file", path.read_bytes(), os.stat(path).st_mode & 0o7777)
-        else:
-            out[rel] = ("dir", os.stat(path).st_mode & 0o7777)
-    return out
+from test_sourcetree import snapshot
 
 
 def test_kept_lower_layers_give_the_same_root_and_stay_as_they_were(tmp_path):

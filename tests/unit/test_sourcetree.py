@@ -33,15 +33,16 @@ def commit(repo: Path, files: dict[str, str | None]) -> str:
 
 
 def snapshot(top: Path) -> dict[str, tuple]:
+    """Every path under top: its kind, and a file's bytes and mode, a link's target, a folder's mode."""
     out = {}
     for path in sorted(top.rglob("*")):
         rel = path.relative_to(top).as_posix()
         if path.is_symlink():
             out[rel] = ("link", os.readlink(path))
         elif path.is_file():
-            out[rel] = ("file", path.read_bytes(), os.stat(path).st_mode & 0o777)
+            out[rel] = ("file", path.read_bytes(), os.stat(path).st_mode & 0o7777)
         else:
-            out[rel] = ("dir",)
+            out[rel] = ("dir", os.stat(path).st_mode & 0o7777)
     return out
 
 
