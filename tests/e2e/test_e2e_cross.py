@@ -46,7 +46,7 @@ def test_real_llama_cpp_cross_compiles_for_arm64_with_every_default(tmp_path, gi
     env["LLAMA_BUILDKIT_CACHE_DIR"] = str(tmp_path / "cache")
     tag = f"e2e-{uuid.uuid4().hex[:8]}"
     # --no-cache: every step runs in this test, on this machine without a handler, even on an engine
-    # that holds the layers from an earlier run (a warm ccache still shortens the compile)
+    # that holds the layers from an earlier run (the compile too: a clean build's ccache mount is its own)
     with compiling("the arm64 cross build"):  # the bench gate's test measures after it, not beside it
         proc = subprocess.run([sys.executable, "-m", "buildkit.cli", "build", "--no-cache", "--tag", tag],
                               cwd=project, env=env, capture_output=True, text=True, timeout=3600)
