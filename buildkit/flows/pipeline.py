@@ -190,11 +190,10 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
             plan = replace(with_labels(plan, bases, cuda_manifest, key), tags=with_key_tag(plan.tags, request, key))
             rendered = write_context(from_plan(plan, sources), out_dir, named)
     except BaseException:
-        if in_place:
-            pass  # the next sync_tree brings src/ back to its commit, whatever a failed patch left
-        elif created:
+        # a kept folder stays: the next sync_tree brings src/ back to its commit, whatever a failed patch left
+        if created:
             shutil.rmtree(out_dir, ignore_errors=True)
-        else:
+        elif not in_place:
             for child in out_dir.iterdir():
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
         raise

@@ -8,7 +8,9 @@ links before applying the top layers. A layer is content-addressed, so the same 
 the same files. Hard links are safe: applying a layer removes a path before it writes one, and only
 folders (made anew in each copy) are ever changed in place.
 
-The newest KEEP prefixes stay; older ones are removed when a new one is kept.
+The newest KEEP prefixes stay; older ones are removed when a new one is kept, as are the work
+folders (verify's temporary roots among them, which live here so that the links reach) that a killed
+run left a day ago or more.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -79,9 +82,11 @@ def _keep(applied: Applied, kept: Path) -> None:
 
 
 def _forget_older(kept_dir: Path) -> None:
+    """All but the KEEP most recently used prefixes go, and work folders a killed run left (a day old)."""
     folders = [p for p in kept_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]
     folders.sort(key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in folders[KEEP:]:
+    stale = [p for p in kept_dir.iterdir() if p.name.startswith(".") and p.stat().st_mtime < time.time() - 86400]
+    for old in folders[KEEP:] + stale:
         shutil.rmtree(old, ignore_errors=True)
 
 
