@@ -52,7 +52,7 @@ class FakeEngine(Engine):
 
     # builds
     @contextmanager
-    def turn(self, exclusive: bool, stream=None):
+    def turn(self, exclusive: bool, stream=None, images=None):
         if self._depth == 0:
             self.turns.append(exclusive)
         self._depth += 1

@@ -11,7 +11,7 @@ unit tests use, implements the same methods. Nothing outside buildkit/engine/ ta
 The engine is asked in specs (specs.py: BuildSpec, BuildSession, RunSpec; ContainerSpec here), never
 in docker argv: the engine makes its own command lines, and shows them (`build_command`,
 `run_command`) for `--print`. Builds (`build`, `bake`) always hold the engine turn
-(runner.engine_turn: shared for builds, exclusive for --no-cache).
+(runner.engine_turn, per image a build starts from: shared for builds, exclusive for --no-cache).
 
 Errors: a method that cannot do its job raises EngineError (a BuildkitError) with the engine's
 own message; `untag` is best effort (cleanup) and never raises; the lookups (`image`,
@@ -111,14 +111,16 @@ class Engine(abc.ABC):
 
     # ------------------------------------------------------------ builds
     @abc.abstractmethod
-    def turn(self, exclusive: bool, stream=None) -> AbstractContextManager[None]:
-        """The engine turn (a --no-cache build runs alone); re-entrant within one process."""
+    def turn(self, exclusive: bool, stream=None, images: frozenset[str] | None = None) -> AbstractContextManager[None]:
+        """The engine turn (a --no-cache build runs alone, or alone with the images it starts from when
+        they are given); re-entrant within one process."""
 
     @abc.abstractmethod
     def build(self, spec: BuildSpec, session: BuildSession, on_line: Callable[[str], None], *, stream,
               tty: bool = False) -> Finished:
-        """Build spec, holding the engine turn (exclusively with spec.no_cache); each output line goes to
-        on_line (and, without tty, to stream). The image's digests go to session.metadata_file."""
+        """Build spec, holding the engine turn of its Dockerfile's images (exclusively with spec.no_cache);
+        each output line goes to on_line (and, without tty, to stream). The image's digests go to
+        session.metadata_file."""
 
     @abc.abstractmethod
     def bake(self, bake_file: Path, names: Sequence[str], session: BuildSession, on_line: Callable[[str], None], *,

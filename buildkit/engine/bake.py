@@ -10,7 +10,8 @@ buildx's docker driver, `--load` (output type=docker) of several targets in one 
 A target built through the OCI exporter is loaded with `Engine.load`, like a single build
 (that the two give the same digest is not tested here).
 
-Every bake holds the engine turn (runner.engine_turn), exclusively when a target has no-cache.
+Every bake holds the engine turn (runner.engine_turn) of the images its targets start from, exclusively
+when a target has no-cache.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from buildkit.core.errors import BuildError
 from buildkit.engine.api import Engine, get_engine
 from buildkit.engine.bakefile import oci_dest, target_tags
 from buildkit.engine.buildx import last_error_line
+from buildkit.engine.runner import dockerfile_images
 
 if TYPE_CHECKING:
     from buildkit.engine.buildx import BuildOptions, BuildResult
@@ -150,6 +152,19 @@ def needs_engine_alone(document: dict, names: Sequence[str]) -> bool:
     return any(document["target"][n].get("no-cache") for n in names)
 
 
+def bake_images(bake_file: Path, document: dict, names: Sequence[str]) -> frozenset[str] | None:
+    """The images the targets' Dockerfiles start from (runner.starting_images); None when one is not known."""
+    images: set[str] = set()
+    for name in names:
+        target = document["target"][name]
+        context = bake_file.parent / target.get("context", ".")
+        found = dockerfile_images(context / target.get("dockerfile", "Dockerfile"))
+        if found is None:
+            return None
+        images |= found
+    return frozenset(images)
+
+
 def run_bake(bake_file: Path, names: Sequence[str], options: BuildOptions, work_dir: Path, *,
              stream=None, isolate: bool = True) -> dict[str, TargetOutcome]:
     """Bake the targets together; if that fails, bake each target that did not fail by itself alone.
@@ -159,7 +174,8 @@ def run_bake(bake_file: Path, names: Sequence[str], options: BuildOptions, work_
     stream = sys.stderr if stream is None else stream
     document = json.loads(bake_file.read_text())
     engine = get_engine()
-    with engine.turn(needs_engine_alone(document, names), stream):  # once for the bake and its retries
+    # once for the bake and its retries, for the images every target starts from
+    with engine.turn(needs_engine_alone(document, names), stream, bake_images(bake_file, document, names)):
         return _bake(bake_file, names, options, work_dir, document, engine, stream, isolate)
 
 

@@ -161,17 +161,17 @@ class DockerEngine(Engine):
             return ""
 
     # ------------------------------------------------------------ builds
-    def turn(self, exclusive: bool, stream=None):
+    def turn(self, exclusive: bool, stream=None, images: frozenset[str] | None = None):
         from buildkit.engine.runner import engine_turn
 
-        return engine_turn(exclusive, stream)
+        return engine_turn(exclusive, stream, images)
 
     def build(self, spec: BuildSpec, session: BuildSession, on_line: Callable[[str], None], *, stream,
               tty: bool = False) -> Finished:
-        from buildkit.engine.runner import stream_command
+        from buildkit.engine.runner import dockerfile_images, stream_command
 
         return stream_command(self.build_command(spec, session), on_line, stream=stream, exclusive=spec.no_cache,
-                              tty=tty)
+                              images=dockerfile_images(spec.dockerfile), tty=tty)
 
     def bake(self, bake_file: Path, names: Sequence[str], session: BuildSession, on_line: Callable[[str], None], *,
              stream, exclusive: bool = False, write_lock=None) -> Finished:

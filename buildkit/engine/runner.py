@@ -2,24 +2,31 @@
 
 The BuildKit of Docker Engine 26.1 (v0.13) can panic in Job.walkProvenance, taking dockerd
 down, when a --no-cache build runs while another build solves the same steps (seen twice on
-this machine; fixed upstream by moby/buildkit#5606). Every build buildkit starts (build, bake,
-nightly, the ccache helpers) holds a shared flock on one file ($LLAMA_BUILDKIT_ENGINE_LOCK, else
-$TMPDIR/llama-buildkit-buildx.lock); a --no-cache build holds it exclusively. Builds started by
-other tools do not take part. Within one process the turn is re-entrant: a bake that retries its
-targets in parallel threads holds it once for all of them.
+this machine; fixed upstream by moby/buildkit#5606). Two builds can only solve a step in common
+when their stages start from a common image, so the turn is taken per image a build starts from
+(`starting_images`: its Dockerfile's FROM images and `--from` names): a flock on one file per
+image, in a folder beside $LLAMA_BUILDKIT_ENGINE_LOCK (else $TMPDIR/llama-buildkit-buildx.lock),
+shared for a build and exclusive for a --no-cache one. So a --no-cache build waits only for the
+builds from its own base images (and they for it); a build from another base runs beside it. A
+build whose images are not known takes that file itself, as every build once did (exclusive
+with --no-cache), and each keyed build holds it shared. Builds started by other tools do not
+take part. Within one process the turn is re-entrant: a bake that retries its targets in parallel
+threads holds it once for all of them.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TypedDict
 
@@ -36,58 +43,106 @@ def engine_lock_path() -> Path:
     return Path(os.environ.get(ENGINE_LOCK_ENV) or Path(tempfile.gettempdir()) / "llama-buildkit-buildx.lock")
 
 
-class _Held(TypedDict):
-    depth: int  # the turns this process holds, one within another
-    exclusive: bool  # the outermost of them is exclusive
+_FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+(\S+))?", re.I | re.M)
+_FROM_NAME = re.compile(r"--(?:mount=\S*?)?from=([^\s,]+)")
+
+
+def starting_images(dockerfile: str) -> frozenset[str]:
+    """The images a Dockerfile's stages start from or copy from: its FROM images and the `--from`
+    names that are not its own stages (named contexts included), without `scratch`."""
+    stages: set[str] = set()
+    images: set[str] = set()
+    for match in _FROM.finditer(dockerfile):
+        ref, name = match.group(1), match.group(2)
+        if ref not in stages and ref.lower() != "scratch":
+            images.add(ref)
+        if name:
+            stages.add(name)
+    images.update(n for n in _FROM_NAME.findall(dockerfile) if n not in stages and not n.isdigit())
+    return frozenset(images)
+
+
+def dockerfile_images(path: Path) -> frozenset[str] | None:
+    """starting_images of the Dockerfile at path; None when it cannot be read or names none."""
+    try:
+        return starting_images(path.read_text()) or None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+class _Turn(TypedDict):
+    images: frozenset[str] | None  # None: the whole engine
+    exclusive: bool
 
 
 _held_lock = threading.Lock()
-_held: _Held = {"depth": 0, "exclusive": False}
+_held: list[_Turn] = []  # the turns this process holds, outermost first
+
+
+def _covered(images: frozenset[str] | None, exclusive: bool) -> bool:
+    """Whether a turn this process holds covers this one. A turn without images inside another is
+    that one's own work (a bake's retries); with images, a held turn must hold them all, as strongly."""
+    for held in _held:
+        strong = held["exclusive"] or not exclusive
+        if held["images"] is None and held["exclusive"]:
+            return True
+        if strong and (images is None or (held["images"] is not None and images <= held["images"])):
+            return True
+    return False
+
+
+def image_lock_path(image: str) -> Path:
+    path = engine_lock_path()
+    return path.with_name(path.name + ".d") / (hashlib.sha256(image.encode()).hexdigest()[:24] + ".lock")
 
 
 @contextmanager
-def _reenter(exclusive: bool) -> Iterator[bool]:
-    """True (and the depth counted) when this process already holds a turn that covers this one."""
+def engine_turn(exclusive: bool, stream=None, images: frozenset[str] | None = None) -> Iterator[None]:
+    """Builds share the engine; a --no-cache build takes it alone, or, given the images it starts
+    from, alone with those images only (see the module docstring)."""
+    turn: _Turn = {"images": images or None, "exclusive": exclusive}
     with _held_lock:
-        covered = _held["depth"] > 0 and (_held["exclusive"] or not exclusive)
+        covered = _covered(turn["images"], exclusive)
         if covered:
-            _held["depth"] += 1
-    try:
-        yield covered
-    finally:
-        if covered:
-            with _held_lock:
-                _held["depth"] -= 1
-
-
-@contextmanager
-def engine_turn(exclusive: bool, stream=None) -> Iterator[None]:
-    """Builds share the engine; a --no-cache build takes it alone (see the module docstring)."""
-    with _reenter(exclusive) as covered:
-        if covered:
-            yield
-            return
-        what = "other buildkit builds to finish (a --no-cache build runs alone)" if exclusive else \
-            "a --no-cache build to finish"
-
-        def say_waiting() -> None:
-            (stream or sys.stderr).write(f"buildkit: waiting for {what}\n")
-
-        try:
-            lock = file_lock(engine_lock_path(), shared=not exclusive, on_wait=say_waiting)
-            lock.__enter__()
-        except OSError:
-            yield  # no lock file possible (read-only tmp): build anyway
-            return
-        with _held_lock:
-            _held["depth"] += 1
-            _held["exclusive"] = exclusive
+            _held.append(turn)
+    if covered:
         try:
             yield
         finally:
             with _held_lock:
-                _held["depth"] -= 1
-            lock.__exit__(None, None, None)
+                _held.remove(turn)
+        return
+    if turn["images"] is None:
+        what = "other buildkit builds to finish (a --no-cache build runs alone)" if exclusive else \
+            "a --no-cache build to finish"
+    else:
+        what = ("other buildkit builds from the same base image to finish (a --no-cache build runs alone with "
+                "its base images)") if exclusive else "a --no-cache build from the same base image to finish"
+    said: list[bool] = []
+
+    def say_waiting() -> None:
+        if not said:
+            said.append(True)
+            (stream or sys.stderr).write(f"buildkit: waiting for {what}\n")
+
+    with ExitStack() as locks:
+        try:
+            if turn["images"] is None:
+                locks.enter_context(file_lock(engine_lock_path(), shared=not exclusive, on_wait=say_waiting))
+            else:
+                locks.enter_context(file_lock(engine_lock_path(), shared=True, on_wait=say_waiting))
+                for image in sorted(turn["images"]):  # one order for every process: no deadlock
+                    locks.enter_context(file_lock(image_lock_path(image), shared=not exclusive,
+                                                  on_wait=say_waiting))
+        except OSError:
+            locks.close()  # no lock file possible (read-only tmp): build anyway
+        with _held_lock:
+            _held.append(turn)
+        try:
+            yield
+        finally:
+            with _held_lock:
+                _held.remove(turn)
 
 
 def wants_tty(progress: str, stream) -> bool:
@@ -140,13 +195,14 @@ def _popen_tty(argv: list[str], stream) -> tuple[subprocess.Popen, int]:
 
 
 def stream_command(argv: Sequence[str], on_line: Callable[[str], None], *, stream, exclusive: bool = False,
-                   tty: bool = False, write_lock: threading.Lock | None = None) -> Finished:
-    """Run argv in the engine turn. Without tty its output is piped to stream line by line (under
-    write_lock when several run at once); with tty it runs on a pseudo-terminal that draws straight
+                   images: frozenset[str] | None = None, tty: bool = False,
+                   write_lock: threading.Lock | None = None) -> Finished:
+    """Run argv in the engine turn (of images, when given). Without tty its output is piped to stream line
+    by line (under write_lock when several run at once); with tty it runs on a pseudo-terminal that draws straight
     to stream. Every line (without its newline) goes to on_line. The command runs in a process group of
     its own (core/children.py), stopped whole on Ctrl-C, SIGTERM or SIGHUP."""
     argv = list(argv)
-    with engine_turn(exclusive, stream):
+    with engine_turn(exclusive, stream, images):
         start = time.monotonic()
         master = -1
         try:
