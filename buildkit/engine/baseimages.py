@@ -41,6 +41,7 @@ from buildkit.engine.api import Engine, EngineError, get_engine
 LAYOUT_DIR = "base-images"
 _COMPLETE = ".complete"
 PINNED_REPOSITORY = "127.0.0.1:1/llama-buildkit/base"  # engine-only bases, by digest (port 1 refuses)
+LAYOUT_CONTEXT_PREFIX = "local-base-"  # a base from an OCI layout: this and its digest's first 12 hex digits
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class BaseSource:
 
     @property
     def context_name(self) -> str:
-        return f"local-base-{self.digest.removeprefix('sha256:')[:12]}"
+        return f"{LAYOUT_CONTEXT_PREFIX}{self.digest.removeprefix('sha256:')[:12]}"
 
     @property
     def from_ref(self) -> str:

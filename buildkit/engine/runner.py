@@ -34,6 +34,7 @@ from buildkit.core import children
 from buildkit.core.errors import BuildError
 from buildkit.core.filelock import file_lock
 from buildkit.engine.api import Finished
+from buildkit.engine.baseimages import LAYOUT_CONTEXT_PREFIX, PINNED_REPOSITORY
 
 ENGINE_LOCK_ENV = "LLAMA_BUILDKIT_ENGINE_LOCK"
 BUILDX_GRACE = 10.0  # seconds buildx gets to cancel its build (about 3 here) before SIGKILL
@@ -45,20 +46,30 @@ def engine_lock_path() -> Path:
 
 _FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+(\S+))?", re.I | re.M)
 _FROM_NAME = re.compile(r"--(?:mount=\S*?)?from=([^\s,]+)")
+# an image named by digest, whichever way baseimages.BaseSource.from_ref names it: ref@sha256:<hex>,
+# the pinned 127.0.0.1:1/llama-buildkit/base:<hex>, or the layout context local-base-<hex 12>
+_DIGEST = re.compile(rf"(?:@sha256:|^{re.escape(PINNED_REPOSITORY)}:|^{LAYOUT_CONTEXT_PREFIX})([0-9a-f]{{12}})")
+
+
+def _image_key(ref: str) -> str:
+    """One name per image: its digest's first 12 hex digits where the ref holds them, else the ref."""
+    found = _DIGEST.search(ref)
+    return f"sha256:{found.group(1)}" if found else ref
 
 
 def starting_images(dockerfile: str) -> frozenset[str]:
     """The images a Dockerfile's stages start from or copy from: its FROM images and the `--from`
-    names that are not its own stages (named contexts included), without `scratch`."""
+    names that are not its own stages (named contexts included), without `scratch`; an image named
+    by digest as `sha256:<12 hex>`, so that two names of one image are one."""
     stages: set[str] = set()
     images: set[str] = set()
     for match in _FROM.finditer(dockerfile):
         ref, name = match.group(1), match.group(2)
         if ref not in stages and ref.lower() != "scratch":
-            images.add(ref)
+            images.add(_image_key(ref))
         if name:
             stages.add(name)
-    images.update(n for n in _FROM_NAME.findall(dockerfile) if n not in stages and not n.isdigit())
+    images.update(_image_key(n) for n in _FROM_NAME.findall(dockerfile) if n not in stages and not n.isdigit())
     return frozenset(images)
 
 

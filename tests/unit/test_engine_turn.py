@@ -33,6 +33,13 @@ def test_the_images_a_dockerfile_starts_from_are_its_from_images_and_foreign_fro
     assert starting_images("FROM scratch\nCOPY a b\n") == frozenset()
 
 
+def test_one_image_is_one_turn_whichever_way_the_dockerfile_names_it():
+    digest = "4e53cdd0733ee479f2f0f5f72727ffe30ab93e26fecb0352d1d717117616cc5a"
+    names = [f"127.0.0.1:1/llama-buildkit/base:{digest}", f"debian:bookworm@sha256:{digest}",
+             f"local-base-{digest[:12]}"]
+    assert {starting_images(f"FROM {n} AS build\n") for n in names} == {frozenset({"sha256:4e53cdd0733e"})}
+
+
 @pytest.fixture
 def lock_env(tmp_path, monkeypatch):
     monkeypatch.setenv(runner.ENGINE_LOCK_ENV, str(tmp_path / "engine.lock"))
