@@ -139,21 +139,17 @@ def runtime_subset(root: Path, dest: Path | None = None) -> Path:
     what the runtime stage copies, so it does not carry the compiler. Hard links where possible.
 
     By default it sits beside a root laid out by ensure_cuda_root and is reused; with an explicit
-    dest (for a user's own CUDA root, which may change) it is laid out anew each time.
-
-    The image gets these files with their times (COPY keeps them), and BuildKit's rewrite-timestamp
-    lowers only times later than the commit's: a root laid out before the commit would give other
-    bytes than one laid out after. So the subset of a root we laid out has one fixed time, 0 (also
-    on the root's files it is hard-linked to, which are ours); a user's own root is left as it is."""
+    dest (for a user's own CUDA root, which may change) it is laid out anew each time. The files keep
+    their times: the image's times of them are fixed by the template (cuda.Dockerfile.j2)."""
     root = Path(root)
     reuse = dest is None
     dest = root.with_name(root.name + ".runtime") if dest is None else dest
     if reuse and is_complete(dest):
-        return _fixed_times(dest)
+        return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(dest.parent / f".{dest.name}.lock"):
         if reuse and is_complete(dest):
-            return _fixed_times(dest)
+            return dest
         work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
         try:
             (work / "lib64").mkdir()
@@ -173,19 +169,7 @@ def runtime_subset(root: Path, dest: Path | None = None) -> Path:
         except OSError as e:
             shutil.rmtree(work, ignore_errors=True)
             raise CudaRootError(f"cannot lay out the CUDA runtime libraries in {dest}: {e}") from e
-    return _fixed_times(dest) if reuse else dest
-
-
-def _fixed_times(subset: Path) -> Path:
-    """subset's lib64 folder and everything in it (symlinks themselves) at time 0; subset returned."""
-    lib64 = subset / "lib64"
-    try:
-        for path in [*lib64.iterdir(), lib64]:
-            if os.lstat(path).st_mtime != 0:
-                os.utime(path, (0, 0), follow_symlinks=False)
-    except OSError as e:
-        raise CudaRootError(f"cannot set the times of the CUDA runtime libraries in {subset}: {e}") from e
-    return subset
+    return dest
 
 
 # --------------------------------------------------------------------------- build

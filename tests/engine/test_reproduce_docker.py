@@ -274,17 +274,46 @@ def test_reproduce_that_differs_reports_the_layers_and_files(project, first, var
     assert "ELF sections differ" in proc.stdout
 
 
+def forget_transfers(env: dict[str, str]) -> None:
+    """The engine's kept transfers of local contexts, those no build is using, removed."""
+    subprocess.run(["docker", "builder", "prune", "-f", "--filter", "type=source.local"], env=env, check=True,
+                   capture_output=True, timeout=300)
+
+
+def send_with_one_entry_fewer(runtime: Path, tmp_path: Path, env: dict[str, str]) -> None:
+    """A build that sends a named context cuda-runtime: the runtime libraries with one entry of lib64/
+    removed. BuildKit keeps its transfer of a context under the context's name and the main context's
+    folder name (buildx 0.13; every buildkit build's is context/), and does not compare folders' times: the
+    next build's transfer adds the entry back, and its lib64/ gets the time of that, now."""
+    folder = tmp_path / "cuda-runtime-fewer"
+    shutil.copytree(runtime, folder, symlinks=True)
+    max((folder / "lib64").iterdir()).unlink()
+    (tmp_path / "context").mkdir()
+    (tmp_path / "Dockerfile").write_text("FROM scratch\nCOPY --from=cuda-runtime /lib64/ /lib64/\n")
+    subprocess.run(["docker", "buildx", "build", "-q", "--no-cache", "-f", str(tmp_path / "Dockerfile"),
+                    "--build-context", f"cuda-runtime={folder}", "--output", f"type=local,dest={tmp_path / 'out'}",
+                    str(tmp_path / "context")], env=env, check=True, capture_output=True, timeout=300)
+
+
 def test_the_cuda_variant_is_reproduced_bit_for_bit(project, tmp_path_factory, tmp_path):
     """sm_120 with the PyPI-wheel toolkit: nvcc's temporary file names (tmpxft_<pid>_...) would differ
-    between two clean builds; the template strips that symbol, so the digests are the same."""
-    from buildkit.flows.pipeline import build
+    between two clean builds; the template strips that symbol, so the digests are the same.
+
+    Between the build and the reproduction another build sends a cuda-runtime context (as a build from a
+    user's own CUDA root, or a cross build's, would): the image's /usr/local/cuda/lib64 must not take its
+    time from what the engine kept of that transfer."""
+    from buildkit.flows.pipeline import _cuda_contexts, build
+    from buildkit.plan.buildplan import make_request
 
     cache = str(tmp_path_factory.getbasetemp() / "buildkit-cache")  # shared with test_build_docker's CUDA root
     lock = tmp_path / "cuda.lock"
     cfg = config(project, **{"build.arch": "sm_120", "build.cuda_version": "13.1", "base.provider": "wheels",
                              "base.cublas": False, "build.ccache": False, "cache.dir": cache, "lock.path": str(lock),
                              "image.name": IMAGE + "-cuda"})
+    forget_transfers(project["env"])  # the build's transfer is a new one: lib64/ at the root's own time, 0
     built = build(cfg, no_cache=True)
+    runtime = dict(_cuda_contexts(make_request(cfg), cfg)[2])["cuda-runtime"]  # laid out by the build
+    send_with_one_entry_fewer(runtime, tmp_path, project["env"])  # the reproduction's lib64/: now
     env = dict(project["env"], LLAMA_BUILDKIT_CACHE_DIR=cache)
     proc = buildkit(project["root"], env, "reproduce", str(lock))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
