@@ -274,21 +274,21 @@ def test_reproduce_that_differs_reports_the_layers_and_files(project, first, var
     assert "ELF sections differ" in proc.stdout
 
 
-def forget_transfers(env: dict[str, str]) -> None:
-    """The engine's kept transfers of local contexts, those no build is using, removed."""
-    subprocess.run(["docker", "builder", "prune", "-f", "--filter", "type=source.local"], env=env, check=True,
-                   capture_output=True, timeout=300)
+def send_cuda_runtime(runtime: Path, change: str, tmp_path: Path, env: dict[str, str]) -> None:
+    """A build that sends a named context cuda-runtime: the runtime libraries with lib64/ changed.
 
-
-def send_with_one_entry_fewer(runtime: Path, tmp_path: Path, env: dict[str, str]) -> None:
-    """A build that sends a named context cuda-runtime: the runtime libraries with one entry of lib64/
-    removed. BuildKit keeps its transfer of a context under the context's name and the main context's
-    folder name (buildx 0.13; every buildkit build's is context/), and does not compare folders' times: the
-    next build's transfer adds the entry back, and its lib64/ gets the time of that, now."""
-    folder = tmp_path / "cuda-runtime-fewer"
+    BuildKit keeps its transfer of a context under the context's name and the main context's folder
+    name (buildx 0.13; every buildkit build's is context/), and compares a folder's mode but not its
+    times: after lib64/ was sent with another mode ("mode"), the next build's transfer sets the folder's
+    metadata, its time included, from what it sends; after lib64/ was sent with one entry fewer
+    ("fewer"), the next build's transfer adds the entry and the folder gets the time of that, now."""
+    folder = tmp_path / f"cuda-runtime-{change}"
     shutil.copytree(runtime, folder, symlinks=True)
-    max((folder / "lib64").iterdir()).unlink()
-    (tmp_path / "context").mkdir()
+    if change == "mode":
+        (folder / "lib64").chmod(0o700)
+    else:
+        max((folder / "lib64").iterdir()).unlink()
+    (tmp_path / "context").mkdir(exist_ok=True)
     (tmp_path / "Dockerfile").write_text("FROM scratch\nCOPY --from=cuda-runtime /lib64/ /lib64/\n")
     subprocess.run(["docker", "buildx", "build", "-q", "--no-cache", "-f", str(tmp_path / "Dockerfile"),
                     "--build-context", f"cuda-runtime={folder}", "--output", f"type=local,dest={tmp_path / 'out'}",
@@ -299,9 +299,9 @@ def test_the_cuda_variant_is_reproduced_bit_for_bit(project, tmp_path_factory, t
     """sm_120 with the PyPI-wheel toolkit: nvcc's temporary file names (tmpxft_<pid>_...) would differ
     between two clean builds; the template strips that symbol, so the digests are the same.
 
-    Between the build and the reproduction another build sends a cuda-runtime context (as a build from a
-    user's own CUDA root, or a cross build's, would): the image's /usr/local/cuda/lib64 must not take its
-    time from what the engine kept of that transfer."""
+    Before the build and before the reproduction another build sends a cuda-runtime context (as a build
+    from a user's own CUDA root, or a cross build's, would): the image's /usr/local/cuda/lib64 must not
+    take its time from what the engine kept of those transfers."""
     from buildkit.flows.pipeline import _cuda_contexts, build
     from buildkit.plan.buildplan import make_request
 
@@ -310,10 +310,10 @@ def test_the_cuda_variant_is_reproduced_bit_for_bit(project, tmp_path_factory, t
     cfg = config(project, **{"build.arch": "sm_120", "build.cuda_version": "13.1", "base.provider": "wheels",
                              "base.cublas": False, "build.ccache": False, "cache.dir": cache, "lock.path": str(lock),
                              "image.name": IMAGE + "-cuda"})
-    forget_transfers(project["env"])  # the build's transfer is a new one: lib64/ at the root's own time, 0
+    runtime = dict(_cuda_contexts(make_request(cfg), cfg)[2])["cuda-runtime"]  # laid out as the build does
+    send_cuda_runtime(runtime, "mode", tmp_path, project["env"])  # the build's lib64/: the root's own time
     built = build(cfg, no_cache=True)
-    runtime = dict(_cuda_contexts(make_request(cfg), cfg)[2])["cuda-runtime"]  # laid out by the build
-    send_with_one_entry_fewer(runtime, tmp_path, project["env"])  # the reproduction's lib64/: now
+    send_cuda_runtime(runtime, "fewer", tmp_path, project["env"])  # the reproduction's lib64/: now
     env = dict(project["env"], LLAMA_BUILDKIT_CACHE_DIR=cache)
     proc = buildkit(project["root"], env, "reproduce", str(lock))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
