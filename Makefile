@@ -45,10 +45,11 @@ test-unit:
 # The engine tier runs its modules side by side (pytest-xdist): one module's waits (the engine, a
 # registry, a deadline) are another's compile time. A module stays on one worker, so the builds its
 # fixtures share are made once (tests/conftest.py); the ones that depend on binfmt_misc run in turn.
+# The longest groups go first (tests/conftest.py, LONG_GROUPS), in that order: --no-loadscope-reorder.
 ENGINE_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 
 test-engine:
-	$(PYTEST) -q -ra -n $(ENGINE_WORKERS) --dist loadgroup --durations=25 tests/engine  # slowest: the CI budget
+	$(PYTEST) -q -ra -n $(ENGINE_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25 tests/engine  # slowest: the CI budget
 
 # Two workers: the real tree's tests (one session image) on one; on the other, in turn, the arm64 cross
 # build and the seed's build under QEMU (both depend on binfmt_misc), beside them.

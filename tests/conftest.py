@@ -24,6 +24,18 @@ E2E_TIMEOUT = 3600  # seconds; the default build of the real tree takes about 22
 BINFMT_MODULES = {"test_emulated_build_machine_docker.py", "test_e2e_cross.py",  # e2e
                   "test_cross_cuda_docker.py", "test_cross_build_docker.py", "test_multiplatform_docker.py"}
 
+# The engine tier's longest groups, longest first (seconds on a cold engine, bench/tier_times.py's logs):
+# the workers take them first, so no long group starts near the end while the other workers sit idle.
+# (pytest-xdist would order groups by their number of tests, which put the three tests of the second
+# engine, about 230 s, last; the Makefile says --no-loadscope-reorder.) The other groups follow in
+# collection order.
+LONG_GROUPS = ("binfmt",                         # ~450: the cross builds, multi-platform reproduce
+               "test_reproduce_docker.py",       # ~400: clean builds and their reproductions, CUDA too
+               "test_remote_builder_docker.py",  # ~230: a second engine, built on from a registry cache
+               "test_build_docker.py",           # ~200: the CUDA archs, cpu, build.user
+               "test_base_images_docker.py",     # ~180: local-only bases, three routes
+               "test_publish_archive_docker.py", "test_nightly_docker.py", "test_publish_docker.py")
+
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -37,7 +49,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # tests that compare speeds run last (a stable sort keeps the rest in order): by then the other
     # workers' compiles are ending, so their wait for a quiet machine (tests/quiet.py) is short, and the
     # tests after them in their group do not wait with them
-    items[:] = sorted(items, key=lambda item: item.get_closest_marker("measures") is not None)
+    items[:] = sorted(items, key=lambda item: (item.get_closest_marker("measures") is not None, _rank(item)))
+
+
+def _rank(item: pytest.Item) -> int:
+    group = _group(item)
+    return LONG_GROUPS.index(group) if group in LONG_GROUPS else len(LONG_GROUPS)
 
 
 def _group(item: pytest.Item) -> str:
