@@ -302,15 +302,15 @@ def test_the_cuda_variant_is_reproduced_bit_for_bit(project, tmp_path_factory, t
     Before the build and before the reproduction another build sends a cuda-runtime context (as a build
     from a user's own CUDA root, or a cross build's, would): the image's /usr/local/cuda/lib64 must not
     take its time from what the engine kept of those transfers."""
-    from buildkit.flows.pipeline import _cuda_contexts, build
-    from buildkit.plan.buildplan import make_request
+    from buildkit.flows.pipeline import build, cache_root
+    from buildkit.source.cudaroot import ensure_cuda_root, runtime_subset
 
     cache = str(tmp_path_factory.getbasetemp() / "buildkit-cache")  # shared with test_build_docker's CUDA root
     lock = tmp_path / "cuda.lock"
     cfg = config(project, **{"build.arch": "sm_120", "build.cuda_version": "13.1", "base.provider": "wheels",
                              "base.cublas": False, "build.ccache": False, "cache.dir": cache, "lock.path": str(lock),
                              "image.name": IMAGE + "-cuda"})
-    runtime = dict(_cuda_contexts(make_request(cfg), cfg)[2])["cuda-runtime"]  # laid out as the build does
+    runtime = runtime_subset(ensure_cuda_root("13.1", cache_root(cfg), with_cublas=False))  # the build's, reused
     send_cuda_runtime(runtime, "mode", tmp_path, project["env"])  # the build's lib64/: the root's own time
     built = build(cfg, no_cache=True)
     send_cuda_runtime(runtime, "fewer", tmp_path, project["env"])  # the reproduction's lib64/: now
