@@ -21,7 +21,7 @@ own message; `untag` is best effort (cleanup) and never raises; the lookups (`im
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,8 +172,9 @@ class Engine(abc.ABC):
     # ------------------------------------------------------------ containers
     @abc.abstractmethod
     def run(self, image: str, entrypoint: Sequence[str], args: Sequence[str] = (), *,
-            timeout: float = 120) -> tuple[int, str]:
-        """Run a command in a fresh container without network; (exit code, output). Removed after."""
+            timeout: float = 120, env: Mapping[str, str] | None = None) -> tuple[int, str]:
+        """Run a command in a fresh container without network, env added to the image's environment;
+        (exit code, output: stdout and stderr). Removed after."""
 
     @abc.abstractmethod
     def attach(self, spec: RunSpec) -> int:

@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import tarfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -281,10 +281,10 @@ class DockerEngine(Engine):
             signal.signal(signal.SIGINT, old)
 
     def run(self, image: str, entrypoint: Sequence[str], args: Sequence[str] = (), *,
-            timeout: float = 120) -> tuple[int, str]:
+            timeout: float = 120, env: Mapping[str, str] | None = None) -> tuple[int, str]:
         client = self.client()
         container = client.containers.create(image, entrypoint=list(entrypoint), command=list(args),
-                                              network_disabled=True)
+                                              network_disabled=True, environment=dict(env or {}))
         try:
             container.start()
             result = container.wait(timeout=timeout)

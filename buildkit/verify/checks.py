@@ -9,8 +9,8 @@
 4. The CPU backend (build.cpu_level, see cpulevels.py): /app/lib holds exactly the libraries of
    the level (every libggml-cpu-<variant>.so for `all`, one libggml-cpu.so otherwise); each one's
    disassembly (objdump) holds the vector code of its level and none above it (no ymm in x64, zmm
-   in skylakex); and `-lv 10 --list-devices` in the image, on this machine, loads the variant that ggml's
-   own score picks for this CPU.
+   in skylakex); and `--list-devices` in the image, on this machine, keeps loaded the variant that ggml's
+   own score picks for this CPU (the dynamic loader's trace says which: loadertrace.py).
 5. Without running anything of the image (elfcheck.py, on its files exported from the engine):
    every ELF file under /app is of build.platform's machine, and every NEEDED library resolves
    inside the image.
@@ -31,7 +31,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from buildkit.verify import binfmt, cpucode, elfcheck
+from buildkit.verify import binfmt, cpucode, elfcheck, loadertrace
 
 from buildkit.plan import cpulevels
 from buildkit.verify.cpuhost import cpu_flags, host_cpu_flags, host_platform_arch
@@ -287,7 +287,8 @@ def _check_code(plan: BuildPlan, libs: dict[str, Path], objdump: str, host: set[
 
 
 def check_cpu_loaded(engine, plan: BuildPlan, image: str, names: list[str], host: set[str]) -> Check:
-    """`-lv 10 --list-devices` loads the backends (ggml_backend_load_all) and logs which CPU backend it loaded."""
+    """`--list-devices` loads the backends (ggml_backend_load_all); the CPU backend still loaded at its exit is
+    the one ggml chose, and must be the one its score picks for this CPU."""
     platform, level = plan.request.platform, plan.request.cpu_level
     if cpulevels.platform_arch(platform) != engine_arch(engine):
         return Check("cpu-load", SKIPPED, f"{platform} image on a {engine_arch(engine)} engine (emulated)")
@@ -306,13 +307,18 @@ def check_cpu_loaded(engine, plan: BuildPlan, image: str, names: list[str], host
                                               "cannot load here")
         want = "libggml-cpu.so"
     binary = "/app/llama-cli" if plan.request.target == "light" else "/app/llama-server"
-    # llama.cpp logs the loaded backend file only at a high verbosity; -lv is parsed before --list-devices
-    code, output = engine.run(image, [binary], ["-lv", "10", "--list-devices"])
-    match = LOADED_RE.search(output)
-    if match is None:
-        return Check("cpu-load", FAILED, f"{binary} --list-devices (exit {code}) loaded no CPU backend: "
-                                         f"{output.strip().splitlines()[-3:]}")
-    loaded = match.group("path")
+    # the loader's trace says which backend stayed loaded (loadertrace.py: llama.cpp's own log line may be
+    # lost at exit); an image whose loader prints no trace falls back to that line, logged from -lv 10 on
+    code, output = engine.run(image, [binary], ["-lv", "10", "--list-devices"], env=loadertrace.TRACE_ENV)
+    mapped = loadertrace.mapped_at_exit(output, "libggml-cpu")
+    if mapped is None:
+        match = LOADED_RE.search(output)
+        mapped = [match.group("path")] if match else []
+    if len(mapped) != 1:
+        said = loadertrace.program_lines(output)[-3:]
+        what = f"kept {len(mapped)} CPU backends loaded ({', '.join(mapped)})" if mapped else "loaded no CPU backend"
+        return Check("cpu-load", FAILED, f"{binary} --list-devices (exit {code}) {what}: {said}")
+    loaded = mapped[0]
     if Path(loaded).name != want:
         return Check("cpu-load", FAILED, f"loaded {loaded}; this machine's best is {want}")
     return Check("cpu-load", PASSED, f"loaded {loaded} (the best for this CPU)")

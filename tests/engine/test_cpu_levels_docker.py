@@ -86,6 +86,8 @@ def test_default_image_holds_every_variant_and_loads_the_best_here(project, tmp_
         assert "loaded CPU backend from /app/lib/libggml-cpu-haswell.so" in out, out
         assert "verify cpu-load: passed: loaded /app/lib/libggml-cpu-haswell.so" in proc.stdout
     assert "loaded CPU backend from /app/lib/libggml-cpu-" in out, out
+    # verify read which variant stayed loaded from the dynamic loader's trace (verify/loadertrace.py)
+    assert "verify cpu-load: passed: loaded /app/lib/libggml-cpu-" in proc.stdout, proc.stdout[-3000:]
     lock = json.loads((project["root"] / "buildkit.lock").read_text())["builds"]["cpu/server"]
     assert lock["cpu_level"] == "all" and "-DGGML_CPU_ALL_VARIANTS=ON" in lock["cmake_args"]
 
