@@ -80,6 +80,18 @@ def test_cpu_template():
     assert "-DLLAMA_BUILD_WEBUI=OFF" in text
 
 
+@pytest.mark.parametrize("arch,groups", [("cpu", ["cpu"]), ("sm_120", ["cuda", "cpu"])])
+def test_the_backends_are_layers_of_their_own_largest_first(arch, groups):
+    text = render_dockerfile(plan_for(**{"build.arch": arch, "base.os_image": "local/debian:bookworm"}))
+    collect = text[text.index("RUN mkdir -p /app/bin /app/lib"):text.index("AS base")]
+    for group in groups:
+        assert f"find /app/lib -maxdepth 1 -name 'libggml-{group}*' -exec mv {{}} /app/libs/{group}/" in collect
+    # moved before the times are fixed, so the folders are dated 0 as well
+    assert collect.index("/app/libs/cpu/") < collect.index("find /app -exec touch -h -d @0")
+    copies = re.findall(r"^COPY --from=build --chown=0:0 (\S+) /app/lib/$", text[text.index("AS base"):], re.M)
+    assert copies == [f"/app/libs/{g}/" for g in groups] + ["/app/lib/"]
+
+
 def test_sm86_with_cuda_11_0_is_refused():
     with pytest.raises(ArchError, match="11.1"):
         plan_for(**{"build.arch": "sm_86", "build.cuda_version": "11.0"})
