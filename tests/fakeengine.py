@@ -114,6 +114,7 @@ class FakeEngine(Engine):
     def run(self, image, entrypoint, args=(), *, timeout=120, env=None) -> tuple[int, str]:
         self.ping()
         self.calls.append(("run", image, tuple(entrypoint), tuple(args)))
+        self.run_env = dict(env or {})
         return self.run_result(image, entrypoint, args)
 
     def attach(self, spec) -> int:

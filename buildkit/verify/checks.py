@@ -311,9 +311,9 @@ def check_cpu_loaded(engine, plan: BuildPlan, image: str, names: list[str], host
     # lost at exit); an image whose loader prints no trace falls back to that line, logged from -lv 10 on
     code, output = engine.run(image, [binary], ["-lv", "10", "--list-devices"], env=loadertrace.TRACE_ENV)
     mapped = loadertrace.mapped_at_exit(output, "libggml-cpu")
-    if mapped is None:
-        match = LOADED_RE.search(output)
-        mapped = [match.group("path")] if match else []
+    match = LOADED_RE.search(output)
+    if mapped is None or (len(mapped) > 1 and match and match.group("path") in mapped):
+        mapped = [match.group("path")] if match else []  # no trace, or a ggml that keeps every variant it scored
     if len(mapped) != 1:
         said = loadertrace.program_lines(output)[-3:]
         what = f"kept {len(mapped)} CPU backends loaded ({', '.join(mapped)})" if mapped else "loaded no CPU backend"

@@ -124,6 +124,16 @@ def registry_tags(night) -> dict[str, str]:
         return {tag: client.head_manifest(REPO, tag).digest for tag in client.list_tags(REPO)}
 
 
+def layers_by_step(night, digest: str) -> dict[str, str]:
+    """{the step that made it: layer digest} of a pushed (single-platform) image."""
+    with RegistryClient(night["registry"].host) as client:
+        manifest = json.loads(client.get_manifest(REPO, digest)[0])
+        config = json.loads(client.get_blob(REPO, manifest["config"]["digest"]))
+    steps = [h.get("created_by", "") for h in config["history"] if not h.get("empty_layer")]
+    assert len(steps) == len(manifest["layers"])
+    return {step: layer["digest"] for step, layer in zip(steps, manifest["layers"])}
+
+
 def new_commit(night, message: str, files: dict[str, str]) -> str:
     night["epoch"] += 86400
     for rel, text in files.items():
@@ -209,6 +219,11 @@ def test_new_commits_are_rebuilt_with_their_changelog(night):
         assert result["status"] == "passed" and result["previous_commit"] == first["new_commit"]
         assert after[f"nightly-{key}"] == result["digest"] != before[f"nightly-{key}"]
         assert after[f"{first['version']}-{key}"] == before[f"{first['version']}-{key}"]  # immutable tags stay
+        # the commit changed no backend: their layers are the previous image's, the rest of /app/lib's is not
+        old, new = layers_by_step(night, before[f"nightly-{key}"]), layers_by_step(night, result["digest"])
+        backends = [s for s in new if s.startswith("COPY --chown=0:0 /app/libs/")]
+        assert backends and all(new[s] == old[s] for s in backends), (old, new)
+        assert new["COPY --chown=0:0 /app/lib/ /app/lib/ # buildkit"] != old["COPY --chown=0:0 /app/lib/ /app/lib/ # buildkit"]
     assert "fix: the kernel's typo" in proc.stdout
 
 

@@ -10,6 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from buildkit.verify import loadertrace
+from buildkit.verify.checks import check_cpu_loaded
+from buildkit.verify.report import FAILED, PASSED
+from fakeengine import FakeEngine
+from test_plan_render import plan_for
 
 TRACE = (Path(__file__).parent / "data" / "ld_debug_list_devices.txt").read_text()
 LOG_LINE = "0.00.113.513 I load_backend: loaded CPU backend from /app/lib/libggml-cpu-zen4.so\n"
@@ -42,3 +46,42 @@ def test_only_files_of_the_prefix_count():
     assert "libggml-base.so" in TRACE
     kept = loadertrace.mapped_at_exit(TRACE, "libggml")
     assert "/app/lib/libggml-cpu-zen4.so" in kept and "/app/lib/libggml-cpu-x64.so" not in kept
+
+
+def test_several_backends_left_mapped_are_named():
+    # a ggml that kept every variant it scored open: the trace alone cannot say which one is in use
+    kept_open = "\n".join(ln for ln in TRACE.splitlines() if "destroying link map" not in ln)
+    assert len(loadertrace.mapped_at_exit(kept_open, "libggml-cpu")) == 14
+    # verify then takes the one llama.cpp's log line names, and fails without it
+    assert cpu_load(kept_open).status == PASSED
+    failed = cpu_load(kept_open.replace(LOG_LINE, ""))
+    assert failed.status == FAILED and "kept 14 CPU backends loaded" in failed.detail
+
+
+ZEN4 = {"AVX", "AVX2", "AVX512", "AVX512_BF16", "AVX512_VBMI", "AVX512_VNNI", "AVX_VNNI", "BMI2", "F16C", "FMA",
+        "SSE42"}
+NAMES = ["alderlake", "cannonlake", "cascadelake", "cooperlake", "haswell", "icelake", "ivybridge", "piledriver",
+         "sandybridge", "sapphirerapids", "skylakex", "sse42", "x64", "zen4"]
+
+
+def cpu_load(output: str, host: set[str] = ZEN4):
+    """verify's cpu-load check of the default image whose --list-devices printed output."""
+    plan = plan_for(**{"build.arch": "cpu", "build.platform": "linux/amd64"})
+    engine = FakeEngine(run_result=lambda image, entrypoint, args: (0, output))
+    check = check_cpu_loaded(engine, plan, "img", NAMES, host)
+    assert engine.calls == [("run", "img", ("/app/llama-server",), ("-lv", "10", "--list-devices"))]
+    assert engine.run_env == {"LD_DEBUG": "files"}
+    return check
+
+
+def test_verify_names_the_variant_in_use_with_or_without_the_log_line():
+    for output in (TRACE, TRACE.replace(LOG_LINE, "")):
+        check = cpu_load(output)
+        assert (check.status, check.detail) == (PASSED, "loaded /app/lib/libggml-cpu-zen4.so (the best for this CPU)")
+    # the image's ggml took zen4 where ggml's score picks another variant: failed
+    haswell = {"AVX", "AVX2", "BMI2", "F16C", "FMA", "SSE42"}
+    wrong = cpu_load(TRACE, haswell)
+    assert wrong.status == FAILED and wrong.detail.endswith("this machine's best is libggml-cpu-haswell.so")
+    # CI's case: no trace and no log line
+    lost = cpu_load("Available devices:\n  (none)\n")
+    assert lost.status == FAILED and "loaded no CPU backend: ['Available devices:', '  (none)']" in lost.detail

@@ -88,8 +88,11 @@ def test_the_backends_are_layers_of_their_own_largest_first(arch, groups):
         assert f"find /app/lib -maxdepth 1 -name 'libggml-{group}*' -exec mv {{}} /app/libs/{group}/" in collect
     # moved before the times are fixed, so the folders are dated 0 as well
     assert collect.index("/app/libs/cpu/") < collect.index("find /app -exec touch -h -d @0")
-    copies = re.findall(r"^COPY --from=build --chown=0:0 (\S+) /app/lib/$", text[text.index("AS base"):], re.M)
-    assert copies == [f"/app/libs/{g}/" for g in groups] + ["/app/lib/"]
+    copies = re.findall(r"^COPY --from=build --chown=0:0 (\S+ \S+)$", text[text.index("AS base"):], re.M)
+    # /app and /app/lib first, dated 0 (a COPY that made them would date /app with the commit, in every layer)
+    assert copies[:len(groups) + 2] == ["/app/root/ /"] + [f"/app/libs/{g}/ /app/lib/" for g in groups] + \
+        ["/app/lib/ /app/lib/"]
+    assert "mkdir -p /app/root/app/lib " in collect
 
 
 def test_sm86_with_cuda_11_0_is_refused():
