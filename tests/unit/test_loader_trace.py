@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from buildkit.plan import cpulevels
 from buildkit.verify import loadertrace
 from buildkit.verify.checks import check_cpu_loaded
 from buildkit.verify.report import FAILED, PASSED
@@ -58,10 +59,8 @@ def test_several_backends_left_mapped_are_named():
     assert failed.status == FAILED and "kept 14 CPU backends loaded" in failed.detail
 
 
-ZEN4 = {"AVX", "AVX2", "AVX512", "AVX512_BF16", "AVX512_VBMI", "AVX512_VNNI", "AVX_VNNI", "BMI2", "F16C", "FMA",
-        "SSE42"}
-NAMES = ["alderlake", "cannonlake", "cascadelake", "cooperlake", "haswell", "icelake", "ivybridge", "piledriver",
-         "sandybridge", "sapphirerapids", "skylakex", "sse42", "x64", "zen4"]
+ZEN4 = set(cpulevels.X86_VARIANTS["zen4"])  # the trace's machine, as the features ggml's score reads
+NAMES = sorted(cpulevels.X86_VARIANTS)  # the default image's variants
 
 
 def cpu_load(output: str, host: set[str] = ZEN4):
@@ -79,8 +78,7 @@ def test_verify_names_the_variant_in_use_with_or_without_the_log_line():
         check = cpu_load(output)
         assert (check.status, check.detail) == (PASSED, "loaded /app/lib/libggml-cpu-zen4.so (the best for this CPU)")
     # the image's ggml took zen4 where ggml's score picks another variant: failed
-    haswell = {"AVX", "AVX2", "BMI2", "F16C", "FMA", "SSE42"}
-    wrong = cpu_load(TRACE, haswell)
+    wrong = cpu_load(TRACE, set(cpulevels.X86_VARIANTS["haswell"]))
     assert wrong.status == FAILED and wrong.detail.endswith("this machine's best is libggml-cpu-haswell.so")
     # CI's case: no trace and no log line
     lost = cpu_load("Available devices:\n  (none)\n")
