@@ -2,11 +2,11 @@
 
 * Stage lines (stderr): `buildkit: fetch ...` when a stage starts and `buildkit: fetch done in 1.2s`
   when it ends, for fetch, patch, render, build, verify and push.
-* During the compile, CMake's step counter (`[ 42%]`) from buildx's output becomes a line
-  `buildkit: compile 42% after 3m10s, about 4m20s left` at most every STATUS_EVERY seconds (or on a
-  10-point step); the estimate is the last build's time for this variant from the lock when there
-  is one, else a linear extrapolation. When buildx draws its own TTY display, the status goes
-  into the terminal title instead, so it does not tear the display.
+* During the compile, the step counter in buildx's output (Ninja's `[193/459]`, or `[ 42%]` from
+  CMake's Makefiles) becomes a line `buildkit: compile 42% after 3m10s, about 4m20s left` at most
+  every STATUS_EVERY seconds (or on a 10-point step); the estimate is the last build's time for this
+  variant from the lock when there is one, else a linear extrapolation. When buildx draws its own TTY
+  display, the status goes into the terminal title instead, so it does not tear the display.
 * On a terminal with build.progress auto, core/livedisplay.py draws all of it in place instead (the
   stage lines still print above it).
 * The summary: the image size and this build's ccache hit rate (the template zeroes ccache's
@@ -27,6 +27,10 @@ from typing import Any, TextIO
 
 STATUS_EVERY = 30.0  # seconds between two compile status lines
 PERCENT = re.compile(r"\[\s*(\d{1,3})%\]")
+# Ninja's counter, `[12/470] Building CXX object ...` (what the templates' CMake generates). buildx's own
+# step lines (`#8 [build 3/7] RUN ...`, `#8 [2/5] COPY ...`) carry the same brackets, so the edge's
+# description must follow: CMake's Ninja rules say Building, Linking, Generating or Re-running.
+NINJA_STEPS = re.compile(r"\[(\d+)/(\d+)\] (?:Building|Linking|Generating|Re-running)")
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r")
 # ccache 4.x `--show-stats`: "Hits:  12 /  53 (22.64%)" under "Cacheable calls" (the first Hits line);
 # with no cacheable call (every call recached, as `reproduce` compiles) it prints a bare "Hits:  0"
@@ -51,7 +55,12 @@ def strip_ansi(text: str) -> str:
 
 
 def compile_percent(line: str) -> int | None:
-    """The CMake step counter of a build output line: '#12 45.1 [ 42%] Building ...' -> 42."""
+    """The compile's step counter in a build output line, as a percentage: Ninja's '#12 45.1 [97/459]
+    Building ...' -> 21, or CMake's Makefiles' '#12 45.1 [ 42%] Building ...' -> 42."""
+    steps = NINJA_STEPS.search(line)
+    if steps:
+        done, total = int(steps.group(1)), int(steps.group(2))
+        return done * 100 // total if 0 <= done <= total and total > 0 else None
     match = PERCENT.search(line)
     if not match:
         return None

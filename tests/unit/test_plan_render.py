@@ -171,7 +171,7 @@ def test_ccache_statistics_are_this_builds_own(arch):
     prints them after the build, in the same RUN step: the summary's hit rate is this build's."""
     text = render_dockerfile(plan_for(**{"build.arch": arch, "build.ccache": True}))
     step = next(s for s in text.split("\nRUN ") if "cmake --build" in s)
-    zero, configure = step.index("ccache --zero-stats"), step.index("cmake -S /src")
+    zero, configure = step.index("ccache --zero-stats"), step.index("cmake -G Ninja -S /src")
     build, show = step.index("cmake --build"), step.index("ccache --show-stats")
     assert "--mount=type=cache" in step and zero < configure < build < show
     off = render_dockerfile(plan_for(**{"build.arch": arch, "build.ccache": False}))

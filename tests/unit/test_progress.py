@@ -17,6 +17,18 @@ def test_compile_percent_reads_cmake_counters_in_buildx_plain_lines():
     assert compile_percent(strip_ansi("\x1b[34m#14 3.1 [  7%] Building C object\x1b[0m")) == 7
 
 
+def test_compile_percent_reads_ninjas_step_counter_but_not_buildx_step_lines():
+    """The templates generate Ninja files: `[done/total] description`. buildx numbers its own steps in the
+    same brackets; those lines are not the compile's."""
+    assert compile_percent("#16 12.30 [97/459] Building CXX object src/CMakeFiles/llama.dir/llama.cpp.o") == 21
+    assert compile_percent("#16 40.0 [459/459] Linking CXX executable bin/llama-server") == 100
+    assert compile_percent("#16 0.9 [1/459] Generating build details from Git") == 0
+    assert compile_percent("#8 [build 3/7] RUN apt-get update") is None
+    assert compile_percent("#8 [2/5] COPY src/ /src/") is None
+    assert compile_percent("#16 1.0 [5/0] Building C object x.o") is None
+    assert compile_percent("#16 1.0 [9/5] Linking C executable x") is None
+
+
 def test_estimate_uses_the_last_build_time_then_falls_back_to_linear():
     assert estimate_left(50, 100.0, 300.0) == pytest.approx(200.0)
     assert estimate_left(50, 100.0, None) == pytest.approx(100.0)
