@@ -29,8 +29,8 @@ STATUS_EVERY = 30.0  # seconds between two compile status lines
 PERCENT = re.compile(r"\[\s*(\d{1,3})%\]")
 # Ninja's counter, `[12/470] Building CXX object ...` (what the templates' CMake generates). buildx's own
 # step lines (`#8 [build 3/7] RUN ...`, `#8 [2/5] COPY ...`) carry the same brackets, so the edge's
-# description must follow: CMake's Ninja rules say Building, Linking, Generating or Re-running.
-NINJA_STEPS = re.compile(r"\[(\d+)/(\d+)\] (?:Building|Linking|Generating|Re-running)")
+# description must follow: CMake's Ninja rules say Building, Linking, Creating, Generating or Re-running.
+NINJA_STEPS = re.compile(r"\[(\d+)/(\d+)\] (?:Building|Linking|Creating|Generating|Re-running)")
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r")
 # ccache 4.x `--show-stats`: "Hits:  12 /  53 (22.64%)" under "Cacheable calls" (the first Hits line);
 # with no cacheable call (every call recached, as `reproduce` compiles) it prints a bare "Hits:  0"

@@ -34,3 +34,20 @@ def test_real_llama_cpp_fork_builds_and_reports_the_fork_commit(real_server_imag
     # every shared library the server links resolves inside the runtime image
     ldd = client.containers.run(ref, ["-c", "ldd /app/llama-server"], entrypoint=["/bin/sh"], remove=True)
     assert b"not found" not in ldd, ldd.decode()
+
+
+def test_the_compile_log_keeps_its_last_step_and_its_ccache_statistics(real_server_image):
+    """BuildKit stops a step's log at 2 MiB. The fourteen CPU variants' compiler warnings (ccache repeats
+    them on each hit) went past that a third of the way into a cold compile, and the rest of the step was
+    lost: the progress stopped, the ccache statistics and a late compiler error were gone. Only Ninja's step
+    lines reach the log now (templates/_build.j2; tests/unit/test_compile_log.py runs that shell)."""
+    out = real_server_image.output
+    compile_step = re.search(r"^#(\d+) \[[^\]]*\] RUN .*cmake --build", out, re.M)
+    assert compile_step, out[-3000:]
+    if re.search(rf"^#{compile_step.group(1)} CACHED$", out, re.M):
+        pytest.skip("the compile step came from BuildKit's layer cache, so its log was not printed")
+    step = compile_step.group(1)
+    assert f"#{step} " + "[output clipped" not in out
+    assert re.search(rf"^#{step} [\d.]+ \[(\d+)/\1\] Linking CXX executable bin/llama-server$", out, re.M), out[-3000:]
+    assert re.search(rf"^#{step} [\d.]+ compile: \d+ compiler warning lines, left out of this log$", out, re.M)
+    assert re.search(r"^summary: \S+ built in .*; ccache \d+% \(\d+/[1-9]\d* compiler calls\)", out, re.M), out[-3000:]
