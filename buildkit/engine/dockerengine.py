@@ -1,11 +1,9 @@
 """The Docker engine: the docker CLI through argv lists, docker-py where a structured answer is wanted.
 
-docker-py cannot drive BuildKit, so builds, `load`, `save` and `push` are the CLI (its
-credential helpers, its buildx plugin); image lookups and containers are docker-py.
-
-One policy for docker-py's errors: it raises DockerException subclasses (NotFound, APIError)
-and, when the engine cannot be reached, requests' connection errors; `_DOCKER_ERRORS` names
-them all, and no other exception is caught.
+docker-py cannot drive BuildKit, so builds, `load`, `save` and `push` are the CLI (its credential helpers,
+its buildx plugin); image lookups and containers are docker-py. One policy for docker-py's errors: it
+raises DockerException subclasses (NotFound, APIError) and, when the engine cannot be reached, requests'
+connection errors; `_DOCKER_ERRORS` names them all, and no other exception is caught.
 """
 
 from __future__ import annotations
@@ -19,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -285,11 +284,15 @@ class DockerEngine(Engine):
         client = self.client()
         container = client.containers.create(image, entrypoint=list(entrypoint), command=list(args),
                                               network_disabled=True, environment=dict(env or {}))
-        try:
+        try:  # attached before the start and read to the end, as `docker run` does: logs read after wait()
+            # can lack what the engine had not copied yet (CI: verify saw exit 0 and no output at all)
+            stream, chunks = container.attach(stdout=True, stderr=True, stream=True, logs=True), []
+            reader = threading.Thread(target=lambda: chunks.extend(stream), daemon=True)
+            reader.start()
             container.start()
             result = container.wait(timeout=timeout)
-            output = container.logs(stdout=True, stderr=True).decode(errors="replace")
-            return int(result.get("StatusCode", 1)), output
+            reader.join(timeout=60)
+            return int(result.get("StatusCode", 1)), b"".join(chunks).decode(errors="replace")
         finally:
             container.remove(force=True)
 
