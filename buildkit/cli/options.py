@@ -135,8 +135,10 @@ _SHARED_OPTIONS = [
                      help="What a build shows: auto, on a terminal buildkit's live display (stage, compile bar and "
                           "time left, ccache hits, buildx's step), elsewhere plain lines; plain, buildx's raw lines; "
                           "tty, buildx's own display [build.progress]."),
-        _o("--cache-from", multiple=True, help="buildx --cache-from, repeatable [build.cache_from]."),
-        _o("--cache-to", multiple=True, help="buildx --cache-to, repeatable [build.cache_to]."),
+        _o("--cache-from", multiple=True, help="buildx --cache-from, repeatable; {variant} in it "
+           "becomes each build's variant and platform (cpu-amd64) [build.cache_from]."),
+        _o("--cache-to", multiple=True, help="buildx --cache-to, repeatable; {variant} in it "
+           "becomes each build's variant and platform (cpu-amd64) [build.cache_to]."),
         _o("--provenance/--no-provenance", "provenance", default=None,
                      help="Attach buildx provenance attestations (off by default: they make digests differ) "
                           "[build.provenance]."),

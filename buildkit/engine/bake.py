@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 _STEP = re.compile(r"^#(\d+) \[([A-Za-z0-9_-]+)[ \]]")
 _STEP_ERROR = re.compile(r"^#(\d+) ERROR: (.*)$")
 _STEP_LINE = re.compile(r"^#(\d+) \d+\.\d+ (.*)$")  # a line a RUN step printed, with its timestamp
+# A --cache-from import: BuildKit marks it ERROR when the ref is missing or unreadable (a first build), then
+# builds without that cache, so its error is not the target's.
+_CACHE_IMPORT = re.compile(r"^#\d+ \[[A-Za-z0-9_-]+\] importing cache manifest from ")
 _TELLING = re.compile(r"(\berror\b|Error:|CMake Error|fatal)", re.IGNORECASE)
 # An error a target shows when the bake was cancelled under it (another target failed), not one of its
 # own: BuildKit's cancellation, or the session closing mid-export ("failed to copy to tar: rpc error:
@@ -73,6 +76,7 @@ class _Run:
         self.errors: dict[str, str] = {}
         self.step_name: dict[str, str] = {}
         self.step_lines: dict[str, collections.deque[str]] = {}
+        self.cache_imports: set[str] = set()
         self.code = -1
         self.seconds = 0.0
 
@@ -87,9 +91,12 @@ class _Run:
         if m := _STEP.match(line):
             self.step_target.setdefault(m[1], m[2])
             self.step_name.setdefault(m[1], line[len(m[1]) + 2:].split("]", 1)[0] + "]")
+            if _CACHE_IMPORT.match(line):
+                self.cache_imports.add(m[1])
         elif m := _STEP_ERROR.match(line):
             target = self.step_target.get(m[1])
-            if target and target not in self.errors and not _CANCELLED.search(m[2]):
+            if target and target not in self.errors and m[1] not in self.cache_imports \
+                    and not _CANCELLED.search(m[2]):
                 self.errors[target] = _describe_failure(self.step_name.get(m[1], ""), m[2].strip(),
                                                         self.step_lines.get(m[1], ()))
         elif m := _STEP_LINE.match(line):

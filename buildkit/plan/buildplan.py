@@ -83,6 +83,14 @@ class BuildRequest:
         """The variant as tags name it, with the target unless it is the server (plan/tags.py)."""
         return target_variant(self.variant, self.target)
 
+    @property
+    def cache_name(self) -> str:
+        """What `{variant}` in a --cache-from/--cache-to entry becomes: the variant as tags name it and the
+        target platform (cpu-amd64, cpu-light-amd64, cuda13.1-sm120-arm64). Each build of a bake exports its
+        cache to the ref at once, so two targets or platforms under one ref overwrote each other's cache and
+        raced: the registry answered one of the two writes 500."""
+        return f"{self.tag_variant}-{self.target_cpu.docker}"
+
 
 @dataclass(frozen=True)
 class SourceFacts:

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import requests
 
 from cliutil import buildkit_env, write_project
 from forkrepo import make_fork_repo
@@ -70,7 +71,8 @@ def remote(tmp_path_factory, registry_plain, debian_base_image):
     ok(run(project, env, "bake", "--cache-to", f"{cache},mode=max", "--lock", str(tmp / "main.lock")))
     with SecondEngine(tmp / "engine2") as engine:
         engine.load(debian_base_image)
-        yield {"project": project, "fork": fork, "env": env, "engine": engine, "tmp": tmp}
+        yield {"project": project, "fork": fork, "env": env, "engine": engine, "tmp": tmp,
+               "registry": registry_plain.host}
     made = local_images({})  # what the bake of the previous commit made in the main engine
     subprocess.run(["docker", "image", "rm", *sorted(t for t in made if t.startswith("buildkit-test/remote:"))],
                    capture_output=True)
@@ -114,6 +116,10 @@ def test_bake_on_a_second_engine_builds_every_target_there(remote):
     assert not {v["image"] for v in result["variants"]} & (local_images(buildkit_env()) - main_before)
     lock = json.loads((remote["tmp"] / "bake.lock").read_text())["builds"]
     assert {e["commit"] for e in lock.values()} == {commit}
+    # the previous commit's bake exported one layer cache per target ({variant}: BuildRequest.cache_name); under
+    # one ref the two exports raced, and the registry answered one of them 500
+    listed = requests.get(f"http://{remote['registry']}/v2/remote/layers/tags/list", timeout=30).json()
+    assert sorted(listed["tags"]) == ["cpu-amd64", "cpu-light-amd64"]
 
 
 def test_ccache_import_then_export_round_trips_through_the_cache_mount(remote, tmp_path):

@@ -63,6 +63,29 @@ def test_bake_loads_each_oci_target_under_its_tags_in_one_engine_turn(tmp_path):
     assert fake.turns == [False]  # one shared turn for the whole bake
 
 
+def test_a_missing_cache_to_import_is_not_a_targets_failure(tmp_path):
+    """BuildKit marks a --cache-from import ERROR when the ref does not exist yet (a first build) and builds on
+    without it. The engine tier's bake (test_remote_builder_docker.py) reported its target failed by that
+    line and did not bake it again; the other target's failed cache export is its own failure."""
+    lines = ["#5 [cpu] importing cache manifest from 127.0.0.1:1/remote/layers:cpu-amd64",
+             "#5 ERROR: failed to configure registry cache importer: 127.0.0.1:1/remote/layers:cpu-amd64: not found",
+             "#32 [cpu-light] exporting cache to registry",
+             "#32 ERROR: error writing manifest blob: failed to open writer: unexpected status from HEAD request"
+             " to http://127.0.0.1:1/v2/remote/layers/manifests/cpu-light-amd64: 500 Internal Server Error"]
+    fake = FakeEngine(bake_lines=lines, bake_code=1)
+    doc = bake_document({n: _oci_target(tmp_path, n, [f"x/app:{n}"]) for n in ("cpu", "cpu-light")})
+    bake_file = write_bake_file(tmp_path / "docker-bake.json", doc)
+    stream = io.StringIO()
+    with use_engine(fake):
+        outcomes = run_bake(bake_file, ["cpu", "cpu-light"], BuildOptions(progress="plain"), tmp_path / "w",
+                            stream=stream)
+    assert "the bake of 2 targets failed (cpu-light); baking cpu again one by one" in stream.getvalue()
+    light = outcomes["cpu-light"]
+    assert not light.isolated and light.error.endswith("500 Internal Server Error")
+    assert outcomes["cpu"].isolated and "cache importer" not in outcomes["cpu"].error
+    assert [c[2] for c in fake.calls if c[0] == "bake"] == [("cpu", "cpu-light"), ("cpu",)]
+
+
 def test_bake_with_a_no_cache_target_takes_the_engine_alone_and_reports_a_failed_load(tmp_path):
     fake = FakeEngine()
     target = _oci_target(tmp_path, "a", ["x/a:1"], **{"no-cache": True})

@@ -233,6 +233,18 @@ def test_a_matrix_with_several_platforms_has_one_unit_per_platform_and_one_key_p
     assert [(v.unit, v.platform_split) for v in single] == [("cpu", False)]
 
 
+def test_each_build_unit_of_a_matrix_has_a_cache_ref_of_its_own():
+    """`{variant}` in build.cache_from/cache_to: a bake's builds export their caches at the same time, and two
+    targets of one variant under one ref raced (the engine tier's bake: the registry answered a write 500)."""
+    from buildkit.plan.matrix import matrix_variants
+
+    cfg = load_config(None, {}, {"matrix.archs": (["cpu"], "t"), "matrix.targets": (["server", "light"], "t"),
+                                 "build.platform": ("linux/amd64,linux/arm64", "--platform")})
+    variants, _ = matrix_variants(cfg)
+    assert sorted(v.request.cache_name for v in variants) == ["cpu-amd64", "cpu-arm64", "cpu-light-amd64",
+                                                              "cpu-light-arm64"]
+
+
 def test_a_step_of_one_platform_refuses_a_list_in_one_line():
     from buildkit.plan.buildplan import make_request
 
