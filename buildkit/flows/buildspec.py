@@ -20,7 +20,7 @@ def build_spec(plan: BuildPlan, rendered: RenderResult, options: BuildOptions, m
                extra_tags: Sequence[str] = ()) -> BuildSpec:
     """What buildx builds for plan. The reproducible exporter's archive lies next to metadata_file
     unless options name one."""
-    name = plan.request.cache_name
+    cache_name = plan.request.cache_name
     return BuildSpec(
         context=rendered.context_dir, dockerfile=rendered.dockerfile,
         platform=plan.request.platform, target=plan.request.target,
@@ -28,8 +28,8 @@ def build_spec(plan: BuildPlan, rendered: RenderResult, options: BuildOptions, m
         labels=tuple(plan.labels), annotations=plan.annotations, tags=(*plan.tags, *extra_tags),
         named_contexts=tuple((name, str(path)) for name, path in rendered.named_contexts),
         # {variant}: one cache per build unit (BuildRequest.cache_name)
-        cache_from=tuple(entry.replace("{variant}", name) for entry in options.cache_from),
-        cache_to=tuple(entry.replace("{variant}", name) for entry in options.cache_to),
+        cache_from=tuple(entry.replace("{variant}", cache_name) for entry in options.cache_from),
+        cache_to=tuple(entry.replace("{variant}", cache_name) for entry in options.cache_to),
         provenance=options.provenance, no_cache=options.no_cache,
         oci_archive=oci_archive_path(options, metadata_file) if options.reproducible else None,
         load=options.load, push=options.push)
