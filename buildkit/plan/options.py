@@ -101,8 +101,10 @@ class BuildOptions:
     progress: str = setting(
         "auto", "auto: buildkit's live display on a terminal, plain lines elsewhere; "
         "plain, tty, quiet, rawjson: buildx's own --progress", ("auto", "plain", "tty", "quiet", "rawjson"))
-    cache_from: tuple[str, ...] = setting((), "buildx --cache-from entries")
-    cache_to: tuple[str, ...] = setting((), "buildx --cache-to entries")
+    cache_from: tuple[str, ...] = setting(
+        (), "buildx --cache-from entries ({variant}: each build's variant and platform, cpu-amd64)")
+    cache_to: tuple[str, ...] = setting(
+        (), "buildx --cache-to entries ({variant}: each build's variant and platform, cpu-amd64)")
 
 
 @dataclass(frozen=True)
