@@ -225,6 +225,16 @@ def test_new_commits_are_rebuilt_with_their_changelog(night):
         assert backends and all(new[s] == old[s] for s in backends), (old, new)
         rest = "COPY --chown=0:0 /app/lib/ /app/lib/ # buildkit"
         assert new[rest] != old[rest]
+        # only the layers whose files changed differ: the rest of /app/lib (libllama's build info names the
+        # commit). The server program's layer and the runtime packages' keep their digests although the
+        # commit's time (the epoch rewrite-timestamp lowers later times to) moved by days, and no file differs
+        # in its metadata alone (issue 41: /app's time in the server's layer, the packages' own times in theirs)
+        assert {s for s in new if new[s] != old.get(s)} == {rest}, (old, new)
+        diff = buildkit(night, "diff", "--json", f"{night['registry'].host}/{REPO}@{before[f'nightly-{key}']}",
+                        f"{night['registry'].host}/{REPO}@{result['digest']}")
+        assert diff.returncode == 2, diff.stderr[-3000:]  # 2: the images differ
+        changes = [f for layer in json.loads(diff.stdout)["layers"] for f in layer.get("files", [])]
+        assert changes and not [f for f in changes if f["change"] == "metadata"], changes
     assert "fix: the kernel's typo" in proc.stdout
 
 
