@@ -44,6 +44,7 @@ from buildkit import __version__
 from buildkit.core.errors import ConfigError
 from buildkit.core.paths import templates_dir
 from buildkit.core.platforms import default_platform
+from buildkit.core.wholefile import write_whole
 from buildkit.flows.nightlyjobs import DEFAULT_RUNNERS
 
 TEMPLATE = "ci/github-nightly.yml.j2"
@@ -263,5 +264,5 @@ def write_workflow(path: Path, text: str, *, force: bool = False) -> str:
         if not force:
             raise ConfigError(f"{path} exists and differs; pass --force to overwrite it")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    write_whole(path, text)
     return "written"
