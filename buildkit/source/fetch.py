@@ -63,6 +63,7 @@ from buildkit.core.filelock import file_lock
 from buildkit.source.gitcmd import Git
 from buildkit.core.urlcreds import UrlAuth, redact_text, redact_url, split_credentials
 from buildkit.core.wholefile import write_whole
+from buildkit.core.boundedread import read_regular
 
 _FULL_SHA = re.compile(r"[0-9a-fA-F]{40}")
 _HEXISH = re.compile(r"[0-9a-fA-F]{4,}")
@@ -194,7 +195,13 @@ def _open_mirror(git_dir: Path, url: str, packs: Path, auth: UrlAuth | None = No
         git_dir.mkdir(parents=True, exist_ok=True)
         Git(git_dir).run("init", "--bare", "--quiet", what="init")  # GIT_DIR is git_dir, whatever was inherited
     (git_dir / "info").mkdir(exist_ok=True)
-    write_whole(git_dir / "info" / "attributes", _EXPORT_ATTRIBUTES)
+    attributes = git_dir / "info" / "attributes"
+    try:
+        same = read_regular(attributes, 1 << 16) == _EXPORT_ATTRIBUTES.encode()
+    except OSError:
+        same = False
+    if not same:  # written once: a warm mirror under a full disk is not written for nothing
+        write_whole(attributes, _EXPORT_ATTRIBUTES)
     runner = _git(git_dir, auth, GIT_TRACE_PACKFILE=str(packs))
     runner.run("config", "remote.origin.url", url)
     _drop_promisor(runner, git_dir)

@@ -54,6 +54,10 @@ def temporaries(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name.startswith(PREFIX))
 
 
+def hidden(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
+
+
 def bench(cwd: Path, url: str, *args: str) -> subprocess.CompletedProcess:
     (cwd / "prompt.txt").write_text(BIG_PROMPT)
     return run_cli(cwd, "bench", "--url", url, "--runs", "1", "--max-tokens", "5", "--timeout", "20",
@@ -144,8 +148,57 @@ def test_a_lock_write_killed_midway_leaves_the_lock_and_the_next_write_sweeps_it
                 "--lock-entry", "cpu/server", "--lock", str(lock)]
         proc = killed_mid_write(tmp_path, 16384, *args)
         assert proc.returncode == -signal.SIGXFSZ, proc.stdout + proc.stderr
-        assert lock.read_bytes() == before and len(temporaries(tmp_path)) == 1
+        assert lock.read_bytes() == before and len(hidden(tmp_path)) == 1  # the killed write's temporary
         proc = run_cli(tmp_path, *args, env=buildkit_env(), timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads(lock.read_text())["builds"]["cpu/server"]["bench"]["runs"]
-    assert temporaries(tmp_path) == []
+    assert hidden(tmp_path) == []  # whatever its name
+
+
+# ------------------------------------------------------------------ class 6: the source on a full disk
+
+def fork(root: Path) -> tuple[Path, str]:
+    """A tiny local fork: one commit with one file."""
+    from gitserver import commit_all, run_git
+
+    run_git(root, "init", "-q", "-b", "main", "fork")
+    (root / "fork" / "README").write_text("a tiny fork\n")
+    return root / "fork", commit_all(root / "fork", "one", 1_700_000_000)
+
+
+def render(cwd: Path, source: Path, commit: str, out: Path, cache: Path) -> subprocess.CompletedProcess:
+    return run_cli(cwd, "render", "--arch", "cpu", "--source", str(source), "--commit", commit,
+                   "--os-image", "buildkit-test/debian:bookworm", "--out", str(out), "--cache-dir", str(cache),
+                   env={**buildkit_env(), "DOCKER_CONFIG": str(cwd / "no-docker-config")}, timeout=120)
+
+
+def test_render_out_on_a_full_disk_is_one_line(tmp_path: Path) -> None:
+    """The export of the tree into --out ended in an OSError traceback from tar extraction."""
+    source, head = fork(tmp_path)
+    (source / "big.bin").write_bytes(bytes(range(256)) * 512)  # 128 KB: more than the disk holds
+    from gitserver import commit_all
+
+    head = commit_all(source, "big", 1_700_000_100)
+    with tmpfs(tmp_path / "disk") as disk:
+        proc = render(tmp_path, source, head, disk / "out", tmp_path / "cache")
+        if "base image" in proc.stderr:
+            pytest.skip(f"the test base image is not in the engine: {proc.stderr}")
+        one_error_line(proc, f"into {disk / 'out' / 'src'}: No space left on device")
+
+
+def test_a_warm_cache_on_a_full_disk_and_a_new_commit_is_one_line(tmp_path: Path) -> None:
+    """The mirror under a full cache could not take the new commit: a GitFailed traceback."""
+    source, head = fork(tmp_path)
+    cache = tmp_path / "cache"
+    with tmpfs(cache / "git", "2m") as mirrors:  # the mirrors' folder; the base image's export beside it
+        proc = render(tmp_path, source, head, tmp_path / "out1", cache)
+        if "base image" in proc.stderr:
+            pytest.skip(f"the test base image is not in the engine: {proc.stderr}")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        (source / "big.bin").write_bytes(bytes(range(256)) * 16384)  # 4 MB, over the 2 MB disk
+        from gitserver import commit_all
+
+        head = commit_all(source, "big", 1_700_000_100)
+        fill(mirrors)
+        proc = render(tmp_path, source, head, tmp_path / "out2", cache)
+        one_error_line(proc, f"git failed in the mirror of {source} under {cache}: ")
