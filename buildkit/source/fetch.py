@@ -161,8 +161,8 @@ def export_tree(info: SourceInfo, cache_dir: Path, dest: Path) -> None:
     content = _git(content_dir)
     if not content_dir.is_dir() or not _has_commit(content, info.commit):
         raise SourceError(f"commit {info.commit} is not in the mirror of {info.url}; fetch it first")
-    dest.mkdir(parents=True, exist_ok=True)
     try:
+        dest.mkdir(parents=True, exist_ok=True)
         with content.stream("archive", "--format=tar", info.commit, what=f"archive of {info.commit[:12]}") as out:
             with tarfile.open(fileobj=out, mode="r|") as tar:
                 tar.extractall(dest, **_TAR_FILTER)
