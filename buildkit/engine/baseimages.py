@@ -125,7 +125,7 @@ def export_layout(engine: Engine, ref: str, digest: str, cache: Path) -> Path:
             raise BaseImageError(f"base image {ref}: docker save wrote {', '.join(digests) or 'no manifest'}, "
                                  f"not {digest}; this engine's store cannot export it by content "
                                  "(use the containerd image store, or a registry mirror)")
-        (layout / _COMPLETE).write_text(ref + "\n")
+        (layout / _COMPLETE).write_text(ref + "\n")  # scratch: the folder is renamed into place whole
         if dest.exists():
             shutil.rmtree(dest)
         os.replace(layout, dest)
