@@ -7,17 +7,20 @@ A temporary that a killed run left behind (nothing can remove it then) is remove
 into the same folder: a writer holds an exclusive flock on its temporary for as long as it writes, so a
 temporary whose lock is free and whose writer (the pid in its name) is gone, or is this very process,
 is stale. A temporary of a live process other than this one is left alone (it may be between creating
-the file and locking it).
+the file and locking it). Scratch folders (scratch_dir) are named, held and swept the same way.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import re
 import secrets
+import shutil
 import stat
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 PREFIX = ".buildkit-tmp-"
@@ -59,7 +62,8 @@ def _stale(folder: Path, name: str, pid: int) -> bool:
     except OSError:
         return False
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        mode = os.fstat(fd).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
             return False
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held by a writer: BlockingIOError
         return True
@@ -81,11 +85,39 @@ def sweep(folder: Path | str) -> list[str]:
         match = _NAME.match(name)
         if match and _stale(folder, name, int(match.group(1))):
             try:
-                os.unlink(folder / name)
+                if (folder / name).is_dir():
+                    shutil.rmtree(folder / name)
+                else:
+                    os.unlink(folder / name)
                 removed.append(name)
             except OSError:
                 pass
     return removed
+
+
+@contextlib.contextmanager
+def scratch_dir(parent: Path | str, name: str) -> Iterator[Path]:
+    """A scratch folder `.buildkit-tmp-<pid>-<random>-<name>` in parent (which must exist), flocked while
+    in use and removed after (unless it was renamed into place); the ones killed runs left in parent are
+    swept first, as write_whole sweeps files."""
+    parent = Path(parent)
+    sweep(parent)
+    folder_name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}-{name[:100]}"
+    folder = parent / folder_name
+    with _MINE_LOCK:
+        _MINE.add(folder_name)
+    try:
+        os.mkdir(folder, 0o700)
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield folder
+        finally:
+            os.close(fd)
+            shutil.rmtree(folder, ignore_errors=True)
+    finally:
+        with _MINE_LOCK:
+            _MINE.discard(folder_name)
 
 
 def _target(path: Path) -> tuple[Path, int | None]:

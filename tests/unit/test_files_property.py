@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -397,6 +398,9 @@ def test_a_fifo_where_a_file_is_written_is_one_line_and_the_result_is_kept(tmp_p
         assert stat.S_ISFIFO(os.lstat(path).st_mode)  # left as it was
 
 
+_CHILD = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}  # this checkout's buildkit
+
+
 def _tree_with(tmp_path: Path, relative: str) -> tuple[Path, Path]:
     tree = tmp_path / "tree"
     (tree / relative).parent.mkdir(parents=True)
@@ -409,10 +413,12 @@ def test_a_tree_file_that_links_to_dev_zero_is_one_line(tmp_path) -> None:
     tree, path = _tree_with(tmp_path, VARIANTS_FILE)
     os.symlink("/dev/zero", path)
     code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
-            "from buildkit.core.errors import BuildkitError\nfrom buildkit.source.cpuvariants import declared_variants\n"
+            "from buildkit.core.errors import BuildkitError\n"
+            "from buildkit.source.cpuvariants import declared_variants\n"
             "try:\n    declared_variants(__import__('pathlib').Path(sys.argv[1]))\n"
             "except BuildkitError as exc:\n    print(exc)\n")
-    proc = subprocess.run([sys.executable, "-c", code, str(tree)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code, str(tree)], capture_output=True, text=True, timeout=120,
+                          env=_CHILD)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr[-2000:]
     assert proc.stdout == (f"{VARIANTS_FILE} of the source tree {tree} resolves outside the tree (to /dev/zero); "
                            "buildkit reads only the tree's own files\n")
@@ -469,6 +475,31 @@ def test_a_temporary_is_swept_only_when_its_writer_is_gone(tmp_path) -> None:
     write_whole(tmp_path / "report.json", "whole again\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
     assert (tmp_path / "report.json").read_text() == "whole again\n"
+
+
+def test_a_scratch_folder_of_a_run_killed_with_sigkill_is_swept_by_the_next(tmp_path) -> None:
+    """A base image's export or verify's root (a whole image) in a folder of the cache: a run killed
+    with `kill -9` while it used one left it there for ever."""
+    from buildkit.core.wholefile import scratch_dir
+
+    code = ("import sys, time; from buildkit.core.wholefile import scratch_dir\n"
+            "with scratch_dir(sys.argv[1], 'export') as d:\n"
+            "    (d / 'image.tar').write_bytes(b'x' * 65536); print(d.name, flush=True); time.sleep(600)\n")
+    runs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True, env=_CHILD)
+            for _ in range(2)]
+    names = [run.stdout.readline().strip() for run in runs if run.stdout is not None]
+    runs[0].send_signal(signal.SIGKILL)
+    runs[0].wait()
+    try:
+        with scratch_dir(tmp_path, "export") as mine:
+            # the killed run's is gone; the live run's (flocked, its pid alive) stays
+            assert sorted(p.name for p in tmp_path.iterdir()) == sorted([names[1], mine.name])
+    finally:
+        runs[1].kill()
+        runs[1].wait()
+    with scratch_dir(tmp_path, "export"):
+        pass
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_lock_write_sweeps_the_temporaries_of_earlier_versions(tmp_path) -> None:
@@ -550,7 +581,8 @@ def test_the_git_deadline_at_the_extremes_of_its_type(tmp_path, monkeypatch) -> 
 
 def test_build_jobs_variable_at_the_extremes_of_its_type() -> None:
     for text in EXTREME_TEXTS:
-        cfg = one_line_or_value(load_config, None, {"LLAMA_BUILDKIT_BUILD_JOBS": text, "LLAMA_BUILDKIT_BUILD_ARCH": "cpu"})
+        env = {"LLAMA_BUILDKIT_BUILD_JOBS": text, "LLAMA_BUILDKIT_BUILD_ARCH": "cpu"}
+        cfg = one_line_or_value(load_config, None, env)
         if cfg is not None:
             request = one_line_or_value(make_request, cfg)
             assert request is None or 0 <= request.jobs <= 4096
