@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 PREFIX = ".buildkit-tmp-"
-_NAME = re.compile(re.escape(PREFIX) + r"(\d+)-[0-9a-f]{8}-")
+_NAME = re.compile(re.escape(PREFIX) + r"(\d{1,12})-[0-9a-f]{8}-")
 _MINE: set[str] = set()  # temporaries this process is writing now (another thread's write: not stale)
 _MINE_LOCK = threading.Lock()
 _KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
@@ -42,6 +42,8 @@ def kind_of(mode: int) -> str:
 
 
 def _alive(pid: int) -> bool:
+    if not 0 < pid < 1 << 22:  # Linux's pid_max is at most 2**22; 0 would name our own process group
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
