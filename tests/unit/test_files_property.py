@@ -398,6 +398,14 @@ def test_a_fifo_where_a_file_is_written_is_one_line_and_the_result_is_kept(tmp_p
         assert stat.S_ISFIFO(os.lstat(path).st_mode)  # left as it was
 
 
+def test_ci_github_out_a_fifo_is_one_line(tmp_path) -> None:
+    from buildkit.flows.ciworkflow import write_workflow
+
+    with _fifo(tmp_path / "nightly.yml") as path:
+        _refused(write_workflow, path, "on: push\n", said=f"cannot write the workflow {path}: ")
+        _refused(write_workflow, path, "on: push\n", said="is a FIFO, not a file")
+
+
 _CHILD = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}  # this checkout's buildkit
 
 
