@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from buildkit.core.boundedread import MiB, read_regular
 from buildkit.core.errors import BenchError
 
 
@@ -37,7 +38,7 @@ def check_seconds(option: str, value: float) -> float:
 def read_prompt(path: str | Path) -> str:
     """The text of a --prompt-file (UTF-8), or one BenchError line."""
     try:
-        return Path(path).read_bytes().decode("utf-8")
+        return read_regular(path, 16 * MiB).decode("utf-8")  # a FIFO or device: refused, not waited on
     except UnicodeDecodeError as exc:
         raise BenchError(f"--prompt-file {path}: not UTF-8 text (byte {exc.start}); save the prompt as UTF-8") from None
     except OSError as exc:

@@ -12,6 +12,7 @@ from typing import Any
 from buildkit import __version__
 from buildkit.bench.figures import Impossible, run_figures
 from buildkit.bench.protocol import DEGRADATION_THRESHOLD, REPORT_VERSION, Protocol
+from buildkit.core.boundedread import MiB, read_regular
 from buildkit.core.errors import BenchError
 
 
@@ -244,7 +245,7 @@ def save_report(path: Path, report: BenchReport, doc: dict | None = None) -> str
 def load_report(path: Path) -> BenchReport:
     """A report written by `buildkit bench --json` or `--output`."""
     try:
-        data = json.loads(Path(path).read_bytes())
+        data = json.loads(read_regular(path, 64 * MiB))  # a FIFO or device: refused, not waited on
     except FileNotFoundError:
         raise BenchError(f"{path}: no such file") from None
     except (OSError, ValueError, RecursionError) as exc:

@@ -58,7 +58,9 @@ def bake(print_only: bool, bake_path: str | None, no_verify: bool, as_json: bool
         lock_path = cfg.lock.path
         builds, indexes, bake_file = bake_locked(variants, options, Path(tmp), lock_path, verify=not no_verify)
         if bake_path and bake_file:
-            Path(bake_path).write_text(bake_file.read_text())
+            from buildkit.core.wholefile import write_whole
+
+            write_whole(Path(bake_path), bake_file.read_bytes())
         failed = 0
         rows: list[dict[str, Any]] = []
         for b in builds:

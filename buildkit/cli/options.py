@@ -232,6 +232,11 @@ def handle_errors(func):
             _fail(redact_text(str(exc)), 1, kwargs, answered=exc.answered)  # a URL's credentials, never
         except KeyboardInterrupt as exc:
             _fail(interrupts.describe(exc), interrupts.exit_code(exc), kwargs)
+        except OSError as exc:  # the system's own (a full disk, a read-only folder) where no stage said more
+            from buildkit.core.urlcreds import redact_text
+
+            where = f"{exc.filename}: " if exc.filename else ""
+            _fail(redact_text(" ".join(f"{where}{exc.strerror or exc}".split())), 1, kwargs)
     return wrapper
 
 

@@ -16,6 +16,7 @@ import csv
 import json
 from pathlib import Path
 
+from buildkit.core.wholefile import write_whole
 from buildkit.engine.dockerargv import annotation_values, spec_outputs
 from buildkit.engine.specs import BuildSpec
 
@@ -84,5 +85,5 @@ def bake_document(targets: dict[str, dict], group: str = "default") -> dict:
 
 def write_bake_file(path: Path, document: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n")
+    write_whole(path, json.dumps(document, indent=2, sort_keys=False) + "\n")
     return path

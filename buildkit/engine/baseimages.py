@@ -31,11 +31,11 @@ import json
 import os
 import shutil
 import tarfile
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from buildkit.core.errors import BaseImageError, BuildkitError
+from buildkit.core.wholefile import scratch_dir
 from buildkit.engine.api import Engine, EngineError, get_engine
 
 LAYOUT_DIR = "base-images"
@@ -109,8 +109,7 @@ def export_layout(engine: Engine, ref: str, digest: str, cache: Path) -> Path:
     if (dest / _COMPLETE).is_file():
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".export-", dir=dest.parent))
-    try:
+    with scratch_dir(dest.parent, "export") as tmp:  # a killed run's (a whole image) is swept by the next
         archive = tmp / "image.tar"
         try:
             engine.save(ref, archive)
@@ -125,12 +124,10 @@ def export_layout(engine: Engine, ref: str, digest: str, cache: Path) -> Path:
             raise BaseImageError(f"base image {ref}: docker save wrote {', '.join(digests) or 'no manifest'}, "
                                  f"not {digest}; this engine's store cannot export it by content "
                                  "(use the containerd image store, or a registry mirror)")
-        (layout / _COMPLETE).write_text(ref + "\n")
+        (layout / _COMPLETE).write_text(ref + "\n")  # scratch: the folder is renamed into place whole
         if dest.exists():
             shutil.rmtree(dest)
         os.replace(layout, dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return dest
 
 

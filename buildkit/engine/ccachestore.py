@@ -85,7 +85,7 @@ def export_ccache(targets: Sequence[CcacheTarget], *, dest_dir: Path | None = No
     for target in targets:
         with tempfile.TemporaryDirectory(prefix="buildkit-ccache-") as tmp:
             dockerfile = Path(tmp) / "Dockerfile"
-            dockerfile.write_text(export_dockerfile(target))
+            dockerfile.write_text(export_dockerfile(target))  # a scratch folder of this run
             if registry_repo:
                 where = f"{registry_repo}:{CCACHE_TAG_PREFIX}{target.variant}"
                 output = f"type=image,name={where},push=true,compression=zstd"
@@ -121,7 +121,7 @@ def import_ccache(targets: Sequence[CcacheTarget], *, src_dir: Path | None = Non
             where, seed = str(folder), str(folder.resolve())
         with tempfile.TemporaryDirectory(prefix="buildkit-ccache-") as tmp:
             dockerfile = Path(tmp) / "Dockerfile"
-            dockerfile.write_text(import_dockerfile(target))
+            dockerfile.write_text(import_dockerfile(target))  # a scratch folder of this run
             _run(helper_spec(dockerfile, Path(tmp), target, "type=cacheonly", seed=seed), builder,
                  f"ccache import of {target.variant} from {where}", stream)
         done.append(where)

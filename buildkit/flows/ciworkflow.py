@@ -44,6 +44,8 @@ from buildkit import __version__
 from buildkit.core.errors import ConfigError
 from buildkit.core.paths import templates_dir
 from buildkit.core.platforms import default_platform
+from buildkit.core.boundedread import MiB, read_regular
+from buildkit.core.wholefile import write_whole
 from buildkit.flows.nightlyjobs import DEFAULT_RUNNERS
 
 TEMPLATE = "ci/github-nightly.yml.j2"
@@ -257,11 +259,14 @@ def render_workflow(options: WorkflowOptions, directory: Path | None = None) -> 
 
 def write_workflow(path: Path, text: str, *, force: bool = False) -> str:
     """Write the workflow; "written", "unchanged", or ConfigError when a different file is there."""
-    if path.exists():
-        if path.read_text() == text:
-            return "unchanged"
-        if not force:
-            raise ConfigError(f"{path} exists and differs; pass --force to overwrite it")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    try:
+        if path.exists():
+            if read_regular(path, 16 * MiB) == text.encode():  # a FIFO there: one line, not a wait
+                return "unchanged"
+            if not force:
+                raise ConfigError(f"{path} exists and differs; pass --force to overwrite it")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_whole(path, text)  # a full disk leaves the workflow that was there
+    except OSError as exc:
+        raise ConfigError(f"cannot write the workflow {path}: {exc.strerror or exc}") from None
     return "written"

@@ -9,13 +9,13 @@ force) is one error line and leaves the folder as it was.
 
 from __future__ import annotations
 
-import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from buildkit.core.errors import ConfigError
 from buildkit.core.urlcreds import split_credentials
+from buildkit.core.wholefile import write_whole
 from buildkit.flows.nightly import ls_remote_default, normalise_url
 from buildkit.plan.archs import get_arch
 from buildkit.plan.buildplan import make_request
@@ -79,9 +79,7 @@ def init_project(folder: Path, *, fork: str | None = None, image: str | None = N
     text = _text(config, chosen, notes)
     try:
         patches.mkdir(exist_ok=True)
-        tmp = config.with_name(f".{CONFIG_FILE}.{os.getpid()}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, config)
+        write_whole(config, text)
     except OSError as exc:
         raise ConfigError(f"cannot write {config}: {exc.strerror or exc}") from None
     return Initialised(config=config, patches=patches, url=url, branch=branch, commit=commit, image=image,

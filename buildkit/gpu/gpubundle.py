@@ -36,6 +36,7 @@ from typing import Any
 
 from buildkit.core.errors import ImageSourceError
 from buildkit.core.platforms import DEFAULT_PLATFORM
+from buildkit.core.wholefile import write_whole
 from buildkit.oci.ocilayout import OciArchive
 from buildkit.oci.rootfs import apply_layers, is_under, secure_join
 
@@ -180,7 +181,7 @@ def make_bundle(archive_path: Path, out: Path, *, platform: str = DEFAULT_PLATFO
                         tar.addfile(info, fh)
         partial.replace(out)
         sidecar = out.with_name(out.name + ".manifest.json")
-        sidecar.write_bytes(body)
+        write_whole(sidecar, body)
         return manifest
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from buildkit.core import children
+from buildkit.core.boundedread import MiB, read_regular
 from buildkit.core.errors import RegistryError
 from buildkit.oci.imageref import DOCKER_HUB_CREDENTIAL_KEY, is_docker_hub
 
@@ -100,7 +101,7 @@ def _find(table: Mapping[str, Any], registry_key: str, host: str, hub: bool) -> 
 
 def _read_config(path: Path, shown: str) -> dict[str, Any] | None:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular(path, 16 * MiB).decode("utf-8")  # a FIFO or device: refused, not waited on
     except FileNotFoundError:
         return None
     except UnicodeDecodeError as exc:

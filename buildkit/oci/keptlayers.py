@@ -71,6 +71,7 @@ def _keep(applied: Applied, kept: Path) -> None:
         work = Path(tempfile.mkdtemp(prefix=f".{kept.name}.tmp-", dir=kept.parent))
         try:
             _link_tree(applied.root, work / "root")
+            # work is scratch, renamed into place whole: its files need no whole-file writes
             (work / _STATE).write_text(json.dumps({"origin": applied.origin, "skipped": sorted(applied.skipped)}))
             os.rename(work, kept)
         except OSError:

@@ -25,6 +25,7 @@ DEFAULT_CERTS_D = "/etc/docker/certs.d"
 # Deadlines, in seconds: of each request (connect, headers, body); of all of one command's requests
 # together but blob bytes (retries and their waits included); of all of its blob bytes together
 TIMEOUT, DEADLINE, TRANSFER_DEADLINE = 30.0, 600.0, 3600.0
+MAX_SECONDS = 1e6  # 11 days: more is a typo, and 1e308 is more than a socket's time-out can hold
 TIMEOUT_ENV = "LLAMA_BUILDKIT_REGISTRY_TIMEOUT"
 DEADLINE_ENV = "LLAMA_BUILDKIT_REGISTRY_DEADLINE"
 TRANSFER_DEADLINE_ENV = "LLAMA_BUILDKIT_REGISTRY_TRANSFER_DEADLINE"
@@ -70,8 +71,8 @@ def deadlines_from(env: Mapping[str, str]) -> dict[str, float]:
             value = float(text)
         except ValueError:
             value = math.nan
-        if not 0 < value < math.inf:
-            raise ConfigError(f"{name} must be a number of seconds above 0, got {text!r}")
+        if not 0 < value <= MAX_SECONDS:  # 1e308 would overflow a socket's time-out (issue 39)
+            raise ConfigError(f"{name} must be a number of seconds above 0 and at most {MAX_SECONDS:g}, got {text!r}")
         out[argument] = value
     return out
 

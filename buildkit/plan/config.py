@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from buildkit.core.errors import ConfigError
+from buildkit.core.boundedread import MiB, read_regular
 from buildkit.plan.options import (BaseOptions, BuildOptions, CacheOptions, ImageOptions, LockOptions, MatrixOptions,
                                    Options, SourceOptions, declared, make_options)
 from buildkit.plan.schema import check_choice, check_table, check_value, suggestion
@@ -183,9 +184,10 @@ def parse_text(key: Key, text: str, where: str) -> Any:
 def load_toml(path: Path) -> dict[str, Any]:
     """buildkit.toml as TOML, or one ConfigError line naming the file (missing, a folder, not UTF-8,
     not TOML, unreadable)."""
+    if Path(path).is_dir():
+        raise ConfigError(f"{path}: is a folder; --config (or LLAMA_BUILDKIT_CONFIG) names a buildkit.toml file")
     try:
-        with Path(path).open("rb") as fh:
-            return tomllib.load(fh)
+        return tomllib.loads(read_regular(path, 16 * MiB).decode("utf-8"))  # a FIFO: refused, not waited on
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such config file") from None
     except IsADirectoryError:

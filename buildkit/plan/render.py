@@ -15,6 +15,7 @@ import jinja2
 
 from buildkit.core.errors import RenderError
 from buildkit.core.paths import templates_dir
+from buildkit.core.wholefile import write_whole
 from buildkit.core.paths import templates_sha256 as templates_sha256  # re-exported: its home was here
 from buildkit.plan.buildplan import BuildPlan
 from buildkit.plan.platforms import TOOLCHAIN_PATH, gcc_commands, gcc_packages
@@ -115,11 +116,11 @@ def write_context(plan: BuildPlan, context_dir: Path,
     text = render_dockerfile(plan)
     toolchain = render_toolchain(plan)
     if toolchain is not None:
-        (context_dir / "toolchain.cmake").write_text(toolchain)
+        write_whole(context_dir / "toolchain.cmake", toolchain)
     dockerfile = context_dir / "Dockerfile"
-    dockerfile.write_text(text)
+    write_whole(dockerfile, text)
     # what `buildkit render`'s printed command writes into the context folder stays out of the context
-    (context_dir / ".dockerignore").write_text("Dockerfile\n.dockerignore\nmetadata.json\nimage.oci.tar\n")
+    write_whole(context_dir / ".dockerignore", "Dockerfile\n.dockerignore\nmetadata.json\nimage.oci.tar\n")
     return RenderResult(
         context_dir=context_dir,
         dockerfile=dockerfile,

@@ -12,19 +12,21 @@ rename) under an exclusive lock, so a crash or a concurrent build never leaves h
 from __future__ import annotations
 
 import json
-import os
-import tempfile
+import re
 from collections.abc import Callable
 from dataclasses import MISSING, asdict, dataclass, field, fields, make_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from buildkit.core.boundedread import MiB, read_regular
 from buildkit.core.errors import LockError
 from buildkit.core.filelock import file_lock
+from buildkit.core.wholefile import write_whole
 from buildkit.plan.inputs import INPUTS, NEEDED, BaseImage, BuildInputs, from_lock_entry
 from buildkit.plan.schema import JSON_TYPES, JsonType, json_type
 
 LOCK_VERSION = 1
+LOCK_LIMIT = 256 * MiB  # read whole: a lock of thousands of builds is a few MB
 
 
 # What the build produced, and where it was published: the fields of a lock entry that are not inputs.
@@ -153,29 +155,25 @@ def entry_from_dict(data: dict, where: str = "lock entry") -> LockEntry:
 
 def read_lock(path: Path) -> dict:
     """The whole lock document; an empty one when the file does not exist."""
+    if Path(path).is_dir():
+        raise LockError(f"{path}: is a folder, not a lock file")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_regular(path, LOCK_LIMIT))  # a FIFO or a device is refused, not waited on
     except FileNotFoundError:
         return {"lock_version": LOCK_VERSION, "builds": {}}
-    except IsADirectoryError:
-        raise LockError(f"{path}: is a folder, not a lock file") from None
     except (OSError, ValueError, RecursionError) as exc:
         raise LockError(f"{path}: cannot read the lock file (it is left as it is): "
                         f"{(str(exc).splitlines() or ['nested too deeply'])[0][:200]}") from None
     return check_lock(data, path)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def _sweep_legacy(path: Path) -> None:
+    """The temporaries (`.buildkit.lock.XXXXXXXX.tmp`) that killed writes of earlier versions left; the
+    caller holds the folder's lock, which those writers held too, so none of them is being written."""
+    legacy = re.compile(re.escape(f".{path.name}.") + r"[A-Za-z0-9_]{8}\.tmp")
+    for stale in path.parent.iterdir():
+        if legacy.fullmatch(stale.name) and stale.is_file() and not stale.is_symlink():
+            stale.unlink(missing_ok=True)
 
 
 def update_lock(path: Path, change: Callable[[dict], None]) -> None:
@@ -189,7 +187,8 @@ def update_lock(path: Path, change: Callable[[dict], None]) -> None:
             data = read_lock(path)
             change(data)
             data["builds"] = dict(sorted(data["builds"].items()))
-            _atomic_write(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+            _sweep_legacy(path)
+            write_whole(path, json.dumps(data, indent=2, sort_keys=True) + "\n")  # also sweeps its own
     except OSError as exc:
         raise LockError(f"{path}: cannot write the lock file: {exc}") from None
 

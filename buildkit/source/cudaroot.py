@@ -163,7 +163,7 @@ def runtime_subset(root: Path, dest: Path | None = None) -> Path:
                             os.link(src, target)
                         except OSError:
                             shutil.copy2(src, target)
-            (work / MARKER).write_text("")
+            (work / MARKER).write_text("")  # scratch: the folder is renamed into place whole
             shutil.rmtree(dest, ignore_errors=True)
             os.rename(work, dest)
         except OSError as e:
@@ -215,6 +215,7 @@ def _build(cuda_version: str, root: Path, work: Path, *, with_cublas: bool, arch
         ],
         "libcuda_stub": stub,
     }
+    # root is scratch (work/root), renamed into the cache whole: its files need no whole-file writes
     (root / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     (root / MARKER).write_text(f"{meta_name}=={meta_version}\n")
 

@@ -54,7 +54,7 @@ def write_libcuda_stub(root: Path, arch: str) -> dict:
     stubs = root / "lib64" / "stubs"
     stubs.mkdir(parents=True, exist_ok=True)
     src = stubs / "libcuda-stub.c"
-    src.write_text(stub_source(symbols))
+    src.write_text(stub_source(symbols))  # in the CUDA root being made (scratch, renamed into place whole)
     info: dict = {"symbols": len(symbols), "source": "lib64/stubs/libcuda-stub.c", "library": None,
                   "compiler": None}
     cc = _host_cc()

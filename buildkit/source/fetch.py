@@ -61,7 +61,9 @@ import git
 from buildkit.core.errors import SourceError
 from buildkit.core.filelock import file_lock
 from buildkit.source.gitcmd import Git
-from buildkit.core.urlcreds import UrlAuth, redact_text, split_credentials
+from buildkit.core.urlcreds import UrlAuth, redact_text, redact_url, split_credentials
+from buildkit.core.wholefile import write_whole
+from buildkit.core.boundedread import read_regular
 
 _FULL_SHA = re.compile(r"[0-9a-fA-F]{40}")
 _HEXISH = re.compile(r"[0-9a-fA-F]{4,}")
@@ -109,7 +111,20 @@ def mirror_dir(cache_dir: Path, url: str) -> Path:
 def fetch_source(url: str, ref: str, pin: str | None, cache_dir: Path) -> SourceInfo:
     """Resolve ref (branch, tag or full SHA) in url, make sure the commit is in the mirror, describe it.
 
-    Credentials in url go to git through the environment only; SourceInfo.url is the clean URL."""
+    Credentials in url go to git through the environment only; SourceInfo.url is the clean URL. A git
+    step or a write that fails outside the fetch's own handling (a full disk under a warm cache) is one
+    SourceError line naming the mirror."""
+    try:
+        return _fetch_source(url, ref, pin, cache_dir)
+    except git.GitCommandError as err:
+        said = _git_said(err) or f"git exited {err.status}"
+        raise SourceError(f"git failed in the mirror of {redact_url(url)} under {cache_dir}: {said}") from None
+    except OSError as exc:
+        raise SourceError(f"cannot write the mirror of {redact_url(url)} under {cache_dir}: "
+                          f"{exc.strerror or exc}") from None
+
+
+def _fetch_source(url: str, ref: str, pin: str | None, cache_dir: Path) -> SourceInfo:
     auth = split_credentials(url)[1]
     url = normalise_url(url)
     pin = _check_pin(pin)
@@ -146,8 +161,8 @@ def export_tree(info: SourceInfo, cache_dir: Path, dest: Path) -> None:
     content = _git(content_dir)
     if not content_dir.is_dir() or not _has_commit(content, info.commit):
         raise SourceError(f"commit {info.commit} is not in the mirror of {info.url}; fetch it first")
-    dest.mkdir(parents=True, exist_ok=True)
     try:
+        dest.mkdir(parents=True, exist_ok=True)
         with content.stream("archive", "--format=tar", info.commit, what=f"archive of {info.commit[:12]}") as out:
             with tarfile.open(fileobj=out, mode="r|") as tar:
                 tar.extractall(dest, **_TAR_FILTER)
@@ -156,6 +171,8 @@ def export_tree(info: SourceInfo, cache_dir: Path, dest: Path) -> None:
                           f"{_git_said(err) or 'git archive failed'}") from None
     except tarfile.TarError as exc:
         raise SourceError(f"cannot export {info.commit} from the mirror of {info.url}: {exc}") from None
+    except OSError as exc:  # a full disk, a read-only folder
+        raise SourceError(f"cannot export {info.commit} into {dest}: {exc.strerror or exc}") from None
 
 
 def _check_pin(pin: str | None) -> str | None:
@@ -178,7 +195,13 @@ def _open_mirror(git_dir: Path, url: str, packs: Path, auth: UrlAuth | None = No
         git_dir.mkdir(parents=True, exist_ok=True)
         Git(git_dir).run("init", "--bare", "--quiet", what="init")  # GIT_DIR is git_dir, whatever was inherited
     (git_dir / "info").mkdir(exist_ok=True)
-    (git_dir / "info" / "attributes").write_text(_EXPORT_ATTRIBUTES)
+    attributes = git_dir / "info" / "attributes"
+    try:
+        same = read_regular(attributes, 1 << 16) == _EXPORT_ATTRIBUTES.encode()
+    except OSError:
+        same = False
+    if not same:  # written once: a warm mirror under a full disk is not written for nothing
+        write_whole(attributes, _EXPORT_ATTRIBUTES)
     runner = _git(git_dir, auth, GIT_TRACE_PACKFILE=str(packs))
     runner.run("config", "remote.origin.url", url)
     _drop_promisor(runner, git_dir)

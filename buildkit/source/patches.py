@@ -26,8 +26,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from buildkit.core.boundedread import MiB, read_regular
 from buildkit.core.errors import PatchError
 
+PATCH_LIMIT = 64 * MiB  # a series file or one patch (core/boundedread.py: regular files only, this much at most)
 _HASH_DOMAIN = b"buildkit-patch-queue-v1\n"
 _FAILED_AT = re.compile(r"^error: patch failed: (?P<path>.+):(?P<line>\d+)$", re.MULTILINE)
 _PATH_ERROR = re.compile(r"^error: (?P<path>.+?): (?P<why>No such file or directory|does not exist in index|"
@@ -86,7 +88,7 @@ def apply_patches(queue: PatchQueue, tree_dir: Path) -> None:
 def _series(series: Path) -> list[tuple[str, str]]:
     """(entry, where it is named) for each patch the series file lists."""
     try:
-        text = series.read_bytes().decode("utf-8")
+        text = read_regular(series, PATCH_LIMIT).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise PatchError(f"{series}: not UTF-8 text (byte {exc.start}); write the series file as UTF-8") from None
     except OSError as exc:
@@ -120,7 +122,7 @@ def _inside(directory: Path, entry: str, where: str) -> Path:
 
 def _read(path: Path) -> bytes:
     try:
-        return path.read_bytes()
+        return read_regular(path, PATCH_LIMIT)
     except OSError as exc:
         raise PatchError(f"patch {path}: cannot read it: {exc.strerror or exc}") from None
 

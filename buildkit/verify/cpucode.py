@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from buildkit.core.errors import VerifyError
 from buildkit.core.platforms import ARCHES
+from buildkit.core.wholefile import write_whole
 
 SIGNATURES: dict[str, re.Pattern[str]] = {
     "sse42": re.compile(r"\t(?:pshufb|pmaddubsw|pmulld|ptest|pmov[sz]x\w+|pblendvb|pcmpgtq|pminsd|pmaxsd)\s"),
@@ -118,9 +118,7 @@ def disassembly_counts(objdump: str, library: Path, cache: Path | None = None) -
         counts = disassembly_counts(objdump, library)
         try:
             cache.mkdir(parents=True, exist_ok=True)
-            tmp = saved.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(counts))
-            os.replace(tmp, saved)
+            write_whole(saved, json.dumps(counts))
         except OSError:
             pass  # a cache that cannot be written only costs the next run the objdump
         return counts

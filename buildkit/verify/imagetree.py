@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from buildkit.core.errors import ImageSourceError
+from buildkit.core.wholefile import scratch_dir
 from buildkit.oci.ocilayout import open_image
 from buildkit.core.paths import cache_dir
 from buildkit.oci.keptlayers import apply_kept
@@ -87,7 +88,10 @@ def exported(engine, image: str, platform: str, archive: Path | None = None) -> 
             work: Path | None = kept
         except OSError:
             work = None
-        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=".buildkit-verify-root-", dir=work)))
+        if work is not None:  # a scratch root beside the kept layers: one a killed run left is swept by the next
+            tmp = stack.enter_context(scratch_dir(work, "verify-root"))
+        else:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="buildkit-verify-root-")))
         applied = apply_kept(opened, tmp / "root", wanted, WANTED, kept, fresh=built_layers(opened.config))
         yield ImageTree(root=applied.root, config=opened.config)
 

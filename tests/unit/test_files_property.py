@@ -9,9 +9,16 @@ config.json; and a report or summary that cannot be written when the run is over
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import signal
+import stat
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -21,7 +28,13 @@ from hypothesis import strategies as st
 
 from buildkit.bench.results import BenchReport, RunResult, load_report
 from buildkit.bench.format import compare, format_compare, format_report
-from buildkit.bench.protocol import Protocol
+from buildkit.bench.protocol import Protocol, read_prompt
+from buildkit.core.errors import BuildkitError
+from buildkit.core.savefile import write_or_keep
+from buildkit.plan.config import load_toml
+from buildkit.release.lock import read_lock
+from buildkit.source.cpuvariants import VARIANTS_FILE, declared_variants
+from buildkit.source.cudasource import long_double_uses
 from buildkit.cli.main import main
 from buildkit.plan.config import ConfigDocument, load_config
 from buildkit.plan.buildplan import make_request
@@ -313,3 +326,271 @@ def test_a_report_that_cannot_be_written_is_kept_and_the_line_says_where(tmp_pat
                                                       f"the step summary could not be written to {tmp_path / 'step'}"]
     for line in said:
         Path(line.rsplit(" it is in ", 1)[1]).unlink()
+
+
+# ------------------------------------------------------------------ the file system (issue 39, classes 3, 4 and 6)
+# A FIFO where a file was expected, a device or a host file behind a symlink of the fork's tree, a file over
+# its limit, the temporaries of killed writes. (A full disk, a read-only mount and a run killed mid-write:
+# tests/engine/test_files_whole.py, on a real tmpfs.)
+
+@contextlib.contextmanager
+def _fifo(path: Path):
+    """A FIFO at path, and a thread that keeps opening its other end: code that opens it as a file (which
+    blocks until the other end is opened) gets an empty read or a reader that goes away, so a test of such
+    code fails instead of hanging."""
+    os.mkfifo(path)
+    stop = threading.Event()
+
+    def answer() -> None:
+        while not stop.is_set():
+            for flags in (os.O_WRONLY | os.O_NONBLOCK, os.O_RDONLY | os.O_NONBLOCK):
+                with contextlib.suppress(OSError):
+                    os.close(os.open(path, flags))
+            stop.wait(0.02)
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    try:
+        yield path
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _refused(call, *args, said: str = "is a FIFO, not a file"):
+    with pytest.raises(BuildkitError) as caught:
+        call(*args)
+    assert said in str(caught.value) and "\n" not in str(caught.value), str(caught.value)
+
+
+def _docker_config(path: Path):
+    from buildkit.oci.credentials import lookup_credentials
+    return lookup_credentials("registry.example:5000", {"DOCKER_CONFIG": str(path.parent), "PATH": ""})
+
+
+FIFO_READERS = {  # what buildkit reads from a file the user names: each a FIFO there
+    "buildkit.toml": ("buildkit.toml", load_toml),
+    "the lock": ("buildkit.lock", read_lock),
+    "bench --compare": ("report.json", load_report),
+    "bench --prompt-file": ("prompt.txt", read_prompt),
+    "Docker's config.json": ("config.json", _docker_config),
+    "the fork's ggml/src/CMakeLists.txt": ("ggml/src/CMakeLists.txt", lambda p: declared_variants(p.parents[2])),
+}
+
+
+@pytest.mark.parametrize("reader", sorted(FIFO_READERS))
+def test_a_fifo_where_a_file_is_read_is_one_line_without_waiting(tmp_path, reader) -> None:
+    name, call = FIFO_READERS[reader]
+    (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+    with _fifo(tmp_path / name) as path:
+        _refused(call, path)
+
+
+def test_a_fifo_where_a_file_is_written_is_one_line_and_the_result_is_kept(tmp_path) -> None:
+    """bench -o FIFO, --summary FIFO, $GITHUB_OUTPUT a FIFO: refused at once, the text kept elsewhere."""
+    for append in (False, True):
+        with _fifo(tmp_path / f"out-{append}") as path:
+            said = write_or_keep(path, "the text\n", "the report", append=append)
+        assert said.startswith(f"the report could not be written to {path} (it is a FIFO, not a file"), said
+        kept = Path(said.rsplit(" it is in ", 1)[1])
+        assert kept.read_text() == "the text\n"
+        kept.unlink()
+        assert stat.S_ISFIFO(os.lstat(path).st_mode)  # left as it was
+
+
+def test_ci_github_out_a_fifo_is_one_line(tmp_path) -> None:
+    from buildkit.flows.ciworkflow import write_workflow
+
+    with _fifo(tmp_path / "nightly.yml") as path:
+        _refused(write_workflow, path, "on: push\n", said=f"cannot write the workflow {path}: ")
+        _refused(write_workflow, path, "on: push\n", said="is a FIFO, not a file")
+
+
+_CHILD = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}  # this checkout's buildkit
+
+
+def _tree_with(tmp_path: Path, relative: str) -> tuple[Path, Path]:
+    tree = tmp_path / "tree"
+    (tree / relative).parent.mkdir(parents=True)
+    return tree, tree / relative
+
+
+def test_a_tree_file_that_links_to_dev_zero_is_one_line(tmp_path) -> None:
+    """ggml/src/CMakeLists.txt -> /dev/zero was a MemoryError traceback after 1.8 GB. Run in a child whose
+    address space is capped at 1 GB, so the code before the fix fails quickly there instead of here."""
+    tree, path = _tree_with(tmp_path, VARIANTS_FILE)
+    os.symlink("/dev/zero", path)
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
+            "from buildkit.core.errors import BuildkitError\n"
+            "from buildkit.source.cpuvariants import declared_variants\n"
+            "try:\n    declared_variants(__import__('pathlib').Path(sys.argv[1]))\n"
+            "except BuildkitError as exc:\n    print(exc)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(tree)], capture_output=True, text=True, timeout=120,
+                          env=_CHILD)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr[-2000:]
+    assert proc.stdout == (f"{VARIANTS_FILE} of the source tree {tree} resolves outside the tree (to /dev/zero); "
+                           "buildkit reads only the tree's own files\n")
+
+
+def test_a_tree_file_that_links_outside_the_tree_is_not_read(tmp_path) -> None:
+    tree, path = _tree_with(tmp_path, VARIANTS_FILE)
+    (tmp_path / "host-file").write_text("ggml_add_cpu_backend_variant(from_the_host AVX)\n")
+    os.symlink(tmp_path / "host-file", path)
+    _refused(declared_variants, tree, said=f"{VARIANTS_FILE} of the source tree {tree} resolves outside the tree")
+
+
+@pytest.mark.parametrize("relative, call", [(VARIANTS_FILE, declared_variants),
+                                            ("ggml/src/ggml-cuda/big.cu", long_double_uses)])
+def test_a_tree_file_over_its_limit_is_one_line_naming_the_limit(tmp_path, relative, call) -> None:
+    from buildkit.core.boundedread import TREE_FILE_LIMIT
+
+    tree, path = _tree_with(tmp_path, relative)
+    with open(path, "wb") as fh:
+        fh.truncate(TREE_FILE_LIMIT + 1)  # sparse: no disk, no time
+    _refused(call, tree, said=f"{relative} of the source tree {tree} is over 16 MiB, the most buildkit reads of it")
+
+
+def _holder(path: Path) -> subprocess.Popen:
+    """A live process that holds path's flock, as a writer does while it writes its temporary."""
+    code = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+            "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(600)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "held\n"
+    return proc
+
+
+def test_a_temporary_is_swept_only_when_its_writer_is_gone(tmp_path) -> None:
+    """A write sweeps the temporaries of killed writes (dead pid, or this pid and not being written) and
+    leaves the one a live writer holds."""
+    from buildkit.core.wholefile import PREFIX, write_whole
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / f"{PREFIX}{int(dead.stdout)}-0123abcd-report.json"
+    stale.write_text("half")
+    mine = tmp_path / f"{PREFIX}{os.getpid()}-4567abcd-report.json"  # this pid reused (a container's pid 1)
+    mine.write_text("half")
+    holder = None
+    try:
+        holder = _holder(tmp_path / "placeholder")
+        held = tmp_path / f"{PREFIX}{holder.pid}-89abcdef-report.json"
+        os.rename(tmp_path / "placeholder", held)
+        write_whole(tmp_path / "report.json", "whole\n")
+        assert sorted(p.name for p in tmp_path.iterdir()) == [held.name, "report.json"]
+    finally:
+        if holder is not None:
+            holder.kill()
+            holder.wait()
+    write_whole(tmp_path / "report.json", "whole again\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
+    assert (tmp_path / "report.json").read_text() == "whole again\n"
+
+
+def test_a_scratch_folder_of_a_run_killed_with_sigkill_is_swept_by_the_next(tmp_path) -> None:
+    """A base image's export or verify's root (a whole image) in a folder of the cache: a run killed
+    with `kill -9` while it used one left it there for ever."""
+    from buildkit.core.wholefile import scratch_dir
+
+    code = ("import sys, time; from buildkit.core.wholefile import scratch_dir\n"
+            "with scratch_dir(sys.argv[1], 'export') as d:\n"
+            "    (d / 'image.tar').write_bytes(b'x' * 65536); print(d.name, flush=True); time.sleep(600)\n")
+    runs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True, env=_CHILD)
+            for _ in range(2)]
+    names = [run.stdout.readline().strip() for run in runs if run.stdout is not None]
+    runs[0].send_signal(signal.SIGKILL)
+    runs[0].wait()
+    try:
+        with scratch_dir(tmp_path, "export") as mine:
+            # the killed run's is gone; the live run's (flocked, its pid alive) stays
+            assert sorted(p.name for p in tmp_path.iterdir()) == sorted([names[1], mine.name])
+    finally:
+        runs[1].kill()
+        runs[1].wait()
+    with scratch_dir(tmp_path, "export"):
+        pass
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_lock_write_sweeps_the_temporaries_of_earlier_versions(tmp_path) -> None:
+    """`.buildkit.lock.XXXXXXXX.tmp`, what a killed lock write left before (100 MB after 11 kills)."""
+    from buildkit.release.lock import update_lock
+
+    (tmp_path / ".buildkit.lock.k2_x9aqz.tmp").write_text("half")
+    (tmp_path / ".other.lock.k2_x9aqz.tmp").write_text("not ours")
+    update_lock(tmp_path / "buildkit.lock", lambda data: None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.lock.k2_x9aqz.tmp", "buildkit.lock"]
+
+
+def test_a_file_is_replaced_with_its_mode_and_through_its_symlink(tmp_path) -> None:
+    """As `open(path, "w")` did: a symlink stays a symlink (its target is replaced), the mode stays."""
+    from buildkit.core.wholefile import write_whole
+
+    (tmp_path / "real.json").write_text("old")
+    os.chmod(tmp_path / "real.json", 0o640)
+    os.symlink("real.json", tmp_path / "link.json")
+    write_whole(tmp_path / "link.json", "new")
+    assert os.path.islink(tmp_path / "link.json") and (tmp_path / "real.json").read_text() == "new"
+    assert stat.S_IMODE(os.stat(tmp_path / "real.json").st_mode) == 0o640
+
+
+# ------------------------------------------------------------------ numeric variables, extremes included
+
+class _NotFound(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 (the handler's name)
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_HEAD = do_GET
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def registry_404():
+    """A real HTTP server on loopback that answers 404: a request reaches the socket's time-outs."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _NotFound)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def _cli_with(env: dict[str, str], *args: str) -> None:
+    clean = {k: None for k in os.environ if k.startswith("LLAMA_BUILDKIT_")}
+    result = CliRunner().invoke(main, list(args), env={**clean, **env})
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert result.exit_code in (0, 1) and "Traceback" not in result.output
+    if result.exit_code == 1:
+        errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+        assert len(errors) == 1, result.stderr
+
+
+REGISTRY_VARIABLES = ("LLAMA_BUILDKIT_REGISTRY_TIMEOUT", "LLAMA_BUILDKIT_REGISTRY_DEADLINE",
+                      "LLAMA_BUILDKIT_REGISTRY_TRANSFER_DEADLINE")
+EXTREME_TEXTS = [str(v) for v in EXTREME_INTS + EXTREME_FLOATS] + ["1e308", "1e-308", " 7 ", "0x10", "1_000"]
+
+
+@pytest.mark.parametrize("variables", [REGISTRY_VARIABLES] + [(v,) for v in REGISTRY_VARIABLES])
+def test_registry_deadlines_at_the_extremes_of_their_type(registry_404, variables) -> None:
+    """All three at 1e308 were an OverflowError traceback (the socket's time-out) against a real server."""
+    for text in EXTREME_TEXTS:
+        _cli_with(dict.fromkeys(variables, text), "diff", f"{registry_404}/a/b:1", f"{registry_404}/a/c:1")
+
+
+def test_the_git_deadline_at_the_extremes_of_its_type(tmp_path, monkeypatch) -> None:
+    """LLAMA_BUILDKIT_GIT_TIMEOUT, read by every git command (here `init`'s ls-remote of a missing fork)."""
+    monkeypatch.chdir(tmp_path)
+    for text in EXTREME_TEXTS:
+        _cli_with({"LLAMA_BUILDKIT_GIT_TIMEOUT": text}, "init", "--fork", str(tmp_path / "no-fork"))
+        assert not (tmp_path / "buildkit.toml").exists()
+
+
+def test_build_jobs_variable_at_the_extremes_of_its_type() -> None:
+    for text in EXTREME_TEXTS:
+        env = {"LLAMA_BUILDKIT_BUILD_JOBS": text, "LLAMA_BUILDKIT_BUILD_ARCH": "cpu"}
+        cfg = one_line_or_value(load_config, None, env)
+        if cfg is not None:
+            request = one_line_or_value(make_request, cfg)
+            assert request is None or 0 <= request.jobs <= 4096

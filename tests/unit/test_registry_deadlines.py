@@ -18,7 +18,8 @@ def test_the_variables_set_the_client_deadlines():
     assert (client.timeout, client._requests.seconds, client._transfers.seconds) == (1.5, 20.0, 3600.0)
 
 
-@pytest.mark.parametrize("value", ["abc", "0", "-3", "inf", "nan"])
+@pytest.mark.parametrize("value", ["abc", "0", "-3", "inf", "nan", "1e308", "1000001"])
 def test_a_deadline_that_is_not_a_positive_number_is_one_line(value):
-    with pytest.raises(ConfigError, match=f"LLAMA_BUILDKIT_REGISTRY_TRANSFER_DEADLINE must be a number of seconds above 0, got '{value}'"):
+    with pytest.raises(ConfigError, match=r"LLAMA_BUILDKIT_REGISTRY_TRANSFER_DEADLINE must be a number of seconds "
+                                          rf"above 0 and at most 1e\+06, got '{value}'"):
         deadlines_from({"LLAMA_BUILDKIT_REGISTRY_TRANSFER_DEADLINE": value})
