@@ -61,22 +61,27 @@ ARCHS: dict[str, Arch] = {
 }
 
 
-# The CUDA toolkit releases (MAJOR.MINOR) NVIDIA has published: 12.7 never was. A version outside this
-# catalogue is refused before any work (a typo would otherwise surface later, as a missing base image).
+# The CUDA toolkit releases (MAJOR.MINOR) NVIDIA had published when this list was written (12.7 never
+# was). A version inside its range that is not in it, or two majors ahead (99.9), is refused before any
+# work (a typo); a newer one of this major or the next is
+# the provider's to judge: provider wheels asks the package index which cuda-toolkit releases exist
+# (flows/cudacontexts.py), provider nvidia finds the base image's tag or not, so a release NVIDIA ships
+# after this list builds the day it ships. With no index to ask, this list is the fallback.
 CUDA_RELEASES: tuple[tuple[int, int], ...] = (
     *((10, m) for m in range(3)), *((11, m) for m in range(9)), *((12, m) for m in range(10) if m != 7),
-    *((13, m) for m in range(3)),
+    *((13, m) for m in range(6)),
 )
 
 
 def check_cuda_release(text: str, setting: str = "--cuda or build.cuda_version") -> tuple[int, int]:
-    """parse_cuda_version, and the version must be a release of the catalogue (ArchError naming them)."""
+    """parse_cuda_version; a version up to the newest of the catalogue must be one of its releases
+    (ArchError naming them); a newer one is left to the provider (see CUDA_RELEASES)."""
     version = parse_cuda_version(text)
-    if version not in CUDA_RELEASES:
+    if version not in CUDA_RELEASES and (version <= CUDA_RELEASES[-1] or version[0] > CUDA_RELEASES[-1][0] + 1):
         newest = ".".join(map(str, CUDA_RELEASES[-1]))
         oldest = ".".join(map(str, CUDA_RELEASES[0]))
-        raise ArchError(f"CUDA {text} is not a CUDA release buildkit knows ({oldest} to {newest}, no 12.7); "
-                        f"choose one of them in {setting}")
+        raise ArchError(f"CUDA {text} is not a CUDA release buildkit knows ({oldest} to {newest}, no 12.7; a newer "
+                        f"{CUDA_RELEASES[-1][0]}.x is checked with its provider); choose one of them in {setting}")
     return version
 
 
