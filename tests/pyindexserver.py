@@ -159,3 +159,92 @@ def nvidia_index(server: PackageIndexServer, releases: dict[str, str], *, toolki
                 tag = f"py3-none-manylinux2014_{arch}.manylinux_2_17_{arch}"
                 shas[pkg, arch, component] = server.add(pkg, make_wheel(pkg, component, tag, component_files(pkg)))
     return shas
+
+
+class ProxyIndex:
+    """A loopback index in front of PyPI: its PEP 691 pages, their file URLs pointing here, and the files
+    served from a store shared between runs (LLAMA_BUILDKIT_TEST_CACHE/pypi-files, checked by sha256)
+    and fetched from PyPI once. Counts the requests by path, as PackageIndexServer does."""
+
+    def __init__(self, store: Path, upstream: str = "https://pypi.org/simple") -> None:
+        self.store, self.upstream = Path(store), upstream
+        self.requests: Counter = Counter()
+        self._files: dict[str, dict] = {}
+        self._lock = threading.Lock()
+
+    def wheel_requests(self) -> dict[str, int]:
+        return {p: n for p, n in self.requests.items() if p.endswith(".whl")}
+
+    def _page(self, project: str) -> bytes | None:
+        import urllib.error
+        import urllib.request
+
+        req = urllib.request.Request(f"{self.upstream}/{project}/", headers={"Accept": JSON_TYPE})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                doc = json.loads(resp.read())
+        except urllib.error.HTTPError:
+            return None
+        for f in doc["files"]:
+            with self._lock:
+                self._files[f["filename"]] = dict(f)
+            f["url"] = f"../../files/{f['filename']}"
+        return json.dumps(doc).encode()
+
+    def _file(self, filename: str) -> Path | None:
+        import urllib.request
+
+        f = self._files.get(filename)
+        if f is None:
+            return None
+        path = self.store / filename
+        with self._lock:
+            if path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == f["hashes"]["sha256"]:
+                return path
+            self.store.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{filename}.part")
+            with urllib.request.urlopen(f["url"], timeout=600) as resp, open(tmp, "wb") as out:
+                while chunk := resp.read(1 << 20):
+                    out.write(chunk)
+            tmp.replace(path)
+        return path
+
+    def __enter__(self) -> ProxyIndex:
+        index = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                index.requests[self.path] += 1
+                parts = self.path.split("?")[0].strip("/").split("/")
+                if len(parts) == 2 and parts[0] == "simple":
+                    body = index._page(parts[1])
+                    if body is not None:
+                        self.send_response(200)
+                        self.send_header("Content-Type", JSON_TYPE)
+                        self.send_header("Content-Length", str(len(body)))
+                        self.end_headers()
+                        self.wfile.write(body)
+                        return
+                elif len(parts) == 2 and parts[0] == "files":
+                    path = index._file(parts[1])
+                    if path is not None:
+                        self.send_response(200)
+                        self.send_header("Content-Length", str(path.stat().st_size))
+                        self.end_headers()
+                        with open(path, "rb") as src:
+                            while chunk := src.read(1 << 20):
+                                self.wfile.write(chunk)
+                        return
+                self.send_error(404)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/simple"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -11,6 +11,7 @@ downloads no wheel and gives the same manifest, hence the same build key.
 from __future__ import annotations
 
 import hashlib
+import re
 import sys
 from pathlib import Path
 
@@ -41,7 +42,10 @@ def _versions(releases: list[tuple[int, int]] | tuple[tuple[int, int], ...]) -> 
 
 def check_cuda_available(request: BuildRequest, cfg: ResolvedConfig, index: PackageIndex | None = None) -> None:
     """A provider-wheels CUDA build's release must be one the index publishes a cuda-toolkit of (ArchError
-    naming those of its major version); a user's own base.cuda_root is taken as it is."""
+    naming those of its major version); a user's own base.cuda_root is taken as it is. Provider nvidia:
+    see check_nvidia_tag."""
+    if request.provider == "nvidia" and request.cuda_version is not None:
+        check_nvidia_tag(request, cfg)
     if request.provider != "wheels" or request.cuda_version is None or cfg.base.cuda_root:
         return
     wanted = parse_cuda_version(request.cuda_version)
@@ -66,6 +70,35 @@ def check_cuda_available(request: BuildRequest, cfg: ResolvedConfig, index: Pack
         raise ArchError(f"CUDA {request.cuda_version} is not on the package index ({index.describe()}): its "
                         f"cuda-toolkit releases are {_versions(same) or 'none'}; choose one in --cuda or "
                         "build.cuda_version")
+
+
+def check_nvidia_tag(request: BuildRequest, cfg: ResolvedConfig) -> None:
+    """A release newer than the built-in list, on NVIDIA's default images: its devel tag must be in the
+    registry (ArchError naming the releases its tags have); when the tags cannot be read, the base image's
+    own resolution judges, after a line saying so. A user's own devel_image is left to that resolution."""
+    assert request.cuda_version is not None
+    if parse_cuda_version(request.cuda_version) in CUDA_RELEASES or cfg.origins.get("base.devel_image") != "default":
+        return
+    from buildkit.core.errors import BuildkitError
+    from buildkit.oci.imageref import parse_image_ref
+    from buildkit.oci.registry import client_for
+
+    ref = parse_image_ref(request.devel_image)
+    try:
+        with client_for(ref.registry, retries=1, deadline=60.0) as client:
+            if ref.tag is None or client.head_manifest(ref.repository, ref.tag) is not None:
+                return
+            tags = client.list_tags(ref.repository)
+    except BuildkitError as e:
+        _say(f"cannot read the tags of {ref.name} ({e}); CUDA {request.cuda_version} is newer than buildkit's "
+             "built-in list: resolving the base image decides")
+        return
+    suffix = (ref.tag or "").split("-", 1)[-1]
+    found = sorted({(int(m.group(1)), int(m.group(2))) for t in tags
+                    if (m := re.fullmatch(r"(\d+)\.(\d+)\.\d+-(.+)", t)) and m.group(3) == suffix})
+    raise ArchError(f"CUDA {request.cuda_version}: {ref.name} has no tag {ref.tag}; its -{suffix} tags are of CUDA "
+                    f"{_versions([v for v in found if v[0] == found[-1][0]]) if found else 'none'}; choose one in "
+                    "--cuda or build.cuda_version")
 
 
 def cuda_manifest(root: Path | None) -> dict | None:

@@ -18,6 +18,7 @@ Layout (``cache_dir/cuda-root/<version>[-nocublas]``)::
     lib64/          libcudart.so -> libcudart.so.13, libcudart_static.a, libcudadevrt.a,
                     libcublas.so -> .so.13, libcublasLt.so -> .so.13, libculibos.a, cmake/
     lib64/stubs/    libcuda.so (SONAME libcuda.so.1; generated, see below), libcuda-stub.c
+    lib -> lib64    (the wheels' own nvcc.profile of 13.5 names $(TOP)/lib and $(TOP)/lib/stubs)
     nvvm/           bin/cicc, libdevice/, lib64/libnvvm.so -> libnvvm.so.4, include/nvvm.h
     buildkit-cuda-root.json   manifest: every wheel used with its sha256 (for locks)
 
@@ -212,6 +213,8 @@ def _build(toolkit: Toolkit, root: Path, wheel_dir: Path, index: PackageIndex) -
         extract_wheel(wheel, root)
     add_soname_links(root / "lib64")
     add_soname_links(root / "nvvm" / "lib64")
+    if (root / "lib64").is_dir() and not (root / "lib").exists():
+        (root / "lib").symlink_to("lib64")  # 13.5's nvcc.profile links from $(TOP)/lib, older ones' from lib64
     if not (root / "bin" / "nvcc").is_file():
         raise CudaRootError(f"the wheels of CUDA {toolkit.requested} contain no bin/nvcc; {HINT}")
     stub = write_libcuda_stub(root, toolkit.arch)
