@@ -13,6 +13,7 @@ import hashlib
 import html
 import io
 import json
+import os
 import threading
 import zipfile
 from collections import Counter
@@ -25,10 +26,11 @@ MARKER = ("(sys_platform == 'linux' and platform_machine == 'aarch64' or sys_pla
           "platform_machine == 'x86_64')")
 
 
-def make_wheel(name: str, version: str, tag: str, files: dict[str, bytes], requires: list[str] = ()) -> tuple[str, bytes, bytes]:
+def make_wheel(name: str, version: str, tag: str, files: dict[str, bytes],
+               requires: tuple[str, ...] | list[str] = ()) -> tuple[str, bytes, bytes]:
     """(filename, wheel bytes, METADATA bytes) of a wheel with `files` (path -> content) and Requires-Dist lines."""
     dist = f"{name.replace('-', '_')}-{version}"
-    metadata = "\n".join([f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}",
+    metadata = "\n".join(["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}",
                           *(f"Requires-Dist: {r}" for r in requires)]).encode() + b"\n"
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
@@ -202,11 +204,13 @@ class ProxyIndex:
             if path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == f["hashes"]["sha256"]:
                 return path
             self.store.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{filename}.part")
-            with urllib.request.urlopen(f["url"], timeout=600) as resp, open(tmp, "wb") as out:
+            import tempfile
+
+            fd, name = tempfile.mkstemp(prefix=f".{filename}.", dir=self.store)  # another run may fetch it too
+            with urllib.request.urlopen(f["url"], timeout=600) as resp, os.fdopen(fd, "wb") as out:
                 while chunk := resp.read(1 << 20):
                     out.write(chunk)
-            tmp.replace(path)
+            os.replace(name, path)
         return path
 
     def __enter__(self) -> ProxyIndex:

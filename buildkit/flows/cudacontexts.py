@@ -73,11 +73,11 @@ def check_cuda_available(request: BuildRequest, cfg: ResolvedConfig, index: Pack
 
 
 def check_nvidia_tag(request: BuildRequest, cfg: ResolvedConfig) -> None:
-    """A release newer than the built-in list, on NVIDIA's default images: its devel tag must be in the
-    registry (ArchError naming the releases its tags have); when the tags cannot be read, the base image's
-    own resolution judges, after a line saying so. A user's own devel_image is left to that resolution."""
+    """A release newer than the built-in list, with a devel_image named per release ({cuda_version}, as
+    NVIDIA's default): its tag must be in the registry (ArchError naming the releases its tags have); when
+    the registry cannot be read, resolving the base image judges, after a line saying so."""
     assert request.cuda_version is not None
-    if parse_cuda_version(request.cuda_version) in CUDA_RELEASES or cfg.origins.get("base.devel_image") != "default":
+    if parse_cuda_version(request.cuda_version) in CUDA_RELEASES or "{cuda_version}" not in cfg.base.devel_image:
         return
     from buildkit.core.errors import BuildkitError
     from buildkit.oci.imageref import parse_image_ref

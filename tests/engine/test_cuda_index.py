@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -88,7 +87,8 @@ def test_a_file_whose_bytes_differ_from_the_index_sha256_is_refused(json_index, 
     nvcc.body = good + b"more"
     with pytest.raises(CudaRootError, match="sent more than the .* bytes the index gives for it"):
         ensure_cuda_root("13.5", tmp_path, arch="x86_64", index=PackageIndex(tmp_path, urls=(server.url,)))
-    assert not list((tmp_path / "cuda-wheels").glob("*nvidia_cuda_nvcc*")) and not (tmp_path / "cuda-root" / "13.5").exists()
+    assert not list((tmp_path / "cuda-wheels").glob("*nvidia_cuda_nvcc*"))
+    assert not (tmp_path / "cuda-root" / "13.5").exists()
 
 
 def test_pip_s_index_settings_are_the_ones_read(tmp_path):
@@ -145,3 +145,37 @@ def test_with_no_index_the_built_in_list_judges_and_says_so(project):
     proc = buildkit(project, "build", "--cuda", "13.9", "--print", env=offline)
     assert proc.returncode == 1 and proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "cannot be checked: the package index cannot be reached" in proc.stderr and "13.5" in proc.stderr
+
+
+# ---------------------------------------------------------------- provider nvidia: the base image's tags
+
+def test_provider_nvidia_checks_the_devel_tag_of_a_release_newer_than_the_list(registry_plain, tmp_path):
+    """13.7 is newer than the built-in list: the registry's tags say whether NVIDIA's image has it."""
+    from buildkit.core.errors import ArchError
+    from buildkit.flows.cudacontexts import check_cuda_available
+    from buildkit.oci.registry import RegistryClient
+    from buildkit.oci.registryhttp import sha256_digest
+    from buildkit.plan.buildplan import make_request
+    from buildkit.plan.config import load_config
+
+    repo = "nvidia/cuda"
+    with RegistryClient(registry_plain.host) as client:
+        config = json.dumps({"architecture": "amd64", "os": "linux",
+                             "rootfs": {"type": "layers", "diff_ids": []}}).encode()
+        client.upload_blob(repo, sha256_digest(config), config, len(config))
+        manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                               "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                                          "digest": sha256_digest(config), "size": len(config)}, "layers": []}).encode()
+        for tag in ("13.4.0-devel-ubuntu24.04", "13.6.0-devel-ubuntu24.04", "13.6.0-runtime-ubuntu24.04",
+                    "13.9.0-runtime-ubuntu24.04"):
+            client.put_manifest(repo, tag, manifest, "application/vnd.oci.image.manifest.v1+json")
+
+    def cfg(version: str):
+        return load_config(None, env={}, overrides={
+            "build.arch": ("sm_120", "t"), "build.cuda_version": (version, "t"),
+            "base.devel_image": (f"{registry_plain.host}/{repo}:{{cuda_version}}.0-devel-ubuntu24.04", "t")})
+
+    check_cuda_available(make_request(cfg("13.6")), cfg("13.6"))  # the tag is there
+    with pytest.raises(ArchError) as info:
+        check_cuda_available(make_request(cfg("13.9")), cfg("13.9"))  # a runtime tag only
+    assert "has no tag 13.9.0-devel-ubuntu24.04" in str(info.value) and "CUDA 13.4, 13.6;" in str(info.value)
