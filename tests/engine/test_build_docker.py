@@ -139,7 +139,8 @@ def test_build_user_runs_the_image_as_that_user_with_a_home(project, fork, clien
 @pytest.mark.parametrize("arch,elf,cuda", [("sm_120", "sm_120a", "13.5"), ("sm_89", "sm_89", CUDA)])
 def test_cuda_build_contains_exactly_the_requested_arch(project, fork, client, pypi, arch, elf, cuda, tmp_path):
     fresh = not (cuda_root_dir(cuda, project["cache"], with_cublas=False) / ".buildkit-complete").exists()
-    printed = buildkit("build", "--arch", arch, "--cuda", cuda, "--print", "--json", cwd=project["root"], env=project["env"])
+    printed = buildkit("build", "--arch", arch, "--cuda", cuda, "--print", "--json", cwd=project["root"],
+                       env=project["env"])
     assert printed.returncode == 0, printed.stderr
     after_print = dict(pypi.requests)
     proc = build(project, "--arch", arch, "--cuda", cuda)
