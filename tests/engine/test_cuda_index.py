@@ -126,6 +126,7 @@ def test_print_and_render_of_cuda_13_5_download_no_wheel(project):
     printed = json.loads(proc.stdout)
     assert printed["variant"] == "cuda13.5-sm120" and printed["labels"]["org.llama-buildkit.cuda-version"] == "13.5"
     assert any(a.startswith("cuda-root=") and a.endswith("13.5-nocublas") for a in printed["argv"])
+    assert server.wheel_requests() == {}
     proc = buildkit(project, "render", "--cuda", "13.4", "--out", str(root / "ctx"))
     assert proc.returncode == 0, proc.stderr
     assert "120a-real" in (root / "ctx" / "Dockerfile").read_text() and "nothing was downloaded" in proc.stdout
@@ -179,3 +180,20 @@ def test_provider_nvidia_checks_the_devel_tag_of_a_release_newer_than_the_list(r
     with pytest.raises(ArchError) as info:
         check_cuda_available(make_request(cfg("13.9")), cfg("13.9"))  # a runtime tag only
     assert "has no tag 13.9.0-devel-ubuntu24.04" in str(info.value) and "CUDA 13.4, 13.6;" in str(info.value)
+
+
+def test_the_nightly_plan_stops_on_a_release_the_index_lacks(json_index, tmp_path, monkeypatch):
+    """Before it asks git or the registry anything: one line naming the releases the index has."""
+    from buildkit.core.errors import ArchError
+    from buildkit.flows import nightlyjobs
+    from buildkit.plan.config import load_config
+
+    server, _ = json_index
+    monkeypatch.setenv("PIP_INDEX_URL", server.url)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
+    values = {"source.url": "git://127.0.0.1:1/none", "image.name": "127.0.0.1:1/team/app", "base.provider": "wheels",
+              "matrix.archs": ["sm_120"], "matrix.cuda_versions": ["13.5", "13.9"], "cache.dir": str(tmp_path)}
+    cfg = load_config(None, env={}, overrides={k: (v, "test") for k, v in values.items()})
+    with pytest.raises(ArchError, match=r"CUDA 13\.9 is not on the package index .*13\.3, 13\.4, 13\.5"):
+        nightlyjobs.plan_nightly(cfg, runners={"amd64": "ubuntu-latest", "arm64": "ubuntu-24.04-arm"})
