@@ -252,3 +252,14 @@ class ProxyIndex:
     def __exit__(self, *exc) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def proxy_store() -> Path:
+    """Where ProxyIndex keeps PyPI's files between runs (tests/realserver.py's cache folder)."""
+    cache = os.environ.get("LLAMA_BUILDKIT_TEST_CACHE", Path.home() / ".cache" / "llama-buildkit-tests")
+    return Path(cache) / "pypi-files"
+
+
+def proxy_env(index: ProxyIndex) -> dict[str, str]:
+    """The variables that make buildkit (and pip) use `index` alone."""
+    return {"PIP_INDEX_URL": index.url, "PIP_CONFIG_FILE": os.devnull, "PIP_EXTRA_INDEX_URL": ""}

@@ -32,6 +32,9 @@ class Arch:
         return self.name.removeprefix("sm_")
 
 
+# min_cuda, reviewed on 2026-12-04 against NVIDIA's release notes (13.0 to 13.5): sm_100 and sm_120 came with
+# CUDA 12.8, sm_103 and sm_121 with 12.9 (its family-specific features), sm_110 is 13.0's name of Thor's sm_101;
+# CUDA 13 dropped Maxwell, Pascal and Volta but keeps Turing (sm_75), and no 13.x up to 13.5 drops another.
 # sm_120/sm_121 map to 12Xa: llama.cpp rewrites 12X to 12Xa itself; plain 12X would lose the
 # Blackwell FP4 (MXFP4/NVFP4) kernels that need the arch-specific feature set.
 ARCHS: dict[str, Arch] = {

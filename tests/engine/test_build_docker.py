@@ -8,7 +8,6 @@ PyPI-wheel CUDA provider on a debootstrapped Debian base, so nothing is pulled f
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +19,7 @@ from buildkit.source.cudaroot import cuda_root_dir
 from buildkit.verify.checks import elf_archs, find_cuobjdump
 from forkrepo import FORK_EPOCH, make_fork_repo
 from cliutil import cli_env, write_project
-from pyindexserver import ProxyIndex
+from pyindexserver import ProxyIndex, proxy_env, proxy_store
 
 pytestmark = pytest.mark.docker
 
@@ -45,8 +44,7 @@ def fork(tmp_path_factory, git_daemon):
 @pytest.fixture(scope="module")
 def pypi():
     """NVIDIA's wheels through a loopback index in front of PyPI, its files kept between runs (issue 41)."""
-    store = Path(os.environ.get("LLAMA_BUILDKIT_TEST_CACHE", Path.home() / ".cache" / "llama-buildkit-tests"))
-    with ProxyIndex(store / "pypi-files") as index:
+    with ProxyIndex(proxy_store()) as index:
         yield index
 
 
@@ -59,9 +57,7 @@ def project(tmp_path_factory, fork, debian_base_image, docker_engine, pypi):
                   image={"name": "buildkit-test/tiny-fork", "version": "0.2.0"},
                   build={"cuda_version": CUDA, "jobs": 2},
                   base={"provider": "wheels", "os_image": debian_base_image, "cublas": False})
-    env = cli_env(tmp_path_factory.getbasetemp() / "buildkit-cache",  # this checkout's buildkit
-                  PIP_INDEX_URL=pypi.url, PIP_CONFIG_FILE=os.devnull)
-    env.pop("PIP_EXTRA_INDEX_URL", None)
+    env = cli_env(tmp_path_factory.getbasetemp() / "buildkit-cache", **proxy_env(pypi))  # this checkout's buildkit
     env["LLAMA_BUILDKIT_BUILD_PROGRESS"] = "plain"
     return {"root": root, "env": env, "cache": Path(env["LLAMA_BUILDKIT_CACHE_DIR"]), "os_image": debian_base_image}
 
