@@ -7,7 +7,8 @@ and read as PEP 503 HTML when that is what comes back (the hash then sits in the
 ``file://`` indexes (a local mirror folder) are read from disk. PEP 658/714 ``core-metadata`` gives a
 wheel's METADATA alone.
 
-Each request has a deadline for the whole answer (core/deadline.py) and a bound on its size; a file is
+Each request has a deadline for the whole answer (core/deadline.py; a page's is LLAMA_BUILDKIT_INDEX_DEADLINE,
+default 60 s, a file's that plus a second per MiB) and a bound on its size; a file is
 written whole (temporary file, then rename) and only when its sha256 is the one the index names.
 Answers are cached under ``<cache>/pyindex``: a project page for PAGE_FRESH seconds (and as the last
 known answer when the index cannot be reached), METADATA by the wheel's sha256 for good.
@@ -30,7 +31,7 @@ from urllib.parse import unquote, urldefrag, urljoin, urlsplit
 import requests
 
 from buildkit.core.deadline import Deadline, TrackingAdapter
-from buildkit.core.errors import CudaRootError
+from buildkit.core.errors import ConfigError, CudaRootError
 
 PYPI = "https://pypi.org/simple"
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
@@ -38,7 +39,8 @@ ACCEPT = f"{JSON_TYPE}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0
 PAGE_LIMIT = 32 << 20  # bytes of one project page
 METADATA_LIMIT = 4 << 20
 FILE_LIMIT = 8 << 30  # a wheel whose size the index does not give
-PAGE_DEADLINE = 60.0  # seconds for a whole page or METADATA answer
+PAGE_DEADLINE = 60.0  # seconds for a whole page or METADATA answer (LLAMA_BUILDKIT_INDEX_DEADLINE)
+DEADLINE_ENV = "LLAMA_BUILDKIT_INDEX_DEADLINE"
 PAGE_FRESH = 600.0  # seconds a cached page is used without asking again
 
 
@@ -158,6 +160,7 @@ class PackageIndex:
         self.urls = index_urls(env) if urls is None else urls
         self.cache = Path(cache) / "pyindex"
         self.notes: list[str] = []  # lines for the user: a stale page used because an index could not be reached
+        self.deadline = _deadline((os.environ if env is None else env).get(DEADLINE_ENV, ""))
         self._adapter = TrackingAdapter()
         self._session = requests.Session()
         self._session.mount("http://", self._adapter)
@@ -273,10 +276,10 @@ class PackageIndex:
             except OSError as e:
                 raise IndexUnreachable(f"cannot read {f.url}: {e.strerror or e}") from None
             return h.hexdigest()
-        deadline = Deadline(PAGE_DEADLINE + limit / (1 << 20), self._adapter.cut)  # at least 1 MiB/s
+        deadline = Deadline(self.deadline + limit / (1 << 20), self._adapter.cut)  # at least 1 MiB/s
         got = 0
         try:
-            with deadline, self._session.get(f.url, stream=True, timeout=(15, PAGE_DEADLINE)) as resp:
+            with deadline, self._session.get(f.url, stream=True, timeout=(15, self.deadline)) as resp:
                 if resp.status_code != 200:
                     raise IndexUnreachable(f"{f.url} answered {resp.status_code}")
                 for chunk in resp.iter_content(1 << 20):
@@ -285,6 +288,8 @@ class PackageIndex:
                         raise CudaRootError(f"{f.url} sent more than the {limit} bytes the index gives for it")
                     h.update(chunk)
                     out.write(chunk)
+            if deadline.reached:  # a cut answer: its bytes are not the file (the sha256 check would say so too)
+                raise IndexUnreachable(f"cannot download {f.url} (no complete answer within its deadline)")
         except requests.RequestException as e:
             late = " (no complete answer within its deadline)" if deadline.reached else ""
             raise IndexUnreachable(f"cannot download {f.url}{late}: {type(e).__name__}") from None
@@ -302,11 +307,11 @@ class PackageIndex:
 
     def _get(self, url: str, limit: int, *, accept: str = "*/*",
              missing_ok: bool = False) -> tuple[bytes | None, str, str]:
-        """(body, content type, final URL) of one GET within PAGE_DEADLINE and `limit` bytes."""
-        deadline = Deadline(PAGE_DEADLINE, self._adapter.cut)
+        """(body, content type, final URL) of one GET within self.deadline and `limit` bytes."""
+        deadline = Deadline(self.deadline, self._adapter.cut)
         try:
             with deadline, self._session.get(url, headers={"Accept": accept}, stream=True,
-                                             timeout=(15, PAGE_DEADLINE)) as resp:
+                                             timeout=(min(15.0, self.deadline), self.deadline)) as resp:
                 if resp.status_code == 404 and missing_ok:
                     return None, "", url
                 if resp.status_code != 200:
@@ -317,10 +322,24 @@ class PackageIndex:
                     if got > limit:
                         raise IndexUnreachable(f"{url} sent more than {limit} bytes")
                     chunks.append(chunk)
-                return b"".join(chunks), resp.headers.get("Content-Type", ""), resp.url
+            if deadline.reached:  # what arrived before the cut is never the answer
+                raise IndexUnreachable(f"cannot reach {url} (no complete answer within its deadline)")
+            return b"".join(chunks), resp.headers.get("Content-Type", ""), resp.url
         except requests.RequestException as e:
             late = " (no complete answer within its deadline)" if deadline.reached else ""
             raise IndexUnreachable(f"cannot reach {url}{late}: {type(e).__name__}") from None
+
+
+def _deadline(text: str) -> float:
+    if not text.strip():
+        return PAGE_DEADLINE
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise ConfigError(f"{DEADLINE_ENV} must be a number of seconds above 0, got {text!r}")
+    return value
 
 
 def file_sha256(path: Path) -> str:

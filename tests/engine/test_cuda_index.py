@@ -197,3 +197,25 @@ def test_the_nightly_plan_stops_on_a_release_the_index_lacks(json_index, tmp_pat
     cfg = load_config(None, env={}, overrides={k: (v, "test") for k, v in values.items()})
     with pytest.raises(ArchError, match=r"CUDA 13\.9 is not on the package index .*13\.3, 13\.4, 13\.5"):
         nightlyjobs.plan_nightly(cfg, runners={"amd64": "ubuntu-latest", "arm64": "ubuntu-24.04-arm"})
+
+
+@pytest.mark.parametrize("mode", ["stall", "trickle_body", "status_then_trickle"])
+def test_an_index_that_never_finishes_its_answer_is_unreachable_at_its_deadline(mode, tmp_path):
+    """A page that never ends is no answer: the deadline for the whole request cuts it (no partial page)."""
+    from buildkit.source.pyindex import IndexUnreachable
+
+    from hostile import HostileServer
+
+    with HostileServer(mode, interval=0.5) as server:
+        index = PackageIndex(tmp_path, urls=(f"http://127.0.0.1:{server.port}/simple",),
+                             env={"LLAMA_BUILDKIT_INDEX_DEADLINE": "2"})
+        with pytest.raises(IndexUnreachable, match="no complete answer within its deadline"):
+            toolkit_releases(index)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "x", "inf"])
+def test_the_index_deadline_must_be_positive_seconds(value, tmp_path):
+    from buildkit.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="LLAMA_BUILDKIT_INDEX_DEADLINE must be a number of seconds above 0"):
+        PackageIndex(tmp_path, urls=(), env={"LLAMA_BUILDKIT_INDEX_DEADLINE": value})
