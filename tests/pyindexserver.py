@@ -79,6 +79,7 @@ class PackageIndexServer:
     json: bool = True
     files: list[IndexFile] = field(default_factory=list)
     requests: Counter = field(default_factory=Counter)
+    basic_auth: str | None = None  # "user:secret": every request without it is answered 401
 
     def add(self, project: str, made: tuple[str, bytes, bytes], *, metadata: bool = True) -> str:
         filename, body, meta = made
@@ -112,6 +113,13 @@ class PackageIndexServer:
 
             def do_GET(self) -> None:
                 index.requests[self.path] += 1
+                if index.basic_auth is not None:
+                    import base64
+
+                    expected = "Basic " + base64.b64encode(index.basic_auth.encode()).decode()
+                    if self.headers.get("Authorization") != expected:
+                        self.send_error(401)
+                        return
                 parts = self.path.split("?")[0].strip("/").split("/")
                 body, ctype = None, "application/octet-stream"
                 if len(parts) == 2 and parts[0] == "simple":

@@ -32,6 +32,7 @@ import requests
 
 from buildkit.core.deadline import Deadline, TrackingAdapter
 from buildkit.core.errors import ConfigError, CudaRootError
+from buildkit.core.urlcreds import split_credentials
 
 PYPI = "https://pypi.org/simple"
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
@@ -157,7 +158,10 @@ class PackageIndex:
     """The configured indexes of one command, with a cache folder for their answers."""
 
     def __init__(self, cache: Path, urls: tuple[str, ...] | None = None, env: Mapping[str, str] | None = None) -> None:
-        self.urls = index_urls(env) if urls is None else urls
+        given = index_urls(env) if urls is None else urls
+        split = [split_credentials(u) for u in given]  # credentials never reach a URL we record or print
+        self.urls = tuple(u for u, _ in split)
+        self._auth = {a.scope: (a.username, a.secret) for _, a in split if a is not None}
         self.cache = Path(cache) / "pyindex"
         self.notes: list[str] = []  # lines for the user: a stale page used because an index could not be reached
         self.deadline = _deadline((os.environ if env is None else env).get(DEADLINE_ENV, ""))
@@ -168,6 +172,11 @@ class PackageIndex:
         cert = (os.environ.get("PIP_CERT") or _pip_config(os.environ).get("cert"))
         if cert and not os.environ.get("REQUESTS_CA_BUNDLE"):
             self._session.verify = cert
+
+    def _auth_for(self, url: str) -> tuple[str, str] | None:
+        """The credentials pip's index URL carried, for that index's own scheme://host[:port] only."""
+        parts = urlsplit(url)
+        return self._auth.get(f"{parts.scheme.lower()}://{parts.netloc}")
 
     def describe(self) -> str:
         return ", ".join(self.urls) or "no index (pip's no-index is set)"
@@ -279,7 +288,8 @@ class PackageIndex:
         deadline = Deadline(self.deadline + limit / (1 << 20), self._adapter.cut)  # at least 1 MiB/s
         got = 0
         try:
-            with deadline, self._session.get(f.url, stream=True, timeout=(15, self.deadline)) as resp:
+            with deadline, self._session.get(f.url, stream=True, timeout=(15, self.deadline),
+                                             auth=self._auth_for(f.url)) as resp:
                 if resp.status_code != 200:
                     raise IndexUnreachable(f"{f.url} answered {resp.status_code}")
                 for chunk in resp.iter_content(1 << 20):
@@ -310,7 +320,7 @@ class PackageIndex:
         """(body, content type, final URL) of one GET within self.deadline and `limit` bytes."""
         deadline = Deadline(self.deadline, self._adapter.cut)
         try:
-            with deadline, self._session.get(url, headers={"Accept": accept}, stream=True,
+            with deadline, self._session.get(url, headers={"Accept": accept}, stream=True, auth=self._auth_for(url),
                                              timeout=(min(15.0, self.deadline), self.deadline)) as resp:
                 if resp.status_code == 404 and missing_ok:
                     return None, "", url

@@ -219,3 +219,17 @@ def test_the_index_deadline_must_be_positive_seconds(value, tmp_path):
 
     with pytest.raises(ConfigError, match="LLAMA_BUILDKIT_INDEX_DEADLINE must be a number of seconds above 0"):
         PackageIndex(tmp_path, urls=(), env={"LLAMA_BUILDKIT_INDEX_DEADLINE": value})
+
+
+def test_an_index_url_with_credentials_is_used_and_never_recorded(tmp_path):
+    """pip's index URL may carry user:secret@: the index gets them, the manifest and lock never do."""
+    with PackageIndexServer(json=True, basic_auth="team:s3cret") as server:
+        nvidia_index(server, RELEASES)
+        with_secret = server.url.replace("http://", "http://team:s3cret@")
+        index = PackageIndex(tmp_path, urls=(with_secret,))
+        root = ensure_cuda_root("13.5", tmp_path, with_cublas=False, arch="x86_64", index=index)
+        text = (root / "buildkit-cuda-root.json").read_text()
+        assert "s3cret" not in text and f"{server.url[:-7]}/files/" in text and "s3cret" not in index.describe()
+        with pytest.raises(CudaRootError, match="answered 401") as info:
+            toolkit_releases(PackageIndex(tmp_path / "other", urls=(server.url,)))
+        assert "s3cret" not in str(info.value)
