@@ -35,6 +35,9 @@ class Arch:
 # min_cuda, reviewed on 2026-12-04 against NVIDIA's release notes (13.0 to 13.5): sm_100 and sm_120 came with
 # CUDA 12.8, sm_103 and sm_121 with 12.9 (its family-specific features), sm_110 is 13.0's name of Thor's sm_101;
 # CUDA 13 dropped Maxwell, Pascal and Volta but keeps Turing (sm_75), and no 13.x up to 13.5 drops another.
+# The default release (plan/options.py) stays 13.1: every arch here builds with it, its images run on any 13.x
+# driver (R580 and later, minor-version compatibility), and moving it renames every default user's tags
+# (cuda13.1-sm120); 13.4 and 13.5 are one --cuda away (engine tests build sm_120 and sm_121 with 13.5).
 # sm_120/sm_121 map to 12Xa: llama.cpp rewrites 12X to 12Xa itself; plain 12X would lose the
 # Blackwell FP4 (MXFP4/NVFP4) kernels that need the arch-specific feature set.
 ARCHS: dict[str, Arch] = {
