@@ -84,7 +84,7 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
         # again: `buildkit render --out DIR` keeps one
         cache_root(cfg).mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="print-", dir=cache_root(cfg)) as tmp:
-            prepared = prepare(cfg, Path(tmp) / "context", extra_tags=extra_tags)
+            prepared = prepare(cfg, Path(tmp) / "context", extra_tags=extra_tags, lay_out=False)
             argv = build_command(prepared.plan, prepared.rendered, build_options(cfg), Path(tmp) / "metadata.json")
             if as_json:
                 plan = prepared.plan

@@ -20,14 +20,18 @@ METADATA_FILE = "metadata.json"
 def render(out_dir: str, **kwargs):
     """Fetch, patch and render the Dockerfile and build context without building."""
     from buildkit.flows.buildspec import build_command
+    from buildkit.flows.cudacontexts import missing_roots
     from buildkit.flows.pipeline import build_options, prepare
 
     cfg = resolve(kwargs)
     out = Path(out_dir).resolve()
-    prepared = prepare(cfg, out)
+    prepared = prepare(cfg, out, lay_out=False)  # CUDA wheels resolved from the index, none downloaded
     # the command writes only into DIR (its metadata file, an OCI archive), which is also its context:
     # the context's .dockerignore leaves those out (plan/render.py)
     argv = build_command(prepared.plan, prepared.rendered, build_options(cfg), out / METADATA_FILE)
     click.echo(f"rendered {prepared.rendered.dockerfile} for {prepared.plan.request.variant} "
                f"at {prepared.source.commit}")
     click.echo("build it with:\n  " + shlex.join(argv))
+    for root in missing_roots(prepared.rendered.named_contexts):
+        click.echo(f"(nothing was downloaded: the CUDA root {root} is laid out from the wheels the lock records "
+                   "by the first `buildkit build` of this release)")

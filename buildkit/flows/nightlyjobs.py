@@ -98,6 +98,7 @@ def _unit_entry(v: Variant, runners: dict[str, str], reason: str) -> dict:
 def plan_nightly(cfg: ResolvedConfig, *, runners: dict[str, str], date: str | None = None,
                  force: bool = False) -> dict:
     """What tonight's jobs are: the head, the version, and the units that need a build (the matrix)."""
+    from buildkit.flows.cudacontexts import check_cuda_available
     from buildkit.source.patches import load_patch_queue
 
     date = date or today()
@@ -105,6 +106,8 @@ def plan_nightly(cfg: ResolvedConfig, *, runners: dict[str, str], date: str | No
         raise ConfigError(f"--date {date!r} is not YYYYMMDD")
     variants, excluded = matrix_variants(cfg)
     check_runners(variants, runners)
+    for v in variants:  # a CUDA release the package index lacks stops the plan, before any job starts
+        check_cuda_available(v.request, v.cfg)
     repository = repository_of(cfg)
     url, branch = normalise_url(cfg.source.url), cfg.source.branch
     queue = load_patch_queue(patch_dir(cfg), required=cfg.origins["source.patch_dir"] != "default")

@@ -18,7 +18,6 @@ and no lock change behind.
 
 from __future__ import annotations
 
-import hashlib
 import sys
 import shutil
 import tempfile
@@ -35,10 +34,10 @@ from buildkit.engine.buildx import BuildOptions, BuildResult, check_buildx, imag
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.cpulevels import gcc_line
 from buildkit.verify.cpuhost import host_cpu_id
-from buildkit.source.cudaroot import ensure_cuda_root, read_manifest, runtime_subset
-from buildkit.core.errors import BuildkitError, ConfigError, CudaRootError
+from buildkit.flows.cudacontexts import cache_root, check_cuda_available, cuda_contexts
+from buildkit.core.errors import BuildkitError, ConfigError
 from buildkit.release.lock import LockEntry
-from buildkit.core.paths import bundled_patches_dir, cache_dir
+from buildkit.core.paths import bundled_patches_dir
 from buildkit.source.patches import PatchQueue, apply_patches, load_patch_queue
 from buildkit.core.progress import stage
 from buildkit.plan.buildplan import BuildPlan, BuildRequest, SourceFacts, clean_ccache_id, make_plan, make_request
@@ -76,10 +75,6 @@ class Prepared:
         return plan_inputs(self.plan, self.base_images, self.cuda_manifest, _cpu_host(self.plan.request))
 
 
-def cache_root(cfg: ResolvedConfig) -> Path:
-    return cfg.cache.dir or cache_dir()
-
-
 def patch_dir(cfg: ResolvedConfig) -> Path:
     """source.patch_dir relative to buildkit.toml; without a config file, the bundled queue."""
     if cfg.path is None and cfg.origins["source.patch_dir"] == "default":
@@ -113,51 +108,18 @@ def _fresh_dir(path: Path) -> bool:
     return True
 
 
-def _cuda_contexts(request: BuildRequest, cfg: ResolvedConfig) \
-        -> tuple[Path | None, dict | None, tuple[tuple[str, Path], ...]]:
-    """(the build machine's CUDA root, the wheel manifest, the named contexts) of provider wheels.
-
-    A cross build gets two roots: cuda-root, the build machine's (nvcc runs there), and cuda-target,
-    the target platform's (its libraries are linked and shipped: cuda-runtime is its subset)."""
-    if request.provider != "wheels":
-        return None, None, ()
-    cuda_version = request.cuda_version
-    assert cuda_version is not None
-    given = cfg.base.cuda_root
-    if given:
-        if request.cross:
-            raise CudaRootError(f"base.cuda_root is one folder for one platform; a cross build for {request.platform} "
-                                "lays out the build machine's and the target's toolkits from NVIDIA's wheels: unset it")
-        root = given.resolve()
-        if not (root / "bin" / "nvcc").is_file():
-            raise CudaRootError(f"base.cuda_root {root} has no bin/nvcc; point it at a CUDA toolkit folder")
-        key = hashlib.sha256(str(root).encode()).hexdigest()[:12]
-        runtime = runtime_subset(root, cache_root(cfg) / "cuda-root" / f"local-{key}.runtime")
-        return root, _cuda_manifest(root), (("cuda-root", root), ("cuda-runtime", runtime))
-
-    def laid_out(cpu) -> Path:
-        return ensure_cuda_root(cuda_version, cache_root(cfg), with_cublas=cfg.base.cublas,
-                                arch=cpu.processor)
-
-    root = laid_out(request.build_cpu)
-    if not request.cross:
-        return root, _cuda_manifest(root), (("cuda-root", root), ("cuda-runtime", runtime_subset(root)))
-    target = laid_out(request.target_cpu)
-    manifest = dict(_cuda_manifest(target) or {})
-    manifest["wheels"] = list(manifest.get("wheels", [])) + list((_cuda_manifest(root) or {}).get("wheels", []))
-    manifest["build_arch"] = request.build_cpu.processor
-    return root, manifest, (("cuda-root", root), ("cuda-target", target), ("cuda-runtime", runtime_subset(target)))
-
-
 def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] = (),
-            request: BuildRequest | None = None, ccache_recache: bool = False, in_place: bool = False) -> Prepared:
+            request: BuildRequest | None = None, ccache_recache: bool = False, in_place: bool = False,
+            lay_out: bool = True) -> Prepared:
     """Check the request, fetch, export, patch and render into out_dir (Dockerfile + src/).
     ccache_recache (also when build.no_cache is set): a clean build's compile, which reads nothing from
     the ccache (BuildPlan.ccache_recache) and writes into a cache mount of its own (buildplan.clean_ccache_id):
     BuildKit's --no-cache empties every cache mount it uses, so the warm one of other builds is kept.
     in_place: out_dir is kept between builds; its src/ is brought to the commit by sync_tree (only
-    changed files written), everything else in it is rendered anew."""
+    changed files written), everything else in it is rendered anew.
+    lay_out=False (--print, render): the CUDA roots are resolved from the package index, not downloaded."""
     request = request or make_request(cfg)  # an unknown arch or unbuildable CUDA version stops here
+    check_cuda_available(request, cfg)  # a CUDA release the index does not have, too
     queue = load_patch_queue(patch_dir(cfg), required=cfg.origins["source.patch_dir"] != "default")
     ref, pin = ref_and_pin(cfg)
     # base images first: one that cannot be had stops the build before any fetch
@@ -184,7 +146,7 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
         if ccache_recache or cfg.build.no_cache:
             plan = replace(plan, ccache_recache=True, ccache_id=clean_ccache_id(plan.ccache_id))
         with stage("render", request.variant):
-            cuda_root, cuda_manifest, cuda_named = _cuda_contexts(request, cfg)
+            cuda_root, cuda_manifest, cuda_named = cuda_contexts(request, cfg, lay_out=lay_out)
             named = cuda_named + tuple(c for c in (s.named_context() for s in sources) if c is not None)
             key = key_of(plan_inputs(plan, bases, cuda_manifest, _cpu_host(request)))
             plan = replace(with_labels(plan, bases, cuda_manifest, key), tags=with_key_tag(plan.tags, request, key))
@@ -278,16 +240,6 @@ def with_labels(plan: BuildPlan, bases: tuple[BaseImage, ...], cuda_manifest: di
     once the base images and the CUDA root are known, and its build key."""
     inputs = plan_inputs(plan, bases, cuda_manifest, _cpu_host(plan.request))
     return replace(plan, labels=tuple(inputs.to_labels(key).items()))
-
-
-def _cuda_manifest(root: Path | None) -> dict | None:
-    """The wheels a provider-wheels root was laid out from; a user-given root has none."""
-    if root is None:
-        return None
-    try:
-        return read_manifest(root)
-    except CudaRootError:
-        return {"note": "CUDA root given with base.cuda_root; no wheel manifest"}
 
 
 def _local_image_id(tag: str, fallback: str) -> str:

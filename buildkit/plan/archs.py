@@ -32,6 +32,12 @@ class Arch:
         return self.name.removeprefix("sm_")
 
 
+# min_cuda, reviewed on 2026-12-04 against NVIDIA's release notes (13.0 to 13.5): sm_100 and sm_120 came with
+# CUDA 12.8, sm_103 and sm_121 with 12.9 (its family-specific features), sm_110 is 13.0's name of Thor's sm_101;
+# CUDA 13 dropped Maxwell, Pascal and Volta but keeps Turing (sm_75), and no 13.x up to 13.5 drops another.
+# The default release (plan/options.py) stays 13.1: every arch here builds with it, its images run on any 13.x
+# driver (R580 and later, minor-version compatibility), and moving it renames every default user's tags
+# (cuda13.1-sm120); 13.4 and 13.5 are one --cuda away (engine tests build sm_120 and sm_121 with 13.5).
 # sm_120/sm_121 map to 12Xa: llama.cpp rewrites 12X to 12Xa itself; plain 12X would lose the
 # Blackwell FP4 (MXFP4/NVFP4) kernels that need the arch-specific feature set.
 ARCHS: dict[str, Arch] = {
@@ -61,22 +67,27 @@ ARCHS: dict[str, Arch] = {
 }
 
 
-# The CUDA toolkit releases (MAJOR.MINOR) NVIDIA has published: 12.7 never was. A version outside this
-# catalogue is refused before any work (a typo would otherwise surface later, as a missing base image).
+# The CUDA toolkit releases (MAJOR.MINOR) NVIDIA had published when this list was written (12.7 never
+# was). A version inside its range that is not in it, or two majors ahead (99.9), is refused before any
+# work (a typo); a newer one of this major or the next is
+# the provider's to judge: provider wheels asks the package index which cuda-toolkit releases exist
+# (flows/cudacontexts.py), provider nvidia finds the base image's tag or not, so a release NVIDIA ships
+# after this list builds the day it ships. With no index to ask, this list is the fallback.
 CUDA_RELEASES: tuple[tuple[int, int], ...] = (
     *((10, m) for m in range(3)), *((11, m) for m in range(9)), *((12, m) for m in range(10) if m != 7),
-    *((13, m) for m in range(3)),
+    *((13, m) for m in range(6)),
 )
 
 
 def check_cuda_release(text: str, setting: str = "--cuda or build.cuda_version") -> tuple[int, int]:
-    """parse_cuda_version, and the version must be a release of the catalogue (ArchError naming them)."""
+    """parse_cuda_version; a version up to the newest of the catalogue must be one of its releases
+    (ArchError naming them); a newer one is left to the provider (see CUDA_RELEASES)."""
     version = parse_cuda_version(text)
-    if version not in CUDA_RELEASES:
+    if version not in CUDA_RELEASES and (version <= CUDA_RELEASES[-1] or version[0] > CUDA_RELEASES[-1][0] + 1):
         newest = ".".join(map(str, CUDA_RELEASES[-1]))
         oldest = ".".join(map(str, CUDA_RELEASES[0]))
-        raise ArchError(f"CUDA {text} is not a CUDA release buildkit knows ({oldest} to {newest}, no 12.7); "
-                        f"choose one of them in {setting}")
+        raise ArchError(f"CUDA {text} is not a CUDA release buildkit knows ({oldest} to {newest}, no 12.7; a newer "
+                        f"{CUDA_RELEASES[-1][0]}.x is checked with its provider); choose one of them in {setting}")
     return version
 
 

@@ -62,6 +62,7 @@ OTHER_VARIABLES: dict[str, str] = {
     ENV_PREFIX + "REGISTRY_DEADLINE": "seconds all of a command's registry requests may take (oci/registryhttp.py)",
     ENV_PREFIX + "REGISTRY_TRANSFER_DEADLINE":
         "seconds all of a command's blob transfers may take (oci/registryhttp.py)",
+    ENV_PREFIX + "INDEX_DEADLINE": "seconds each Python package index request may take (source/pyindex.py)",
     ENV_PREFIX + "CI": "the test suite runs in CI (tests/fixtures_docker.py)",
     ENV_PREFIX + "TEST_CACHE": "the tests' cache of real images (tests/realserver.py)",
     ENV_PREFIX + "DOCKER_DATA_ROOT": "scripts/install-engine.sh",

@@ -18,6 +18,7 @@ Layout (``cache_dir/cuda-root/<version>[-nocublas]``)::
     lib64/          libcudart.so -> libcudart.so.13, libcudart_static.a, libcudadevrt.a,
                     libcublas.so -> .so.13, libcublasLt.so -> .so.13, libculibos.a, cmake/
     lib64/stubs/    libcuda.so (SONAME libcuda.so.1; generated, see below), libcuda-stub.c
+    lib -> lib64    (the wheels' own nvcc.profile of 13.5 names $(TOP)/lib and $(TOP)/lib/stubs)
     nvvm/           bin/cicc, libdevice/, lib64/libnvvm.so -> libnvvm.so.4, include/nvvm.h
     buildkit-cuda-root.json   manifest: every wheel used with its sha256 (for locks)
 
@@ -33,16 +34,17 @@ Facts this module relies on (checked against PyPI):
   differs from the target) only ``libcuda-stub.c`` is written; the Dockerfile then compiles it.
 * cuobjdump has its own wheel only from 13.2 on; older toolkits get the 13.2 one
   (``CUOBJDUMP_FALLBACK``), which reads their ELF/fatbin output as well.
-* ``pip download --platform manylinux_2_28_x86_64`` (pip 23) does not accept older manylinux tags,
-  so every ``manylinux_2_X`` up to ``MAX_GLIBC`` is passed explicitly.
+* Which files: resolved on the package index pip is configured with, from its metadata
+  (cudawheels.resolve_toolkit: names, versions, URLs, sha256), so `--print` and `render` know the
+  manifest (and the build key) without downloading; the layout downloads exactly those files once into
+  ``cache_dir/cuda-wheels`` and checks each sha256 before use.
 
-This module lays out and reuses the root; which wheels and pip: cudawheels.py; unpacking them:
+This module lays out and reuses the root; which wheels: cudawheels.py (the index: pyindex.py); unpacking them:
 cudalayout.py; the driver stub: cudastub.py.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -56,7 +58,8 @@ from buildkit.core.filelock import file_lock
 from buildkit.core.platforms import default_platform
 from buildkit.source.cudalayout import add_soname_links, extract_wheel
 from buildkit.source.cudastub import write_libcuda_stub
-from buildkit.source.cudawheels import HINT, META_PACKAGE, norm_arch, pip_download, resolve_pins, wheel_name_version
+from buildkit.source.cudawheels import HINT, Toolkit, norm_arch, resolve_toolkit
+from buildkit.source.pyindex import PackageIndex
 
 MARKER = ".buildkit-complete"
 MANIFEST = "buildkit-cuda-root.json"
@@ -88,13 +91,8 @@ def read_manifest(root: Path) -> dict:
         raise CudaRootError(f"cannot read {Path(root) / MANIFEST}: {e}") from e
 
 
-def ensure_cuda_root(cuda_version: str, cache_dir: Path, *, with_cublas: bool = True,
-                     arch: str = default_platform().processor) -> Path:
-    """Lay out CUDA ``cuda_version`` (e.g. ``13.1`` or ``13.1.1``) from PyPI wheels; return its root.
-
-    Reuses a complete root. Builds in a temporary directory beside the destination and renames
-    it into place, under a lock file, so concurrent callers and interrupted runs are safe.
-    """
+def check_layable(cuda_version: str) -> str:
+    """The version, stripped, when it is like 13.1 or 13.1.1 and 13 or newer (CudaRootError otherwise)."""
     cuda_version = cuda_version.strip()
     if not _VERSION_RE.match(cuda_version):
         raise CudaRootError(f"CUDA version {cuda_version!r} is not like 13.1 or 13.1.1")
@@ -103,6 +101,36 @@ def ensure_cuda_root(cuda_version: str, cache_dir: Path, *, with_cublas: bool = 
         raise CudaRootError(
             f"CUDA {cuda_version} cannot be laid out from PyPI: NVIDIA's {major}.x wheels ship no nvcc "
             f"(only ptxas); use CUDA 13.x, or {HINT}")
+    return cuda_version
+
+
+def planned_manifest(cuda_version: str, cache_dir: Path, *, with_cublas: bool = True,
+                     arch: str = default_platform().processor, index: PackageIndex | None = None) -> dict:
+    """The manifest of the root ensure_cuda_root lays out, without laying it out: the root's own when it
+    is complete, else its wheels resolved from the package index's metadata (nothing downloaded but,
+    where the index serves no METADATA alone, the few-KB cuda-toolkit meta wheel)."""
+    cuda_version = check_layable(cuda_version)
+    dest = cuda_root_dir(cuda_version, cache_dir, with_cublas=with_cublas, arch=arch)
+    if is_complete(dest):
+        return read_manifest(dest)
+    index = index or PackageIndex(Path(cache_dir))
+    return resolve_toolkit(cuda_version, index, wheel_cache(cache_dir), with_cublas=with_cublas,
+                           arch=norm_arch(arch)).manifest()
+
+
+def wheel_cache(cache_dir: Path) -> Path:
+    """Where the wheels of every CUDA root are downloaded to, once (by filename, checked by sha256)."""
+    return Path(cache_dir) / "cuda-wheels"
+
+
+def ensure_cuda_root(cuda_version: str, cache_dir: Path, *, with_cublas: bool = True,
+                     arch: str = default_platform().processor, index: PackageIndex | None = None) -> Path:
+    """Lay out CUDA ``cuda_version`` (e.g. ``13.1`` or ``13.1.1``) from PyPI wheels; return its root.
+
+    Reuses a complete root. Builds in a temporary directory beside the destination and renames
+    it into place, under a lock file, so concurrent callers and interrupted runs are safe.
+    """
+    cuda_version = check_layable(cuda_version)
     arch = norm_arch(arch)
     dest = cuda_root_dir(cuda_version, cache_dir, with_cublas=with_cublas, arch=arch)
     if is_complete(dest):
@@ -120,7 +148,9 @@ def ensure_cuda_root(cuda_version: str, cache_dir: Path, *, with_cublas: bool = 
         work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=parent))
         try:
             root = work / "root"
-            _build(cuda_version, root, work, with_cublas=with_cublas, arch=arch)
+            toolkit = resolve_toolkit(cuda_version, index or PackageIndex(Path(cache_dir)), wheel_cache(cache_dir),
+                                      with_cublas=with_cublas, arch=arch)
+            _build(toolkit, root, wheel_cache(cache_dir), index or PackageIndex(Path(cache_dir)))
             if dest.exists() or dest.is_symlink():  # an incomplete leftover
                 shutil.rmtree(dest) if dest.is_dir() and not dest.is_symlink() else dest.unlink()
             os.rename(root, dest)
@@ -175,60 +205,26 @@ def runtime_subset(root: Path, dest: Path | None = None) -> Path:
 # --------------------------------------------------------------------------- build
 
 
-def _build(cuda_version: str, root: Path, work: Path, *, with_cublas: bool, arch: str) -> None:
-    meta_dir, wheel_dir = work / "meta", work / "wheels"
-    meta_dir.mkdir()
-    wheel_dir.mkdir()
-    meta = pip_download([f"{META_PACKAGE}=={cuda_version}.*"], meta_dir, arch,
-                         what=f"{META_PACKAGE}=={cuda_version}.*")
-    if len(meta) != 1:
-        raise CudaRootError(f"pip download of {META_PACKAGE}=={cuda_version}.* gave {len(meta)} wheels; {HINT}")
-    pins = resolve_pins(meta[0], with_cublas=with_cublas, arch=arch)
-    wheels = pip_download([p.requirement for p in pins], wheel_dir, arch,
-                           what=", ".join(p.requirement for p in pins))
-    got = {wheel_name_version(w)[0] for w in wheels}
-    absent = [p.requirement for p in pins if p.name not in got]
-    if absent:
-        raise CudaRootError(f"pip download gave no wheel for {', '.join(absent)}; {HINT}")
-
+def _build(toolkit: Toolkit, root: Path, wheel_dir: Path, index: PackageIndex) -> None:
+    """Download the toolkit's wheels (each once, into wheel_dir, sha256 checked) and lay them out in root."""
+    wheels = [index.download(w.index_file(), wheel_dir) for w in toolkit.wheels]
     root.mkdir()
     for wheel in sorted(wheels):
         extract_wheel(wheel, root)
     add_soname_links(root / "lib64")
     add_soname_links(root / "nvvm" / "lib64")
+    if (root / "lib64").is_dir() and not (root / "lib").exists():
+        (root / "lib").symlink_to("lib64")  # 13.5's nvcc.profile links from $(TOP)/lib, older ones' from lib64
     if not (root / "bin" / "nvcc").is_file():
-        raise CudaRootError(f"the wheels of CUDA {cuda_version} contain no bin/nvcc; {HINT}")
-    stub = write_libcuda_stub(root, arch)
-
-    meta_name, meta_version = wheel_name_version(meta[0])
-    manifest = {
-        "format": MANIFEST_FORMAT,
-        "requested": cuda_version,
-        "arch": arch,
-        "with_cublas": with_cublas,
-        "toolkit": {"package": meta_name, "version": meta_version, "filename": meta[0].name,
-                    "sha256": _sha256(meta[0])},
-        "wheels": [
-            {"package": n, "version": v, "filename": w.name, "sha256": _sha256(w),
-             "size": w.stat().st_size}
-            for w in sorted(wheels) for n, v in [wheel_name_version(w)]
-        ],
-        "libcuda_stub": stub,
-    }
+        raise CudaRootError(f"the wheels of CUDA {toolkit.requested} contain no bin/nvcc; {HINT}")
+    stub = write_libcuda_stub(root, toolkit.arch)
+    manifest = {**toolkit.manifest(), "format": MANIFEST_FORMAT, "libcuda_stub": stub}
     # root is scratch (work/root), renamed into the cache whole: its files need no whole-file writes
     (root / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    (root / MARKER).write_text(f"{meta_name}=={meta_version}\n")
+    (root / MARKER).write_text(f"{toolkit.meta.package}=={toolkit.meta.version}\n")
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _main(argv: list[str]) -> int:  # python -m buildkit.cudaroot 13.1 [DIR] [--no-cublas]

@@ -1,28 +1,33 @@
-"""Which of NVIDIA's PyPI wheels make one CUDA toolkit release, and getting them with pip.
+"""Which of NVIDIA's PyPI wheels make one CUDA toolkit release, read from the package index's metadata.
 
 The meta package ``cuda-toolkit`` pins, per extra, the component releases of its toolkit
-(cudaroot.py's docstring says more); resolve_pins reads those pins from its METADATA, and
-pip_download fetches wheels for linux/<arch> with every manylinux tag up to MAX_GLIBC.
+(cudaroot.py's docstring says more). resolve_toolkit finds the newest ``cuda-toolkit`` of a release on
+the index (pyindex.py), reads its METADATA (PEP 658 when the index serves it, else the tiny meta
+wheel, cached) and picks for each pin the newest matching wheel for linux/<arch> with a manylinux tag
+up to MAX_GLIBC, as pip would: names, versions, files, URLs and sha256, with no component wheel
+downloaded. cudaroot.py downloads exactly those files when it lays the root out.
 """
 
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
 import zipfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import Version
 
 from buildkit.core.errors import CudaRootError
 from buildkit.core.platforms import ARCHES, by_machine, default_platform
+from buildkit.source.pyindex import IndexFile, PackageIndex
 
 META_PACKAGE = "cuda-toolkit"
 #: Newest glibc a wheel may require: the build images (Debian 12: 2.36, Ubuntu 22.04: 2.35).
 MAX_GLIBC = (2, 35)
-PIP_PYTHON_VERSION = "3.11"
+PYTHON_TAGS = ("cp311", "py311", "py31", "py3")  # pip's --python-version 3.11 interpreters
+ABI_TAGS = ("cp311", "abi3", "none")
 #: Used when the toolkit release has no ``cuobjdump`` extra (before 13.2).
 CUOBJDUMP_FALLBACK = "nvidia-cuda-cuobjdump==13.2.86.*"
 
@@ -55,15 +60,15 @@ class WheelPin:
         return f"{self.name}{self.specifier}"
 
 
-def resolve_pins(meta_wheel: Path, *, with_cublas: bool = True,
-                 arch: str = default_platform().processor) -> list[WheelPin]:
-    """The component pins of a ``cuda-toolkit`` meta wheel for the extras we need."""
+def resolve_pins(metadata: str, *, with_cublas: bool = True, arch: str = default_platform().processor,
+                 what: str = META_PACKAGE) -> list[WheelPin]:
+    """The component pins in a ``cuda-toolkit`` METADATA for the extras we need."""
     wanted_extras = [e for e in _EXTRAS if with_cublas or e != "cublas"]
     wanted = {p for e in wanted_extras for p in _EXTRAS[e]}
     env = {"sys_platform": "linux", "platform_system": "Linux", "platform_machine": norm_arch(arch),
            "os_name": "posix"}
     pins: dict[str, WheelPin] = {}
-    for line in _wheel_metadata(meta_wheel).splitlines():
+    for line in metadata.splitlines():
         if not line.startswith("Requires-Dist:"):
             continue
         try:
@@ -80,7 +85,7 @@ def resolve_pins(meta_wheel: Path, *, with_cublas: bool = True,
     if with_cublas and "nvidia-cublas" not in pins:
         missing.append("nvidia-cublas")
     if missing:
-        raise CudaRootError(f"{meta_wheel.name} pins no {', '.join(missing)} for linux/{arch}; {HINT}")
+        raise CudaRootError(f"{what} pins no {', '.join(missing)} for linux/{arch}; {HINT}")
     if "nvidia-cuda-cuobjdump" not in pins:
         fb = Requirement(CUOBJDUMP_FALLBACK)
         pins[fb.name] = WheelPin(fb.name, str(fb.specifier))
@@ -88,60 +93,125 @@ def resolve_pins(meta_wheel: Path, *, with_cublas: bool = True,
 
 
 def _wheel_metadata(wheel: Path) -> str:
-    with zipfile.ZipFile(wheel) as z:
-        names = [n for n in z.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1]
-        if not names:
-            raise CudaRootError(f"{wheel.name} has no METADATA")
-        return z.read(names[0]).decode("utf-8", "replace")
+    try:
+        with zipfile.ZipFile(wheel) as z:
+            names = [n for n in z.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1]
+            if not names:
+                raise CudaRootError(f"{wheel.name} has no METADATA")
+            return z.read(names[0]).decode("utf-8", "replace")
+    except (OSError, zipfile.BadZipFile) as e:
+        raise CudaRootError(f"cannot read {wheel.name}: {e}") from None
 
 
-def wheel_name_version(wheel: Path) -> tuple[str, str]:
-    name, version = wheel.name.split("-")[:2]
+def wheel_name_version(wheel: Path | str) -> tuple[str, str]:
+    name, version = Path(wheel).name.split("-")[:2]
     return name.replace("_", "-").lower(), version
 
 
-def _platform_args(arch: str) -> list[str]:
-    args: list[str] = []
-    for minor in range(MAX_GLIBC[1], 4, -1):
-        args += ["--platform", f"manylinux_{MAX_GLIBC[0]}_{minor}_{arch}"]
+@dataclass(frozen=True)
+class ResolvedWheel:
+    """One wheel as the lock records it: what the build downloads and checks."""
+
+    package: str
+    version: str
+    filename: str
+    sha256: str
+    url: str
+    size: int | None
+
+    def index_file(self) -> IndexFile:
+        return IndexFile(self.filename, self.url, self.sha256, self.size, False, False)
+
+    def record(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Toolkit:
+    """A CUDA release resolved on the index: its meta package and the component wheels for one arch."""
+
+    requested: str
+    arch: str
+    with_cublas: bool
+    meta: ResolvedWheel
+    wheels: tuple[ResolvedWheel, ...]
+
+    def manifest(self) -> dict:
+        """The manifest fields a root laid out from these wheels has (cudaroot.py adds the stub's)."""
+        return {"format": 1, "requested": self.requested, "arch": self.arch, "with_cublas": self.with_cublas,
+                "toolkit": self.meta.record(), "wheels": [w.record() for w in self.wheels]}
+
+
+def supported_platforms(arch: str) -> list[str]:
+    """The platform tags pip takes for linux/<arch> up to MAX_GLIBC, best first."""
+    tags = [f"manylinux_{MAX_GLIBC[0]}_{minor}_{arch}" for minor in range(MAX_GLIBC[1], 4, -1)]
     known = by_machine(arch)
-    for tag in known.legacy_wheel_tags if known else ():
-        args += ["--platform", f"{tag}_{arch}"]
-    return args
+    return tags + [f"{tag}_{arch}" for tag in (known.legacy_wheel_tags if known else ())] + ["any"]
 
 
-def pip_download(requirements: list[str], dest: Path, arch: str, *, what: str) -> list[Path]:
-    before = set(dest.glob("*.whl")) if dest.is_dir() else set()
-    argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-            *_platform_args(arch), "--python-version", PIP_PYTHON_VERSION,
-            "--disable-pip-version-check", "--no-input", "--progress-bar", "off",
-            "-d", str(dest), *requirements]
-    try:
-        r = subprocess.run(argv, capture_output=True, text=True)
-    except OSError as e:
-        raise CudaRootError(f"cannot run pip to download {what}: {e}; {HINT}") from e
-    if r.returncode != 0:
-        raise CudaRootError(_pip_failure(r.stderr, requirements, what))
-    return sorted(set(dest.glob("*.whl")) - before)
+def pick(files: list[IndexFile], project: str, specifier: str, arch: str) -> tuple[IndexFile, str] | None:
+    """The file pip would take for project<specifier> on linux/<arch>: the newest matching version
+    (no pre-release, nothing yanked), then the best platform tag. (file, version) or None."""
+    spec, platforms = SpecifierSet(specifier), supported_platforms(arch)
+    best: tuple[Version, int, IndexFile] | None = None
+    for f in files:
+        if f.yanked or not f.filename.endswith(".whl"):
+            continue
+        try:
+            name, version, _, tags = parse_wheel_filename(f.filename)
+        except InvalidWheelFilename:
+            continue
+        if name != canonicalize_name(project) or not spec.contains(version):
+            continue
+        ranks = [platforms.index(t.platform) for t in tags
+                 if t.interpreter in PYTHON_TAGS and t.abi in ABI_TAGS and t.platform in platforms]
+        if ranks and (best is None or (version, -min(ranks)) > (best[0], best[1])):
+            best = (version, -min(ranks), f)
+    return None if best is None else (best[2], str(best[0]))
 
 
-def _pip_failure(stderr: str, requirements: list[str], what: str) -> str:
-    errors = [ln.strip() for ln in stderr.splitlines() if ln.startswith("ERROR:")]
-    culprit = what
-    for ln in errors:
-        m = re.search(r"(?:No matching distribution found for|satisfies the requirement) (\S+)", ln)
-        if m:
-            culprit = m.group(1)
-            break
-    network = re.search(r"NewConnectionError|Network is unreachable|Temporary failure in name resolution"
-                        r"|Max retries exceeded|ConnectTimeout|ReadTimeout|ProxyError|SSLError", stderr)
-    listed = re.search(r"\(from versions: ([^)]*)\)", stderr)
-    if network or (listed and listed.group(1).strip() == "none"):
-        return f"cannot get {culprit} from the package index (offline or index unreachable?); {HINT}"
-    if any("No matching distribution" in ln for ln in errors):
-        return f"{culprit} is not on the package index (no such CUDA release?); {HINT}"
-    detail = errors[-1] if errors else (stderr.strip().splitlines() or ["pip failed"])[-1]
-    return f"pip download of {culprit} failed: {detail.removeprefix('ERROR: ')}; {HINT}"
+def toolkit_releases(index: PackageIndex) -> list[tuple[int, int]]:
+    """The CUDA releases (MAJOR.MINOR) the index publishes a ``cuda-toolkit`` of (no pre-release, nothing yanked)."""
+    out = set()
+    for f in index.files(META_PACKAGE):
+        try:
+            name, version, _, _ = parse_wheel_filename(f.filename)
+        except InvalidWheelFilename:
+            continue
+        if name == META_PACKAGE and not f.yanked and not version.is_prerelease and len(version.release) >= 2:
+            out.add((version.release[0], version.release[1]))
+    return sorted(out)
+
+
+def resolve_toolkit(cuda_version: str, index: PackageIndex, meta_dir: Path, *, with_cublas: bool = True,
+                    arch: str = default_platform().processor) -> Toolkit:
+    """CUDA `cuda_version` (13.1 or 13.1.1) for linux/<arch>: every wheel, its version, URL and sha256."""
+    arch = norm_arch(arch)
+    meta_req = f"=={cuda_version}.*"
+    got = pick(index.files(META_PACKAGE), META_PACKAGE, meta_req, arch)
+    if got is None:
+        raise CudaRootError(f"{META_PACKAGE}{meta_req} is not on the package index ({index.describe()}): "
+                            f"no such CUDA release?; {HINT}")
+    meta_file, meta_version = got
+    metadata = index.metadata(meta_file)
+    if metadata is None:  # the index serves no METADATA alone: the meta wheel is a few KB
+        metadata = _wheel_metadata(index.download(meta_file, meta_dir))
+    pins = resolve_pins(metadata, with_cublas=with_cublas, arch=arch, what=meta_file.filename)
+    wheels = []
+    for pin in pins:
+        chosen = pick(index.files(pin.name), pin.name, pin.specifier, arch)
+        if chosen is None:
+            raise CudaRootError(f"the package index has no wheel of {pin.requirement} for linux/{arch} "
+                                f"(manylinux up to glibc {MAX_GLIBC[0]}.{MAX_GLIBC[1]}); {HINT}")
+        wheels.append(_resolved(*chosen))
+    return Toolkit(cuda_version, arch, with_cublas, _resolved(meta_file, meta_version), tuple(wheels))
+
+
+def _resolved(f: IndexFile, version: str) -> ResolvedWheel:
+    if not f.sha256:
+        raise CudaRootError(f"the package index gives no sha256 for {f.filename}; {HINT}")
+    return ResolvedWheel(wheel_name_version(f.filename)[0], wheel_name_version(f.filename)[1], f.filename,
+                         f.sha256, f.url, f.size)
 
 
 def norm_arch(arch: str) -> str:

@@ -19,6 +19,7 @@ from buildkit.source.cudaroot import cuda_root_dir
 from buildkit.verify.checks import elf_archs, find_cuobjdump
 from forkrepo import FORK_EPOCH, make_fork_repo
 from cliutil import cli_env, write_project
+from pyindexserver import ProxyIndex, proxy_env, proxy_store
 
 pytestmark = pytest.mark.docker
 
@@ -41,7 +42,14 @@ def fork(tmp_path_factory, git_daemon):
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory, fork, debian_base_image, docker_engine):
+def pypi():
+    """NVIDIA's wheels through a loopback index in front of PyPI, its files kept between runs (issue 41)."""
+    with ProxyIndex(proxy_store()) as index:
+        yield index
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory, fork, debian_base_image, docker_engine, pypi):
     """A project folder with its buildkit.toml pointing at the served fork, and a private cache."""
     root = tmp_path_factory.mktemp("project")
     write_project(root,
@@ -49,7 +57,7 @@ def project(tmp_path_factory, fork, debian_base_image, docker_engine):
                   image={"name": "buildkit-test/tiny-fork", "version": "0.2.0"},
                   build={"cuda_version": CUDA, "jobs": 2},
                   base={"provider": "wheels", "os_image": debian_base_image, "cublas": False})
-    env = cli_env(tmp_path_factory.getbasetemp() / "buildkit-cache")  # this checkout's buildkit
+    env = cli_env(tmp_path_factory.getbasetemp() / "buildkit-cache", **proxy_env(pypi))  # this checkout's buildkit
     env["LLAMA_BUILDKIT_BUILD_PROGRESS"] = "plain"
     return {"root": root, "env": env, "cache": Path(env["LLAMA_BUILDKIT_CACHE_DIR"]), "os_image": debian_base_image}
 
@@ -123,10 +131,16 @@ def test_build_user_runs_the_image_as_that_user_with_a_home(project, fork, clien
     assert fork["commit"] in run_version(client, ref)  # llama-server itself runs as the user
 
 
-@pytest.mark.parametrize("arch,elf", [("sm_120", "sm_120a"), ("sm_89", "sm_89")])
-def test_cuda_build_contains_exactly_the_requested_arch(project, fork, client, arch, elf, tmp_path):
-    proc = build(project, "--arch", arch)
-    variant = f"cuda{CUDA}-sm{arch[3:]}"
+# sm_120 with CUDA 13.5, a release newer than buildkit's built-in list: accepted because the index has it
+@pytest.mark.parametrize("arch,elf,cuda", [("sm_120", "sm_120a", "13.5"), ("sm_89", "sm_89", CUDA)])
+def test_cuda_build_contains_exactly_the_requested_arch(project, fork, client, pypi, arch, elf, cuda, tmp_path):
+    fresh = not (cuda_root_dir(cuda, project["cache"], with_cublas=False) / ".buildkit-complete").exists()
+    printed = buildkit("build", "--arch", arch, "--cuda", cuda, "--print", "--json", cwd=project["root"],
+                       env=project["env"])
+    assert printed.returncode == 0, printed.stderr
+    after_print = dict(pypi.requests)
+    proc = build(project, "--arch", arch, "--cuda", cuda)
+    variant = f"cuda{cuda}-sm{arch[3:]}"
     ref = f"buildkit-test/tiny-fork:{variant}"
     assert "verify cuda-archs: passed" in proc.stdout and "verify no-vmm: passed" in proc.stdout
     # Independently of buildkit's own check: copy the library out and list its ELF images.
@@ -139,15 +153,20 @@ def test_cuda_build_contains_exactly_the_requested_arch(project, fork, client, a
         container.remove()
     subprocess.run(["tar", "-xf", str(tar), "-C", str(tmp_path)], check=True)
     library = next(p for p in (tmp_path / "lib").glob("libggml-cuda.so*") if not p.is_symlink())
-    root = cuda_root_dir(CUDA, project["cache"], with_cublas=False)
+    root = cuda_root_dir(cuda, project["cache"], with_cublas=False)
     assert elf_archs(find_cuobjdump([root]), library) == {elf}
     assert fork["commit"] in run_version(client, ref)
     labels = image_labels(client, ref)
-    assert labels["org.llama-buildkit.cuda-version"] == CUDA
+    assert labels["org.llama-buildkit.cuda-version"] == cuda
     assert "-DGGML_CUDA_NO_VMM=ON" in labels["org.llama-buildkit.flags"]
     entry = lock_entries(project)[f"{variant}/server"]
-    assert entry["arch"] == arch and entry["cuda_version"] == CUDA and entry["no_vmm"] is True
+    assert entry["arch"] == arch and entry["cuda_version"] == cuda and entry["no_vmm"] is True
     assert entry["cuda_root"]["wheels"], "the lock records the CUDA wheels used"
+    assert entry["build_key"] == json.loads(printed.stdout)["build_key"]  # --print knew it without the wheels
+    for wheel in entry["cuda_root"]["wheels"]:  # none by --print; each once by the build, from the index the lock names
+        path = f"/files/{wheel['filename']}"
+        assert pypi.requests[path] == 1 and wheel["url"].startswith(pypi.url[:-7]), wheel
+        assert not fresh or after_print.get(path, 0) == 0, f"--print downloaded {path}"
 
 
 def test_vmm_build_links_the_stub_and_needs_libcuda(vmm_build, client):

@@ -18,22 +18,30 @@ from buildkit.source.cudaroot import cuda_root_dir
 from buildkit.verify.checks import elf_archs, find_cuobjdump
 from buildkit.verify.elfdeps import read_elf
 from cliutil import cli_env, run_cli, write_project
+from pyindexserver import ProxyIndex, proxy_env, proxy_store
 
 pytestmark = pytest.mark.docker
 
-CUDA = "13.1"
+CUDA = "13.5"  # newer than buildkit's built-in list of releases: accepted because the index has it (issue 41)
 AARCH64 = ARCHES["arm64"].elf_machine
 
 
 @pytest.fixture(scope="module")
-def cross_project(tmp_path_factory, example_fork, multiarch_base_image, docker_engine):
+def pypi():
+    """NVIDIA's wheels through a loopback index in front of PyPI, its files kept between runs."""
+    with ProxyIndex(proxy_store()) as index:
+        yield index
+
+
+@pytest.fixture(scope="module")
+def cross_project(tmp_path_factory, example_fork, multiarch_base_image, docker_engine, pypi):
     commit = example_fork["commit"]
     root = write_project(tmp_path_factory.mktemp("cross-project"),
                          source={"url": example_fork["url"], "commit": commit, "patch_dir": "patches"},
                          image={"name": "buildkit-test/tiny-cross"},
                          build={"cuda_version": CUDA, "jobs": 2, "progress": "plain"},
                          base={"provider": "wheels", "os_image": multiarch_base_image, "cublas": False})
-    env = cli_env(tmp_path_factory.getbasetemp() / "buildkit-cache")  # this checkout's buildkit
+    env = cli_env(tmp_path_factory.getbasetemp() / "buildkit-cache", **proxy_env(pypi))  # this checkout's buildkit
     return {"root": root, "env": env, "commit": commit, "cache": Path(env["LLAMA_BUILDKIT_CACHE_DIR"])}
 
 
@@ -58,7 +66,7 @@ def copied_out(ref: str, path: str, dest: Path) -> Path:
     return dest / Path(path).name
 
 
-SM121 = "buildkit-test/tiny-cross:cuda13.1-sm121"
+SM121 = f"buildkit-test/tiny-cross:cuda{CUDA}-sm121"
 
 
 @pytest.fixture(scope="module")

@@ -71,7 +71,7 @@ def test_table_rows():
 
 # ---------------------------------------------------------------- the CUDA catalogue (issue 22)
 
-@pytest.mark.parametrize("version", ["99.9", "12.7", "13.9", "9.2", "0.0"])
+@pytest.mark.parametrize("version", ["99.9", "12.7", "9.2", "0.0", "15.0"])
 def test_a_cuda_version_outside_the_catalogue_stops_before_any_work(version):
     """--cuda 99.9 is one line from make_request (the first step of every build), not a missing base
     image after a DNS lookup; the matrix refuses it the same way."""
@@ -94,3 +94,14 @@ def test_every_release_of_the_catalogue_is_accepted():
     assert "13.1" in [f"{a}.{b}" for a, b in CUDA_RELEASES] and (12, 7) not in CUDA_RELEASES
     for major, minor in CUDA_RELEASES:
         assert check_cuda_release(f"{major}.{minor}") == (major, minor)
+
+
+@pytest.mark.parametrize("version", ["13.3", "13.4", "13.5", "13.9", "14.0"])
+def test_a_release_newer_than_the_catalogue_is_the_providers_to_judge(version):
+    """NVIDIA ships 13.3 to 13.5 after the list was written: make_request takes them (and any newer 13.x or
+    14.x); the provider says whether it exists (tests/test_cuda_index.py), not a frozen list."""
+    from buildkit.plan.buildplan import make_request
+    from buildkit.plan.config import load_config
+
+    cfg = load_config(None, env={}, overrides={"build.cuda_version": (version, "--cuda"), "build.arch": ("sm_120", "t")})
+    assert make_request(cfg).cuda_version == version

@@ -55,7 +55,6 @@ ALLOWED_WORDS = {  # (module, word): why it is not docker's argv
     ("cli/bench.py", "--gpus"): "buildkit bench's own option names, in its error message",
     ("cli/run.py", "docker"): "the choices of buildkit run --format (docker or k8s)",
     ("core/livedisplay.py", "buildx"): "the name of a row of the live display",
-    ("source/cudawheels.py", "--platform"): "pip download's own --platform",
 }
 
 
