@@ -9,7 +9,6 @@ import json
 import re
 from pathlib import Path
 
-import kubernetes_validate
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -89,10 +88,8 @@ arg = st.sampled_from(HOSTILE) | st.text(max_size=12) | st.text(alphabet="$()X\\
 @example(values=["--alias", "$(HOSTNAME)"])
 def test_the_pod_gets_the_arguments_given_after_kubernetes_expansion(values):
     """Every name the args reference is defined (an env, envFrom or a later edit could define it):
-    still no argument changes; the objects are valid for the API (strict)."""
+    still no argument changes. (The schema check, a second per example, is the CLI tests'.)"""
     document = json.loads(json.dumps(manifest(spec("--alias", *values), image=IMAGE, name="chat", gpus=0)))
-    for item in document["items"]:
-        kubernetes_validate.validate(item, kubernetes_validate.latest_version(), strict=True)
     args = container({i["kind"]: i for i in document["items"]})["args"]
     meant = server_command(spec("--alias", *values), port=8080)
     defined = {name: f"<{name}>" for a in args for name in _names(a)}
