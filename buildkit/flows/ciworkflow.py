@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
+import yaml
 
 from buildkit import __version__
 from buildkit.core.errors import ConfigError
@@ -51,7 +52,7 @@ from buildkit.flows.nightlyjobs import DEFAULT_RUNNERS
 TEMPLATE = "ci/github-nightly.yml.j2"
 DEFAULT_PATH = Path(".github/workflows/buildkit-nightly.yml")
 DEFAULT_CRON = "17 3 * * *"
-SECRET_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # matched whole (fullmatch)
 # (name, low, high, names) of the five cron fields, as GitHub's POSIX cron takes them
 _CRON_FIELDS = (("minute", 0, 59, ()), ("hour", 0, 23, ()), ("day of month", 1, 31, ()),
                 ("month", 1, 12, ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")),
@@ -65,7 +66,10 @@ GITHUB_CACHE_GB = 10.0
 # entry per unit: the replaced one is deleted), and with --layer-cache gha its runtime stage's layers
 CCACHE_GB = {"cuda": 0.3, "cpu": 0.1}
 GHA_LAYERS_GB = {"cuda": 0.8, "cpu": 0.1}
-_SAFE = re.compile(r"^[A-Za-z0-9_.:/@=<>~!+, -]+$")  # what may appear unquoted-ish in a run line or value
+# what a value may hold, matched whole (fullmatch: `$` would match before a trailing newline): it goes
+# into a run: line between double quotes as well as into YAML (where the yaml filter serializes it)
+_SAFE = re.compile(r"[A-Za-z0-9_.:/@=<>~!+, -]+")
+_WORD = re.compile(r"[A-Za-z0-9_.-]+")  # a value a run line carries unquoted (the bench variant)
 
 
 @dataclass(frozen=True)
@@ -199,14 +203,14 @@ def check_registry_login(registry: str, username_secret: str, password_secret: s
 
 
 def _check(name: str, value: str) -> str:
-    if not value or not _SAFE.match(value) or "${{" in value:
+    if not value or not _SAFE.fullmatch(value) or "${{" in value:
         raise ConfigError(f"{name} {value!r} contains characters a workflow line cannot carry safely")
     return value
 
 
 def render_workflow(options: WorkflowOptions, directory: Path | None = None) -> str:
     for secret in (options.username_secret, options.password_secret):
-        if not SECRET_NAME.match(secret) or secret.upper().startswith("GITHUB_") and secret != "GITHUB_TOKEN":
+        if not SECRET_NAME.fullmatch(secret) or secret.upper().startswith("GITHUB_") and secret != "GITHUB_TOKEN":
             raise ConfigError(f"{secret!r} is not a usable GitHub secret name (letters, digits, '_'; "
                               "not starting with GITHUB_ except GITHUB_TOKEN)")
     for name, value in (("registry", options.registry), ("--python", options.python_version),
@@ -221,6 +225,9 @@ def render_workflow(options: WorkflowOptions, directory: Path | None = None) -> 
                         ("--bench-model", options.bench_model), ("--bench-profile", options.bench_profile)):
         if value:
             _check(name, value)
+    if options.bench_variant and not _WORD.fullmatch(options.bench_variant):  # unquoted in a run line
+        raise ConfigError(f"--bench-variant {options.bench_variant!r} is not a variant name (letters, digits, "
+                          "'.', '_', '-')")
     if options.layer_cache not in ("gha", "registry", "none"):
         raise ConfigError(f"--layer-cache {options.layer_cache!r} is not one of gha, registry, none")
     if options.layer_cache == "registry" and not options.cache_ref:
@@ -233,15 +240,20 @@ def render_workflow(options: WorkflowOptions, directory: Path | None = None) -> 
             raise ConfigError(f"{name} {count!r} is not a positive whole number")
     if not 0 <= options.max_slowdown <= 100:
         raise ConfigError(f"--max-slowdown {options.max_slowdown:g} is not a percentage (0-100)")
+    bench_labels = [label.strip() for label in options.bench_runner.split(",")] if options.bench_runner else []
+    if any(not label for label in bench_labels):
+        raise ConfigError(f"--bench-runner {options.bench_runner!r} has an empty label")
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(directory or templates_dir())),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    env.filters["yaml"] = yaml_value
+    install = options.install or install_spec()
 
     def secret_ref(name: str) -> str:
         return "${{ secrets." + name + " }}"
 
     text = env.get_template(TEMPLATE).render(
         cron=check_cron(options.cron), registry=options.registry, python_version=options.python_version,
-        install=options.install or install_spec(), config=options.config, summary_file=options.summary_file,
+        install=install, config=options.config, summary_file=options.summary_file,
         image=options.image, runners=options.runners, plan_runner=options.plan_runner, results_dir=RESULTS_DIR,
         layer_cache=options.layer_cache, cache_ref=options.cache_ref, bench_runner=options.bench_runner,
         bench_new=f"{options.bench_image}:nightly-{options.bench_variant}",
@@ -253,8 +265,45 @@ def render_workflow(options: WorkflowOptions, directory: Path | None = None) -> 
         username=("${{ github.actor }}" if options.username_secret == "GITHUB_TOKEN"
                   else secret_ref(options.username_secret)),
         password=secret_ref(options.password_secret), tool_version=__version__,
-        ghcr=options.registry == "ghcr.io")
+        ghcr=options.registry == "ghcr.io", bench_labels=bench_labels)
+    check_read_back(text, options, install, bench_labels)
     return text
+
+
+def yaml_value(value: str | list[str]) -> str:
+    """A value as YAML (the template's `yaml` filter): a double-quoted scalar, or a flow sequence of them,
+    made by PyYAML's serializer, so `x: y`, `~`, `!!binary x`, `>` or `#` stay the text they are."""
+    return yaml.safe_dump(value, default_style='"', default_flow_style=True, width=float("inf"),
+                          allow_unicode=True).rstrip("\n")
+
+
+def check_read_back(text: str, options: WorkflowOptions, install: str, bench_labels: list[str]) -> None:
+    """The rendered workflow, read back with a YAML parser, says what was meant: the runners' labels,
+    the registry, the schedule, the install line and the config path; else ConfigError."""
+    try:
+        doc = yaml.safe_load(text)
+        jobs = doc["jobs"]
+        on = doc.get("on", doc.get(True))  # YAML 1.1 reads the key `on` as true
+        seen: list[tuple[str, object, object]] = [
+            ("--plan-runner", jobs["plan"]["runs-on"], options.plan_runner),
+            ("--plan-runner", jobs["assemble"]["runs-on"], options.plan_runner),
+            ("--cron", on["schedule"][0]["cron"], check_cron(options.cron))]
+        if bench_labels:
+            seen.append(("--bench-runner", jobs["bench"]["runs-on"], bench_labels))
+        for job in jobs.values():
+            for step in job["steps"]:
+                if str(step.get("uses", "")).startswith("docker/login-action@"):
+                    seen.append(("registry", step["with"]["registry"], options.registry))
+                if str(step.get("name", "")).startswith("Install buildkit"):
+                    seen.append(("--install", step["run"], f'python -m pip install "{install}"'))
+                if str(step.get("run", "")).startswith("buildkit nightly "):
+                    seen.append(("--config", f'--config "{options.config}"' in step["run"], True))
+    except (yaml.YAMLError, LookupError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"the generated workflow does not read back as YAML ({type(exc).__name__}): "
+                          "a value holds what the template cannot carry") from None
+    for name, got, meant in seen:
+        if got != meant:
+            raise ConfigError(f"the generated workflow does not read back {name} as given: {got!r}, not {meant!r}")
 
 
 def write_workflow(path: Path, text: str, *, force: bool = False) -> str:

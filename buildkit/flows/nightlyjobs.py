@@ -189,7 +189,7 @@ def run_job(cfg: ResolvedConfig, unit: str, *, verify: bool = True, stream=None)
 
     stream = sys.stderr if stream is None else stream
     commit, version = cfg.source.commit, cfg.image.version
-    if not _SHA.match(commit or ""):
+    if not _SHA.fullmatch(commit or ""):
         raise ConfigError(f"--job needs --commit with the plan's full 40-hex commit, not {commit!r}")
     parse_version(version)
     v = find_unit(cfg, unit).with_values("nightly", source__commit=commit, image__version=version)

@@ -24,6 +24,7 @@ from buildkit.plan.tags import build_tags, check_repository, normalise_version, 
 
 
 # What may reach a shell line or a FROM line. Values are also shell-quoted in the templates.
+# matched with fullmatch: `$` matches before a trailing newline, which would reach the Dockerfile and tags
 PLATFORM_RE = re.compile(r"^[a-z0-9]+/[a-z0-9_]+(?:/[a-z0-9]+)?$")
 VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z.+-]*$")
 CMAKE_ARG_RE = re.compile(r"^-D[A-Za-z_][A-Za-z0-9_]*(?::[A-Z]+)?=[A-Za-z0-9_.,;:/+=@%-]*$")
@@ -154,7 +155,7 @@ def check_user(value: str) -> str:
     """build.user as NAME:UID ("" = root): a name the passwd file takes and a uid that is not root's."""
     if not value:
         return ""
-    match = USER_RE.match(value)
+    match = USER_RE.fullmatch(value)
     if not match:
         raise ConfigError(f"build.user {value!r} is not NAME or NAME:UID (a lower-case user name such as "
                           "llama, optionally with a numeric uid: llama:1001)")
@@ -187,12 +188,12 @@ def make_request(cfg: ResolvedConfig) -> BuildRequest:
     if "," in platform:
         raise ConfigError(f"build.platform {platform!r} names several platforms: `buildkit build`, `bake` and "
                           "`nightly` build those (one index per tag); this step takes one (--platform linux/amd64)")
-    if not PLATFORM_RE.match(platform):
+    if not PLATFORM_RE.fullmatch(platform):
         raise ConfigError(f"build.platform {platform!r} is not of the form os/arch (linux/amd64)")
     cpu_level = get_level(cfg.build.cpu_level, platform)
     check_platform(arch, platform)
     build_platform = cfg.build.build_platform or machine_platform()
-    if not PLATFORM_RE.match(build_platform):
+    if not PLATFORM_RE.fullmatch(build_platform):
         raise ConfigError(f"build.build_platform {build_platform!r} is not of the form os/arch (linux/amd64)")
     if cpu_level.native and is_cross(build_platform, platform):
         raise ConfigError(f"build.cpu_level native compiles for this machine's CPU ({build_platform}); an image "
@@ -201,11 +202,11 @@ def make_request(cfg: ResolvedConfig) -> BuildRequest:
     if not 0 <= jobs <= MAX_JOBS:
         raise ConfigError(f"build.jobs must be 0 (all cores) to {MAX_JOBS}, got {jobs}")
     for arg in cfg.build.cmake_args:
-        if not CMAKE_ARG_RE.match(arg):
+        if not CMAKE_ARG_RE.fullmatch(arg):
             raise ConfigError(f"build.cmake_args: {arg!r} is not of the form -DNAME=VALUE "
                               "(value without spaces, quotes or shell characters)")
     version = normalise_version(cfg.image.version)  # v1.2.3 is 1.2.3 (metadata-action's type=semver)
-    if not VERSION_RE.match(version):
+    if not VERSION_RE.fullmatch(version):
         raise ConfigError(f"image.version {version!r} is not a valid version")
     image = cfg.image
     for key, text in (("image.title", image.title), ("image.licenses", image.licenses),
@@ -310,7 +311,7 @@ def clean_ccache_id(warm: str) -> str:
 
 def make_plan(request: BuildRequest, source: SourceFacts, *, template_sha256: str,
               tool_version: str, extra_tags: tuple[str, ...] = ()) -> BuildPlan:
-    if not SHA_RE.match(source.commit):
+    if not SHA_RE.fullmatch(source.commit):
         raise ConfigError(f"commit {source.commit!r} is not a full 40-hex SHA")
     flags = cmake_args(request, source)
     return BuildPlan(

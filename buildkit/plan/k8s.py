@@ -5,10 +5,11 @@ image pinned by digest (a tag can move under a running Deployment), the profile'
 `nvidia.com/gpu` limit (NVIDIA's device plugin; GKE's driver installer mounts the driver under
 /usr/local/nvidia, which the CUDA images keep in LD_LIBRARY_PATH), the model files from the volume
 `models` (a PersistentVolumeClaim NAME-models that holds them, each mounted read-only where `docker
-run` mounts it), and probes on llama-server's /health: a startup probe that allows 10 minutes for the
-model to load (/health answers 503 until then), then readiness and liveness. A ClusterIP Service
-publishes the port. Both go out as one v1 List in JSON, which `kubectl apply -f` takes and which is
-YAML too, so nothing needs a YAML library.
+run` mounts it; the volume holds them as /models does: the model at its root, the draft under draft/,
+so a draft of the model's file name has a subPath of its own), and probes on llama-server's /health:
+a startup probe that allows 10 minutes for the model to load (/health answers 503 until then), then
+readiness and liveness. A ClusterIP Service publishes the port. Both go out as one v1 List in JSON
+(json.dumps), which `kubectl apply -f` takes and which is YAML too, so nothing needs a YAML library.
 """
 
 from __future__ import annotations
@@ -19,19 +20,20 @@ from typing import Any
 
 from buildkit.core.errors import ConfigError
 from buildkit.oci.imageref import InvalidReference, parse_image_ref
-from buildkit.plan.profiles import CONTAINER_PORT, ServerSpec, gpu_device_requests, server_command
+from buildkit.plan.profiles import CONTAINER_PORT, MODEL_DIR, ServerSpec, gpu_device_requests, server_command
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MODELS_VOLUME = "models"
 HEALTH_PATH = "/health"
 STARTUP_SECONDS = 600  # the startup probe's allowance for loading the model
-_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # an RFC 1123 label: Deployment and Service names
+# an RFC 1123 label (Deployment and Service names), matched whole: `$` would let a trailing newline through
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 def object_name(name: str, profile: str) -> str:
     """--name as given (it must be an RFC 1123 label), else llama-server[-PROFILE] made into one."""
     if name:
-        if not _NAME.match(name):
+        if not _NAME.fullmatch(name):
             raise ConfigError(f"--name {name!r}: a Kubernetes name is 1 to 63 of a-z, 0-9 and '-', "
                               "starting and ending with a letter or digit")
         return name
@@ -68,9 +70,18 @@ def gpu_count(gpus: str) -> int:
     return len(request["DeviceIDs"]) if request["DeviceIDs"] else max(request["Count"], 1)
 
 
-def _escaped(arg: str) -> str:
-    """Kubernetes expands $(VAR) in args; $$ keeps a $ as written."""
-    return arg.replace("$(", "$$(")
+def escaped(arg: str) -> str:
+    """arg as Kubernetes gives it back after expanding args and env values: it turns $(VAR) into VAR's
+    value and $$ into $, so every $ is written $$ ("pa$$word" reaches the server as pa$$word)."""
+    return arg.replace("$", "$$")
+
+
+def sub_path(inside: str) -> str:
+    """The file's path in the models volume: its path under MODEL_DIR (target.gguf, draft/target.gguf)."""
+    rel = inside.removeprefix(MODEL_DIR + "/")
+    if rel == inside or any(part in ("", ".", "..") for part in rel.split("/")):
+        raise ConfigError(f"{inside!r} is not a file under {MODEL_DIR}: give the model as a file path")
+    return rel
 
 
 def manifest(spec: ServerSpec, *, image: str, name: str, gpus: int) -> dict[str, Any]:
@@ -81,9 +92,9 @@ def manifest(spec: ServerSpec, *, image: str, name: str, gpus: int) -> dict[str,
     container = {
         "name": "llama-server",
         "image": image,
-        "args": [_escaped(a) for a in server_command(spec, port=port)],
+        "args": [escaped(a) for a in server_command(spec, port=port)],
         "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
-        "volumeMounts": [{"name": MODELS_VOLUME, "mountPath": inside, "subPath": inside.rsplit("/", 1)[1],
+        "volumeMounts": [{"name": MODELS_VOLUME, "mountPath": inside, "subPath": sub_path(inside),
                           "readOnly": True} for _, inside in spec.mounts()],
         "startupProbe": {**probe, "failureThreshold": STARTUP_SECONDS // 10},
         "readinessProbe": {**probe, "failureThreshold": 3},

