@@ -37,8 +37,8 @@ from pathlib import Path
 
 from buildkit.core.errors import BaseImageError, BuildkitError
 from buildkit.engine.api import Engine, EngineError, get_engine
-from buildkit.oci.digest import Digest
-from buildkit.oci.ocilayout import OciArchive
+from buildkit.oci.digest import MAX_DOCUMENT, Digest, check_bytes, read_bounded
+from buildkit.oci.layoutfiles import open_inside
 
 LAYOUT_DIR = "base-images"
 _COMPLETE = ".complete"
@@ -214,8 +214,9 @@ def offered_platforms(layout: Path, digest: str) -> tuple[str, ...]:
     () when the layout cannot be read (then nothing is checked: the build says what it finds)."""
     def blob(d: str) -> dict:
         try:  # a regular file of the layout, within 4 MiB, that matches its digest (oci/digest.py)
-            with OciArchive(layout) as archive:
-                doc = json.loads(archive.read_blob(d))
+            digest = Digest.parse(d)
+            with open_inside(layout, str(digest.blob_path())) as fh:
+                doc = json.loads(check_bytes(read_bounded(fh, MAX_DOCUMENT, d), digest, None, d))
         except (BuildkitError, ValueError, TypeError):
             return {}
         return doc if isinstance(doc, dict) else {}

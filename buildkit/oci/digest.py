@@ -102,7 +102,8 @@ class VerifiedReader(io.RawIOBase):
     bytes than the digest names raises `error`; leaving a `with` block normally reads what is left (a tar
     reader stops at its end marker) and checks it, so a blob is always compared whole before what was made
     of it is used. When the block ends in an error (a broken gzip stream), the rest is checked too, and a
-    blob that is not its digest's is the error raised, in place of what the consumer made of its bytes. Seekable to its start, for an upload's retry."""
+    blob that is not its digest's is the error raised, in place of what the consumer made of its bytes.
+    Seekable to its start, for an upload's retry."""
 
     def __init__(self, fh: IO[bytes], digest: Digest, size: int, where: str,
                  error: type[Exception] = ImageSourceError) -> None:

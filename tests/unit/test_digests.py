@@ -46,7 +46,8 @@ def layer(files: dict[str, bytes]) -> bytes:
 
 def forgery(real: bytes) -> bytes:
     """Another layer of real's length (so only its digest tells them apart)."""
-    return next(f for c in b"abcdefghijklmnopqrstuvwxyz" if len(f := layer({"app/x": b"fak" + bytes([c])})) == len(real))
+    candidates = (layer({"app/x": b"fak" + bytes([c])}) for c in b"abcdefghijklmnopqrstuvwxyz")
+    return next(f for f in candidates if len(f) == len(real))
 
 
 def layout(dest: Path, *, config: bytes = b'{"architecture": "amd64", "os": "linux", "config": {}}',
@@ -251,3 +252,13 @@ def test_a_huge_manifest_or_config_is_refused_within_its_limit(tmp_path: Path, d
     peak, caught = peak_while(lambda: OciArchive(folder).image(None))
     assert caught is not None and said in str(caught), caught
     assert peak < 2 << 20
+
+
+def test_a_base_images_layout_never_reads_a_file_its_digests_climb_to(tmp_path: Path) -> None:
+    from buildkit.engine.baseimages import offered_platforms
+
+    layout_dir = tmp_path / "cache" / "base"
+    (layout_dir / "blobs" / "sha256").mkdir(parents=True)
+    (tmp_path / "cache" / "evil.json").write_text(json.dumps(
+        {"manifests": [{"platform": {"os": "linux", "architecture": "evil"}}]}))
+    assert offered_platforms(layout_dir, "sha256:../../../evil.json") == ()
