@@ -162,7 +162,7 @@ class RegistryClient(RegistryAuth, BlobTransfers):
                 with budget.spending(), Deadline(limit, self._adapter.cut) as deadline:
                     resp = self._session.request(method, url, timeout=min(self.timeout, limit), verify=verify,
                                                  proxies=self._proxies(url), stream=True, **kwargs)
-                    if not stream:
+                    if not stream and method != "HEAD":  # a HEAD's Content-Length is the GET's (a layer's size)
                         read_body(resp, max_body)
                     if deadline.expired:  # what arrived before the cut (a status line) is not the answer
                         resp.close()

@@ -212,7 +212,11 @@ def iter_body(resp: requests.Response, limit: int, chunk: int = 1 << 16) -> Iter
 
 def read_body(resp: requests.Response, limit: int) -> bytes:
     """The whole body (iter_body), kept as the answer's content (resp.content, resp.json() read it)."""
-    body = b"".join(iter_body(resp, limit))
+    try:
+        body = b"".join(iter_body(resp, limit))
+    except BaseException:
+        resp.close()  # the rest is never read: the connection goes
+        raise
     resp._content = body  # what requests does when it reads the body itself
     resp._content_consumed = True  # type: ignore[attr-defined]  # (typeshed leaves it out)
     return body
