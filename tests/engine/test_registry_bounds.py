@@ -104,3 +104,28 @@ def test_a_layer_longer_than_declared_is_not_written_past_its_size(tmp_path: Pat
             with image.open_blob(layer) as fh:
                 fh.read()
     assert server.sent < layer_size + SLACK
+
+
+@pytest.mark.parametrize("lie", ["layer", "config"])
+def test_a_real_registry_blob_longer_than_its_manifest_declares_is_refused(registry_plain, lie: str) -> None:
+    """The real registry serves what was pushed; a manifest that declares a blob smaller than it is (the
+    registry takes it) gives an image whose blob is read no further than declared: one line naming the limit."""
+    layer = gzip.compress(bytes(200_000), mtime=0)
+    declared = {"layer": len(layer) - 100, "config": len(CONFIG)}, {"layer": len(layer), "config": len(CONFIG) - 5}
+    sizes = declared[0] if lie == "layer" else declared[1]
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                           "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": sha(CONFIG),
+                                      "size": sizes["config"]},
+                           "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": sha(layer),
+                                       "size": sizes["layer"]}]}).encode()
+    repo = f"bounds/{lie}"
+    with RegistryClient(registry_plain.host) as c:
+        for blob in (CONFIG, layer):
+            c.upload_blob(repo, sha(blob), blob, len(blob))
+        c.put_manifest(repo, "lying", manifest, OCI_MANIFEST)
+    with ExitStack() as stack, pytest.raises(BuildkitError) as caught:
+        image = open_image(f"registry:{registry_plain.host}/{repo}:lying", stack, platform=None)
+        with image.open_blob(sha(layer)) as fh:
+            fh.read()
+    limit = sizes[lie]
+    assert f"limit of {limit} bytes" in str(caught.value) and "\n" not in str(caught.value)
