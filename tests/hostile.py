@@ -8,11 +8,13 @@
 * ``status_then_trickle``: sends the status line at once, then the rest of its headers one byte a
   second (a cut at the deadline leaves a status line and half a header: never an answer);
 * ``answer``: sends the bytes of `answer` (a truncated or lying answer; a dict gives them per request
-  method) and closes the connection.
+  method, or per request line's start, "GET /v2/team/app/blobs/") and closes the connection. An answer
+  that is a `Flood` sends its head, then `size` bytes of zeros, for as long as the client reads them.
 
 With `registry=True` a `GET /v2/` is answered as a registry answers it (200, then the connection is
 closed), so a registry client's probe passes and the hostile answer reaches the operation itself.
-`connections` counts the connections accepted.
+`connections` counts the connections accepted, `sent` the bytes a Flood got into the socket (what the
+client read of it, and at most the sockets' buffers more).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from dataclasses import dataclass
 
 MODES = ("silent", "stall", "trickle_headers", "trickle_body", "status_then_trickle")  # never a whole answer
 _HEADERS = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 100000\r\n"
@@ -29,12 +32,20 @@ _V2 = (b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nDocker-Distribution-API-Version
        b"Connection: close\r\n\r\n")
 
 
+@dataclass(frozen=True)
+class Flood:
+    """An answer's head, then size bytes of zeros (a body without end, in a test's terms)."""
+    head: bytes
+    size: int
+
+
 class HostileServer:
-    def __init__(self, mode: str, interval: float = 1.0, *, answer: bytes | dict[str, bytes] = b"",
+    def __init__(self, mode: str, interval: float = 1.0, *, answer: bytes | Flood | dict[str, bytes | Flood] = b"",
                  registry: bool = False) -> None:
         assert mode in MODES + ("answer",), mode
         self.mode, self.interval, self.answer, self.registry = mode, interval, answer, registry
         self.connections = 0
+        self.sent = 0
         self._sock = socket.socket()
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", 0))
@@ -79,6 +90,12 @@ class HostileServer:
             self._clients.append(client)
             threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
+    def _pick(self, line: str) -> bytes | Flood:
+        if not isinstance(self.answer, dict):
+            return self.answer
+        routes = sorted((k for k in self.answer if " " in k and line.startswith(k)), key=len)
+        return self.answer[routes[-1]] if routes else self.answer.get(line.split(" ", 1)[0], b"")
+
     def _serve(self, client: socket.socket) -> None:
         try:
             client.settimeout(0.5)
@@ -88,9 +105,17 @@ class HostileServer:
                 request = b""
             probe = self.registry and request.startswith(b"GET /v2/ ")
             if probe or self.mode == "answer":
-                method = request.split(b" ", 1)[0].decode("ascii", "replace")
-                answer = self.answer.get(method, b"") if isinstance(self.answer, dict) else self.answer
-                client.sendall(_V2 if probe else answer)
+                line = request.split(b"\r\n", 1)[0].decode("ascii", "replace")
+                answer = self._pick(line) if not probe else _V2
+                if isinstance(answer, Flood):
+                    client.sendall(answer.head)
+                    zeros, left = bytes(1 << 16), answer.size
+                    while left > 0 and not self._stop.is_set():
+                        client.sendall(zeros[:min(left, len(zeros))])
+                        self.sent += min(left, len(zeros))
+                        left -= len(zeros)
+                else:
+                    client.sendall(answer)
                 client.shutdown(socket.SHUT_WR)  # the end of the answer; the rest of the request is read
                 while client.recv(65536):
                     pass

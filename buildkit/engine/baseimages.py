@@ -37,6 +37,8 @@ from pathlib import Path
 from buildkit.core.errors import BaseImageError, BuildkitError
 from buildkit.core.wholefile import scratch_dir
 from buildkit.engine.api import Engine, EngineError, get_engine
+from buildkit.oci.digest import MAX_DOCUMENT, Digest, check_bytes, read_bounded
+from buildkit.oci.layoutfiles import open_inside
 
 LAYOUT_DIR = "base-images"
 _COMPLETE = ".complete"
@@ -105,7 +107,7 @@ def registry_digest(ref: str, timeout: float = 10) -> tuple[str, str]:
 
 def export_layout(engine: Engine, ref: str, digest: str, cache: Path) -> Path:
     """The OCI layout of the engine's ref under cache (made once per digest, atomically)."""
-    dest = cache / LAYOUT_DIR / digest.replace(":", "-")
+    dest = cache / LAYOUT_DIR / Digest.parse(digest, f"base image {ref}", BaseImageError).file_name()
     if (dest / _COMPLETE).is_file():
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -208,9 +210,11 @@ def offered_platforms(layout: Path, digest: str) -> tuple[str, ...]:
     (attestation manifests skipped, nested indexes followed), or its config's os and architecture.
     () when the layout cannot be read (then nothing is checked: the build says what it finds)."""
     def blob(d: str) -> dict:
-        try:
-            doc = json.loads((layout / "blobs" / Path(*d.split(":", 1))).read_bytes())
-        except (OSError, ValueError, TypeError):
+        try:  # a regular file of the layout, within 4 MiB, that matches its digest (oci/digest.py)
+            digest = Digest.parse(d)
+            with open_inside(layout, str(digest.blob_path())) as fh:
+                doc = json.loads(check_bytes(read_bounded(fh, MAX_DOCUMENT, d), digest, None, d))
+        except (BuildkitError, ValueError, TypeError):
             return {}
         return doc if isinstance(doc, dict) else {}
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from buildkit.core.errors import ImageSourceError
+from buildkit.oci.digest import Digest
 from buildkit.oci.ocilayout import OCI_INDEX, Image, OciArchive, json_document, sha256_digest
 
 if TYPE_CHECKING:
@@ -147,10 +148,10 @@ def write_index_archive(archives: Sequence[tuple[str, Path]], dest: Path, tags: 
             _add(tar, "index.json", len(outer), io.BytesIO(outer))
             _add_dir(tar, "blobs/")
             _add_dir(tar, "blobs/sha256/")
-            _add(tar, f"blobs/sha256/{digest.split(':', 1)[1]}", len(index), io.BytesIO(index))
+            _add(tar, str(Digest.parse(digest).blob_path()), len(index), io.BytesIO(index))
             for blob in sorted(blobs):
                 size, image = blobs[blob]
-                name = f"blobs/{blob.replace(':', '/')}"
+                name = str(Digest.parse(blob, str(dest)).blob_path())
                 if blob == image.manifest_digest:
                     _add(tar, name, size, io.BytesIO(image.manifest_bytes))
                     continue
@@ -163,18 +164,16 @@ def write_index_archive(archives: Sequence[tuple[str, Path]], dest: Path, tags: 
 def push_index(client: RegistryClient, repo: str, archive: Path, tags: Sequence[str]) -> str:
     """Push an index archive (write_index_archive's): each image's blobs and manifest by digest,
     then the index, byte for byte, under every tag; returns the index digest (the registry's)."""
-    from buildkit.oci.ocilayout import Descriptor, image_from, json_document, push_layout
+    from buildkit.oci.ocilayout import Descriptor, document, image_from, json_document, push_layout
 
     if not tags:
         raise ImageSourceError("push_index needs at least one tag")
     with OciArchive(archive) as layout:
         outer = layout.index()
         top = Descriptor.from_json((outer.get("manifests") or [{}])[0])
-        index = layout.read_blob(top.digest)
-        if sha256_digest(index) != top.digest:
-            raise ImageSourceError(f"{archive}: the index does not match its digest {top.digest}")
+        index = document(layout.read_raw, top, str(archive), "index")  # within its size, checked against its digest
         for entry in json_document(index, str(archive), "image index").get("manifests") or []:
-            image = image_from(str(archive), layout.read_blob, layout.open_blob, Descriptor.from_json(entry))
+            image = image_from(str(archive), layout.read_raw, layout.open_raw, Descriptor.from_json(entry))
             push_layout(client, repo, image, [image.manifest_digest])
         for tag in tags:
             got = client.put_manifest(repo, tag, index, OCI_INDEX)

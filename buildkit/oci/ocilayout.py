@@ -28,6 +28,8 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from buildkit.core.errors import BuildkitError, ImageSourceError
 from buildkit.core.platforms import DEFAULT_PLATFORM
+from buildkit.oci.digest import MAX_DOCUMENT, Digest, check_bytes, read_bounded, verified
+from buildkit.oci.layoutfiles import open_inside
 
 if TYPE_CHECKING:
     from buildkit.oci.registry import RegistryClient
@@ -73,18 +75,33 @@ class Descriptor:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Descriptor:
-        ok = (isinstance(data, dict) and isinstance(data.get("digest"), str) and ":" in data["digest"]
+        """A descriptor of untrusted content: its digest checked (digest.py), its size a whole number."""
+        ok = (isinstance(data, dict) and isinstance(data.get("digest"), str)
+              and isinstance(data.get("size"), int) and not isinstance(data["size"], bool) and data["size"] >= 0
               and isinstance(data.get("mediaType", ""), str) and isinstance(data.get("annotations") or {}, dict)
               and isinstance(data.get("platform") or {}, dict))
-        try:
-            if ok:
-                return cls(media_type=data.get("mediaType", ""), digest=data["digest"],
-                           size=int(data.get("size", 0)), annotations=data.get("annotations") or {},
-                           platform=data.get("platform") or {})
-        except (TypeError, ValueError):
-            pass
-        raise ImageSourceError(f"malformed descriptor (expected an object with mediaType, a digest and a "
-                               f"size): {json.dumps(data, default=str)[:120]}")
+        if not ok:
+            raise ImageSourceError(f"malformed descriptor (expected an object with mediaType, a digest and a "
+                                   f"size): {json.dumps(data, default=str)[:120]}")
+        digest = str(Digest.parse(data["digest"], "descriptor"))
+        return cls(media_type=data.get("mediaType", ""), digest=digest, size=data["size"],
+                   annotations=data.get("annotations") or {}, platform=data.get("platform") or {})
+
+    @property
+    def parsed(self) -> Digest:
+        return Digest.parse(self.digest, "descriptor")
+
+
+Read = Callable[[Descriptor], bytes]  # a document's bytes, reading at most its declared size and one byte
+Open = Callable[[Descriptor], IO[bytes]]  # a blob's stream (checked by the caller: VerifiedReader)
+
+
+def document(read: Read, desc: Descriptor, where: str, what: str) -> bytes:
+    """A manifest, index or config read whole: within MAX_DOCUMENT, its declared size and its digest."""
+    name = f"{where}: the {what} {desc.digest[:19]}"
+    if desc.size > MAX_DOCUMENT:
+        raise ImageSourceError(f"{name} declares {desc.size} bytes, over the limit of {MAX_DOCUMENT} bytes")
+    return check_bytes(read(desc), desc.parsed, desc.size, name)
 
 
 @dataclass
@@ -127,7 +144,7 @@ def _platform_matches(platform: dict[str, Any], wanted: str | None) -> bool:
     return got == parts
 
 
-def select_manifest(read: Callable[[str], bytes], index: dict[str, Any], platform: str | None,
+def select_manifest(read: Read, index: dict[str, Any], platform: str | None,
                     where: str) -> Descriptor:
     """The image manifest an index stands for: nested indexes are followed, attestation manifests
     skipped, several entries for one digest (one per tag) counted once."""
@@ -137,7 +154,7 @@ def select_manifest(read: Callable[[str], bytes], index: dict[str, Any], platfor
         if desc.annotations.get("vnd.docker.reference.type") == ATTESTATION:
             continue
         if desc.media_type in INDEX_TYPES:
-            nested = json_document(read(desc.digest), where, f"index {desc.digest[:19]}")
+            nested = json_document(document(read, desc, where, "index"), where, f"index {desc.digest[:19]}")
             desc = select_manifest(read, nested, platform, where)
         elif desc.platform and not _platform_matches(desc.platform, platform):
             continue
@@ -150,20 +167,28 @@ def select_manifest(read: Callable[[str], bytes], index: dict[str, Any], platfor
     return next(iter(seen.values()))
 
 
-def image_from(source: str, read: Callable[[str], bytes], open_blob: Callable[[str], IO[bytes]],
-               manifest_desc: Descriptor) -> Image:
-    body = read(manifest_desc.digest)
-    if sha256_digest(body) != manifest_desc.digest:
-        raise ImageSourceError(f"{source}: manifest {manifest_desc.digest[:19]} does not match its digest")
+def image_from(source: str, read: Read, open_raw: Open, manifest_desc: Descriptor) -> Image:
+    """The image of a manifest: the manifest and config read within their sizes and checked against their
+    digests; its blobs opened only as the manifest declares them, each checked as it is read."""
+    body = document(read, manifest_desc, source, "manifest")
     manifest = json_document(body, source, f"manifest {manifest_desc.digest[:19]}")
     if "config" not in manifest:
         raise ImageSourceError(f"{source}: the manifest {manifest_desc.digest[:19]} has no config")
     config_desc = Descriptor.from_json(manifest["config"])
-    config_bytes = read(config_desc.digest)
+    config_bytes = document(read, config_desc, source, "image config")
     config = json_document(config_bytes, source, "image config")
+    layers = [Descriptor.from_json(x) for x in manifest.get("layers") or []]
+    declared = {d.digest: d for d in [config_desc, *layers]}
+
+    def open_blob(digest: str) -> IO[bytes]:
+        desc = declared.get(digest)
+        if desc is None:
+            raise ImageSourceError(f"{source}: {digest[:19]} is not a blob of the manifest {manifest_desc.digest[:19]}")
+        return verified(open_raw(desc), desc.parsed, desc.size, f"{source}: blob {desc.digest[:19]}")
+
     return Image(source=source, manifest_digest=manifest_desc.digest, manifest_bytes=body, manifest=manifest,
                  config_digest=config_desc.digest, config_bytes=config_bytes, config=config,
-                 layers=[Descriptor.from_json(x) for x in manifest.get("layers") or []], open_blob=open_blob,
+                 layers=layers, open_blob=open_blob,
                  media_type=manifest.get("mediaType") or manifest_desc.media_type or OCI_MANIFEST)
 
 
@@ -199,40 +224,47 @@ class OciArchive:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _name(self, digest: str) -> str:
-        algo, _, hexpart = digest.partition(":")
-        return f"blobs/{algo}/{hexpart}"
-
     def open_path(self, name: str) -> IO[bytes]:
+        """A file of the layout: a regular file inside the folder (layoutfiles.py), a member of the archive."""
         if self._tar is None:
-            try:
-                return open(self.path / name, "rb")
-            except OSError:
-                raise ImageSourceError(f"{self.path}: {name} is missing") from None
+            return open_inside(self.path, name)
         member = self._members.get(name)
-        fh = self._tar.extractfile(member) if member is not None else None
+        fh = self._tar.extractfile(member) if member is not None and (member.isreg() or member.islnk()) else None
         if fh is None:
             raise ImageSourceError(f"{self.path}: {name} is missing")
         return fh
 
-    def open_blob(self, digest: str) -> IO[bytes]:
-        return self.open_path(self._name(digest))
+    def open_raw(self, desc: Descriptor) -> IO[bytes]:
+        return self.open_path(str(desc.parsed.blob_path()))
 
-    def read_blob(self, digest: str) -> bytes:
-        with self.open_blob(digest) as fh:
-            return fh.read()
+    def read_raw(self, desc: Descriptor) -> bytes:
+        with self.open_raw(desc) as fh:
+            return read_bounded(fh, desc.size, f"{self.path}: blob {desc.digest[:19]}")
+
+    def open_blob(self, digest: str, size: int) -> IO[bytes]:
+        """The blob's stream, checked against its digest and size as it is read (digest.VerifiedReader)."""
+        desc = Descriptor("", digest, size)
+        return verified(self.open_raw(desc), desc.parsed, size, f"{self.path}: blob {digest[:19]}")
+
+    def read_blob(self, digest: str, size: int | None = None) -> bytes:
+        """A blob read whole (within size, else MAX_DOCUMENT), checked against its digest."""
+        parsed = Digest.parse(digest, str(self.path))
+        with self.open_raw(Descriptor("", digest, 0)) as fh:
+            body = read_bounded(fh, MAX_DOCUMENT if size is None else size, f"{self.path}: blob {digest[:19]}")
+        return check_bytes(body, parsed, size, f"{self.path}: blob {digest[:19]}")
 
     def index(self) -> dict[str, Any]:
         with self.open_path("index.json") as fh:
-            return json_document(fh.read(), str(self.path), "index.json")
+            body = read_bounded(fh, MAX_DOCUMENT, f"{self.path}: index.json")
+        return json_document(body, str(self.path), "index.json")
 
     def image(self, platform: str | None = DEFAULT_PLATFORM, source: str | None = None) -> Image:
         where = source or str(self.path)
-        desc = select_manifest(self.read_blob, self.index(), platform, where)
-        return image_from(where, self.read_blob, self.open_blob, desc)
+        desc = select_manifest(self.read_raw, self.index(), platform, where)
+        return image_from(where, self.read_raw, self.open_raw, desc)
 
     def manifest_digest(self, platform: str | None = DEFAULT_PLATFORM) -> str:
-        return select_manifest(self.read_blob, self.index(), platform, str(self.path)).digest
+        return select_manifest(self.read_raw, self.index(), platform, str(self.path)).digest
 
 
 # --------------------------------------------------------------------------- opening any image
@@ -247,53 +279,6 @@ class EngineImages(Protocol):
     def image_id(self, ref: str) -> str | None: ...
 
     def save(self, ref: str, dest: Path) -> Path: ...
-
-
-class _RegistryBlobs:
-    """Blobs of one registry repository, fetched once each into a temporary folder."""
-
-    def __init__(self, client: RegistryClient, repo: str, tmp: Path) -> None:
-        self.client, self.repo, self.tmp = client, repo, tmp
-
-    def path(self, digest: str) -> Path:
-        target = self.tmp / digest.replace(":", "-")
-        if not target.exists():
-            self.client.download_blob(self.repo, digest, target)
-        return target
-
-    def open_blob(self, digest: str) -> IO[bytes]:
-        return open(self.path(digest), "rb")
-
-    def read(self, digest: str) -> bytes:
-        return self.path(digest).read_bytes()
-
-
-def _open_registry(ref_text: str, stack: ExitStack, tmp: Path, platform: str | None) -> Image:
-    from buildkit.oci.imageref import parse_image_ref
-    from buildkit.oci.registry import client_for
-
-    ref = parse_image_ref(ref_text)
-    client = stack.enter_context(client_for(ref.registry))
-    body, media_type, digest = client.get_manifest(ref.repository, ref.reference)
-    blobs = _RegistryBlobs(client, ref.repository, tmp)
-    manifests: dict[str, bytes] = {digest: body}
-
-    def read_manifest(d: str) -> bytes:
-        if d not in manifests:
-            manifests[d] = client.get_manifest(ref.repository, d)[0]
-        return manifests[d]
-
-    doc = json_document(body, ref_text, "manifest")
-    if media_type in INDEX_TYPES or "manifests" in doc:
-        desc = select_manifest(read_manifest, doc, platform, ref_text)
-        read_manifest(desc.digest)
-    else:
-        desc = Descriptor(media_type=media_type, digest=digest, size=len(body))
-
-    def read_blob_or_manifest(d: str) -> bytes:
-        return manifests[d] if d in manifests else blobs.read(d)
-
-    return image_from(ref_text, read_blob_or_manifest, blobs.open_blob, desc)
 
 
 def open_image(spec: str, stack: ExitStack, *, platform: str | None = DEFAULT_PLATFORM,
@@ -319,8 +304,10 @@ def open_image(spec: str, stack: ExitStack, *, platform: str | None = DEFAULT_PL
             raise ImageSourceError(str(exc)) from None
         archive = stack.enter_context(OciArchive(saved))
         return archive.image(platform, source=spec)
+    from buildkit.oci.registryimage import open_registry
+
     try:
-        return _open_registry(target, stack, tmp, platform)
+        return open_registry(target, stack, tmp, platform)
     except BuildkitError as exc:
         if forced:
             raise

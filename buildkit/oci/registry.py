@@ -20,7 +20,8 @@
   LLAMA_BUILDKIT_REGISTRY_DEADLINE (600 s) and LLAMA_BUILDKIT_REGISTRY_TRANSFER_DEADLINE (3600 s).
   A retry says on stderr what it waits for.
 * Answers: a manifest counts only when it matches the digest it was asked by, or the
-  Docker-Content-Digest it came with; a PUT only with 201 Created and the digest that was sent.
+  Docker-Content-Digest it came with; a PUT only with 201 Created and the digest that was sent. Every
+  body is read raw within its limit (4 MiB; a blob its declared size), never decoded beyond it.
 * Errors: every failure is one RegistryError line naming the host, the operation and the status;
   AuthError when credentials are missing or rejected. Secrets never reach a message or a log.
 
@@ -48,10 +49,11 @@ from buildkit.oci.credentials import Credentials
 from buildkit.oci.imageref import DIGEST, is_docker_hub, registry_api_host
 from buildkit.oci.registryauth import Challenge, RegistryAuth, parse_www_authenticate
 from buildkit.oci.registryblobs import BlobTransfers
+from buildkit.oci.digest import MAX_DOCUMENT
 from buildkit.oci.registryhttp import (DEADLINE, DEADLINE_ENV, RETRY_STATUSES, TIMEOUT, TRANSFER_DEADLINE,
-                                       TRANSFER_DEADLINE_ENV, ca_for, certs_dir, check_reference, check_repo,
+                                       TRANSFER_DEADLINE_ENV, BadBody, ca_for, certs_dir, check_reference, check_repo,
                                        deadlines_from, describe_connection_error, is_loopback, matches, not_created,
-                                       one_line, ref_text, retry_after, sha256_digest, status_text)
+                                       one_line, read_body, ref_text, retry_after, sha256_digest, status_text)
 
 log = logging.getLogger("buildkit.registry")
 
@@ -138,7 +140,10 @@ class RegistryClient(RegistryAuth, BlobTransfers):
         """One request with retries on 429/5xx and connection failures; SSL errors pass through.
         The whole request (the body too, unless stream=True) ends within self.timeout, an upload within
         what is left of self._transfers; every other request and wait within what is left of
-        self._requests. An answer cut at its deadline is a failure, never the answer."""
+        self._requests. An answer cut at its deadline is a failure, never the answer. A body is read raw
+        within max_body bytes (registryhttp.iter_body: no gzip bomb), over it is the failure."""
+        stream = kwargs.pop("stream", False)
+        max_body = kwargs.pop("max_body", MAX_DOCUMENT)
         netloc = urlsplit(url).netloc
         verify = self._verify if netloc == self.api_host else ca_for(netloc)
         body = kwargs.get("data")
@@ -156,10 +161,14 @@ class RegistryClient(RegistryAuth, BlobTransfers):
             try:
                 with budget.spending(), Deadline(limit, self._adapter.cut) as deadline:
                     resp = self._session.request(method, url, timeout=min(self.timeout, limit), verify=verify,
-                                                 proxies=self._proxies(url), **kwargs)
+                                                 proxies=self._proxies(url), stream=True, **kwargs)
+                    if not stream and method != "HEAD":  # a HEAD's Content-Length is the GET's (a layer's size)
+                        read_body(resp, max_body)
                     if deadline.expired:  # what arrived before the cut (a status line) is not the answer
                         resp.close()
                         raise requests.ConnectionError("cut at the deadline")
+            except BadBody as exc:
+                raise self._fail(op, str(exc)) from None
             except requests.exceptions.SSLError:
                 if deadline.reached:
                     raise self._fail(op, f"no complete answer within {limit:g} s") from None

@@ -4,7 +4,6 @@ checked against its digest. Blob bytes count against the client's transfer deadl
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -15,8 +14,9 @@ import requests
 
 from buildkit.core.deadline import Budget, Deadline, TrackingAdapter
 from buildkit.core.errors import RegistryError
-from buildkit.oci.registryhttp import (check_reference, check_repo, describe_connection_error, matches, not_created,
-                                       sha256_digest, status_text)
+from buildkit.oci.digest import MAX_DOCUMENT, Digest
+from buildkit.oci.registryhttp import (BadBody, check_reference, check_repo, describe_connection_error, iter_body,
+                                       matches, not_created, sha256_digest, status_text)
 
 
 class BlobTransfers:
@@ -30,17 +30,16 @@ class BlobTransfers:
     _fail: Callable[[str, str], RegistryError]
     _base: Callable[[], str]
 
-    def get_blob(self, repo: str, digest: str, max_bytes: int = 4 << 20) -> bytes:
-        """A small blob (an image config), checked against its digest."""
+    def get_blob(self, repo: str, digest: str, max_bytes: int = MAX_DOCUMENT) -> bytes:
+        """A small blob (an image config) read within max_bytes (its declared size), checked against its digest."""
         check_repo(repo)
         check_reference(digest)
         op = f"get blob {repo}@{digest}"
-        with self._request("GET", f"/v2/{repo}/blobs/{digest}", op, f"repository:{repo}:pull") as resp:
+        with self._request("GET", f"/v2/{repo}/blobs/{digest}", op, f"repository:{repo}:pull",
+                           max_body=max(max_bytes, 0)) as resp:
             if resp.status_code != 200:
                 raise self._fail(op, status_text(resp))
             body = resp.content
-        if len(body) > max_bytes:
-            raise self._fail(op, f"the blob is larger than {max_bytes} bytes")
         if not matches(body, digest):
             raise self._fail(op, f"the blob received has digest {sha256_digest(body)}")
         return body
@@ -58,27 +57,32 @@ class BlobTransfers:
                 raise self._fail(op, status_text(resp))
             return resp.headers.get("Docker-Content-Digest") == digest
 
-    def download_blob(self, repo: str, digest: str, dest: Path) -> None:
-        """Stream a blob of any size into dest (written atomically), checked against its digest."""
+    def download_blob(self, repo: str, digest: str, dest: Path, size: int) -> None:
+        """Stream a blob into dest (written atomically): never more than its declared size (one byte over
+        ends the transfer), then checked against its digest."""
         check_repo(repo)
         check_reference(digest)
         op = f"get blob {repo}@{digest}"
+        parsed = Digest.parse(digest, op, RegistryError)
         tmp = dest.with_name(dest.name + ".part")
         with self._request("GET", f"/v2/{repo}/blobs/{digest}", op, f"repository:{repo}:pull", stream=True) as resp:
             if resp.status_code != 200:
                 raise self._fail(op, status_text(resp))
-            h = hashlib.sha256()
+            h = parsed.hasher()
             left = self._transfers.left()
             if left <= 0:
                 raise self._fail(op, self._transfers.passed())
             try:
                 with self._transfers.spending(), Deadline(left, self._adapter.cut) as deadline, \
                         open(tmp, "wb") as fh:
-                    for chunk in resp.iter_content(1 << 20):
+                    for chunk in iter_body(resp, size, 1 << 20):
                         h.update(chunk)
                         fh.write(chunk)
                 if deadline.expired:
                     raise requests.exceptions.ChunkedEncodingError("cut at the deadline")
+            except BadBody as exc:
+                tmp.unlink(missing_ok=True)
+                raise self._fail(op, f"{exc} (its declared size)") from None
             except requests.RequestException as exc:
                 tmp.unlink(missing_ok=True)
                 why = self._transfers.passed() if deadline.expired else describe_connection_error(exc, self.timeout)
@@ -86,7 +90,7 @@ class BlobTransfers:
             except BaseException:
                 tmp.unlink(missing_ok=True)
                 raise
-        got = "sha256:" + h.hexdigest()
+        got = f"{parsed.algorithm}:{h.hexdigest()}"
         if got != digest:
             tmp.unlink(missing_ok=True)
             raise self._fail(op, f"the blob received has digest {got}")

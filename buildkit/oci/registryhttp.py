@@ -1,7 +1,7 @@
 """The pieces of a registry request that are not the client's state (pure, but for reading certs.d):
 which hosts are loopback and where their TLS files live, the deadlines the registry variables
-variables set, the checks of repository names, references and digests, and the one-line texts of a
-failed answer or connection."""
+variables set, the checks of repository names, references and digests, an answer's body read within
+a limit, and the one-line texts of a failed answer or connection."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ import ipaddress
 import math
 import os
 import time
-from collections.abc import Mapping
+import zlib
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import requests
+import urllib3
 
 from buildkit.core.errors import ConfigError, RegistryError
 from buildkit.oci.imageref import DIGEST, REPOSITORY, TAG
@@ -168,3 +170,54 @@ def matches(body: bytes, digest: str) -> bool:
     """body has digest (sha256:... or sha512:..., DIGEST's algorithms)."""
     algorithm, _, hexdigest = digest.partition(":")
     return algorithm in ("sha256", "sha512") and hashlib.new(algorithm, body).hexdigest() == hexdigest
+
+
+class BadBody(Exception):
+    """An answer's body over its limit, or in an encoding that cannot be decoded within it (its text: one line)."""
+
+
+def iter_body(resp: requests.Response, limit: int, chunk: int = 1 << 16) -> Iterator[bytes]:
+    """The body of an answer as it arrives, never more than limit bytes (one byte over is BadBody), read as
+    raw bytes: a gzip or deflate Content-Encoding is decoded here, never beyond limit + 1 bytes of output
+    and from at most limit + 1 bytes of input (requests would decode a bomb whole), any other is refused.
+    A connection broken or cut while reading is requests' ChunkedEncodingError or ConnectionError."""
+    encoding = resp.headers.get("Content-Encoding", "").strip().lower()
+    if encoding not in ("", "identity", "gzip", "x-gzip", "deflate"):
+        raise BadBody(f"the answer's Content-Encoding {one_line(encoding, 40)!r} is not one buildkit reads")
+    declared = resp.headers.get("Content-Length", "").strip()
+    if declared.isdigit() and int(declared) > limit:
+        raise BadBody(f"the answer declares {int(declared)} bytes, over the limit of {limit} bytes")
+    decoder = zlib.decompressobj(47) if encoding not in ("", "identity") else None  # gzip or zlib, by header
+    raw = given = 0
+    try:
+        for data in resp.raw.stream(chunk, decode_content=False):
+            raw += len(data)
+            if decoder is not None:
+                data = decoder.decompress(data, limit + 1 - given)
+                if decoder.unconsumed_tail:
+                    raw = limit + 1
+            given += len(data)
+            if raw > limit or given > limit:
+                raise BadBody(f"the answer is larger than the limit of {limit} bytes")
+            if data:
+                yield data
+    except zlib.error:
+        raise BadBody(f"the answer's {encoding} encoding is broken") from None
+    except urllib3.exceptions.ProtocolError as exc:
+        raise requests.exceptions.ChunkedEncodingError(exc) from None
+    except urllib3.exceptions.SSLError as exc:
+        raise requests.exceptions.SSLError(exc) from None
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise requests.ConnectionError(exc) from None
+
+
+def read_body(resp: requests.Response, limit: int) -> bytes:
+    """The whole body (iter_body), kept as the answer's content (resp.content, resp.json() read it)."""
+    try:
+        body = b"".join(iter_body(resp, limit))
+    except BaseException:
+        resp.close()  # the rest is never read: the connection goes
+        raise
+    resp._content = body  # what requests does when it reads the body itself
+    resp._content_consumed = True  # type: ignore[attr-defined]  # (typeshed leaves it out)
+    return body
