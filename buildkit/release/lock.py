@@ -44,6 +44,7 @@ _PRODUCED: tuple[tuple[str, str, Any], ...] = (  # (name, annotation, field())
     ("labels", "dict", field(default_factory=dict)),  # the image's labels: with the inputs, all `reproduce` needs
     ("exporter", "str", field(default="")),  # "oci" (reproducible: OCI exporter, rewrite-timestamp) or "load"
     ("bench", "dict | None", field(default=None)),  # `buildkit bench --attach-lock` results; a rebuild clears them
+    ("gpu_check", "dict | None", field(default=None)),  # `buildkit gpu-check --attach-lock`; a rebuild clears it
     ("build_seconds", "float", field(default=0.0)),  # wall time of the buildx run (the next build's estimate)
 )
 
