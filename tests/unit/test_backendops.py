@@ -121,3 +121,26 @@ def test_the_gate_refuses_only_failures_the_release_did_not_have():
     assert [f.case for f in new_failures(nightly, release)] == [ARGMAX]
     assert [f.case for f in new_failures(nightly, None)] == [ARGMAX, CE500]
     assert new_failures(release, release) == ()
+
+
+@pytest.mark.parametrize("arch", ["cpu", "sm_90"])
+def test_the_tests_stages_are_rendered_and_no_image_target_depends_on_them(arch):
+    import re
+
+    from buildkit.plan.render import render_dockerfile
+    from test_plan_render import plan_for
+
+    text = render_dockerfile(plan_for(**{"build.arch": arch}))
+    tests_build = text[text.index("FROM build AS tests-build"):]
+    assert "-DLLAMA_BUILD_TESTS=ON" in tests_build and "--target test-backend-ops" in tests_build
+    assert "--mount=type=cache,id=llama-buildkit-ccache-" in tests_build  # the build stage's own ccache
+    assert re.search(r"^FROM server AS tests$", text, re.M)
+    before = text[:text.index("FROM build AS tests-build")]
+    assert "tests-build" not in before and "-DLLAMA_BUILD_TESTS=OFF" in before  # the image's compile has no tests
+
+
+def test_the_tests_image_tag_follows_the_image_tag():
+    from buildkit.flows.testsimage import tests_tag
+
+    assert tests_tag("buildkit-test/tiny-fork:cpu") == "buildkit-test/tiny-fork:cpu-tests"
+    assert tests_tag("localhost:5000/x") == "localhost:5000/x:latest-tests"
