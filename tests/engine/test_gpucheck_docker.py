@@ -93,6 +93,23 @@ def test_the_tests_target_leaves_the_image_as_it_is_and_gpu_check_judges_its_run
     assert done.stdout.splitlines()[0] == "gpu-check CPU: PASS 6/6 cases passed"
     assert lock_entry(root)["gpu_check"]["ok"] is True
 
+    # where there is no Docker: the tests image's bundle, its test-backend-ops run by gpu_run.py on this host's
+    # libraries, and its log judged here again and recorded
+    archive, bundle, out = tmp_path / "tests.tar", tmp_path / "tests.tar.xz", tmp_path / "gpu-run-out"
+    subprocess.run(["docker", "save", f"{IMAGE}:cpu-tests", "-o", str(archive)], check=True, timeout=300)
+    gpu_run = [sys.executable, str(ROOT / "scripts" / "gpu_run.py")]
+    done = subprocess.run([*gpu_run, "extract", str(archive), "-o", str(bundle), "--xz-preset", "0"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    done = subprocess.run([*gpu_run, "backend-ops", str(bundle), "-b", "CPU", "--work", str(tmp_path / "work"),
+                           "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == "gpu-check CPU: PASS 6/6 cases passed"
+    assert json.loads((out / "gpu-check.json").read_text())["ok"] is True
+    done = buildkit(root, env, "gpu-check", "--log", str(out / "backend-ops.log"), "-b", "CPU", "--attach-lock",
+                    "--lock-entry", "cpu/server")
+    assert done.returncode == 0 and done.stdout.splitlines()[0] == "gpu-check CPU: PASS 6/6 cases passed"
+
     # the default backend, CUDA0, is not on a CPU image: no result, not a pass
     done = buildkit(root, env, "gpu-check", f"{IMAGE}:cpu-tests", "--gpus", "none", "-o", "ARGMAX")
     assert done.returncode == 1 and "backend CUDA0 was not tested (this host has CPU)" in done.stdout
