@@ -57,6 +57,24 @@ def _release(path: str | None, lock_path: Path, entry: str | None) -> GpuCheck |
     return None
 
 
+def _run_in_engine(image: str, args: list[str], timeout: float, gpus: str) -> tuple[int, str]:
+    """(exit code, output) of the image's test-backend-ops, in a container with the GPUs asked for."""
+    import docker.errors
+    import requests
+
+    from buildkit.engine.api import EngineError, get_engine
+
+    engine = get_engine()
+    if engine.image(image) is None:
+        raise EngineError(f"no image {image} in the engine: build its tests target (`buildkit build --tests`, tag "
+                          "<tag>-tests) or pull it")
+    try:
+        return engine.run(image, [PROGRAM], args, timeout=timeout, gpus="" if gpus == "none" else gpus)
+    except (docker.errors.DockerException, requests.RequestException, OSError) as exc:
+        raise EngineError(f"gpu-check could not run {PROGRAM} in {image} (--gpus {gpus}): "
+                          f"{getattr(exc, 'explanation', None) or exc}") from None
+
+
 def _save(path: str, text: str, what: str, append: bool = False) -> None:
     from buildkit.core.savefile import write_or_keep
 
@@ -117,11 +135,8 @@ def gpu_check(image, ops, backend, gpus, log_file, save_log, json_file, compare_
     if log_file:
         text = Path(log_file).read_text(errors="replace")
     else:
-        from buildkit.engine.api import get_engine
-
         click.echo(f"gpu-check {image}: {PROGRAM} {' '.join(backend_ops_args(backend, ops))}", err=True)
-        code, text = get_engine().run(image, [PROGRAM], backend_ops_args(backend, ops), timeout=settings.timeout,
-                                      gpus="" if gpus == "none" else gpus)
+        code, text = _run_in_engine(image, backend_ops_args(backend, ops), settings.timeout, gpus)
     if save_log:
         _save(save_log, text, "the log")
     check = judge(parse(text), backend, known, ops, exit_code=code)

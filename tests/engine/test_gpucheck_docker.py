@@ -73,6 +73,11 @@ def test_the_tests_target_leaves_the_image_as_it_is_and_gpu_check_judges_its_run
     done = buildkit(root, env, "build")
     assert done.returncode == 0, done.stderr[-3000:]
     digest = lock_entry(root)["image_digest"]
+    # the image itself has no test program: one line, not a traceback
+    done = buildkit(root, env, "gpu-check", f"{IMAGE}:cpu", "-b", "CPU", "--gpus", "none")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.splitlines()[-1].startswith(
+        f"error: gpu-check could not run /app/test-backend-ops in {IMAGE}:cpu")
 
     done = buildkit(root, env, "build", "--tests")
     assert done.returncode == 0, done.stderr[-3000:]
