@@ -97,7 +97,7 @@ def _summary(check: GpuCheck, new: tuple | None) -> str:
 @click.option("-o", "--op", "ops", multiple=True, help="Only this op (-o of test-backend-ops; repeatable). "
                                                        "Default: gpu_check.ops.")
 @click.option("-b", "--backend", help="Backend tested against the CPU (default: gpu_check.backend, CUDA0).")
-@click.option("--gpus", default="all", show_default=True, help="docker --gpus for the container (none: no GPU).")
+@click.option("--gpus", help="docker --gpus for the container (none: no GPU) [gpu_check.gpus, all].")
 @click.option("--log", "log_file", type=click.Path(dir_okay=False, exists=True),
               help="Judge this recorded output (scripts/gpu_run.py backend-ops' backend-ops.log) instead of running.")
 @click.option("--save-log", type=click.Path(dir_okay=False), help="Write test-backend-ops' output to this file.")
@@ -136,7 +136,7 @@ def gpu_check(image, ops, backend, gpus, log_file, save_log, json_file, compare_
         text = Path(log_file).read_text(errors="replace")
     else:
         click.echo(f"gpu-check {image}: {PROGRAM} {' '.join(backend_ops_args(backend, ops))}", err=True)
-        code, text = _run_in_engine(image, backend_ops_args(backend, ops), settings.timeout, gpus)
+        code, text = _run_in_engine(image, backend_ops_args(backend, ops), settings.timeout, gpus or settings.gpus)
     if save_log:
         _save(save_log, text, "the log")
     check = judge(parse(text), backend, known, ops, exit_code=code)

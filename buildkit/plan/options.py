@@ -148,6 +148,7 @@ class GpuCheckOptions:
     known_failures: tuple[str, ...] = setting(
         (), "gpu-check: failing cases that do not fail the check, each \"CASE: reason\" (CASE: the full case "
         "name as test-backend-ops prints it, or an op name for all its cases); the report still names them")
+    gpus: str = setting("all", "gpu-check: docker --gpus of its container (all, a count, device=ID; none: no GPU)")
     timeout: int = setting(1800, "gpu-check: seconds test-backend-ops may run")
 
 

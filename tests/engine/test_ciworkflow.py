@@ -243,9 +243,10 @@ def test_gpu_check_runs_before_the_bench_and_a_new_failing_case_stops_bench_and_
     gate = next(s for s in steps if s.get("id") == "gate")
     assert check["id"] == "gpucheck" and check["continue-on-error"] is True
     assert names.index(check["name"]) < names.index(gate["name"])
-    release, nightly = check["run"].strip().splitlines()
-    assert release.startswith('buildkit gpu-check --config "buildkit.toml" "ghcr.io/acme/l:cpu-tests" --gpus all')
-    assert nightly == ('buildkit gpu-check --config "buildkit.toml" "ghcr.io/acme/l:nightly-cpu-tests" --gpus all '
+    pull, release, nightly = check["run"].strip().splitlines()
+    assert pull == 'docker pull "ghcr.io/acme/l:cpu-tests" && docker pull "ghcr.io/acme/l:nightly-cpu-tests"'
+    assert release.startswith('buildkit gpu-check --config "buildkit.toml" "ghcr.io/acme/l:cpu-tests" --json')
+    assert nightly == ('buildkit gpu-check --config "buildkit.toml" "ghcr.io/acme/l:nightly-cpu-tests" '
                        '--compare gpu-check-release.json --json gpu-check.json --step-summary "$GITHUB_STEP_SUMMARY"')
     # a refused gpu-check skips the bench, so the promotion (gate succeeded) does not run and the job is red
     assert gate["if"] == "steps.gpucheck.outcome == 'success'"
