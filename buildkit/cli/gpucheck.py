@@ -44,17 +44,18 @@ def _attach(lock_path: Path, image: str, key: str | None, check: GpuCheck) -> st
 
 def _release(path: str | None, lock_path: Path, entry: str | None) -> GpuCheck | None:
     """The release's result to compare with: a gpu-check JSON file, or a lock entry's gpu_check."""
-    if path:
-        try:
-            return GpuCheck.from_dict(json.loads(Path(path).read_text()))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise BuildkitError(f"--compare {path}: not a gpu-check result ({exc})") from None
-    if entry:
-        from buildkit.release.lock import read_lock
+    where, record = f"--compare {path}", None
+    try:
+        if path:
+            record = json.loads(Path(path).read_text())
+        elif entry:
+            from buildkit.release.lock import read_lock
 
-        record = read_lock(lock_path)["builds"].get(entry, {}).get("gpu_check")
-        return GpuCheck.from_dict(record) if record else None
-    return None
+            where = f"{lock_path} builds[{entry!r}].gpu_check"
+            record = read_lock(lock_path)["builds"].get(entry, {}).get("gpu_check")
+        return GpuCheck.from_dict(record) if record is not None else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise BuildkitError(f"{where}: not a gpu-check result ({exc})") from None
 
 
 def _run_in_engine(image: str, args: list[str], timeout: float, gpus: str) -> tuple[int, str]:
@@ -140,9 +141,9 @@ def gpu_check(image, ops, backend, gpus, log_file, save_log, json_file, compare_
     if save_log:
         _save(save_log, text, "the log")
     check = judge(parse(text), backend, known, ops, exit_code=code)
+    click.echo(check.line())
     release = _release(compare_file, cfg.lock.path, compare_entry)
     new = new_failures(check, release) if (compare_file or compare_entry) else None
-    click.echo(check.line())
     if new is not None:
         click.echo(f"new failing cases (not in the release, not known): {', '.join(f.case for f in new) or 'none'}")
     if json_file:

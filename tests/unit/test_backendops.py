@@ -144,3 +144,27 @@ def test_the_tests_image_tag_follows_the_image_tag():
 
     assert tests_tag("buildkit-test/tiny-fork:cpu") == "buildkit-test/tiny-fork:cpu-tests"
     assert tests_tag("localhost:5000/x") == "localhost:5000/x:latest-tests"
+
+
+def test_gpu_check_judges_a_recorded_log_with_the_projects_known_failures_and_compares(tmp_path, monkeypatch):
+    """`buildkit gpu-check --log` (the log gpu_run.py backend-ops wrote on a GPU host): the verdict line first,
+    the config's known failures, --compare with a release, and a bad release file as one error line."""
+    from click.testing import CliRunner
+
+    from buildkit.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("LLAMA_BUILDKIT_CONFIG", raising=False)
+    (tmp_path / "buildkit.toml").write_text('schema_version = 1\n[gpu_check]\n'
+                                            'known_failures = ["COUNT_EQUAL: uses argmax"]\n')
+    log = str(DATA / "backendops-cuda-argmax.txt")
+    runner = CliRunner()
+    got = runner.invoke(main, ["gpu-check", "--log", log, "--json", "nightly.json"])
+    assert got.exit_code == 1
+    assert got.output.splitlines()[0].startswith(f"gpu-check CUDA0: FAIL 4/7 cases passed, 1 failing: {ARGMAX} ")
+    assert "2 known: " in got.output
+    got = runner.invoke(main, ["gpu-check", "--log", log, "--compare", "nightly.json"])  # nothing new
+    assert got.exit_code == 0 and "new failing cases (not in the release, not known): none" in got.output
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    got = runner.invoke(main, ["gpu-check", "--log", log, "--compare", "bad.json"])
+    assert got.exit_code == 1 and got.output.splitlines()[-1].startswith("error: --compare bad.json: not a gpu-check")
