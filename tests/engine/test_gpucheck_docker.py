@@ -57,11 +57,13 @@ def project(tmp_path_factory, git_daemon, debian_base_image, docker_engine):
     env["LLAMA_BUILDKIT_BUILD_PROGRESS"] = "plain"
     yield root, env
     client = docker.from_env()
-    for tag in (f"{IMAGE}:cpu", f"{IMAGE}:cpu-tests"):
-        try:
-            client.images.remove(tag)
-        except docker.errors.APIError:
-            pass
+    for image in client.images.list(name=IMAGE):  # :cpu, :cpu-tests and the build's bk- and sha- tags
+        for tag in image.tags:
+            if tag.startswith(IMAGE + ":"):
+                try:
+                    client.images.remove(tag, force=True)
+                except docker.errors.APIError:
+                    pass
 
 
 def lock_entry(root: Path) -> dict:

@@ -49,7 +49,7 @@ def bench_job(tmp_path_factory, example_fork, registry_plain, debian_base_image,
                             source={"url": example_fork["url"], "branch": "master", "commit": example_fork["commit"],
                                     "patch_dir": "patches"},
                             image={"name": repository, "default_variant": VARIANT},
-                            build={"jobs": 2, "cpu_level": "none", "progress": "plain"},
+                            build={"arch": "cpu", "jobs": 2, "cpu_level": "none", "progress": "plain"},
                             base={"provider": "wheels", "os_image": debian_base_image, "cublas": False},
                             matrix={"archs": ["cpu"], "cuda_versions": ["13.1"], "targets": ["server"]},
                             gpu_check={"backend": "CPU", "gpus": "none"})
