@@ -337,6 +337,31 @@ def cmd_run(args) -> int:
     return 0 if summary["outcome"] == "healthy" else 3
 
 
+def cmd_backend_ops(args) -> int:
+    from buildkit.gpu import libplan
+    from buildkit.gpu.backendrun import run_backend_ops
+    from buildkit.gpu.gpubundle import open_bundle
+    from buildkit.verify.backendverdict import known_failures
+
+    settings = None
+    if args.config:
+        from buildkit.plan.config import load_config
+
+        settings = load_config(Path(args.config), os.environ).options.gpu_check
+    known = known_failures([*(settings.known_failures if settings else ()), *args.known])
+    ops = tuple(args.op) or (settings.ops if settings else ())
+    folder, manifest = open_bundle(Path(args.bundle), Path(args.work).resolve())
+    say(f"bundle {args.bundle}: verified; image manifest digest {manifest['image']['manifest_digest']}")
+    host = libplan.HostDirs()
+    host.driver = args.driver_dir + host.driver
+    host.cuda = args.cuda_dir + host.cuda
+    check = run_backend_ops(folder.resolve(), host, Path(args.work).resolve(), Path(args.out).resolve(),
+                            backend=args.backend, ops=ops, known=known, cuda_from=args.cuda_from,
+                            timeout=args.timeout, log=say)
+    say(check.line())
+    return 0 if check.ok else 1
+
+
 # ----------------------------------------------------------------------------------------- CLI
 
 def parser() -> argparse.ArgumentParser:
@@ -406,6 +431,24 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("server_args", nargs="*", help="llama-server arguments, after -- (e.g. -- -lv 4 for the "
                                                   "device, offload and buffer lines)")
     r.set_defaults(func=cmd_run)
+
+    b = sub.add_parser("backend-ops", help="run the bundle's test-backend-ops (gpu-check) and judge it (GPU host)",
+                       description="The fork's own test-backend-ops from a bundle of the image's tests target: "
+                                   "`test -b BACKEND [-o OPS]`, output in OUT/backend-ops.log, the verdict in "
+                                   "OUT/gpu-check.json and on the last line; exit 0 when it passes.")
+    b.add_argument("bundle", help="bundle (tar.xz) of the tests target, or its unpacked folder")
+    b.add_argument("-b", "--backend", default="CUDA0", help="backend under test (default: %(default)s)")
+    b.add_argument("-o", "--op", action="append", default=[], help="only this op (repeatable)")
+    b.add_argument("--known", action="append", default=[], metavar="'CASE: reason'",
+                   help="a known failure (repeatable), besides the config's gpu_check.known_failures")
+    b.add_argument("--config", help="buildkit.toml whose [gpu_check] to use (known_failures, ops)")
+    b.add_argument("--cuda-from", choices=("auto", "image", "host"), default="auto")
+    b.add_argument("--driver-dir", action="append", default=[], help="extra folder with libcuda.so.1")
+    b.add_argument("--cuda-dir", action="append", default=[], help="extra folder with the CUDA runtime")
+    b.add_argument("--work", default="/tmp/gpu-run", help="where the bundle is unpacked (default: %(default)s)")
+    b.add_argument("--out", default=DEFAULT_OUT, help="folder for backend-ops.log and gpu-check.json")
+    b.add_argument("--timeout", type=float, default=3600.0, help="seconds test-backend-ops may run")
+    b.set_defaults(func=cmd_backend_ops)
     return p
 
 

@@ -111,7 +111,7 @@ class FakeEngine(Engine):
         raise EngineError("the fake engine saves nothing")
 
     # containers
-    def run(self, image, entrypoint, args=(), *, timeout=120, env=None) -> tuple[int, str]:
+    def run(self, image, entrypoint, args=(), *, timeout=120, env=None, gpus="") -> tuple[int, str]:
         self.ping()
         self.calls.append(("run", image, tuple(entrypoint), tuple(args)))
         self.run_env = dict(env or {})

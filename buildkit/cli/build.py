@@ -53,9 +53,11 @@ def version_options(func):
               help="Free disk space the preflight check asks for (default: 25 GB for CUDA, 4 GB for cpu).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the result as JSON on stdout (progress and buildx's output stay on stderr).")
+@click.option("--tests", is_flag=True, help="Also build the tests target (the image plus the fork's "
+                                            "test-backend-ops, tag <tag>-tests) for `buildkit gpu-check`.")
 @handle_errors
 def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_only: bool, no_verify: bool,
-          no_load: bool, no_preflight: bool, min_free_gb: float | None, as_json: bool, **kwargs):
+          no_load: bool, no_preflight: bool, min_free_gb: float | None, as_json: bool, tests: bool, **kwargs):
     """Fetch the pinned commit, patch, render, build with buildx, verify and write the lock."""
     from buildkit.flows.buildspec import build_command
     from buildkit.flows.pipeline import build as run_pipeline, build_options, cache_root, prepare
@@ -69,6 +71,8 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
     if no_load and not push:
         raise ConfigError("--no-load goes with --push (a build without --push is for the engine)")
     from buildkit.plan.platforms import is_multi
+    if tests and (push or print_only or is_multi(cfg.build.platform)):
+        raise ConfigError("--tests goes with a plain build of one platform (not --push, --print or several)")
 
     if is_multi(cfg.build.platform):
         if print_only:
@@ -117,7 +121,7 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
     from buildkit.engine.api import get_engine
 
     with _display(cfg):
-        built = run_pipeline(cfg, extra_tags=extra_tags, verify=not no_verify)
+        built = run_pipeline(cfg, extra_tags=extra_tags, verify=not no_verify, tests=tests)
     facts = summary(built.prepared.plan.request.variant, built.result.seconds,
                     get_engine().image_size(built.result.tags[0]) if built.result.tags else None,
                     built.result.compressed_size,
@@ -128,6 +132,7 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
             "image_id": built.result.config_digest, "tags": list(built.result.tags),
             "commit": built.prepared.source.commit, "build_key": built.prepared.build_key,
             "lock": str(built.lock_path), "verify": [vars(c) for c in built.report.checks],
+            "tests_image": built.tests_image or None,
             "summary": facts}, indent=2))
         return
     for check in built.report.checks:
@@ -136,6 +141,8 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
                f"from {built.prepared.source.commit} in {built.result.seconds:.0f}s")
     click.echo(f"tags: {' '.join(built.result.tags)}")
     click.echo(f"lock: {built.lock_path}")
+    if built.tests_image:
+        click.echo(f"tests image: {built.tests_image} (buildkit gpu-check {built.tests_image})")
     click.echo(summary_line(facts))
 
 

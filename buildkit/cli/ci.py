@@ -59,6 +59,9 @@ def ci():
               help="With --bench-runner: bench --runs (runs of each image) [default: bench's, 3].")
 @click.option("--bench-max-tokens", type=click.IntRange(1, 100000), metavar="N",
               help="With --bench-runner: bench --max-tokens (tokens per run) [default: bench's, 800].")
+@click.option("--gpu-check", "gpu_check", is_flag=True,
+              help="With --bench-runner: before the bench, `buildkit gpu-check` the nightly's tests image "
+                   "(<tag>-tests) against the release's; a new failing case is not promoted (docs/gpu.md).")
 @click.option("--no-ccache", is_flag=True, help="Do not carry the ccache from run to run.")
 @click.option("--no-free-disk", is_flag=True, help="Leave out the step that frees disk space on the runner.")
 @click.option("--force", is_flag=True, help="Overwrite a workflow file that differs.")
@@ -66,7 +69,7 @@ def ci():
 @handle_errors
 def github(out_path, cron, username_secret, password_secret, python_version, install_spec, buildkit_repo,
            buildkit_ref, runners, plan_runner, layer_cache, bench_runner, bench_model, bench_profile, bench_variant,
-           max_slowdown, bench_runs, bench_max_tokens, no_ccache, no_free_disk, force, to_stdout, **kwargs):
+           max_slowdown, bench_runs, bench_max_tokens, gpu_check, no_ccache, no_free_disk, force, to_stdout, **kwargs):
     """Write the GitHub Actions workflow running the nightly daily and on demand: a plan job, one
     build job per variant and platform, and a job that tags the nightly from their digests.
 
@@ -105,9 +108,9 @@ def github(out_path, cron, username_secret, password_secret, python_version, ins
         keys = [v.key for v in variants]
         if bench_variant not in keys:
             raise ConfigError(f"--bench-variant {bench_variant!r} is not a variant of the matrix ({', '.join(keys)})")
-    elif bench_model or bench_profile or bench_runs or bench_max_tokens:
-        raise ConfigError("--bench-model, --bench-profile, --bench-runs and --bench-max-tokens go with "
-                          "--bench-runner")
+    elif bench_model or bench_profile or bench_runs or bench_max_tokens or gpu_check:
+        raise ConfigError("--bench-model, --bench-profile, --bench-runs, --bench-max-tokens and --gpu-check go "
+                          "with --bench-runner")
     cache_budget(variants, layer_cache, ccache=not no_ccache)
     options = WorkflowOptions(registry=repository.registry, cron=cron or DEFAULT_CRON,
                               username_secret=username_secret, password_secret=password_secret,
@@ -119,7 +122,8 @@ def github(out_path, cron, username_secret, password_secret, python_version, ins
                               ccache=not no_ccache, free_disk=not no_free_disk, bench_runner=bench_runner or "",
                               bench_image=repository.name, bench_variant=bench_variant, bench_model=bench_model or "",
                               bench_profile=bench_profile or "", max_slowdown=max_slowdown,
-                              bench_runs=bench_runs or 0, bench_max_tokens=bench_max_tokens or 0)
+                              bench_runs=bench_runs or 0, bench_max_tokens=bench_max_tokens or 0,
+                              gpu_check=gpu_check)
     if cfg.origins["image.name"] == "--image":
         options = replace(options, image=cfg.image.name)
     options = replace(options, config=config_in_repo(cfg.path, Path.cwd()))

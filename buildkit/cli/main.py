@@ -16,6 +16,7 @@ from buildkit.cli.ci import ci
 from buildkit.cli.config import config_cmd
 from buildkit.cli.diff import diff
 from buildkit.cli.doctor import doctor
+from buildkit.cli.gpucheck import gpu_check
 from buildkit.cli.init import init
 from buildkit.cli.nightly import nightly
 from buildkit.cli.promote import promote
@@ -45,7 +46,7 @@ def main():
 
 # In the order `buildkit --help` listed them before the split (click sorts them by name anyway).
 for command in (init, archs, config_cmd, render, build, push, tags, nightly, promote, bake, ci, bench, run, reproduce,
-                diff, doctor, ccache):
+                diff, doctor, ccache, gpu_check):
     main.add_command(command)
 
 

@@ -172,9 +172,9 @@ class Engine(abc.ABC):
     # ------------------------------------------------------------ containers
     @abc.abstractmethod
     def run(self, image: str, entrypoint: Sequence[str], args: Sequence[str] = (), *,
-            timeout: float = 120, env: Mapping[str, str] | None = None) -> tuple[int, str]:
-        """Run a command in a fresh container without network, env added to the image's environment;
-        (exit code, output: stdout and stderr). Removed after."""
+            timeout: float = 120, env: Mapping[str, str] | None = None, gpus: str = "") -> tuple[int, str]:
+        """Run a command in a fresh container without network, env added to the image's environment, with
+        the GPUs gpus names (docker --gpus; empty: none); (exit code, output: stdout and stderr). Removed after."""
 
     @abc.abstractmethod
     def attach(self, spec: RunSpec) -> int:

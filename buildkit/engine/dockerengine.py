@@ -280,12 +280,12 @@ class DockerEngine(Engine):
             signal.signal(signal.SIGINT, old)
 
     def run(self, image: str, entrypoint: Sequence[str], args: Sequence[str] = (), *,
-            timeout: float = 120, env: Mapping[str, str] | None = None) -> tuple[int, str]:
-        client = self.client()
-        container = client.containers.create(image, entrypoint=list(entrypoint), command=list(args),
-                                              network_disabled=True, environment=dict(env or {}))
-        try:  # attached before the start and read to the end, as `docker run` does: logs read after wait()
-            # can lack what the engine had not copied yet (CI: verify saw exit 0 and no output at all)
+            timeout: float = 120, env: Mapping[str, str] | None = None, gpus: str = "") -> tuple[int, str]:
+        devices = self.create_kwargs(ContainerSpec(image, gpus=gpus)).get("device_requests")  # None: no GPU
+        container = self.client().containers.create(image, entrypoint=list(entrypoint), command=list(args),
+                                                    network_disabled=True, environment=dict(env or {}),
+                                                    device_requests=devices)
+        try:  # attached before start, read to the end, as `docker run` does (logs read after wait() lacked output)
             stream, chunks = container.attach(stdout=True, stderr=True, stream=True, logs=True), []
             reader = threading.Thread(target=lambda: chunks.extend(stream), daemon=True)
             reader.start()

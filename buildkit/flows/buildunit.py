@@ -89,6 +89,7 @@ class UnitResult:
     seconds: dict[str, float] = field(default_factory=dict)  # per stage that ran
     error: str = ""  # attempt_unit: why it failed ("" when it did not)
     failed: str = ""  # attempt_unit: the stage that failed (one of STAGES)
+    tests_image: str = ""  # build --tests: the tests target's tag (flows/testsimage.py)
 
     @property
     def ok(self) -> bool:

@@ -101,6 +101,7 @@ class WorkflowOptions:
     max_slowdown: float = 5.0
     bench_runs: int = 0  # bench --runs (0: bench's default, 3)
     bench_max_tokens: int = 0  # bench --max-tokens (0: bench's default, 800)
+    gpu_check: bool = False  # with bench_runner: gpu-check the nightly's tests image against the release's first
 
 
 def _cron_value(text: str, low: int, high: int, names: tuple[str, ...]) -> int | None:
@@ -259,7 +260,7 @@ def render_workflow(options: WorkflowOptions, directory: Path | None = None) -> 
         bench_new=f"{options.bench_image}:nightly-{options.bench_variant}",
         bench_old=f"{options.bench_image}:{options.bench_variant}", bench_variant=options.bench_variant,
         bench_model=options.bench_model, bench_profile=options.bench_profile, max_slowdown=f"{options.max_slowdown:g}",
-        bench_runs=options.bench_runs, bench_max_tokens=options.bench_max_tokens,
+        bench_runs=options.bench_runs, bench_max_tokens=options.bench_max_tokens, gpu_check=options.gpu_check,
         ccache=options.ccache, free_disk=options.free_disk, ccache_dir=CCACHE_DIR,
         builder_driver=options.builder_driver, timeout_minutes=int(options.timeout_minutes),
         username=("${{ github.actor }}" if options.username_secret == "GITHUB_TOKEN"

@@ -323,9 +323,10 @@ def check_build_machine(request: BuildRequest, stream=None, *, warn: bool = True
 
 
 def build(cfg: ResolvedConfig, *, extra_tags: tuple[str, ...] = (), verify: bool = True,
-          work_dir: Path | None = None, stream=None, no_cache: bool = False):
+          work_dir: Path | None = None, stream=None, no_cache: bool = False, tests: bool = False):
     """Prepare, then the build unit's flow (flows/buildunit.py): build, verify, write the lock.
-    no_cache: build from a clean state (buildx --no-cache), as build.no_cache does. A UnitResult."""
+    no_cache: build from a clean state (buildx --no-cache), as build.no_cache does. tests: then the
+    tests target from the same context (flows/testsimage.py). A UnitResult."""
     from buildkit.flows.buildunit import UnitOptions, run_unit  # (it builds on this module)
 
     request = make_request(cfg)  # refuse a bad request before anything else
@@ -335,5 +336,11 @@ def build(cfg: ResolvedConfig, *, extra_tags: tuple[str, ...] = (), verify: bool
     check_build_machine(request, warn=False)  # before the fetch and the toolkit: a build that cannot run here
     with prepared_context(cfg, request=request, extra_tags=extra_tags, work_dir=work_dir,
                           ccache_recache=options.no_cache) as prepared:
-        return run_unit(prepared, UnitOptions(verify=verify, lock_path=cfg.lock.path, build=options,
+        unit = run_unit(prepared, UnitOptions(verify=verify, lock_path=cfg.lock.path, build=options,
                                               stream=stream), cfg=cfg)
+        if tests and unit.result is not None:
+            from buildkit.flows.testsimage import build_tests_image
+
+            unit = replace(unit, tests_image=build_tests_image(prepared, options, unit.result,
+                                                               prepared.rendered.context_dir.parent, stream=stream))
+        return unit

@@ -142,6 +142,17 @@ class LockOptions:
 
 
 @dataclass(frozen=True)
+class GpuCheckOptions:
+    backend: str = setting("CUDA0", "gpu-check: the test-backend-ops backend tested against the CPU (-b)")
+    ops: tuple[str, ...] = setting((), "gpu-check: only these ops (-o; empty = every case, minutes on a GPU)")
+    known_failures: tuple[str, ...] = setting(
+        (), "gpu-check: failing cases that do not fail the check, each \"CASE: reason\" (CASE: the full case "
+        "name as test-backend-ops prints it, or an op name for all its cases); the report still names them")
+    gpus: str = setting("all", "gpu-check: docker --gpus of its container (all, a count, device=ID; none: no GPU)")
+    timeout: int = setting(1800, "gpu-check: seconds test-backend-ops may run")
+
+
+@dataclass(frozen=True)
 class Options:
     """Every setting, resolved and typed: `options.build.arch`."""
     source: SourceOptions
@@ -151,6 +162,7 @@ class Options:
     matrix: MatrixOptions
     cache: CacheOptions
     lock: LockOptions
+    gpu_check: GpuCheckOptions
 
 
 SECTIONS: dict[str, type] = {f.name: typing.get_type_hints(Options)[f.name] for f in dataclasses.fields(Options)}

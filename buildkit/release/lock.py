@@ -46,6 +46,7 @@ _PRODUCED: tuple[tuple[str, str, Any], ...] = (  # (name, annotation, field())
     ("labels", "dict", field(default_factory=dict)),  # the image's labels: with the inputs, all `reproduce` needs
     ("exporter", "str", field(default="")),  # "oci" (reproducible: OCI exporter, rewrite-timestamp) or "load"
     ("bench", "dict | None", field(default=None)),  # `buildkit bench --attach-lock` results; a rebuild clears them
+    ("gpu_check", "dict | None", field(default=None)),  # `buildkit gpu-check --attach-lock`; a rebuild clears it
     ("build_seconds", "float", field(default=0.0)),  # wall time of the buildx run (the next build's estimate)
 )
 
@@ -258,7 +259,7 @@ def write_index_entry(path: Path, index: IndexEntry, entries: dict[str, LockEntr
     """The index and each platform's entry (builds[<variant>/<target>@<platform>]), in one write."""
     def change(data: dict) -> None:
         for key, entry in entries.items():
-            data["builds"][key] = asdict(entry)
+            data["builds"][key] = entry_dict(entry)
         indexes = data.setdefault("indexes", {})
         indexes[index.key] = asdict(index)
         data["indexes"] = dict(sorted(indexes.items()))
@@ -268,4 +269,13 @@ def write_index_entry(path: Path, index: IndexEntry, entries: dict[str, LockEntr
 
 def write_lock_entry(path: Path, entry: LockEntry) -> None:
     """Add or replace the entry for entry.key, keeping the others."""
-    update_lock(path, lambda data: data["builds"].__setitem__(entry.key, asdict(entry)))
+    update_lock(path, lambda data: data["builds"].__setitem__(entry.key, entry_dict(entry)))
+
+
+def entry_dict(entry: LockEntry) -> dict:
+    """An entry as the lock holds it; no gpu_check key until `buildkit gpu-check --attach-lock` writes one, so a
+    lock written before that key existed is written back the same."""
+    data = asdict(entry)
+    if data.get("gpu_check") is None:
+        data.pop("gpu_check", None)
+    return data

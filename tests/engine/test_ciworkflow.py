@@ -229,6 +229,32 @@ def test_the_bench_gate_benches_the_new_nightly_against_the_release_and_then_pro
         assert refused.returncode == 1 and message in refused.stderr, refused.stderr
 
 
+def test_gpu_check_runs_before_the_bench_and_a_new_failing_case_stops_bench_and_promotion(tmp_path):
+    (tmp_path / "buildkit.toml").write_text('schema_version = 1\n[image]\nname = "ghcr.io/acme/l"\n'
+                                            'default_variant = "cpu"\n[matrix]\narchs = ["cpu"]\n')
+    base = ("--stdout", "--bench-runner", "gpu", "--bench-model", "/m/q.gguf")
+    plain = yaml.safe_load(run_cli(tmp_path, *base).stdout)["jobs"]["bench"]["steps"]
+    assert not any("gpu-check" in s.get("run", "") for s in plain)  # off unless asked for
+    proc = run_cli(tmp_path, *base, "--gpu-check")
+    assert proc.returncode == 0, proc.stderr
+    steps = yaml.safe_load(proc.stdout)["jobs"]["bench"]["steps"]
+    names = [s["name"] for s in steps]
+    check = steps_by_name({"jobs": {"b": {"steps": steps}}}, "b")["gpu-check the new nightly against the release"]
+    gate = next(s for s in steps if s.get("id") == "gate")
+    assert check["id"] == "gpucheck" and check["continue-on-error"] is True
+    assert names.index(check["name"]) < names.index(gate["name"])
+    pull, release, nightly = check["run"].strip().splitlines()
+    assert pull == 'docker pull "ghcr.io/acme/l:cpu-tests" && docker pull "ghcr.io/acme/l:nightly-cpu-tests"'
+    assert release.startswith('buildkit gpu-check --config "buildkit.toml" "ghcr.io/acme/l:cpu-tests" --json')
+    assert nightly == ('buildkit gpu-check --config "buildkit.toml" "ghcr.io/acme/l:nightly-cpu-tests" '
+                       '--compare gpu-check-release.json --json gpu-check.json --step-summary "$GITHUB_STEP_SUMMARY"')
+    # a refused gpu-check skips the bench, so the promotion (gate succeeded) does not run and the job is red
+    assert gate["if"] == "steps.gpucheck.outcome == 'success'"
+    assert steps[-1]["if"] == "steps.gate.outcome != 'success'"
+    refused = run_cli(tmp_path, "--stdout", "--gpu-check")
+    assert refused.returncode == 1 and "go with --bench-runner" in refused.stderr
+
+
 BIG_CUDA = ('[matrix]\narchs = ["sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"]\n'
             'cuda_versions = ["12.8", "13.1"]\n')
 

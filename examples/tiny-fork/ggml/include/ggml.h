@@ -9,6 +9,8 @@ extern "C" {
 /* libggml-base */
 const char * ggml_version(void);
 float ggml_dot(const float * a, const float * b, int n);
+/* dst[r] = the column of row r's largest value (nrows values; src: nrows rows of ncols) */
+void ggml_argmax_rows(const float * src, int ncols, int nrows, int32_t * dst);
 
 /* the CPU backend: in libggml-cpu, or with GGML_BACKEND_DL in libggml, which forwards to the
  * libggml-cpu[-variant].so module it loaded (the first call loads one) */
