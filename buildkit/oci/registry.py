@@ -48,6 +48,7 @@ from buildkit.core.errors import AuthError, RegistryError
 from buildkit.oci.credentials import Credentials
 from buildkit.oci.imageref import DIGEST, is_docker_hub, registry_api_host
 from buildkit.oci.registryauth import Challenge, RegistryAuth, parse_www_authenticate
+from buildkit.oci.redirects import MAX_REDIRECTS, REDIRECT_STATUSES, next_hop
 from buildkit.oci.registryblobs import BlobTransfers
 from buildkit.oci.digest import MAX_DOCUMENT
 from buildkit.oci.registryhttp import (DEADLINE, DEADLINE_ENV, RETRY_STATUSES, TIMEOUT, TRANSFER_DEADLINE,
@@ -136,7 +137,22 @@ class RegistryClient(RegistryAuth, BlobTransfers):
         parts = urlsplit(url)
         return parts.scheme == "https" or (parts.scheme == "http" and is_loopback(parts.netloc))
 
-    def _send(self, method: str, url: str, op: str, **kwargs: Any) -> requests.Response:
+    def _send(self, method: str, url: str, op: str, *, secret_body: bool = False, **kwargs: Any) -> requests.Response:
+        """_send_once, and the redirects of its answers followed here, hop by hop (oci/redirects.py):
+        credentials and tokens never go to another origin, and never from https to plain http."""
+        for hops in range(MAX_REDIRECTS + 1):
+            resp = self._send_once(method, url, op, **kwargs)
+            if resp.status_code not in REDIRECT_STATUSES or not resp.headers.get("Location"):
+                return resp
+            location, status = resp.headers["Location"], resp.status_code
+            resp.close()
+            hop = next_hop(method, url, location, status, secret_body=secret_body and "data" in kwargs, hops=hops)
+            if isinstance(hop, str):
+                raise self._fail(op, hop)
+            method, url, kwargs = hop.method, hop.url, hop.carry(kwargs)
+        raise AssertionError("unreachable")
+
+    def _send_once(self, method: str, url: str, op: str, **kwargs: Any) -> requests.Response:
         """One request with retries on 429/5xx and connection failures; SSL errors pass through.
         The whole request (the body too, unless stream=True) ends within self.timeout, an upload within
         what is left of self._transfers; every other request and wait within what is left of
@@ -161,7 +177,8 @@ class RegistryClient(RegistryAuth, BlobTransfers):
             try:
                 with budget.spending(), Deadline(limit, self._adapter.cut) as deadline:
                     resp = self._session.request(method, url, timeout=min(self.timeout, limit), verify=verify,
-                                                 proxies=self._proxies(url), stream=True, **kwargs)
+                                                 proxies=self._proxies(url), stream=True, allow_redirects=False,
+                                                 **kwargs)
                     if not stream and method != "HEAD":  # a HEAD's Content-Length is the GET's (a layer's size)
                         read_body(resp, max_body)
                     if deadline.expired:  # what arrived before the cut (a status line) is not the answer

@@ -15,9 +15,15 @@ import requests
 
 from buildkit.core.errors import AuthError, RegistryError
 from buildkit.oci.credentials import Credentials
+from buildkit.oci.redirects import origin
 from buildkit.oci.registryhttp import status_text
 
 TOKEN_CLIENT_ID = "llama-buildkit"
+
+
+def _origin(url: str) -> str:
+    where = origin(url)
+    return f"{where[0]}://{where[1]}:{where[2]}" if where else url
 
 
 @dataclass(frozen=True)
@@ -107,7 +113,7 @@ class RegistryAuth:
                     "scope": " ".join(scopes)}
             if service:
                 form["service"] = service
-            resp = self._send("POST", realm, token_op, data=form)
+            resp = self._send("POST", realm, token_op, data=form, secret_body=True)
         else:
             params = [("service", service)] if service else []
             params += [("scope", s) for s in scopes]
@@ -152,6 +158,10 @@ class RegistryAuth:
                     raise self._fail(op, "the registry asks for a password over plain http; refusing to send it")
                 extra["auth"] = (self.credentials.username, self.credentials.secret)
             resp = self._send(method, target, op, headers=send_headers, **extra)
+            if resp.status_code in (401, 403) and _origin(resp.url) != _origin(target):
+                resp.close()  # a redirect's target asking for credentials: they stay with the registry
+                raise self._fail(op, f"{resp.status_code} from {_origin(resp.url)}, where the registry redirected "
+                                     "the request; credentials go only to the registry and its token service")
             if resp.status_code == 403:
                 resp.close()
                 if self.credentials:
