@@ -87,8 +87,8 @@ def estimate(percent: int, elapsed: float, last_seconds: float | None,
     change's compile in seconds where the last, cold build took twenty minutes. Without the last
     build's time, or when this build already took longer: linear."""
     own = None
-    if percent > 0:
-        run = elapsed if compile_elapsed is None else compile_elapsed
+    run = elapsed if compile_elapsed is None else compile_elapsed
+    if percent > 0 and run > 0:  # the compile's first counter line has no pace yet
         own = run * (100 - percent) / percent
     if last_seconds and last_seconds > 0 and elapsed < last_seconds:
         by_last = last_seconds - elapsed

@@ -68,6 +68,9 @@ def test_a_warm_compile_after_a_cold_build_is_estimated_from_its_own_pace():
     left = line.split("about ")[1].split(" left")[0]
     assert left.endswith("s") and "m" not in left, line  # seconds, not the 20 minutes of the cold build
     assert "this compile's pace; last build 20m30s" in line
+    # the first counter line gives no pace: no "about 0.0s left"
+    first = CompileMeter(clock=lambda: 102.0)
+    assert first.feed("#17 2.2 [1/30] Linking C shared library bin/libggml-base.so") == "compile 3% at 0.0s"
     # early on, a few fast first steps do not yet overrule the last build's time
     assert estimate_left(5, 60.0, 600.0, compile_elapsed=1.0) == pytest.approx(540.0)
 
