@@ -238,6 +238,28 @@ def _single_archive(layout: Path, dest: Path, tag: str) -> str:
     return str(descriptor["digest"])
 
 
+def _mounts_below(folder: Path) -> list[str]:
+    """Mount points inside folder (debootstrap mounts /proc, /sys or /dev in the root while it configures)."""
+    try:
+        lines = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return []
+    prefix = str(folder.resolve()) + "/"
+    points = [line.split()[1].replace("\\040", " ") for line in lines if len(line.split()) > 1]
+    return sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True)
+
+
+def remove_work(work: Path) -> None:
+    """Remove the work folder, never through a mount debootstrap left (an interrupted run): unmount first,
+    and keep the folder when a mount stays."""
+    for point in _mounts_below(work):
+        subprocess.run(["umount", "--lazy", point], capture_output=True)
+    if _mounts_below(work):
+        raise BaseImageError(f"{work} still has mounts inside ({', '.join(_mounts_below(work))}); "
+                             "unmount them and remove it by hand")
+    shutil.rmtree(work, ignore_errors=True)
+
+
 def make_base(base: DebianBase, *, log: Callable[[str], None] = lambda _: None,
               work_dir: Path | None = None) -> BaseMade:
     """Debootstrap each platform, write its OCI image, load the image (or the index of both) under base.tag."""
@@ -264,7 +286,7 @@ def make_base(base: DebianBase, *, log: Callable[[str], None] = lambda _: None,
             layout = work / f"layout-{arch.docker}"
             root_layout(root, platform, layout, f"buildkit base debian --suite {base.suite} ({platform}"
                         + (", unpacked only)" if platform in foreign else ")"))
-            shutil.rmtree(root)
+            remove_work(root)
             layouts.append((platform, layout))
         archive = work / "base.oci.tar"
         if len(layouts) == 1:
@@ -274,6 +296,6 @@ def make_base(base: DebianBase, *, log: Callable[[str], None] = lambda _: None,
         log(f"docker load -> {base.tag}")
         engine.load(archive, [base.tag])
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        remove_work(work)
     return BaseMade(base.tag, digest, tuple(p for p in base.platforms if p not in foreign), tuple(foreign))
 

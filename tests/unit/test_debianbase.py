@@ -84,3 +84,24 @@ def test_a_root_becomes_an_oci_image_of_one_layer_and_two_become_an_index(tmp_pa
         assert both.image("linux/arm64").manifest_digest == image.manifest_digest
         assert both.image("linux/amd64").config["architecture"] == "amd64"
     assert digest.startswith("sha256:")
+
+
+def test_the_work_folder_is_removed_only_after_the_mounts_inside_it_are_gone(tmp_path):
+    """An interrupted debootstrap can leave /proc or /dev mounted in its root: removing the folder through such
+    a mount would delete what the mount shows. A real tmpfs stands in for it."""
+    import subprocess
+
+    from buildkit.flows.debianbase import remove_work
+
+    work = tmp_path / "buildkit-base-x"
+    inside = work / "root-amd64" / "dev"
+    inside.mkdir(parents=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(inside)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    (inside / "null").write_text("stands for the host's /dev/null")
+    try:
+        remove_work(work)
+    finally:
+        subprocess.run(["umount", str(inside)], capture_output=True)
+    assert not work.exists()
