@@ -2,13 +2,15 @@
 
 Nothing can be pulled on the test machines, so the images builds start FROM are made here:
 
-* ``buildkit-test/debian:bookworm``: ``debootstrap --variant=minbase bookworm`` imported with
-  ``docker import``. The mirror is the machine's own apt source, read at run time from
+* ``buildkit-test/debian:bookworm``: made by ``buildkit base debian --suite bookworm`` (the command the
+  README's offline section shows; buildkit/flows/debianbase.py): ``debootstrap --variant=minbase``
+  written as an OCI image and loaded. The mirror is the machine's own apt source, read at run time from
   /etc/apt/sources.list.d/debian.sources (or /etc/apt/sources.list); no host name is written here.
 * ``buildkit-test/debian-multiarch:bookworm``: one local image of two platforms (an OCI index), for
-  cross builds: the amd64 image above, and arm64 made with ``debootstrap --foreign --arch=arm64``,
-  which only unpacks the packages (no arm64 code runs, so no QEMU is needed). dpkg's status file is
-  written from the unpacked packages' control fields, as the second stage would have.
+  cross builds: the amd64 image above (made once, shared), and arm64 made with buildkit's
+  ``debootstrap --foreign --arch=arm64`` root, which only unpacks the packages (no arm64 code runs, so
+  no QEMU is needed; dpkg's status file is written from the unpacked packages' control fields, as the
+  second stage would have), put together by buildkit's OCI index writer.
 * ``buildkit-test/debian-multiarch:trixie``: the same two platforms of Debian 13, whose GCC 14 compiles
   llama.cpp's armv9.2 (SME) CPU variants (the real tree's default CPU level for arm64).
 * ``buildkit-test/busybox:latest``: the static busybox of the host (package busybox-static) and its
@@ -43,8 +45,6 @@ FOREIGN_ARCH = "arm64"
 DEBIAN_SUITE = "bookworm"
 
 _DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-_DEB822_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
-_ONE_LINE_SOURCES = Path("/etc/apt/sources.list")
 
 
 class ImageError(RuntimeError):
@@ -86,28 +86,14 @@ def _making(ref: str):
                      on_wait=lambda: _log(f"waiting for another test process making {ref}"))
 
 
-def debian_mirror(deb822: Path = _DEB822_SOURCES, one_line: Path = _ONE_LINE_SOURCES,
-                  suite: str = DEBIAN_SUITE) -> str:
-    """The URI of the machine's main Debian archive (the stanza carrying ``suite``)."""
-    if deb822.is_file():
-        for stanza in re.split(r"\n\s*\n", deb822.read_text()):
-            fields: dict[str, str] = {}
-            for line in stanza.splitlines():
-                if line.startswith("#") or ":" not in line or line[:1].isspace():
-                    continue
-                key, _, value = line.partition(":")
-                fields[key.strip().lower()] = value.strip()
-            if "deb" not in fields.get("types", "").split():
-                continue
-            if suite in fields.get("suites", "").split() and fields.get("uris"):
-                return fields["uris"].split()[0]
-    if one_line.is_file():
-        for line in one_line.read_text().splitlines():
-            # deb [options] URI suite components...
-            m = re.match(r"^\s*deb\s+(?:\[[^\]]*\]\s+)?(\S+)\s+(\S+)", line)
-            if m and m.group(2) == suite:
-                return m.group(1)
-    raise ImageError(f"no apt source for Debian {suite} in {deb822} or {one_line}")
+def debian_mirror() -> str:
+    """The URI of the machine's main Debian archive (buildkit's own reading of apt's sources)."""
+    from buildkit.flows.debianbase import machine_mirror
+
+    mirror = machine_mirror()
+    if mirror is None:
+        raise ImageError("no apt source of Debian in /etc/apt/sources.list.d/debian.sources or /etc/apt/sources.list")
+    return mirror
 
 
 # --------------------------------------------------------------------------- building
@@ -152,15 +138,6 @@ def _need_debootstrap(ref: str) -> None:
         _apt_install("debootstrap")
 
 
-def _empty_dev(root: Path) -> None:
-    """Empty the rootfs's /dev: docker supplies it."""
-    for p in (root / "dev").iterdir():
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p)
-        else:
-            p.unlink()
-
-
 def ensure_debian_image(ref: str = DEBIAN_IMAGE, *, force: bool = False, suite: str = DEBIAN_SUITE) -> str:
     """Make ``ref`` from ``debootstrap --variant=minbase <suite>`` unless it exists; returns ref. Every suite
     comes from the machine's own Debian mirror (the one serving bookworm serves them all)."""
@@ -173,62 +150,25 @@ def ensure_debian_image(ref: str = DEBIAN_IMAGE, *, force: bool = False, suite: 
 
 
 def _make_debian_image(ref: str, suite: str) -> str:
+    """`buildkit base debian` (flows/debianbase.py), the command the README's offline section shows."""
     _need_debootstrap(ref)
-    mirror = debian_mirror()
-    work = Path(tempfile.mkdtemp(prefix="buildkit-debootstrap-"))
-    try:
-        root = work / "rootfs"
-        _log(f"debootstrap --variant=minbase {suite} from the machine's apt source")
-        r = subprocess.run(["debootstrap", "--variant=minbase", suite, str(root), mirror],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-15:])
-            raise ImageError(f"debootstrap failed:\n{tail}")
-        # Smaller image, same content as a fresh `docker pull debian:bookworm`-like base.
-        for sub in ("var/cache/apt/archives", "var/lib/apt/lists"):
-            d = root / sub
-            for p in d.glob("*"):
-                if p.is_file() and p.name not in ("lock",):
-                    p.unlink()
-        _empty_dev(root)
-        _log(f"docker import -> {ref}")
-        _import_dir(root, ref, "bash")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    _log(f"buildkit base debian --suite {suite} --tag {ref}")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    r = subprocess.run([sys.executable, "-m", "buildkit.cli", "base", "debian", "--suite", suite, "--tag", ref,
+                        "--mirror", debian_mirror()], capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        raise ImageError(f"buildkit base debian failed: {r.stderr.strip()[-2000:]}")
     return ref
 
 
-def _installed_status(root: Path) -> str:
-    """dpkg's status file for the packages debootstrap's first stage unpacked under root."""
-    stanzas = []
-    for deb in sorted((root / "var/cache/apt/archives").glob("*.deb")):
-        control = subprocess.run(["dpkg-deb", "-f", str(deb)], capture_output=True, text=True, check=True).stdout
-        lines = control.rstrip("\n").splitlines()
-        lines.insert(1, "Status: install ok installed")
-        stanzas.append("\n".join(lines))
-    return "\n\n".join(stanzas) + "\n"
-
-
 def _foreign_first_stage(root: Path, arch: str, suite: str = DEBIAN_SUITE) -> None:
-    r = subprocess.run(["debootstrap", "--foreign", f"--arch={arch}", "--variant=minbase", suite, str(root),
-                        debian_mirror()], capture_output=True, text=True)
-    if r.returncode != 0:
-        tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-15:])
-        raise ImageError(f"debootstrap --foreign --arch={arch} failed:\n{tail}")
-    proc = root / "proc"  # the first stage leaves proc -> /proc (for a chroot); a container needs a folder
-    if proc.is_symlink():
-        proc.unlink()
-        proc.mkdir(mode=0o555)
-    _empty_dev(root)
+    from buildkit.core.errors import BuildkitError
+    from buildkit.flows.debianbase import foreign_first_stage
 
-
-def _foreign_rootfs(root: Path, arch: str, suite: str = DEBIAN_SUITE) -> None:
-    """An unpack-only root of `arch`: nothing of it runs (dpkg's status written from the packages)."""
-    _foreign_first_stage(root, arch, suite)
-    (root / "var/lib/dpkg/status").write_text(_installed_status(root))
-    shutil.rmtree(root / "debootstrap")
-    for p in (root / "var/cache/apt/archives").glob("*.deb"):
-        p.unlink()
+    try:
+        foreign_first_stage(root, suite, debian_mirror(), arch)
+    except BuildkitError as exc:
+        raise ImageError(str(exc)) from None
 
 
 def _configured_foreign_image(work: Path, arch: str, ref: str, suite: str = DEBIAN_SUITE) -> None:
@@ -258,27 +198,6 @@ def _configured_foreign_image(work: Path, arch: str, ref: str, suite: str = DEBI
         subprocess.run(["docker", "rmi", stage1], capture_output=True)
 
 
-def _saved_manifest(ref: str, work: Path, blobs: Path) -> dict:
-    """docker save of a one-platform image: its blobs copied into blobs/, its manifest descriptor returned."""
-    import json
-    import tarfile
-
-    archive = work / "saved.tar"
-    subprocess.run(["docker", "save", ref, "-o", str(archive)], check=True, capture_output=True)
-    out = work / "saved"
-    with tarfile.open(archive) as tar:
-        tar.extractall(out, filter="data")
-    for blob in (out / "blobs" / "sha256").iterdir():
-        shutil.copy2(blob, blobs / blob.name)
-    desc = json.loads((out / "index.json").read_text())["manifests"][0]
-    config = json.loads((blobs / json.loads((blobs / desc["digest"].split(":")[1]).read_text())
-                         ["config"]["digest"].split(":")[1]).read_text())
-    shutil.rmtree(out)
-    archive.unlink()
-    return {"mediaType": desc["mediaType"], "digest": desc["digest"], "size": desc["size"],
-            "platform": {"architecture": config["architecture"], "os": config["os"]}}
-
-
 def ensure_multiarch_image(ref: str = MULTIARCH_IMAGE, *, force: bool = False, configured: bool = False,
                            suite: str = DEBIAN_SUITE) -> str:
     """Make ``ref``, an OCI index of the amd64 Debian image and an arm64 one (of `suite`), unless it exists.
@@ -293,8 +212,14 @@ def ensure_multiarch_image(ref: str = MULTIARCH_IMAGE, *, force: bool = False, c
 
 
 def _make_multiarch_image(ref: str, configured: bool, suite: str) -> str:
-    import hashlib
-    import json
+    """The native Debian image of `suite` (made once, shared with the other tests) and a foreign one, as one
+    OCI index: buildkit's index archive (oci/ociindex.py) of the native image's `docker save` and the
+    foreign root written by `buildkit base debian`'s layout writer (flows/debianbase.py)."""
+    from buildkit.core.errors import BuildkitError
+    from buildkit.engine.api import get_engine
+    from buildkit.flows.debianbase import root_layout, unpacked_root
+    from buildkit.oci.imageref import parse_image_ref
+    from buildkit.oci.ociindex import write_index_archive
 
     _need_debootstrap(ref)
     native = ensure_debian_image() if suite == DEBIAN_SUITE else \
@@ -302,35 +227,26 @@ def _make_multiarch_image(ref: str, configured: bool, suite: str) -> str:
     work = Path(tempfile.mkdtemp(prefix="buildkit-multiarch-"))
     foreign = f"buildkit-test/debian-{FOREIGN_ARCH}-{'configured' if configured else 'only'}:{suite}"
     try:
+        engine = get_engine()
         if configured:
             _log(f"debootstrap --foreign --arch={FOREIGN_ARCH}, then its second stage under emulation")
             _configured_foreign_image(work, FOREIGN_ARCH, foreign, suite)
+            foreign_image = engine.save(foreign, work / "foreign.tar")
         else:
             _log(f"debootstrap --foreign --arch={FOREIGN_ARCH} (unpack only, nothing of {FOREIGN_ARCH} runs)")
-            _foreign_rootfs(work / "rootfs", FOREIGN_ARCH, suite)
-            _import_dir(work / "rootfs", foreign, "bash", platform=f"linux/{FOREIGN_ARCH}")
+            unpacked_root(work / "rootfs", suite, debian_mirror(), FOREIGN_ARCH)
+            foreign_image = work / "foreign"
+            root_layout(work / "rootfs", f"linux/{FOREIGN_ARCH}", foreign_image,
+                        f"debootstrap --foreign --arch={FOREIGN_ARCH} {suite} (unpacked only)")
             shutil.rmtree(work / "rootfs")
-        layout = work / "layout"
-        blobs = layout / "blobs" / "sha256"
-        blobs.mkdir(parents=True)
-        manifests = [_saved_manifest(native, work, blobs), _saved_manifest(foreign, work, blobs)]
-        index = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
-                            "manifests": manifests}, separators=(",", ":")).encode()
-        digest = hashlib.sha256(index).hexdigest()
-        (blobs / digest).write_bytes(index)
-        name, _, tag = ref.rpartition(":")
-        (layout / "index.json").write_text(json.dumps({
-            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
-            "manifests": [{"mediaType": "application/vnd.oci.image.index.v1+json", "digest": f"sha256:{digest}",
-                           "size": len(index), "annotations": {"io.containerd.image.name": f"docker.io/{ref}",
-                                                               "org.opencontainers.image.ref.name": tag}}]}))
-        (layout / "oci-layout").write_text('{"imageLayoutVersion":"1.0.0"}')
+        native_image = engine.save(native, work / "native.tar")
         archive = work / "multiarch.tar"
-        subprocess.run(["tar", "-C", str(layout), "-cf", str(archive), "."], check=True)
-        r = subprocess.run(["docker", "load", "-i", str(archive)], capture_output=True, text=True)
-        if r.returncode != 0:
-            raise ImageError(f"docker load of {ref} failed: {r.stderr.strip()}")
-        _log(f"{ref}: linux/amd64 + linux/{FOREIGN_ARCH} (sha256:{digest[:12]})")
+        digest = write_index_archive([("linux/amd64", native_image), (f"linux/{FOREIGN_ARCH}", foreign_image)],
+                                     archive, [str(parse_image_ref(ref))])
+        engine.load(archive, [ref])
+        _log(f"{ref}: linux/amd64 + linux/{FOREIGN_ARCH} ({digest[:19]})")
+    except BuildkitError as exc:
+        raise ImageError(str(exc)) from None
     finally:
         subprocess.run(["docker", "rmi", foreign], capture_output=True)
         shutil.rmtree(work, ignore_errors=True)

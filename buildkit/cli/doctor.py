@@ -17,9 +17,11 @@ from buildkit.cli.options import BuildkitCommand, config_options, handle_errors,
                    "more for a matrix).")
 @click.option("--matrix", is_flag=True, help="Check for the whole nightly matrix, not only the configured variant.")
 @click.option("--offline", is_flag=True, help="Do not contact the registry of image.name.")
+@click.option("--push", is_flag=True, help="Check for `build --push`: an unreachable registry fails (without it, a "
+              "warning: a build that does not push never contacts it).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: {ok, checks: [{name, status, detail, fix}]}.")
 @handle_errors
-def doctor(min_free_gb: float | None, matrix: bool, offline: bool, as_json: bool, **kwargs):
+def doctor(min_free_gb: float | None, matrix: bool, offline: bool, push: bool, as_json: bool, **kwargs):
     """Check this machine for the configured build: engine and image store, buildx and builder,
     free disk space, registry login for image.name, host NVIDIA driver, cross-platform emulation.
 
@@ -29,7 +31,7 @@ def doctor(min_free_gb: float | None, matrix: bool, offline: bool, as_json: bool
     from buildkit.flows.doctor import as_json as checks_json, failed, format_checks, run_checks
 
     cfg = resolve(kwargs)
-    checks = run_checks(cfg, min_free_gb=min_free_gb, matrix=matrix, offline=offline)
+    checks = run_checks(cfg, min_free_gb=min_free_gb, matrix=matrix, offline=offline, push=push)
     if as_json:
         click.echo(json.dumps(checks_json(checks), indent=2))
     else:

@@ -9,6 +9,7 @@ import click
 from buildkit import __version__
 from buildkit.cli.archs import archs
 from buildkit.cli.bake import bake
+from buildkit.cli.base import base
 from buildkit.cli.bench import bench
 from buildkit.cli.build import build
 from buildkit.cli.ccache import ccache
@@ -46,7 +47,7 @@ def main():
 
 # In the order `buildkit --help` listed them before the split (click sorts them by name anyway).
 for command in (init, archs, config_cmd, render, build, push, tags, nightly, promote, bake, ci, bench, run, reproduce,
-                diff, doctor, ccache, gpu_check):
+                diff, doctor, ccache, gpu_check, base):
     main.add_command(command)
 
 

@@ -5,7 +5,8 @@
 * During the compile, the step counter in buildx's output (Ninja's `[193/459]`, or `[ 42%]` from
   CMake's Makefiles) becomes a line `buildkit: compile 42% after 3m10s, about 4m20s left` at most
   every STATUS_EVERY seconds (or on a 10-point step); the estimate is the last build's time for this
-  variant from the lock when there is one, else a linear extrapolation. When buildx draws its own TTY
+  variant from the lock when there is one, else a linear extrapolation; the compile's own pace wins
+  when it is far ahead of the last build's (a warm ccache after a cold build: `estimate`). When buildx draws its own TTY
   display, the status goes into the terminal title instead, so it does not tear the display.
 * On a terminal with build.progress auto, core/livedisplay.py draws all of it in place instead (the
   stage lines still print above it).
@@ -26,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 STATUS_EVERY = 30.0  # seconds between two compile status lines
+OWN_PACE_FROM = 10  # percent of the compile seen before its own pace may overrule the last build's time
+OWN_PACE_AHEAD = 4  # ... and only when it says less than a quarter of what the last build's time says
 PERCENT = re.compile(r"\[\s*(\d{1,3})%\]")
 # Ninja's counter, `[12/470] Building CXX object ...` (what the templates' CMake generates). buildx's own
 # step lines (`#8 [build 3/7] RUN ...`, `#8 [2/5] COPY ...`) carry the same brackets, so the edge's
@@ -68,15 +71,31 @@ def compile_percent(line: str) -> int | None:
     return value if 0 <= value <= 100 else None
 
 
-def estimate_left(percent: int, elapsed: float, last_seconds: float | None) -> float | None:
-    """Seconds left of the compile. With the last build's time: what is left of it (at least the
-    linear figure's share when the build already took longer); else linear from the percentage."""
-    if last_seconds and last_seconds > 0:
-        if elapsed < last_seconds:
-            return last_seconds - elapsed
-    if percent <= 0:
-        return None
-    return elapsed * (100 - percent) / percent
+def estimate_left(percent: int, elapsed: float, last_seconds: float | None,
+                  compile_elapsed: float | None = None) -> float | None:
+    """Seconds left of the compile (estimate's figure)."""
+    return estimate(percent, elapsed, last_seconds, compile_elapsed)[0]
+
+
+def estimate(percent: int, elapsed: float, last_seconds: float | None,
+             compile_elapsed: float | None = None) -> tuple[float | None, str]:
+    """Seconds left of the compile, and where the figure comes from ("last build" or "extrapolated").
+
+    With the last build's time: what is left of it, unless this compile's own pace (linear from its
+    percentage over compile_elapsed, the time since its first counter line) is far ahead of it
+    (OWN_PACE_AHEAD times), once OWN_PACE_FROM percent of it is behind: a warm ccache serves a one-file
+    change's compile in seconds where the last, cold build took twenty minutes. Without the last
+    build's time, or when this build already took longer: linear."""
+    own = None
+    run = elapsed if compile_elapsed is None else compile_elapsed
+    if percent > 0 and run > 0:  # the compile's first counter line has no pace yet
+        own = run * (100 - percent) / percent
+    if last_seconds and last_seconds > 0 and elapsed < last_seconds:
+        by_last = last_seconds - elapsed
+        if own is not None and percent >= OWN_PACE_FROM and own * OWN_PACE_AHEAD < by_last:
+            return own, "extrapolated"
+        return by_last, "last build"
+    return own, "extrapolated"
 
 
 def ccache_stats(lines: Sequence[str]) -> tuple[int, int] | None:
@@ -159,12 +178,16 @@ class CompileMeter:
         text = f"compile {percent}% at {duration(elapsed)}"
         if percent >= 100:
             return text
-        if self.last_seconds and elapsed < self.last_seconds:
-            text += f", about {duration(self.last_seconds - elapsed)} left (last build {duration(self.last_seconds)})"
+        compile_elapsed = now - (self.compile_start or now)
+        left, source = estimate(percent, elapsed, self.last_seconds, compile_elapsed)
+        if left is None:
+            pass
+        elif source == "last build":
+            text += f", about {duration(left)} left (last build {duration(self.last_seconds or 0)})"
+        elif self.last_seconds and elapsed < self.last_seconds:
+            text += f", about {duration(left)} left (this compile's pace; last build {duration(self.last_seconds)})"
         else:
-            left = estimate_left(percent, now - (self.compile_start or now), None)
-            if left is not None:
-                text += f", about {duration(left)} left (extrapolated)"
+            text += f", about {duration(left)} left (extrapolated)"
         return text
 
 

@@ -7,7 +7,8 @@ Each check gives one line: ok, warn or fail, what was found, and for warn/fail t
 * buildx   — the buildx plugin's version, and the builder buildkit will use;
 * disk     — free space where the engine keeps images and where buildkit keeps its caches,
              against what the chosen variants need (REQUIRED_GB, or --min-free-gb);
-* registry — the registry of image.name answers and accepts the `docker login` credentials;
+* registry — the registry of image.name answers and accepts the `docker login` credentials
+             (unreachable: a warning, a failure only with push, i.e. `doctor --push`);
 * driver   — with `nvidia-smi`: the host driver against the CUDA version's minimum, and the GPU
              against the arch the image is built for;
 * emulation — a platform other than the host's needs a binfmt_misc handler (QEMU) or a builder
@@ -73,8 +74,9 @@ def disk_places(info: dict | None, cache: Path) -> list[tuple[str, Path]]:
 
 
 def run_checks(cfg, *, min_free_gb: float | None = None, matrix: bool = False, offline: bool = False,
-               cheap_only: bool = False) -> list[Check]:
-    """Every check, in the order of the screen. cheap_only: engine and disk (what `build` runs first)."""
+               cheap_only: bool = False, push: bool = False) -> list[Check]:
+    """Every check, in the order of the screen. cheap_only: engine and disk (what `build` runs first).
+    push: the build will push, so an unreachable registry fails (else it is a warning)."""
     from buildkit.flows.pipeline import cache_root
 
     if min_free_gb is not None and not 0 <= min_free_gb <= MAX_FREE_GB:  # nan and inf are not
@@ -100,7 +102,7 @@ def run_checks(cfg, *, min_free_gb: float | None = None, matrix: bool = False, o
     if offline:
         checks.append(Check("registry", OK, "not contacted (--offline)"))
     else:
-        checks.append(check_registry(cfg.image.name))
+        checks.append(check_registry(cfg.image.name, push=push))
     checks.append(check_driver(variants))
     checks.append(check_emulation(variants, builder_platforms))
     cross_cuda = judge_cross_cuda(variants)

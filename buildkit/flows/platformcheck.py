@@ -104,14 +104,22 @@ def judge_emulation(platforms: Sequence[str], host_arch: str, handlers: list[str
         if handlers and known and known.qemu_handler in handlers:
             continue
         missing.append(plat)
+    foreign = [p for p in platforms if (p.split("/")[1] if "/" in p else p) != host_arch]
     detail = f"host {host_arch}; compiles on {', '.join(platforms)}"
-    detail += f" (cross-compiling for {', '.join(cross)}, no emulation needed)" if cross else ""
+    if cross and not foreign:
+        detail += f" (cross-compiling for {', '.join(cross)} on this machine, no emulation needed)"
+    elif cross:  # build.build_platform names another CPU: the compile itself runs under emulation or on a node
+        detail += f" (cross-compiling for {', '.join(cross)} on {', '.join(foreign)}, which needs emulation or a " \
+                  "builder node of it)"
     detail += f"; {shown}"
     if missing:
         arches = ",".join(p.split("/")[-1] for p in missing)
         return Check("emulation", FAIL, detail + f"; nothing here can run {', '.join(missing)}",
-                     f"`docker run --privileged --rm tonistiigi/binfmt --install {arches}` (QEMU; a CUDA build "
-                     "under emulation takes many hours), or a builder with a native node: "
+                     f"compile on this machine: unset build.build_platform (a cross build runs nothing of {arches} "
+                     "here); or QEMU from Debian's packages, no image pulled: `apt-get install qemu-user-static` "
+                     "(systemd-binfmt registers it; a CUDA build under emulation takes many hours), with a base "
+                     f"that has {', '.join(missing)} made offline by `buildkit base debian --platform "
+                     f"linux/{host_arch},{','.join(missing)} --tag NAME`; or a builder with a native node: "
                      "`docker buildx create --append --name B ssh://arm64-host`")
     return Check("emulation", OK, detail)
 

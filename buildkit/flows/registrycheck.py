@@ -6,8 +6,10 @@ from buildkit.core.errors import BuildkitError
 from buildkit.flows.doctorcheck import FAIL, OK, WARN, Check
 
 
-def check_registry(image_name: str, *, env=None, timeout: float = 10) -> Check:
-    """The registry of image.name answers and lets the stored credentials read the repository."""
+def check_registry(image_name: str, *, env=None, timeout: float = 10, push: bool = False) -> Check:
+    """The registry of image.name answers and lets the stored credentials read the repository.
+    Unreachable, it is a warning unless push (`doctor --push`, a check for `build --push`): a build
+    without --push never contacts it. Wrong credentials fail either way."""
     from buildkit.core.errors import AuthError, RegistryError
     from buildkit.oci.imageref import names_registry, parse_image_ref
     from buildkit.oci.registry import client_for
@@ -29,7 +31,11 @@ def check_registry(image_name: str, *, env=None, timeout: float = 10) -> Check:
         return Check("registry", FAIL, str(exc), f"`docker login {ref.registry}` with a user that may push to "
                      f"{ref.repository} (buildkit reads the credentials docker stores)")
     except RegistryError as exc:
-        return Check("registry", FAIL, str(exc), f"check that {ref.registry} is up and reachable from here "
-                     "(proxy, TLS CA in /etc/docker/certs.d/HOST/ca.crt); `buildkit build` without --push "
-                     "does not need it")
+        reach = f"check that {ref.registry} is up and reachable from here (proxy, TLS CA in " \
+                "/etc/docker/certs.d/HOST/ca.crt)"
+        if push:
+            return Check("registry", FAIL, str(exc), reach + " before `buildkit build --push`")
+        return Check("registry", WARN, str(exc) + "; only a push needs it",
+                     reach + " before pushing; `buildkit build` without --push does not need it "
+                     "(`doctor --push` makes this a failure)")
     return Check("registry", OK, f"{ref.registry} answers; {ref.repository} readable as {who}")

@@ -23,6 +23,7 @@ the registry's) and `imagediff` says which layers and, inside them, which files 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import tempfile
@@ -46,7 +47,7 @@ from buildkit.flows.buildspec import build_spec
 from buildkit.flows.pipeline import patch_dir, prepare
 from buildkit.flows.record import IndexRecorded, Recorded
 from buildkit.oci.imageref import name_of
-from buildkit.plan.buildplan import make_request
+from buildkit.plan.buildplan import clean_ccache_id, make_request
 from buildkit.plan.render import templates_sha256
 
 @dataclass
@@ -136,6 +137,20 @@ def check_inputs(rec: Recorded, cfg: ResolvedConfig, stream=None) -> list[str]:
     return warnings
 
 
+def _dockerfile_hashes(prepared) -> set[str]:
+    """The rendered Dockerfile's sha256 as rendered, and as the recorded build's would read: a clean rebuild
+    (CCACHE_RECACHE, a ccache mount of its own: pipeline.prepare's ccache_recache) differs from a warm build's
+    Dockerfile in those two only, which are no input of the image."""
+    plan = prepared.plan
+    hashes = {prepared.rendered.dockerfile_sha256}
+    warm_id = plan.ccache_id.removesuffix(clean_ccache_id(""))
+    if plan.ccache_recache and warm_id != plan.ccache_id:
+        text = prepared.rendered.dockerfile.read_text()
+        text = text.replace(f"id={plan.ccache_id},", f"id={warm_id},").replace(" CCACHE_RECACHE=1", "")
+        hashes.add(hashlib.sha256(text.encode()).hexdigest())
+    return hashes
+
+
 def _check_prepared(rec: Recorded, prepared, cuda_hashes: list[str] | None) -> list[str]:
     i = rec.inputs
     warnings = []
@@ -156,7 +171,7 @@ def _check_prepared(rec: Recorded, prepared, cuda_hashes: list[str] | None) -> l
                              "needed (base.cuda_root)")
     if i.cuda_wheels is not None and cuda_hashes is None:
         raise ReproduceError("the recorded build used CUDA wheels, but no wheel manifest is available here")
-    if rec.dockerfile_sha256 and prepared.rendered.dockerfile_sha256 != rec.dockerfile_sha256:
+    if rec.dockerfile_sha256 and rec.dockerfile_sha256 not in _dockerfile_hashes(prepared):
         warnings.append("the rendered Dockerfile differs from the recorded one although every recorded input "
                         "matches")
     if rec.build_key and prepared.build_key != rec.build_key:

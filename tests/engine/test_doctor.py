@@ -55,9 +55,24 @@ def test_driver_580_runs_cuda13_and_a_wrong_gpu_is_a_warning_naming_the_arch():
 def test_emulation_native_ok_foreign_needs_a_handler_or_a_node():
     assert judge_emulation(["linux/amd64"], "amd64", None, []).status == OK
     missing = judge_emulation(["linux/arm64"], "amd64", [], [])
-    assert missing.status == FAIL and "tonistiigi/binfmt --install arm64" in missing.fix
+    assert missing.status == FAIL and "apt-get install qemu-user-static" in missing.fix
     assert judge_emulation(["linux/arm64"], "amd64", ["qemu-aarch64"], []).status == OK
     assert judge_emulation(["linux/arm64"], "amd64", None, ["linux/amd64", "linux/arm64"]).status == OK
+
+
+def test_emulation_says_one_thing_and_names_only_what_can_be_had_offline():
+    """Issue 41: the seed's direction (build.build_platform linux/arm64 on an amd64 host, images for amd64) said
+    "no emulation needed" and then "fail ... nothing here can run linux/arm64", and its fix pulled an image from
+    docker.io."""
+    check = judge_emulation(["linux/arm64"], "amd64", None, [], cross=["linux/amd64"])
+    assert check.status == FAIL and "nothing here can run linux/arm64" in check.detail
+    assert "no emulation needed" not in check.detail and "needs emulation" in check.detail
+    assert "docker run" not in check.fix and "tonistiigi" not in check.fix  # no image from docker.io
+    assert "buildkit base debian --platform linux/amd64,linux/arm64" in check.fix
+    assert "unset build.build_platform" in check.fix
+    # the ordinary cross build compiles here: that one says no emulation is needed, and passes
+    here = judge_emulation(["linux/amd64"], "amd64", None, [], cross=["linux/arm64"])
+    assert here.status == OK and "no emulation needed" in here.detail
 
 
 # --------------------------------------------------------------------------- the real CLI
@@ -165,6 +180,24 @@ def test_doctor_fails_when_the_registry_login_is_wrong(tmp_path, docker_engine, 
     right = doctor(root, env_extra=with_login(password))
     assert by_name(right)["registry"]["status"] == OK, right.stdout
     assert user in by_name(right)["registry"]["detail"]
+
+
+@pytest.mark.docker
+def test_an_unreachable_registry_is_a_warning_unless_asked_to_push(tmp_path, docker_engine):
+    """Issue 41: a build without --push never contacts the registry, so doctor does not fail for it; the fix
+    line said so while the exit code was 1. With --push (a check for `build --push`) it fails."""
+    import socket
+
+    with socket.socket() as sock:  # a loopback port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    root = project(tmp_path, f"127.0.0.1:{port}/team/doctor")
+    proc = doctor(root)
+    reg = by_name(proc)["registry"]
+    assert reg["status"] == WARN and "only a push needs it" in reg["detail"], proc.stdout
+    assert proc.returncode == 0, proc.stdout
+    pushing = doctor(root, "--push")
+    assert pushing.returncode == 1 and by_name(pushing)["registry"]["status"] == FAIL, pushing.stdout
 
 
 def test_tags_json_is_the_tag_set(tmp_path):

@@ -4,12 +4,14 @@ What is fresh: a new HOME (no ~/.docker, no pip or buildkit cache), a virtual en
 the README's own `python3 -m venv` line (no system site packages, no PYTHONPATH, nothing of this
 checkout importable), buildkit installed by the README's `pip install` lines with its dependencies
 from the package index. buildkit itself comes from a git repository holding this checkout's files
-(tracked and untracked-not-ignored) with the release tag the README names, served over git's smart
-HTTP protocol on 127.0.0.1 (tests/githttp.py).
+(tracked and untracked-not-ignored) as one commit on its `main` branch and nothing added (no tag: the
+project makes none, so a README naming one fails here as it fails for a user), served over git's
+smart HTTP protocol on 127.0.0.1 (tests/githttp.py) at the placeholder's own path, OWNER/llama-buildkit.
 
 What is substituted, and nothing else:
 
-* the repository URL placeholder (`https://github.com/OWNER/llama-buildkit`) by that server's URL;
+* the host of the repository URL placeholder (`https://github.com` of
+  `https://github.com/OWNER/llama-buildkit`) by that server's `http://127.0.0.1:PORT`;
 * the registry (`registry.example.com`) by a loopback registry with TLS and htpasswd
   (tests/registryserver.py), logged in to with `docker login` as the README says (with
   `--password-stdin`: there is no terminal to type into);
@@ -46,6 +48,8 @@ from githttp import serve_http
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 REPO_PLACEHOLDER = "https://github.com/OWNER/llama-buildkit"
+REPO_HOST = "https://github.com"  # what the test substitutes: the host part only
+REPO_PATH = REPO_PLACEHOLDER.removeprefix(REPO_HOST + "/")  # OWNER/llama-buildkit, served at that path
 REGISTRY_PLACEHOLDER = "registry.example.com"
 FORK_PLACEHOLDER = "https://github.com/spiritbuun/buun-llama-cpp"
 VENV = ".venvs/buildkit"  # below HOME, as the README's venv line makes it
@@ -124,8 +128,9 @@ def test_readme_commands_are_found_and_name_the_placeholders():
 
 # --------------------------------------------------------------------------- a fresh machine
 
-def snapshot_repository(dest: Path, tag: str) -> str:
-    """A git repository holding this checkout's files as they are now, tagged `tag`; its commit."""
+def snapshot_repository(dest: Path) -> str:
+    """A git repository holding this checkout's files as they are now, one commit on `main` (what the
+    project's repository has: no tag); its commit."""
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
                             capture_output=True, check=True).stdout.decode().split("\0")
     dest.mkdir(parents=True)
@@ -138,7 +143,6 @@ def snapshot_repository(dest: Path, tag: str) -> str:
     run_git(dest, "init", "-q", "-b", "main")
     run_git(dest, "add", "-A")
     run_git(dest, "commit", "-q", "-m", "llama-buildkit snapshot for the README test")
-    run_git(dest, "tag", "-a", tag, "-m", f"release {tag}")
     return run_git(dest, "rev-parse", "HEAD")
 
 
@@ -171,13 +175,18 @@ def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """This checkout as a git repository at the README's release tag, over smart HTTP."""
-    import buildkit
+    """This checkout as a git repository on its main branch, over smart HTTP at the placeholder's path."""
     root = tmp_path_factory.mktemp("readme-git")
-    repo = root / "llama-buildkit"
-    commit = snapshot_repository(repo, f"v{buildkit.__version__}")
+    repo = root / REPO_PATH
+    commit = snapshot_repository(repo)
     with serve_http(root, smart=True) as server:
-        yield {"url": server.url_for(repo), "commit": commit}
+        assert server.url_for(repo) == f"{server.url}/{REPO_PATH}"
+        yield {"url": server.url_for(repo), "host": server.url, "commit": commit}
+
+
+def install_lines(block: list[str], served: dict) -> str:
+    """README lines with only the repository URL's host replaced by the loopback server's."""
+    return "\n".join(c.replace(REPO_HOST + "/", served["host"] + "/") for c in block)
 
 
 def assert_fresh_install(env: dict[str, str]) -> None:
@@ -197,7 +206,7 @@ def assert_fresh_install(env: dict[str, str]) -> None:
 def test_install_from_a_wheel_as_written(tmp_path, served, fork, debian_base_image):
     cmds = readme_commands()
     env = fresh_env(tmp_path / "home")
-    script = "\n".join(cmds["venv"] + [c.replace(REPO_PLACEHOLDER, served["url"]) for c in cmds["wheel"]])
+    script = "\n".join(cmds["venv"]) + "\n" + install_lines(cmds["wheel"], served)
     ok(sh(script, Path(env["HOME"]), env, timeout=900))
     assert_fresh_install(env)
     # the wheel carries the templates and the patch queue: render works from a folder that is no checkout
@@ -242,12 +251,13 @@ def test_install_and_quickstart_as_written(tmp_path, served, fork, registry_auth
     home = Path(env["HOME"])
 
     # Install: the venv line and the git line, as written, but for the URL
-    install = "\n".join(cmds["venv"] + [c.replace(REPO_PLACEHOLDER, served["url"]) for c in cmds["git"]])
+    install = "\n".join(cmds["venv"]) + "\n" + install_lines(cmds["git"], served)
     ok(sh(install, home, env, timeout=900))
     assert_fresh_install(env)
     direct = json.loads(next((home / VENV / "lib").glob("python3*/site-packages/llama_buildkit-*.dist-info"))
                         .joinpath("direct_url.json").read_text())
     assert direct["url"] == served["url"] and direct["vcs_info"]["commit_id"] == served["commit"]
+    assert direct["vcs_info"].get("requested_revision") == "main", direct
 
     # "In an empty folder" (but for the model file the last command serves)
     project = home / "buun"
@@ -330,9 +340,17 @@ def test_install_and_quickstart_as_written(tmp_path, served, fork, registry_auth
         subprocess.run(["docker", "logout", reg.host], env=user, capture_output=True)
 
 
-def test_readme_names_the_release_tag_of_this_version():
-    import buildkit
-    cmds = readme_commands()
-    assert any(f"@v{buildkit.__version__}\"" in c for c in cmds["git"])
-    assert any(f"llama_buildkit-{buildkit.__version__}-py3-none-any.whl" in c for c in cmds["wheel"])
-
+def test_readme_installs_a_revision_the_repository_has():
+    """Issue 41: the README installed `@v0.3.0`, a tag the project never made (`pathspec 'v0.3.0' did not
+    match`). The revision the git line names is a branch or tag of this repository (here: its refs, a
+    clone's remote branches too), not one a test adds."""
+    line, = readme_commands()["git"]
+    match = re.search(r'@([^"@\s]+)"$', line)
+    assert match, line
+    rev = match.group(1)
+    refs = subprocess.run(["git", "for-each-ref", "--format=%(refname)"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.split()
+    names = {r.removeprefix("refs/heads/").removeprefix("refs/tags/") for r in refs
+             if r.startswith(("refs/heads/", "refs/tags/"))}
+    names |= {r.split("/", 3)[3] for r in refs if r.startswith("refs/remotes/") and r.count("/") >= 3}
+    assert rev in names, f"the README installs @{rev}, which this repository does not have ({sorted(names)[:10]})"

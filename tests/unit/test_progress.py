@@ -55,6 +55,26 @@ def test_meter_speaks_on_ten_point_steps_or_after_its_interval():
     assert meter.feed("#9 700.0 [100%] Built target y") is None  # said once
 
 
+def test_a_warm_compile_after_a_cold_build_is_estimated_from_its_own_pace():
+    """Issue 41: a one-file change's compile, served by the ccache, read "compile 90% at 8.0s, about 20m22s
+    left (last build 20m30s)": the last (cold) build's time said nothing of this compile."""
+    now = [0.0]
+    meter = CompileMeter(last_seconds=1230.0, every=30.0, clock=lambda: now[0])
+    now[0] = 3.0
+    meter.feed("#9 3.0 [1/460] Building C object ggml/src/ggml.c.o")
+    now[0] = 8.0
+    line = meter.feed("#9 8.0 [414/460] Building CXX object common/arg.cpp.o")
+    assert line is not None and line.startswith("compile 90% at 8.0s, about ")
+    left = line.split("about ")[1].split(" left")[0]
+    assert left.endswith("s") and "m" not in left, line  # seconds, not the 20 minutes of the cold build
+    assert "this compile's pace; last build 20m30s" in line
+    # the first counter line gives no pace: no "about 0.0s left"
+    first = CompileMeter(clock=lambda: 102.0)
+    assert first.feed("#17 2.2 [1/30] Linking C shared library bin/libggml-base.so") == "compile 3% at 0.0s"
+    # early on, a few fast first steps do not yet overrule the last build's time
+    assert estimate_left(5, 60.0, 600.0, compile_elapsed=1.0) == pytest.approx(540.0)
+
+
 CCACHE4 = """#14 120.3 Cacheable calls:   53 /  60 (88.33%)
 #14 120.3   Hits:            40 /  53 (75.47%)
 #14 120.3     Direct:        40 /  40 (100.0%)

@@ -144,3 +144,35 @@ def test_engine_only_base_is_named_by_digest_in_the_engine_on_its_own_builder(tm
         else:
             assert source.from_ref.startswith("local-base-") and source.named_context() is not None
             assert not [c for c in engine.calls if c[0] == "tag"]
+
+
+def test_the_clean_rebuilds_own_ccache_mount_is_no_dockerfile_difference(tmp_path):
+    """Issue 41: every `reproduce` of a build made with a warm ccache warned that "the rendered Dockerfile
+    differs from the recorded one although every recorded input matches"; the only difference was the
+    rebuild's own clean ccache mount (CCACHE_RECACHE, the mount's -clean id). Another difference still warns."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from buildkit.flows.reproduce import _check_prepared
+    from buildkit.plan.buildplan import clean_ccache_id
+    from buildkit.plan.render import write_context
+
+    plan = plan_for(**{"build.arch": "cpu", "base.os_image": "buildkit-test/debian:bookworm"})
+    assert plan.request.ccache and not plan.ccache_recache
+    (tmp_path / "warm").mkdir()
+    recorded = write_context(plan, tmp_path / "warm")
+    rec = replace(from_labels(labels_of(plan), "image x", image_digest=DIGEST),
+                  dockerfile_sha256=recorded.dockerfile_sha256)
+    clean = replace(plan, ccache_recache=True, ccache_id=clean_ccache_id(plan.ccache_id))
+    (tmp_path / "clean").mkdir()
+    rendered = write_context(clean, tmp_path / "clean")
+    assert rendered.dockerfile_sha256 != recorded.dockerfile_sha256  # what reproduce renders does differ
+    source = SimpleNamespace(commit=plan.source.commit, commit_time=plan.source_date_epoch)
+    prepared = SimpleNamespace(source=source, plan=clean, rendered=rendered, build_key="")
+    assert _check_prepared(rec, prepared, None) == []
+    # a Dockerfile that differs in anything else is still named
+    other = replace(clean, request=replace(clean.request, jobs=clean.request.jobs + 1))
+    (tmp_path / "other").mkdir()
+    prepared = SimpleNamespace(source=source, plan=other, rendered=write_context(other, tmp_path / "other"),
+                               build_key="")
+    assert any("rendered Dockerfile differs" in w for w in _check_prepared(rec, prepared, None))
