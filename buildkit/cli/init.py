@@ -26,6 +26,8 @@ def init(fork: str | None, image: str | None, arch: str | None, force: bool):
                f"image {done.image}, arch {done.arch}")
     if done.credentials_dropped:
         click.echo("  (the credentials in --fork were not written; give them with LLAMA_BUILDKIT_SOURCE_URL)")
+    if done.cmake_args:
+        click.echo(f"  build.cmake_args = {' '.join(done.cmake_args)} (from the fork's {done.cmake_args_source})")
     click.echo(f"wrote {done.patches.name}/: the patch queue (*.patch, applied in name order, or listed in series)")
     click.echo("next:")
     click.echo("  buildkit doctor")

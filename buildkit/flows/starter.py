@@ -22,6 +22,7 @@ from buildkit.plan.buildplan import make_request
 from buildkit.plan.config import CONFIG_FILE, KEY_BY_NAME, ConfigDocument, load_config
 from buildkit.plan.starter import starter_toml
 from buildkit.plan.tags import check_repository, target_variant, variant
+from buildkit.source.buildnotes import fork_proposal
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class Initialised:
     image: str
     arch: str
     credentials_dropped: bool
+    cmake_args: tuple[str, ...] = ()   # proposed from the fork's build notes
+    cmake_args_source: str = ""
 
 
 def _chosen(url: str, branch: str, commit: str, image: str, arch_name: str) -> dict:
@@ -76,6 +79,11 @@ def init_project(folder: Path, *, fork: str | None = None, image: str | None = N
     notes = {"source.commit": f"Pinned by `buildkit init`: the head of {branch} then. Move it to build a newer "
                               "commit (a full 40-hex SHA)."}
     chosen = _chosen(url, branch, commit, image, arch)
+    proposal = fork_proposal(url, commit, auth=auth, timeout=timeout)
+    if proposal is not None:
+        chosen["build.cmake_args"] = list(proposal.flags)
+        notes["build.cmake_args"] = (f"Proposed by `buildkit init` from the fork's {proposal.source}: the CUDA flags "
+                                     "its build notes recommend (they reach the CMake line and the lock's build key).")
     text = _text(config, chosen, notes)
     try:
         patches.mkdir(exist_ok=True)
@@ -83,4 +91,6 @@ def init_project(folder: Path, *, fork: str | None = None, image: str | None = N
     except OSError as exc:
         raise ConfigError(f"cannot write {config}: {exc.strerror or exc}") from None
     return Initialised(config=config, patches=patches, url=url, branch=branch, commit=commit, image=image,
-                       arch=chosen["build.arch"], credentials_dropped=auth is not None)
+                       arch=chosen["build.arch"], credentials_dropped=auth is not None,
+                       cmake_args=proposal.flags if proposal else (),
+                       cmake_args_source=proposal.source if proposal else "")

@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""Tiny GGUF models of the fork's architectures (issue 37 item 3), random weights, fixed seed.
+
+Writes two files into OUT (default ./fork-models):
+
+  qwen35-tiny.gguf        a `qwen35` hybrid target: Gated DeltaNet (recurrent) layers and
+                          full-attention layers (every FULL_ATTN_INTERVAL-th layer), as the
+                          fork's src/llama-model.cpp (LLM_ARCH_QWEN35) loads it
+  dflash-draft-tiny.gguf  a `dflash-draft` drafter made for that target: same n_embd and
+                          tokenizer, `dflash.target_layer_ids` naming target layers,
+                          `dflash.n_target_features` = len(ids) * n_embd, a mask token
+
+Keys and tensor names are written by name as the fork's loader reads them (src/llama-arch.cpp
+of 1c4788192); only the `gguf` package's writer is used (PyPI 0.19.0 has no dflash-draft
+architecture, so nothing here depends on its architecture tables). The tokenizer is a byte-level
+BPE ("gpt2") over the 256 bytes plus a few merges and control tokens: llama-server accepts it and
+both models carry the same one, as speculative decoding requires.
+
+Usage: python3 scripts/fork_models.py [--out DIR] [--seed N]
+Needs numpy and gguf (pip install gguf==0.19.0); runs without buildkit installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+try:
+    import gguf
+except ImportError:  # pragma: no cover - depends on the host
+    sys.exit("fork_models: the gguf package is missing (pip install gguf==0.19.0)")
+
+TARGET_ARCH = "qwen35"
+DRAFT_ARCH = "dflash-draft"
+
+# target shape: small enough to write in a second, big enough for every code path
+N_EMBD = 64
+N_HEAD = 4
+N_HEAD_KV = 2
+HEAD_DIM = 16
+N_FF = 128
+N_LAYER = 4
+FULL_ATTN_INTERVAL = 2          # layers 1 and 3 are attention, 0 and 2 Gated DeltaNet
+N_ROT = 8
+ROPE_SECTIONS = [2, 1, 1, 0]     # sums to N_ROT / 2 (imrope over text positions)
+SSM_CONV = 4
+SSM_STATE = 16                   # head_k_dim = head_v_dim
+SSM_GROUPS = 2                   # n_k_heads
+SSM_DT_RANK = 4                  # n_v_heads
+CTX = 4096
+
+# drafter
+DRAFT_LAYERS = 2
+TARGET_LAYER_IDS = [1, 3]
+BLOCK_SIZE = 16
+
+
+def byte_to_unicode() -> list[str]:
+    """GPT-2's printable stand-in for each of the 256 bytes."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
+        range(ord("®"), ord("ÿ") + 1))
+    table: dict[int, str] = {b: chr(b) for b in keep}
+    n = 0
+    for b in range(256):
+        if b not in table:
+            table[b] = chr(256 + n)
+            n += 1
+    return [table[b] for b in range(256)]
+
+
+def vocab() -> tuple[list[str], list[int], list[str], dict[str, int]]:
+    tokens = byte_to_unicode()
+    merges = ["Ġ t", "h e", "Ġt he", "i n", "Ġ a", "e r", "o n", "Ġ s"]
+    for m in merges:
+        tokens.append(m.replace(" ", ""))
+    specials = {"eos": "<|endoftext|>", "im_start": "<|im_start|>", "im_end": "<|im_end|>",
+                "mask": "<|mask|>"}
+    ids: dict[str, int] = {}
+    types = [1] * len(tokens)
+    for key, text in specials.items():
+        ids[key] = len(tokens)
+        tokens.append(text)
+        types.append(3)  # CONTROL
+    while len(tokens) % 16:
+        tokens.append(f"<|pad{len(tokens)}|>")
+        types.append(5)  # UNUSED
+    return tokens, types, merges, ids
+
+
+def add_tokenizer(w: gguf.GGUFWriter, tokens: list[str], types: list[int], merges: list[str],
+                  ids: dict[str, int]) -> None:
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_string("tokenizer.ggml.pre", "default")
+    w.add_array("tokenizer.ggml.tokens", tokens)
+    w.add_array("tokenizer.ggml.token_type", types)
+    w.add_array("tokenizer.ggml.merges", merges)
+    w.add_uint32("tokenizer.ggml.eos_token_id", ids["eos"])
+    w.add_uint32("tokenizer.ggml.padding_token_id", ids["eos"])
+    w.add_bool("tokenizer.ggml.add_bos_token", False)
+    w.add_string("tokenizer.chat_template",
+                 "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+                 "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+class Tensors:
+    def __init__(self, w: gguf.GGUFWriter, rng: np.random.Generator) -> None:
+        self.w, self.rng = w, rng
+
+    def add(self, name: str, ne: tuple[int, ...], kind: str = "w") -> None:
+        """ne is ggml's order (ne0 first); numpy's shape is the reverse."""
+        shape = tuple(reversed(ne))
+        if kind == "norm":
+            data = np.ones(shape, dtype=np.float32)
+        elif kind == "a":
+            data = -np.exp(self.rng.uniform(-1, 0, size=shape)).astype(np.float32)
+        else:
+            data = (self.rng.standard_normal(shape) * 0.05).astype(np.float32)
+        self.w.add_tensor(name, data)
+
+
+def common_hparams(w: gguf.GGUFWriter, arch: str, n_layer: int) -> None:
+    w.add_string("general.name", f"{arch}-tiny-random")
+    w.add_uint32(f"{arch}.context_length", CTX)
+    w.add_uint32(f"{arch}.embedding_length", N_EMBD)
+    w.add_uint32(f"{arch}.block_count", n_layer)
+    w.add_uint32(f"{arch}.feed_forward_length", N_FF)
+    w.add_uint32(f"{arch}.attention.head_count", N_HEAD)
+    w.add_uint32(f"{arch}.attention.head_count_kv", N_HEAD_KV)
+    w.add_uint32(f"{arch}.attention.key_length", HEAD_DIM)
+    w.add_uint32(f"{arch}.attention.value_length", HEAD_DIM)
+    w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", 1e-6)
+    w.add_float32(f"{arch}.rope.freq_base", 10000000.0)
+    w.add_uint32("general.file_type", 0)  # ALL_F32
+
+
+def write_target(path: str, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(path, TARGET_ARCH)
+    common_hparams(w, TARGET_ARCH, N_LAYER)
+    a = TARGET_ARCH
+    w.add_uint32(f"{a}.rope.dimension_count", N_ROT)
+    w.add_array(f"{a}.rope.dimension_sections", ROPE_SECTIONS)
+    w.add_uint32(f"{a}.full_attention_interval", FULL_ATTN_INTERVAL)
+    w.add_uint32(f"{a}.ssm.conv_kernel", SSM_CONV)
+    w.add_uint32(f"{a}.ssm.state_size", SSM_STATE)
+    w.add_uint32(f"{a}.ssm.group_count", SSM_GROUPS)
+    w.add_uint32(f"{a}.ssm.time_step_rank", SSM_DT_RANK)
+    w.add_uint32(f"{a}.ssm.inner_size", SSM_STATE * SSM_DT_RANK)
+    tokens, types, merges, ids = vocab()
+    add_tokenizer(w, tokens, types, merges, ids)
+
+    t = Tensors(w, rng)
+    n_vocab = len(tokens)
+    t.add("token_embd.weight", (N_EMBD, n_vocab))
+    t.add("output_norm.weight", (N_EMBD,), "norm")
+    t.add("output.weight", (N_EMBD, n_vocab))
+    key_dim = SSM_STATE * SSM_GROUPS
+    value_dim = SSM_STATE * SSM_DT_RANK
+    for i in range(N_LAYER):
+        b = f"blk.{i}"
+        t.add(f"{b}.attn_norm.weight", (N_EMBD,), "norm")
+        t.add(f"{b}.post_attention_norm.weight", (N_EMBD,), "norm")
+        if (i + 1) % FULL_ATTN_INTERVAL == 0:  # full attention (query + gate in attn_q)
+            t.add(f"{b}.attn_q.weight", (N_EMBD, HEAD_DIM * N_HEAD * 2))
+            t.add(f"{b}.attn_k.weight", (N_EMBD, HEAD_DIM * N_HEAD_KV))
+            t.add(f"{b}.attn_v.weight", (N_EMBD, HEAD_DIM * N_HEAD_KV))
+            t.add(f"{b}.attn_output.weight", (HEAD_DIM * N_HEAD, N_EMBD))
+            t.add(f"{b}.attn_q_norm.weight", (HEAD_DIM,), "norm")
+            t.add(f"{b}.attn_k_norm.weight", (HEAD_DIM,), "norm")
+        else:  # Gated DeltaNet
+            t.add(f"{b}.attn_qkv.weight", (N_EMBD, key_dim * 2 + value_dim))
+            t.add(f"{b}.attn_gate.weight", (N_EMBD, value_dim))
+            t.add(f"{b}.ssm_conv1d.weight", (SSM_CONV, key_dim * 2 + value_dim))
+            t.add(f"{b}.ssm_dt.bias", (SSM_DT_RANK,))
+            t.add(f"{b}.ssm_a", (SSM_DT_RANK,), "a")
+            t.add(f"{b}.ssm_beta.weight", (N_EMBD, SSM_DT_RANK))
+            t.add(f"{b}.ssm_alpha.weight", (N_EMBD, SSM_DT_RANK))
+            t.add(f"{b}.ssm_norm.weight", (SSM_STATE,), "norm")
+            t.add(f"{b}.ssm_out.weight", (value_dim, N_EMBD))
+        t.add(f"{b}.ffn_gate.weight", (N_EMBD, N_FF))
+        t.add(f"{b}.ffn_down.weight", (N_FF, N_EMBD))
+        t.add(f"{b}.ffn_up.weight", (N_EMBD, N_FF))
+    finish(w, path)
+
+
+def write_draft(path: str, seed: int) -> None:
+    rng = np.random.default_rng(seed + 1)
+    w = gguf.GGUFWriter(path, DRAFT_ARCH)
+    common_hparams(w, DRAFT_ARCH, DRAFT_LAYERS)
+    a = DRAFT_ARCH
+    tokens, types, merges, ids = vocab()
+    n_features = len(TARGET_LAYER_IDS) * N_EMBD
+    w.add_uint32(f"{a}.rope.dimension_count", HEAD_DIM)
+    w.add_uint32(f"{a}.dflash.block_size", BLOCK_SIZE)
+    w.add_uint32(f"{a}.dflash.mask_token_id", ids["mask"])
+    w.add_key_value(f"{a}.dflash.target_layer_ids", TARGET_LAYER_IDS, gguf.GGUFValueType.ARRAY,
+                    sub_type=gguf.GGUFValueType.UINT32)  # the loader reads them as uint32
+    w.add_uint32(f"{a}.dflash.n_target_features", n_features)
+    add_tokenizer(w, tokens, types, merges, ids)
+
+    t = Tensors(w, rng)
+    # token_embd/output are shared from the target at run time: not in the file
+    t.add("output_norm.weight", (N_EMBD,), "norm")
+    t.add("dflash_fc.weight", (n_features, N_EMBD))
+    t.add("dflash_hidden_norm.weight", (N_EMBD,), "norm")
+    for i in range(DRAFT_LAYERS):
+        b = f"blk.{i}"
+        t.add(f"{b}.attn_norm.weight", (N_EMBD,), "norm")
+        t.add(f"{b}.post_attention_norm.weight", (N_EMBD,), "norm")
+        t.add(f"{b}.attn_q.weight", (N_EMBD, HEAD_DIM * N_HEAD))
+        t.add(f"{b}.attn_k.weight", (N_EMBD, HEAD_DIM * N_HEAD_KV))
+        t.add(f"{b}.attn_v.weight", (N_EMBD, HEAD_DIM * N_HEAD_KV))
+        t.add(f"{b}.attn_output.weight", (HEAD_DIM * N_HEAD, N_EMBD))
+        t.add(f"{b}.attn_q_norm.weight", (HEAD_DIM,), "norm")
+        t.add(f"{b}.attn_k_norm.weight", (HEAD_DIM,), "norm")
+        t.add(f"{b}.ffn_gate.weight", (N_EMBD, N_FF))
+        t.add(f"{b}.ffn_down.weight", (N_FF, N_EMBD))
+        t.add(f"{b}.ffn_up.weight", (N_EMBD, N_FF))
+    finish(w, path)
+
+
+def finish(w: gguf.GGUFWriter, path: str) -> None:
+    """Write to a temporary name in the same folder, then rename: the file is replaced whole."""
+    tmp = path + ".tmp"
+    w.path = tmp  # type: ignore[attr-defined]
+    w.write_header_to_file(tmp)
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="fork-models")
+    ap.add_argument("--seed", type=int, default=37)
+    args = ap.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    target = os.path.join(args.out, "qwen35-tiny.gguf")
+    draft = os.path.join(args.out, "dflash-draft-tiny.gguf")
+    write_target(target, args.seed)
+    write_draft(draft, args.seed)
+    for p in (target, draft):
+        print(f"{p} {os.path.getsize(p)} bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
