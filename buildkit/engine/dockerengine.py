@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from buildkit.core.errors import BuildError, RegistryError
 from buildkit.core.interrupts import signal_of
 from buildkit.engine.api import ContainerSpec, ContainerState, Engine, EngineError, Finished, ImageInfo
+from buildkit.engine.containercreate import create_container
 from buildkit.engine.dockerargv import buildx_bake_argv, buildx_build_argv, docker_run_argv
 from buildkit.engine.specs import BuildSession, BuildSpec, RunSpec
 
@@ -282,9 +283,8 @@ class DockerEngine(Engine):
     def run(self, image: str, entrypoint: Sequence[str], args: Sequence[str] = (), *,
             timeout: float = 120, env: Mapping[str, str] | None = None, gpus: str = "") -> tuple[int, str]:
         devices = self.create_kwargs(ContainerSpec(image, gpus=gpus)).get("device_requests")  # None: no GPU
-        container = self.client().containers.create(image, entrypoint=list(entrypoint), command=list(args),
-                                                    network_disabled=True, environment=dict(env or {}),
-                                                    device_requests=devices)
+        container = create_container(self.client(), image, entrypoint=list(entrypoint), command=list(args),
+                                     network_disabled=True, environment=dict(env or {}), device_requests=devices)
         try:  # attached before start, read to the end, as `docker run` does (logs read after wait() lacked output)
             stream, chunks = container.attach(stdout=True, stderr=True, stream=True, logs=True), []
             reader = threading.Thread(target=lambda: chunks.extend(stream), daemon=True)
@@ -298,7 +298,7 @@ class DockerEngine(Engine):
 
     def copy_out(self, image: str, path: str, dest: Path) -> None:
         client = self.client()
-        container = client.containers.create(image, entrypoint=["/bin/true"])
+        container = create_container(client, image, entrypoint=["/bin/true"])
         try:
             chunks, _ = container.get_archive(path)
             data = io.BytesIO(b"".join(chunks))
@@ -336,7 +336,7 @@ class DockerEngine(Engine):
         client = self.client()
         container = None
         try:
-            container = client.containers.create(**kwargs)
+            container = create_container(client, **kwargs)
             container.start()
         except self._errors as exc:
             if container is not None:
