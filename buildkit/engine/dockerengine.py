@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import tarfile
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING
 from buildkit.core.errors import BuildError, RegistryError
 from buildkit.core.interrupts import signal_of
 from buildkit.engine.api import ContainerSpec, ContainerState, Engine, EngineError, Finished, ImageInfo
-from buildkit.engine.containercreate import create_container
+from buildkit.engine.containercreate import create_container, run_to_end
 from buildkit.engine.dockerargv import buildx_bake_argv, buildx_build_argv, docker_run_argv
 from buildkit.engine.specs import BuildSession, BuildSpec, RunSpec
 
@@ -283,18 +282,8 @@ class DockerEngine(Engine):
     def run(self, image: str, entrypoint: Sequence[str], args: Sequence[str] = (), *,
             timeout: float = 120, env: Mapping[str, str] | None = None, gpus: str = "") -> tuple[int, str]:
         devices = self.create_kwargs(ContainerSpec(image, gpus=gpus)).get("device_requests")  # None: no GPU
-        container = create_container(self.client(), image, entrypoint=list(entrypoint), command=list(args),
-                                     network_disabled=True, environment=dict(env or {}), device_requests=devices)
-        try:  # attached before start, read to the end, as `docker run` does (logs read after wait() lacked output)
-            stream, chunks = container.attach(stdout=True, stderr=True, stream=True, logs=True), []
-            reader = threading.Thread(target=lambda: chunks.extend(stream), daemon=True)
-            reader.start()
-            container.start()
-            result = container.wait(timeout=timeout)
-            reader.join(timeout=60)
-            return int(result.get("StatusCode", 1)), b"".join(chunks).decode(errors="replace")
-        finally:
-            container.remove(force=True)
+        return run_to_end(self.client(), image, list(entrypoint), list(args), timeout=timeout, env=dict(env or {}),
+                          device_requests=devices)
 
     def copy_out(self, image: str, path: str, dest: Path) -> None:
         client = self.client()

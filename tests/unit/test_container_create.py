@@ -54,3 +54,45 @@ def test_a_second_loss_and_other_errors_reach_the_caller():
         create_container(client, "img")
     assert len(client.containers.calls) == 1
     assert lost_snapshot(not_found(LOST)) and not lost_snapshot(not_found("No such image: img"))
+
+
+class Container:
+    """A container whose attached stream gives `streamed` and whose logs hold `logged`."""
+
+    def __init__(self, streamed: list[bytes], logged: bytes) -> None:
+        self.streamed, self.logged, self.removed = streamed, logged, False
+
+    def attach(self, **kwargs):
+        return iter(self.streamed)
+
+    def start(self):
+        pass
+
+    def wait(self, timeout):
+        return {"StatusCode": 0}
+
+    def logs(self, **kwargs):
+        return self.logged
+
+    def remove(self, force):
+        self.removed = True
+
+
+class RunClient:
+    def __init__(self, container: Container) -> None:
+        self.containers = self
+        self.container = container
+
+    def create(self, *args, **kwargs):
+        return self.container
+
+
+@pytest.mark.parametrize("streamed,expected", [([b"version: 1 ", b"(abc)\n"], "version: 1 (abc)\n"),
+                                               ([], "version: 2 (logged)\n")])
+def test_run_to_end_takes_the_stream_and_the_logs_when_the_stream_gave_nothing(streamed, expected):
+    from buildkit.engine.containercreate import run_to_end
+
+    container = Container(streamed, b"version: 2 (logged)\n")
+    code, output = run_to_end(RunClient(container), "img", ["/app/llama-server"], ["--version"], timeout=5,
+                              env={}, device_requests=None)
+    assert (code, output) == (0, expected) and container.removed
