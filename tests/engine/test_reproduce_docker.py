@@ -15,6 +15,7 @@ import json
 import re
 import shutil
 import subprocess
+import time
 import sys
 import uuid
 from datetime import datetime, timezone
@@ -182,6 +183,11 @@ def test_reproduce_from_the_lock_gives_the_same_digest(project, first, variants)
     # the reproduction changed nothing: same lock, the warm ccache mount as it was
     assert variants["commit lock"].read_text() == recorded
     mounts = ccache_mounts()
+    for _ in range(20):  # a mount made by the build just ended can be listed by `buildx du` a moment later
+        if "llama-buildkit-ccache-cpu-amd64-clean" in mounts:
+            break
+        time.sleep(0.5)
+        mounts = ccache_mounts()
     assert mounts["llama-buildkit-ccache-cpu-amd64"] == warm and "llama-buildkit-ccache-cpu-amd64-clean" in mounts
 
 
