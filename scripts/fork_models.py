@@ -16,7 +16,7 @@ architecture, so nothing here depends on its architecture tables). The tokenizer
 BPE ("gpt2") over the 256 bytes plus a few merges and control tokens: llama-server accepts it and
 both models carry the same one, as speculative decoding requires.
 
-Usage: python3 scripts/fork_models.py [--out DIR] [--seed N]
+Usage: python3 scripts/fork_models.py [--out DIR] [--seed N] [--size tiny|medium]
 Needs numpy and gguf (pip install gguf==0.19.0); runs without buildkit installed.
 """
 
@@ -56,6 +56,22 @@ CTX = 4096
 DRAFT_LAYERS = 2
 TARGET_LAYER_IDS = [1, 3]
 BLOCK_SIZE = 16
+WEIGHT_DTYPE = np.float32
+
+# --size medium: the same architectures at a size that keeps a GPU busy for a tokens/s figure
+# (about 0.6 GB of f16 weights: 16 layers, every 4th full attention as in Qwen3.5, 128-wide heads)
+SIZES: dict[str, dict[str, object]] = {
+    "tiny": {},
+    "medium": {"N_EMBD": 1024, "N_HEAD": 8, "N_HEAD_KV": 2, "HEAD_DIM": 128, "N_FF": 3072,
+               "N_LAYER": 16, "FULL_ATTN_INTERVAL": 4, "N_ROT": 64, "ROPE_SECTIONS": [11, 11, 10, 0],
+               "SSM_STATE": 128, "SSM_GROUPS": 8, "SSM_DT_RANK": 16,
+               "TARGET_LAYER_IDS": [3, 7, 11, 15], "WEIGHT_DTYPE": np.float16},
+}
+
+
+def use_size(name: str) -> None:
+    """Set the module's shape constants to SIZES[name] (the writers read them)."""
+    globals().update(SIZES[name])
 
 
 def byte_to_unicode() -> list[str]:
@@ -117,12 +133,12 @@ class Tensors:
         elif kind == "a":
             data = -np.exp(self.rng.uniform(-1, 0, size=shape)).astype(np.float32)
         else:
-            data = (self.rng.standard_normal(shape) * 0.05).astype(np.float32)
+            data = (self.rng.standard_normal(shape) * 0.05).astype(WEIGHT_DTYPE)
         self.w.add_tensor(name, data)
 
 
 def common_hparams(w: gguf.GGUFWriter, arch: str, n_layer: int) -> None:
-    w.add_string("general.name", f"{arch}-tiny-random")
+    w.add_string("general.name", f"{arch}-{'tiny' if WEIGHT_DTYPE == np.float32 else 'medium'}-random")
     w.add_uint32(f"{arch}.context_length", CTX)
     w.add_uint32(f"{arch}.embedding_length", N_EMBD)
     w.add_uint32(f"{arch}.block_count", n_layer)
@@ -133,7 +149,7 @@ def common_hparams(w: gguf.GGUFWriter, arch: str, n_layer: int) -> None:
     w.add_uint32(f"{arch}.attention.value_length", HEAD_DIM)
     w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", 1e-6)
     w.add_float32(f"{arch}.rope.freq_base", 10000000.0)
-    w.add_uint32("general.file_type", 0)  # ALL_F32
+    w.add_uint32("general.file_type", 0 if WEIGHT_DTYPE == np.float32 else 1)  # ALL_F32 / MOSTLY_F16
 
 
 def write_target(path: str, seed: int) -> None:
@@ -237,10 +253,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="fork-models")
     ap.add_argument("--seed", type=int, default=37)
+    ap.add_argument("--size", choices=sorted(SIZES), default="tiny",
+                    help="tiny (0.8 MB, every code path) or medium (about 0.6 GB, for tokens/s)")
     args = ap.parse_args(argv)
+    use_size(args.size)
     os.makedirs(args.out, exist_ok=True)
-    target = os.path.join(args.out, "qwen35-tiny.gguf")
-    draft = os.path.join(args.out, "dflash-draft-tiny.gguf")
+    target = os.path.join(args.out, f"qwen35-{args.size}.gguf")
+    draft = os.path.join(args.out, f"dflash-draft-{args.size}.gguf")
     write_target(target, args.seed)
     write_draft(draft, args.seed)
     for p in (target, draft):
