@@ -28,7 +28,8 @@ def normal(text: str) -> str:
 
 def units(markdown: str) -> list[str]:
     """Headings, paragraphs, list items and table rows, each as one string."""
-    found, current = [], []
+    found: list[str] = []
+    current: list[str] = []
     in_code = False
     for line in markdown.splitlines() + [""]:
         if line.startswith("```"):
@@ -73,7 +74,11 @@ def missing(old: str, corpus: str) -> list[str]:
 
 def main() -> int:
     rev = sys.argv[1] if len(sys.argv) > 1 else "HEAD"
-    old = subprocess.run(["git", "show", f"{rev}:README.md"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    shown = subprocess.run(["git", "show", f"{rev}:README.md"], cwd=ROOT, capture_output=True, text=True)
+    if shown.returncode != 0:
+        print(f"error: git show {rev}:README.md: {shown.stderr.strip()}", file=sys.stderr)
+        return 1
+    old = shown.stdout
     lost = missing(old, today())
     for k in lost:
         print(f"not found: {k}")
