@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from buildkit.plan.buildplan import SourceFacts, make_plan, make_request
 from buildkit.plan.config import load_config
 from buildkit.plan.inputs import BaseImage, plan_inputs
 from buildkit.release import cosignformat as cf
-from buildkit.release.lock import LockEntry
+from buildkit.release.lock import LockEntry, write_lock_entry
 from buildkit.release.provenance import PREDICATE_TYPE, RunDetails, provenance_statement
 from buildkit.release.signing import Attestation, sign_image
 from buildkit.release.signkeys import generate_keys, load_signing_key
@@ -129,3 +130,25 @@ def test_cosign_refuses_an_image_pushed_again_under_the_signed_tag(signed):
         body, media_type, _ = client.get_manifest(repo, second)
         client.put_manifest(repo, "v1", body, media_type)
     assert cosign(signed["work"], "verify", "--key", pub, f"{signed['host']}/{repo}:v1").returncode != 0
+
+
+def test_verify_image_checks_signature_provenance_and_lock(signed, cli, tmp_path):
+    ref = f"{signed['host']}/{REPO}:v1"
+    pub = str(signed["work"] / "cosign.pub")
+    lock = tmp_path / "buildkit.lock"
+    write_lock_entry(lock, lock_entry(signed["digest"]))
+    done = cli("verify-image", ref, "--key", pub, "--lock", str(lock))
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["ok  digest", "ok  signature", "ok  provenance", "ok  lock"]
+    assert signed["digest"] in lines[0]
+
+    done = cli("verify-image", ref, "--key", str(signed["work"] / "other.pub"))
+    assert done.returncode == 1
+    assert [line.split(":")[0] for line in done.stdout.splitlines()] == ["ok  digest", "FAIL  signature",
+                                                                         "FAIL  provenance"]
+    other = tmp_path / "other.lock"  # a lock whose entry has another commit: the provenance is not its
+    write_lock_entry(other, replace(lock_entry(signed["digest"]), commit="8" * 40))
+    done = cli("verify-image", ref, "--key", pub, "--lock", str(other))
+    assert done.returncode == 1 and "FAIL  lock: the provenance's commit not as in" in done.stdout
+    assert "Traceback" not in done.stderr
