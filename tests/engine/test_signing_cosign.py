@@ -21,8 +21,10 @@ from buildkit.plan.buildplan import SourceFacts, make_plan, make_request
 from buildkit.plan.config import load_config
 from buildkit.plan.inputs import BaseImage, plan_inputs
 from buildkit.release import cosignformat as cf
-from buildkit.release.lock import LockEntry, write_lock_entry
+from buildkit.release.lock import LockEntry, entry_dict, write_lock_entry
 from buildkit.release.provenance import PREDICATE_TYPE, RunDetails, provenance_statement
+from buildkit.release.sbom import PREDICATE_TYPE as SBOM_TYPE
+from buildkit.release.sbom import sbom_document, sbom_statement
 from buildkit.release.signing import Attestation, sign_image
 from buildkit.release.signkeys import generate_keys, load_signing_key
 
@@ -61,7 +63,9 @@ def signed(registry_plain, busybox_image, tmp_path_factory):
                                      RunDetails("test-1", "2026-12-05T00:00:00Z", "2026-12-05T00:01:00Z"))
     with RegistryClient(registry_plain.host) as client:
         before = client.head_manifest(REPO, "v1")
-        sign_image(client, REPO, digest, key, [Attestation(PREDICATE_TYPE, statement)])
+        sbom = sbom_statement(sbom_document([], entry_dict(lock_entry(digest)), image_name=REPO), digest, REPO)
+        sign_image(client, REPO, digest, key, [Attestation(PREDICATE_TYPE, statement),
+                                               Attestation(SBOM_TYPE, sbom)])
         after = client.head_manifest(REPO, "v1")
     assert before is not None and after is not None and before.digest == after.digest == digest
     return {"host": registry_plain.host, "digest": digest, "work": work, "busybox": busybox_image}
@@ -77,12 +81,17 @@ def test_cosign_verifies_the_signature_and_the_provenance(signed):
     assert done.returncode == 0, done.stderr
     statement = json.loads(base64.b64decode(json.loads(done.stdout.splitlines()[0])["payload"]))
     assert statement["predicate"]["buildDefinition"]["externalParameters"]["commit"] == "9" * 40
+    done = cosign(signed["work"], "verify-attestation", "--key", pub, "--type", "cyclonedx", ref)
+    assert done.returncode == 0, done.stderr
+    statement = json.loads(base64.b64decode(json.loads(done.stdout.splitlines()[0])["payload"]))
+    assert statement["predicate"]["specVersion"] == "1.6"
 
 
 def test_cosign_refuses_a_wrong_key(signed):
     ref = f"{signed['host']}/{REPO}@{signed['digest']}"
     other = str(signed["work"] / "other.pub")
     assert cosign(signed["work"], "verify", "--key", other, ref).returncode != 0
+    assert cosign(signed["work"], "verify-attestation", "--key", other, "--type", "cyclonedx", ref).returncode != 0
     assert cosign(signed["work"], "verify-attestation", "--key", other, "--type", "slsaprovenance1",
                   ref).returncode != 0
 
