@@ -161,3 +161,26 @@ def test_verify_image_checks_signature_provenance_and_lock(signed, cli, tmp_path
     done = cli("verify-image", ref, "--key", pub, "--lock", str(other))
     assert done.returncode == 1 and "FAIL  lock: the provenance's commit not as in" in done.stdout
     assert "Traceback" not in done.stderr
+
+
+def test_a_pushed_lock_entry_is_signed_with_its_provenance_and_sbom(signed, cli, tmp_path):
+    from buildkit.flows.signpublished import sign_entry
+
+    repo = REPO + "-flow"
+    digest = push_tiny_image(signed["busybox"], f"{signed['host']}/{repo}:v1", tmp_path / "ctx")
+    lock = tmp_path / "buildkit.lock"
+    entry = replace(lock_entry(digest), image_name=repo, pushed=(f"{signed['host']}/{repo}:v1",))
+    write_lock_entry(lock, entry)
+    key = load_signing_key(None, env={"LLAMA_BUILDKIT_SIGN_KEY": (signed["work"] / "cosign.key").read_text()})
+    assert key is not None
+    result = sign_entry(lock, entry.key, key)
+    assert result.reference == f"{signed['host']}/{repo}@{digest}"
+    pub = str(signed["work"] / "cosign.pub")
+    for args in (("verify",), ("verify-attestation", "--type", "slsaprovenance1"),
+                 ("verify-attestation", "--type", "cyclonedx")):
+        done = cosign(signed["work"], *args, "--key", pub, result.reference)
+        assert done.returncode == 0, done.stderr
+    with RegistryClient(signed["host"]) as client:
+        assert client.head_manifest(repo, "v1").digest == digest  # the image is the one pushed
+    done = cli("verify-image", f"{signed['host']}/{repo}:v1", "--key", pub, "--lock", str(lock))
+    assert done.returncode == 0 and done.stdout.count("ok  ") == 4, done.stdout + done.stderr
