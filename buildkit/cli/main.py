@@ -25,6 +25,7 @@ from buildkit.cli.push import push
 from buildkit.cli.render import render
 from buildkit.cli.reproduce import reproduce
 from buildkit.cli.run import run
+from buildkit.cli.signing import keys, verify_image
 from buildkit.cli.tags import tags
 
 
@@ -47,7 +48,7 @@ def main():
 
 # In the order `buildkit --help` listed them before the split (click sorts them by name anyway).
 for command in (init, archs, config_cmd, render, build, push, tags, nightly, promote, bake, ci, bench, run, reproduce,
-                diff, doctor, ccache, gpu_check, base):
+                diff, doctor, ccache, gpu_check, base, keys, verify_image):
     main.add_command(command)
 
 

@@ -136,11 +136,12 @@ def _target(path: Path) -> tuple[Path, int | None]:
     return real, stat.S_IMODE(st.st_mode)
 
 
-def write_whole(path: Path | str, data: str | bytes) -> None:
+def write_whole(path: Path | str, data: str | bytes, *, private: bool = False) -> None:
     """Replace path with data (text is written as UTF-8), whole or not at all. Raises OSError: the
-    file is then as it was, and no temporary is left."""
+    file is then as it was, and no temporary is left. private: mode 0600 from its creation (a secret key)."""
     path = Path(path)
     target, mode = _target(path)
+    mode = 0o600 if private else mode
     folder = target.parent
     sweep(folder)
     name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}-{target.name[:100]}"
@@ -149,7 +150,8 @@ def write_whole(path: Path | str, data: str | bytes) -> None:
     with _MINE_LOCK:
         _MINE.add(name)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600 if private else 0o666)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             if mode is not None:

@@ -67,6 +67,7 @@ OTHER_VARIABLES: dict[str, str] = {
     ENV_PREFIX + "TEST_CACHE": "the tests' cache of real images (tests/realserver.py)",
     ENV_PREFIX + "DOCKER_DATA_ROOT": "scripts/install-engine.sh",
     ENV_PREFIX + "DOCKERD_LOG": "scripts/install-engine.sh",
+    ENV_PREFIX + "SIGN_KEY": "the signing key's PEM text, for a CI secret (release/signkeys.py)",
 }
 # Tables whose keys are names the user chooses; their own modules read and validate them.
 FREE_FORM_SECTIONS = ("profiles",)

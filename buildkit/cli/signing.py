@@ -1,0 +1,49 @@
+"""`buildkit keys generate` and `buildkit verify-image` (issue 38): a signing key pair, and one command that
+checks an image's signature, its provenance's subject and (with --lock) its inputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from buildkit.cli.options import BuildkitCommand, handle_errors
+
+
+@click.group()
+def keys():
+    """Signing keys (cosign's key format: ECDSA P-256, PEM)."""
+
+
+@keys.command("generate", cls=BuildkitCommand)
+@click.option("--out", "out", type=click.Path(path_type=Path), default=Path("cosign.key"), show_default=True,
+              help="The private key file (mode 0600); the public key is written beside it as .pub.")
+@handle_errors
+def generate(out: Path):
+    """Write a new key pair: the private key (never printed) and its public key (cosign verify --key)."""
+    from buildkit.release.signkeys import generate_keys
+
+    public = out.with_suffix(".pub")
+    generate_keys(out, public)
+    click.echo(f"wrote {out} (private, 0600; sign with sign.key or LLAMA_BUILDKIT_SIGN_KEY) and {public}")
+
+
+@click.command("verify-image", cls=BuildkitCommand)
+@click.argument("ref")
+@click.option("--key", "key", type=click.Path(path_type=Path), required=True, help="The signer's public key (PEM).")
+@click.option("--lock", "lock", type=click.Path(path_type=Path), default=None,
+              help="A buildkit.lock: the provenance's inputs must be its entry's for this digest.")
+@handle_errors
+def verify_image(ref: str, key: Path, lock: Path | None):
+    """Check REF's signature, that its signed provenance's subject is the digest the registry serves, and
+    with --lock that its inputs are the lock's; one line per check, exit 1 on any failure."""
+    from buildkit.oci.imageref import parse_image_ref
+    from buildkit.oci.registry import client_for
+    from buildkit.release.verifyimage import verify_image as run_checks
+
+    with client_for(parse_image_ref(ref).registry) as client:
+        checks = run_checks(client, ref, key, lock)
+    for check in checks:
+        click.echo(check.line())
+    if not all(check.ok for check in checks):
+        raise SystemExit(1)

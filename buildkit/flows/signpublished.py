@@ -1,0 +1,59 @@
+"""Signing what a publish pushed (issue 38): the digest of a lock entry, its SLSA provenance (from the entry's
+inputs) and its SBOM (from the pushed image's own layers), in cosign's formats through the registry client.
+
+Called after a push with the configured key (release/signkeys.load_signing_key: `--sign-key FILE` or
+LLAMA_BUILDKIT_SIGN_KEY); nothing is signed without one. The image itself is not touched: its digest is
+the one pushed. The single publish path (release/publish.py) is where this attaches for build --push,
+promote and nightly.
+"""
+
+from __future__ import annotations
+
+import uuid
+from contextlib import ExitStack
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from buildkit.core.errors import LockError
+from buildkit.oci.imageref import parse_image_ref
+from buildkit.oci.ocilayout import open_image
+from buildkit.oci.registry import client_for
+from buildkit.release import provenance, sbom
+from buildkit.release.lock import entry_dict, entry_from_dict, read_lock
+from buildkit.release.signing import Attestation, sign_image
+from buildkit.release.signkeys import SigningKey
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class Signed:
+    reference: str  # repository@digest
+    written: tuple[str, ...]  # the .sig and .att references
+
+
+def sign_entry(lock_path: Path, entry_key: str, key: SigningKey, *, started_on: str = "") -> Signed:
+    """Sign the digest lock_path's entry entry_key was pushed at, with its provenance and SBOM attached."""
+    data = read_lock(lock_path).get("builds", {}).get(entry_key)
+    if not isinstance(data, dict):
+        raise LockError(f"{lock_path} has no build {entry_key} to sign")
+    entry = entry_from_dict(data, f"{lock_path}: builds[{entry_key!r}]")
+    if not entry.pushed or not entry.image_digest.startswith("sha256:"):
+        raise LockError(f"{entry_key} of {lock_path} was not pushed: nothing to sign (buildkit push first)")
+    ref = parse_image_ref(entry.pushed[0])
+    name = f"{ref.registry}/{ref.repository}"
+    digest = entry.image_digest
+    run = provenance.RunDetails(str(uuid.uuid4()), started_on or _now(), _now())
+    statement = provenance.provenance_statement(entry, digest, name, run)
+    with ExitStack() as stack:
+        image = open_image(f"registry:{name}@{digest}", stack, platform=entry.platform)
+        packages = sbom.image_packages(image)
+    document = sbom.sbom_document(packages, entry_dict(entry), image_name=name)
+    attestations = [Attestation(provenance.PREDICATE_TYPE, statement),
+                    Attestation(sbom.PREDICATE_TYPE, sbom.sbom_statement(document, digest, name))]
+    with client_for(ref.registry) as client:
+        written = sign_image(client, ref.repository, digest, key, attestations)
+    return Signed(f"{name}@{digest}", tuple(written))

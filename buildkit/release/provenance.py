@@ -1,0 +1,105 @@
+"""SLSA provenance v1 of a built image (issue 38): an in-toto Statement v1 (in-toto-attestation, the in-toto
+project's own model and validator) whose subject is the pushed digest.
+
+Generated from the input declarations, not written again by hand: every input a lock entry holds
+(plan/inputs.py's inputs declared `lock`) is a parameter of the predicate, in its lock form: the request's
+own choices under externalParameters, what buildkit decided under internalParameters; the inputs that are
+artifacts are resolvedDependencies besides (the fork as git+URL@commit, the patch set, the template, each
+base image by digest, each CUDA wheel by sha256). docs/provenance.md documents the buildType.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf import json_format
+from in_toto_attestation.v1.resource_descriptor import ResourceDescriptor
+from in_toto_attestation.v1.statement import STATEMENT_TYPE_URI as STATEMENT_TYPE
+from in_toto_attestation.v1.statement import Statement
+
+import buildkit
+from buildkit.plan.inputs import INPUTS
+from buildkit.release.lock import LockEntry, entry_dict
+
+PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
+BUILD_TYPE = "https://github.com/llama-buildkit/buildkit/buildtypes/image/v1"
+BUILDER_ID = "https://github.com/llama-buildkit/buildkit"
+
+# The lock's inputs the user chose (buildkit.toml, the command line); every other lock input is internal.
+EXTERNAL = frozenset({"source_url", "commit", "version", "arch", "cuda_version", "variant", "target", "cpu_level",
+                      "platform", "no_vmm", "patches"})
+# What the build produced and reproduce needs besides the inputs: internal parameters too.
+PRODUCED_INPUTS = ("template", "dockerfile_sha256", "cmake_archs", "build_key")
+
+
+def lock_input_names() -> tuple[str, ...]:
+    return tuple(i.name for i in INPUTS if i.lock)
+
+
+@dataclass(frozen=True)
+class RunDetails:
+    invocation_id: str
+    started_on: str  # RFC 3339
+    finished_on: str
+    builder_commit: str = ""
+
+
+def _dependencies(data: Mapping[str, Any]) -> list[ResourceDescriptor]:
+    deps = [ResourceDescriptor(uri=f"git+{data['source_url']}@{data['commit']}", digest={"sha1": data["commit"]},
+                               name="llama.cpp fork")]
+    if data.get("patch_set_sha256"):
+        deps.append(ResourceDescriptor(name="patch set", digest={"sha256": data["patch_set_sha256"]},
+                                       annotations={"patches": list(data.get("patches") or [])}))
+    if data.get("template_sha256"):
+        deps.append(ResourceDescriptor(name=f"template {data.get('template', '')}".strip(),
+                                       digest={"sha256": data["template_sha256"]}))
+    if data.get("dockerfile_sha256"):
+        deps.append(ResourceDescriptor(name="Dockerfile", digest={"sha256": data["dockerfile_sha256"]}))
+    for ref, digest in (tuple(b.values()) if isinstance(b, dict) else tuple(b) for b in data.get("base_images") or []):
+        algorithm, _, hexpart = str(digest).partition(":")
+        deps.append(ResourceDescriptor(uri=f"docker://{ref}", digest={algorithm: hexpart} if hexpart else None,
+                                       name="base image"))
+    for wheel in (data.get("cuda_root") or {}).get("wheels") or []:
+        name = wheel.get("filename") or wheel.get("package") or "CUDA wheel"
+        deps.append(ResourceDescriptor(name=str(name), uri=str(wheel.get("url", "")),
+                                       digest={"sha256": str(wheel["sha256"])}))
+    return deps
+
+
+def provenance_statement(entry: LockEntry, digest: str, image_name: str, run: RunDetails) -> bytes:
+    """The statement (JSON bytes) for the image digest built as entry describes."""
+    data = entry_dict(entry)
+    names = lock_input_names()
+    external = {name: data[name] for name in names if name in EXTERNAL}
+    internal = {name: data[name] for name in names if name not in EXTERNAL}
+    internal.update({name: data[name] for name in PRODUCED_INPUTS if name in data})
+    builder: dict[str, Any] = {"id": BUILDER_ID, "version": {"llama-buildkit": buildkit.__version__}}
+    if run.builder_commit:
+        builder["version"]["commit"] = run.builder_commit
+    predicate = {
+        "buildDefinition": {
+            "buildType": BUILD_TYPE,
+            "externalParameters": external,
+            "internalParameters": internal,
+            "resolvedDependencies": [json_format.MessageToDict(d.pb) for d in _dependencies(data)],
+        },
+        "runDetails": {"builder": builder,
+                       "metadata": {"invocationId": run.invocation_id, "startedOn": run.started_on,
+                                    "finishedOn": run.finished_on}},
+    }
+    algorithm, _, hexpart = digest.partition(":")
+    subject = ResourceDescriptor(name=image_name, digest={algorithm: hexpart})
+    predicate = _plain(predicate)
+    Statement([subject.pb], PREDICATE_TYPE, predicate).validate()  # the library's check of the statement
+    # written from the dict itself: protobuf's Struct would turn every integer into a float
+    document = {"_type": STATEMENT_TYPE, "subject": [json_format.MessageToDict(subject.pb)],
+                "predicateType": PREDICATE_TYPE, "predicate": predicate}
+    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready (tuples as lists), for protobuf's Struct."""
+    return json.loads(json.dumps(value))

@@ -1,0 +1,186 @@
+"""Issue 38: what buildkit signs in Python (release/signing.py) is verified by cosign itself, offline, on the
+loopback registry: a signature, and the provenance and SBOM attestations. A wrong key, a tampered
+attestation and an image pushed again under the tag fail; the image's digest is the one before signing."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from test_registry import push_tiny_image
+
+from buildkit.oci.registry import RegistryClient
+from buildkit.plan.buildkey import key_of
+from buildkit.plan.buildplan import SourceFacts, make_plan, make_request
+from buildkit.plan.config import load_config
+from buildkit.plan.inputs import BaseImage, plan_inputs
+from buildkit.release import cosignformat as cf
+from buildkit.release.lock import LockEntry, entry_dict, write_lock_entry
+from buildkit.release.provenance import PREDICATE_TYPE, RunDetails, provenance_statement
+from buildkit.release.sbom import PREDICATE_TYPE as SBOM_TYPE
+from buildkit.release.sbom import sbom_document, sbom_statement
+from buildkit.release.signing import Attestation, sign_image
+from buildkit.release.signkeys import generate_keys, load_signing_key
+
+pytestmark = [pytest.mark.docker, pytest.mark.skipif(shutil.which("cosign") is None,
+                                                     reason="cosign is not installed (make setup)")]
+REPO = "buildkit-signing/tiny"
+
+
+def lock_entry(digest: str) -> LockEntry:
+    cfg = load_config(None, env={}, overrides={"build.arch": ("cpu", "test")})
+    facts = SourceFacts(url="https://example.invalid/fork", commit="9" * 40, commit_time=1767225600,
+                        build_number=1, patch_set_sha256="ab" * 32, patch_names=("0001-x.patch",))
+    plan = make_plan(make_request(cfg), facts, template_sha256="7" * 64, tool_version="9.9.9")
+    inputs = plan_inputs(plan, (BaseImage("buildkit-test/debian:bookworm", "sha256:" + "cd" * 32),), None, None)
+    key = key_of(inputs)
+    return LockEntry(**inputs.lock_fields(), ref="main", template="t.j2", dockerfile_sha256="d" * 64,
+                     cuda_root=None, cmake_archs=None, image_name=REPO, image_digest=digest,
+                     image_id="sha256:" + "f" * 64, tags=(f"{REPO}:cpu",), build_key=key, labels=inputs.to_labels(key))
+
+
+def cosign(tmp: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp), "TUF_ROOT": str(tmp / "tuf")}
+    return subprocess.run(["cosign", *args, "--insecure-ignore-tlog", "--allow-http-registry"],
+                          capture_output=True, text=True, timeout=120, env=env, check=False)
+
+
+@pytest.fixture(scope="module")
+def signed(registry_plain, busybox_image, tmp_path_factory):
+    work = tmp_path_factory.mktemp("signing")
+    digest = push_tiny_image(busybox_image, f"{registry_plain.host}/{REPO}:v1", work / "ctx")
+    generate_keys(work / "cosign.key", work / "cosign.pub")
+    generate_keys(work / "other.key", work / "other.pub")
+    key = load_signing_key(work / "cosign.key")
+    assert key is not None
+    statement = provenance_statement(lock_entry(digest), digest, f"{registry_plain.host}/{REPO}",
+                                     RunDetails("test-1", "2026-12-05T00:00:00Z", "2026-12-05T00:01:00Z"))
+    with RegistryClient(registry_plain.host) as client:
+        before = client.head_manifest(REPO, "v1")
+        sbom = sbom_statement(sbom_document([], entry_dict(lock_entry(digest)), image_name=REPO), digest, REPO)
+        sign_image(client, REPO, digest, key, [Attestation(PREDICATE_TYPE, statement),
+                                               Attestation(SBOM_TYPE, sbom)])
+        after = client.head_manifest(REPO, "v1")
+    assert before is not None and after is not None and before.digest == after.digest == digest
+    return {"host": registry_plain.host, "digest": digest, "work": work, "busybox": busybox_image}
+
+
+def test_cosign_verifies_the_signature_and_the_provenance(signed):
+    ref = f"{signed['host']}/{REPO}@{signed['digest']}"
+    pub = str(signed["work"] / "cosign.pub")
+    done = cosign(signed["work"], "verify", "--key", pub, ref)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)[0]["critical"]["image"]["docker-manifest-digest"] == signed["digest"]
+    done = cosign(signed["work"], "verify-attestation", "--key", pub, "--type", "slsaprovenance1", ref)
+    assert done.returncode == 0, done.stderr
+    statement = json.loads(base64.b64decode(json.loads(done.stdout.splitlines()[0])["payload"]))
+    assert statement["predicate"]["buildDefinition"]["externalParameters"]["commit"] == "9" * 40
+    done = cosign(signed["work"], "verify-attestation", "--key", pub, "--type", "cyclonedx", ref)
+    assert done.returncode == 0, done.stderr
+    statement = json.loads(base64.b64decode(json.loads(done.stdout.splitlines()[0])["payload"]))
+    assert statement["predicate"]["specVersion"] == "1.6"
+
+
+def test_cosign_refuses_a_wrong_key(signed):
+    ref = f"{signed['host']}/{REPO}@{signed['digest']}"
+    other = str(signed["work"] / "other.pub")
+    assert cosign(signed["work"], "verify", "--key", other, ref).returncode != 0
+    assert cosign(signed["work"], "verify-attestation", "--key", other, "--type", "cyclonedx", ref).returncode != 0
+    assert cosign(signed["work"], "verify-attestation", "--key", other, "--type", "slsaprovenance1",
+                  ref).returncode != 0
+
+
+def test_cosign_refuses_a_tampered_attestation(signed, registry_plain):
+    repo = REPO + "-tampered"
+    digest = push_tiny_image(signed["busybox"], f"{signed['host']}/{repo}:v1", signed["work"] / "ctx2")
+    key = load_signing_key(signed["work"] / "cosign.key")
+    assert key is not None
+    statement = provenance_statement(lock_entry(digest), digest, repo, RunDetails("t", "", ""))
+    with RegistryClient(signed["host"]) as client:
+        sign_image(client, repo, digest, key, [Attestation(PREDICATE_TYPE, statement)])
+        ref = f"{signed['host']}/{repo}@{digest}"
+        pub = str(signed["work"] / "cosign.pub")
+        assert cosign(signed["work"], "verify-attestation", "--key", pub, "--type", "slsaprovenance1",
+                      ref).returncode == 0
+        body, _, _ = client.get_manifest(repo, cf.tag_for(digest, "att"))
+        layer = json.loads(body)["layers"][0]
+        envelope = json.loads(client.get_blob(repo, layer["digest"]))
+        forged = statement.replace(b'"commit":"' + b"9" * 40, b'"commit":"' + b"6" * 40)
+        assert forged != statement
+        envelope["payload"] = base64.b64encode(forged).decode()  # the signature is the original's
+        tampered = json.dumps(envelope).encode()
+        client.upload_blob(repo, cf.sha256_digest(tampered), tampered, len(tampered))
+        manifest, config = cf.manifest([cf.Layer(tampered, layer["mediaType"],
+                                                 tuple(sorted(layer["annotations"].items())))])
+        client.upload_blob(repo, cf.sha256_digest(config), config, len(config))
+        client.put_manifest(repo, cf.tag_for(digest, "att"), manifest, cf.OCI_MANIFEST)
+    assert cosign(signed["work"], "verify-attestation", "--key", pub, "--type", "slsaprovenance1",
+                  ref).returncode != 0
+
+
+def test_cosign_refuses_an_image_pushed_again_under_the_signed_tag(signed):
+    repo = REPO + "-repushed"
+    first = push_tiny_image(signed["busybox"], f"{signed['host']}/{repo}:v1", signed["work"] / "ctx3")
+    key = load_signing_key(signed["work"] / "cosign.key")
+    assert key is not None
+    with RegistryClient(signed["host"]) as client:
+        sign_image(client, repo, first, key)
+    pub = str(signed["work"] / "cosign.pub")
+    assert cosign(signed["work"], "verify", "--key", pub, f"{signed['host']}/{repo}:v1").returncode == 0
+    second = push_tiny_image(signed["busybox"], f"{signed['host']}/{repo}:v2", signed["work"] / "ctx4")
+    assert second != first
+    with RegistryClient(signed["host"]) as client:  # v1 now names another image (as a re-push does)
+        body, media_type, _ = client.get_manifest(repo, second)
+        client.put_manifest(repo, "v1", body, media_type)
+    assert cosign(signed["work"], "verify", "--key", pub, f"{signed['host']}/{repo}:v1").returncode != 0
+
+
+def test_verify_image_checks_signature_provenance_and_lock(signed, cli, tmp_path):
+    ref = f"{signed['host']}/{REPO}:v1"
+    pub = str(signed["work"] / "cosign.pub")
+    lock = tmp_path / "buildkit.lock"
+    write_lock_entry(lock, lock_entry(signed["digest"]))
+    done = cli("verify-image", ref, "--key", pub, "--lock", str(lock))
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["ok  digest", "ok  signature", "ok  provenance", "ok  lock"]
+    assert signed["digest"] in lines[0]
+
+    done = cli("verify-image", ref, "--key", str(signed["work"] / "other.pub"))
+    assert done.returncode == 1
+    assert [line.split(":")[0] for line in done.stdout.splitlines()] == ["ok  digest", "FAIL  signature",
+                                                                         "FAIL  provenance"]
+    other = tmp_path / "other.lock"  # a lock whose entry has another commit: the provenance is not its
+    write_lock_entry(other, replace(lock_entry(signed["digest"]), commit="8" * 40))
+    done = cli("verify-image", ref, "--key", pub, "--lock", str(other))
+    assert done.returncode == 1 and "FAIL  lock: the provenance's commit not as in" in done.stdout
+    assert "Traceback" not in done.stderr
+
+
+def test_a_pushed_lock_entry_is_signed_with_its_provenance_and_sbom(signed, cli, tmp_path):
+    from buildkit.flows.signpublished import sign_entry
+
+    repo = REPO + "-flow"
+    digest = push_tiny_image(signed["busybox"], f"{signed['host']}/{repo}:v1", tmp_path / "ctx")
+    lock = tmp_path / "buildkit.lock"
+    entry = replace(lock_entry(digest), image_name=repo, pushed=(f"{signed['host']}/{repo}:v1",))
+    write_lock_entry(lock, entry)
+    key = load_signing_key(None, env={"LLAMA_BUILDKIT_SIGN_KEY": (signed["work"] / "cosign.key").read_text()})
+    assert key is not None
+    result = sign_entry(lock, entry.key, key)
+    assert result.reference == f"{signed['host']}/{repo}@{digest}"
+    pub = str(signed["work"] / "cosign.pub")
+    for args in (("verify",), ("verify-attestation", "--type", "slsaprovenance1"),
+                 ("verify-attestation", "--type", "cyclonedx")):
+        done = cosign(signed["work"], *args, "--key", pub, result.reference)
+        assert done.returncode == 0, done.stderr
+    with RegistryClient(signed["host"]) as client:
+        assert client.head_manifest(repo, "v1").digest == digest  # the image is the one pushed
+    done = cli("verify-image", f"{signed['host']}/{repo}:v1", "--key", pub, "--lock", str(lock))
+    assert done.returncode == 0 and done.stdout.count("ok  ") == 4, done.stdout + done.stderr

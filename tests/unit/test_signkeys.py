@@ -1,0 +1,57 @@
+"""release/signkeys.py and release/cosignformat.py (issue 38): the key pair, where the key is read from, and
+cosign's formats."""
+
+from __future__ import annotations
+
+import base64
+import json
+import stat
+
+import pytest
+
+from buildkit.core.errors import ConfigError
+from buildkit.release import cosignformat as cf
+from buildkit.release.signkeys import KEY_ENV, generate_keys, load_public_key, load_signing_key, verifies
+
+
+def test_generate_writes_a_private_key_only_its_owner_reads_and_never_replaces_it(tmp_path):
+    generate_keys(tmp_path / "k.key", tmp_path / "k.pub")
+    assert stat.S_IMODE((tmp_path / "k.key").stat().st_mode) == 0o600
+    before = (tmp_path / "k.key").read_bytes()
+    with pytest.raises(ConfigError, match="does not replace a signing key"):
+        generate_keys(tmp_path / "k.key", tmp_path / "k2.pub")
+    assert (tmp_path / "k.key").read_bytes() == before
+    key = load_signing_key(tmp_path / "k.key", env={})
+    assert key is not None and verifies(load_public_key(tmp_path / "k.pub"), key.sign(b"x"), b"x")
+
+
+def test_the_key_comes_from_the_variable_and_no_message_holds_its_text(tmp_path):
+    generate_keys(tmp_path / "k.key", tmp_path / "k.pub")
+    pem = (tmp_path / "k.key").read_text()
+    key = load_signing_key(None, env={KEY_ENV: pem})
+    assert key is not None and key.origin == KEY_ENV and key.public_pem() == (tmp_path / "k.pub").read_bytes()
+    assert load_signing_key(None, env={}) is None
+    broken = pem.replace(pem.splitlines()[1], "A" * 64)
+    with pytest.raises(ConfigError) as caught:
+        load_signing_key(None, env={KEY_ENV: broken})
+    assert KEY_ENV in str(caught.value) and "A" * 16 not in str(caught.value) and "PRIVATE" not in str(caught.value)
+
+
+def test_dsse_pae_is_the_specifications():
+    # the DSSE protocol's own example (secure-systems-lab/dsse, protocol.md)
+    assert cf.pae("http://example.com/HelloWorld", b"hello world") == \
+        b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
+
+
+def test_cosign_tags_and_the_simple_signing_payload():
+    digest = "sha256:" + "ab" * 32
+    assert cf.tag_for(digest, "sig") == "sha256-" + "ab" * 32 + ".sig"
+    payload = json.loads(cf.simple_signing_payload("reg/x", digest))
+    assert payload["critical"] == {"identity": {"docker-reference": "reg/x"},
+                                   "image": {"docker-manifest-digest": digest},
+                                   "type": "cosign container image signature"}
+    layer = cf.signature_layer(b"p", b"s")
+    body, config = cf.manifest([layer])
+    doc = json.loads(body)
+    assert doc["layers"][0]["annotations"] == {cf.SIGNATURE_ANNOTATION: base64.b64encode(b"s").decode()}
+    assert doc["config"]["digest"] == cf.sha256_digest(config)
