@@ -31,7 +31,7 @@ WIDTH = 110  # the group's max_content_width (cli/main.py)
 GROUPS: dict[str, list[str]] = {
     "setup": ["init", "doctor", "archs", "config"],
     "build": ["build", "render", "base", "reproduce", "diff"],
-    "publish": ["push", "tags", "promote"],
+    "publish": ["push", "tags", "promote", "keys", "verify-image"],
     "nightly": ["nightly", "bake", "ccache", "ci"],
     "run": ["run", "bench", "gpu-check"],
 }
