@@ -1,8 +1,8 @@
 """buildkit.lock: every input of a successful build, the input a later `reproduce` uses.
 
-An entry's input fields are declared once, with the model of a build's inputs (plan/inputs.py: the
-inputs declared `lock`; BuildInputs.lock_fields), and read back by plan/inputs.py from_lock_entry; the
-rest is what the build produced (_PRODUCED here).
+An entry (LockEntry, a plain frozen dataclass that mypy checks) holds the inputs declared `lock` in
+plan/inputs.py (BuildInputs.lock_fields; tests/unit/test_lock_types.py keeps the two in step), read back by
+plan/inputs.py from_lock_entry, and what the build produced.
 
 One JSON document holding one entry per variant and target (`cuda13.1-sm120/server`), so the
 builds of a matrix share a lock. Written atomically (temporary file in the same folder, fsync,
@@ -14,68 +14,74 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import MISSING, asdict, dataclass, field, fields, make_dataclass
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any
 
 from buildkit.core.boundedread import MiB, read_regular
 from buildkit.core.errors import LockError
 from buildkit.core.filelock import file_lock
 from buildkit.core.wholefile import write_whole
-from buildkit.plan.inputs import INPUTS, NEEDED, BaseImage, BuildInputs, from_lock_entry
+from buildkit.plan.inputs import BaseImage, BuildInputs, from_lock_entry
 from buildkit.plan.schema import JSON_TYPES, JsonType, json_type
 
 LOCK_VERSION = 1
 LOCK_LIMIT = 256 * MiB  # read whole: a lock of thousands of builds is a few MB
 
 
-# What the build produced, and where it was published: the fields of a lock entry that are not inputs.
-# (The inputs are BuildInputs' fields declared `lock` in plan/inputs.py: source_url, commit, arch, ...)
-_PRODUCED: tuple[tuple[str, str, Any], ...] = (  # (name, annotation, field())
-    ("ref", "str", field()),
-    ("template", "str", field()),
-    ("dockerfile_sha256", "str", field()),
-    ("cuda_root", "dict | None", field()),  # wheel manifest of provider wheels, else None
-    ("cmake_archs", "str | None", field()),
-    ("image_name", "str", field()),
-    ("image_digest", "str", field()),
-    ("image_id", "str", field()),
-    ("tags", "tuple[str, ...]", field()),
-    ("build_key", "str", field(default="")),  # hash of every input; the registry tag bk-<key>-<variant> finds it
-    ("pushed", "tuple[str, ...]", field(default=())),  # full references this build was published under
-    ("labels", "dict", field(default_factory=dict)),  # the image's labels: with the inputs, all `reproduce` needs
-    ("exporter", "str", field(default="")),  # "oci" (reproducible: OCI exporter, rewrite-timestamp) or "load"
-    ("bench", "dict | None", field(default=None)),  # `buildkit bench --attach-lock` results; a rebuild clears them
-    ("gpu_check", "dict | None", field(default=None)),  # `buildkit gpu-check --attach-lock`; a rebuild clears it
-    ("build_seconds", "float", field(default=0.0)),  # wall time of the buildx run (the next build's estimate)
-)
+@dataclass(frozen=True)
+class LockEntry:
+    """One build of buildkit.lock: its inputs and what it produced.
 
+    The input fields (source_url ... base_images, version, cpu_level) are BuildInputs' fields declared
+    `lock` in plan/inputs.py, with the same names, annotations and lock defaults (tests/unit/test_lock_types.py
+    holds the two together); the rest is what the build produced and where it was published."""
+    # the inputs (plan/inputs.py, lock=True)
+    source_url: str
+    commit: str
+    source_date_epoch: int
+    arch: str
+    cuda_version: str | None
+    variant: str
+    target: str
+    cmake_args: tuple[str, ...]
+    build_number: int
+    patch_set_sha256: str
+    template_sha256: str
+    tool_version: str
+    platform: str
+    no_vmm: bool
+    patches: tuple[str, ...]
+    base_images: tuple[BaseImage, ...]
+    # what the build produced
+    ref: str
+    template: str
+    dockerfile_sha256: str
+    cuda_root: dict[str, Any] | None  # wheel manifest of provider wheels, else None
+    cmake_archs: str | None
+    image_name: str
+    image_digest: str
+    image_id: str
+    tags: tuple[str, ...]
+    # inputs with the value locks written before them hold
+    version: str = ""
+    cpu_level: str = ""
+    # produced, with defaults
+    build_key: str = ""  # hash of every input; the registry tag bk-<key>-<variant> finds it
+    pushed: tuple[str, ...] = ()  # full references this build was published under
+    labels: dict[str, str] = field(default_factory=dict)  # the image's labels: with the inputs, all `reproduce` needs
+    exporter: str = ""  # "oci" (reproducible: OCI exporter, rewrite-timestamp) or "load"
+    bench: dict[str, Any] | None = None  # `buildkit bench --attach-lock` results; a rebuild clears them
+    gpu_check: dict[str, Any] | None = None  # `buildkit gpu-check --attach-lock`; a rebuild clears it
+    build_seconds: float = 0.0  # wall time of the buildx run (the next build's estimate)
 
-def _has_default(spec: tuple[str, str, Any]) -> bool:
-    return spec[2].default is not MISSING or spec[2].default_factory is not MISSING
+    @property
+    def key(self) -> str:
+        return f"{self.variant}/{self.target}"
 
-
-def _key(self) -> str:
-    return f"{self.variant}/{self.target}"
-
-
-def _inputs(self) -> BuildInputs:
-    """The build's inputs, parsed back from this entry (its fields and the labels it kept)."""
-    return from_lock_entry(asdict(self), f"lock entry {self.key}")
-
-
-# A lock entry: the inputs declared `lock` (plan/inputs.py, in their lock form) and what the build produced.
-_ENTRY_FIELDS: list[tuple[str, str, Any]] = sorted(
-    [(i.name, i.annotation, field() if i.lock_default is NEEDED else field(default=i.lock_default))
-     for i in INPUTS if i.lock] + list(_PRODUCED), key=_has_default)  # (those without a default first)
-if TYPE_CHECKING:  # made at run time from INPUTS: a type checker cannot see its fields
-    LockEntry: TypeAlias = Any
-else:
-    LockEntry = make_dataclass(
-        "LockEntry",
-        _ENTRY_FIELDS,
-        frozen=True, namespace={"key": property(_key), "inputs": _inputs, "__module__": __name__,
-                                "__doc__": "One build of buildkit.lock: its inputs and what it produced."})
+    def inputs(self) -> BuildInputs:
+        """The build's inputs, parsed back from this entry (its fields and the labels it kept)."""
+        return from_lock_entry(asdict(self), f"lock entry {self.key}")
 
 
 def _kind(value) -> str:
@@ -93,7 +99,10 @@ _STRS = JSON_TYPES["tuple[str, ...]"]
 
 
 def _expected(annotation: str) -> JsonType | None:
-    return _BASE_IMAGES if annotation == "tuple[BaseImage, ...]" else json_type(annotation)
+    """The JSON check of a field's annotation (a dict's key and value types are not checked)."""
+    if annotation == "tuple[BaseImage, ...]":
+        return _BASE_IMAGES
+    return json_type(re.sub(r"dict\[[^]]*\]", "dict", annotation))
 
 
 def check_entry(data, where: str, complete: bool = True) -> None:
