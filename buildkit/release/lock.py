@@ -84,7 +84,7 @@ class LockEntry:
         return from_lock_entry(asdict(self), f"lock entry {self.key}")
 
 
-def _kind(value) -> str:
+def _kind(value: Any) -> str:
     return {bool: "true/false", int: "a number", float: "a number", str: "a string", list: "a list",
             dict: "an object", type(None): "null"}.get(type(value), type(value).__name__)
 
@@ -105,7 +105,7 @@ def _expected(annotation: str) -> JsonType | None:
     return json_type(re.sub(r"dict\[[^]]*\]", "dict", annotation))
 
 
-def check_entry(data, where: str, complete: bool = True) -> None:
+def check_entry(data: Any, where: str, complete: bool = True) -> None:
     """LockError naming where, the key and what was expected, unless data is a well-formed entry
     (complete: with every key that has no default; else only the keys it has are checked)."""
     if not isinstance(data, dict):
@@ -124,7 +124,7 @@ def check_entry(data, where: str, complete: bool = True) -> None:
             raise LockError(f"{where}.{name}: expected {expect.expect}, got {_kind(data[name])}")
 
 
-def check_lock(data, path: Path) -> dict:
+def check_lock(data: Any, path: Path) -> dict[str, Any]:
     """The lock document, checked: version, builds (an object of entries), each entry's keys and types."""
     if not isinstance(data, dict):
         raise LockError(f"{path}: expected a JSON object with lock_version and builds, got {_kind(data)}")
@@ -148,7 +148,7 @@ def check_lock(data, path: Path) -> dict:
     return data
 
 
-def entry_from_dict(data: dict, where: str = "lock entry") -> LockEntry:
+def entry_from_dict(data: dict[str, Any], where: str = "lock entry") -> LockEntry:
     """A LockEntry from its JSON form (as read_lock returns it)."""
     check_entry(data, where)
     try:
@@ -163,7 +163,7 @@ def entry_from_dict(data: dict, where: str = "lock entry") -> LockEntry:
         raise LockError(f"a lock entry does not have the expected fields: {exc}") from None
 
 
-def read_lock(path: Path) -> dict:
+def read_lock(path: Path) -> dict[str, Any]:
     """The whole lock document; an empty one when the file does not exist."""
     if Path(path).is_dir():
         raise LockError(f"{path}: is a folder, not a lock file")
@@ -186,7 +186,7 @@ def _sweep_legacy(path: Path) -> None:
             stale.unlink(missing_ok=True)
 
 
-def update_lock(path: Path, change: Callable[[dict], None]) -> None:
+def update_lock(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
     """The one read-modify-write of a lock file: under an exclusive flock on its folder (so no extra
     file is left behind), read the document (an empty one when there is none), let change() edit it
     in place, write it back atomically. An exception from change() leaves the file as it was."""
@@ -237,7 +237,7 @@ def platform_entry_key(variant: str, target: str, platform: str) -> str:
     return f"{variant}/{target}@{platform}"
 
 
-def check_index(data, where: str) -> None:
+def check_index(data: Any, where: str) -> None:
     if not isinstance(data, dict):
         raise LockError(f"{where}: expected an object, got {_kind(data)}")
     for name in ("variant", "target", "image_name", "index_digest", "build_key"):
@@ -255,7 +255,7 @@ def check_index(data, where: str) -> None:
             raise LockError(f"{where}.{name}: expected {_STRS.expect}, got {_kind(data[name])}")
 
 
-def index_from_dict(data: dict, where: str = "lock index") -> IndexEntry:
+def index_from_dict(data: dict[str, Any], where: str = "lock index") -> IndexEntry:
     check_index(data, where)
     values = {f.name: data[f.name] for f in fields(IndexEntry) if f.name in data}
     values["platforms"] = tuple(PlatformRecord(**p) for p in data["platforms"])
@@ -266,7 +266,7 @@ def index_from_dict(data: dict, where: str = "lock index") -> IndexEntry:
 
 def write_index_entry(path: Path, index: IndexEntry, entries: dict[str, LockEntry]) -> None:
     """The index and each platform's entry (builds[<variant>/<target>@<platform>]), in one write."""
-    def change(data: dict) -> None:
+    def change(data: dict[str, Any]) -> None:
         for key, entry in entries.items():
             data["builds"][key] = entry_dict(entry)
         indexes = data.setdefault("indexes", {})
@@ -281,7 +281,7 @@ def write_lock_entry(path: Path, entry: LockEntry) -> None:
     update_lock(path, lambda data: data["builds"].__setitem__(entry.key, entry_dict(entry)))
 
 
-def entry_dict(entry: LockEntry) -> dict:
+def entry_dict(entry: LockEntry) -> dict[str, Any]:
     """An entry as the lock holds it; no gpu_check key until `buildkit gpu-check --attach-lock` writes one, so a
     lock written before that key existed is written back the same."""
     data = asdict(entry)
