@@ -39,7 +39,7 @@ LINTED = buildkit/core buildkit/oci buildkit/source buildkit/verify buildkit/gpu
          buildkit/plan buildkit/engine buildkit/release buildkit/flows buildkit/cli
 
 test-unit:
-	$(PYTHON) -m ruff check $(LINTED)
+	$(PYTHON) -m ruff check $(LINTED) tests
 	$(PYTHON) -m mypy $(LINTED)
 	$(PYTEST) -q -ra tests/unit
 

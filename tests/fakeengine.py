@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from buildkit.core.errors import BuildError
 from buildkit.engine.api import ContainerSpec, ContainerState, Engine, EngineError, Finished, ImageInfo

@@ -119,7 +119,7 @@ class FaultProxy:
         self._server.shutdown()
         self._server.server_close()
 
-    def __enter__(self) -> "FaultProxy":
+    def __enter__(self) -> FaultProxy:
         self._thread.start()
         return self
 

@@ -138,7 +138,8 @@ def prepare_dumb(repo: Path) -> None:
 
 
 @contextmanager
-def serve_http(root: Path, *, smart: bool, auth: tuple[str, str] | list[tuple[str, str]] | None = None) -> Iterator[HttpGitServer]:
+def serve_http(root: Path, *, smart: bool,
+               auth: tuple[str, str] | list[tuple[str, str]] | None = None) -> Iterator[HttpGitServer]:
     """Serve every repository below root over HTTP on 127.0.0.1 until the block ends."""
     root = root.resolve()
     handler = lambda *a, **kw: _Handler(*a, directory=str(root), **kw)  # noqa: E731

@@ -57,7 +57,7 @@ class HostileServer:
         self._clients: list[socket.socket] = []
         self._thread = threading.Thread(target=self._accept, daemon=True)
 
-    def __enter__(self) -> "HostileServer":
+    def __enter__(self) -> HostileServer:
         self._thread.start()
         return self
 
@@ -101,7 +101,7 @@ class HostileServer:
             client.settimeout(0.5)
             try:
                 request = client.recv(65536)
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 request = b""
             probe = self.registry and request.startswith(b"GET /v2/ ")
             if probe or self.mode == "answer":

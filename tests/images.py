@@ -187,8 +187,9 @@ def _configured_foreign_image(work: Path, arch: str, ref: str, suite: str = DEBI
             tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-15:])
             raise ImageError(f"debootstrap --second-stage ({arch}, under emulation) failed:\n{tail}")
         export = subprocess.Popen(["docker", "export", name], stdout=subprocess.PIPE)
-        imp = subprocess.run(["docker", "import", "--platform", f"linux/{arch}", "--change", f"ENV PATH={_DEFAULT_PATH}",
-                              "--change", 'CMD ["bash"]', "-", ref], stdin=export.stdout, capture_output=True, text=True)
+        imp = subprocess.run(["docker", "import", "--platform", f"linux/{arch}",
+                              "--change", f"ENV PATH={_DEFAULT_PATH}", "--change", 'CMD ["bash"]', "-", ref],
+                             stdin=export.stdout, capture_output=True, text=True)
         assert export.stdout is not None
         export.stdout.close()
         if export.wait() != 0 or imp.returncode != 0:

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
 

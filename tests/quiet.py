@@ -1,8 +1,8 @@
 """A quiet machine for the tests that compare speeds, while the tiers run their modules side by side.
 
 The e2e tier runs the arm64 cross build and the seed's build under QEMU on one pytest-xdist worker
-beside the real tree's tests on the other. The bench gate's test decides "slower or not" from tok/s measured here, and a compile on the other
-core took one of its runs from 69 to 19 tok/s (CI, stop 31). So:
+beside the real tree's tests on the other. The bench gate's test decides "slower or not" from tok/s
+measured here, and a compile on the other core took one of its runs from 69 to 19 tok/s (CI, stop 31). So:
 
     with compiling("the arm64 cross build"):   # shared: compiles run together
     with measuring("the bench gate"):          # exclusive: waits until no compile holds the machine

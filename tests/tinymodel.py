@@ -52,7 +52,7 @@ def _bytes_to_unicode() -> dict[int, str]:
             printable.append(b)
             chars.append(256 + n)
             n += 1
-    return dict(zip(printable, map(chr, chars)))
+    return dict(zip(printable, map(chr, chars), strict=False))
 
 
 def vocabulary() -> tuple[list[str], list[int], list[str], list[bool]]:

@@ -157,7 +157,7 @@ def _check_bench_gate(folder: Path, gate: str) -> None:
     """Before anything is tagged: the gate is none or a variant of the night's plan (what --assemble reads)."""
     from buildkit.flows.nightlyjobs import read_results
 
-    keys = [str(e.get("variant")) for e in read_results(folder)[0].get("variants") or [] if isinstance(e, dict)]
+    keys = [e.variant for e in read_results(folder)[0].variants]
     if gate != "none" and gate not in keys:
         raise ConfigError(f"--bench-gate {gate!r} is neither none nor a variant of the plan ({', '.join(keys)})")
 
@@ -169,17 +169,19 @@ def _ci_step(cfg, as_json, summary_path, plan_only, runners, job_unit, date, for
     from buildkit.flows.nightly import write_summaries
 
     if plan_only:
-        data = plan_nightly(cfg, runners=parse_runners(runners) or dict(DEFAULT_RUNNERS), date=date, force=force)
-        outputs = github_outputs(data)
-        units = [u["id"] for u in data["matrix"]["include"]]
-        line = (f"to build from {data['commit'][:12]} as {data['version']}: {' '.join(units)}" if units else
-                plan_summary(data).headline())
-        problems = [] if data["build"] else write_summaries(plan_summary(data), None)
+        plan = plan_nightly(cfg, runners=parse_runners(runners) or dict(DEFAULT_RUNNERS), date=date, force=force)
+        outputs = github_outputs(plan)
+        units = [u.id for u in plan.units]
+        line = (f"to build from {plan.commit[:12]} as {plan.version}: {' '.join(units)}" if units else
+                plan_summary(plan).headline())
+        problems = [] if plan.build else write_summaries(plan_summary(plan), None)
+        data, ok = plan.to_dict(), True
     else:
-        data = run_job(cfg, job_unit, verify=verify)
-        outputs = {"built": "true" if data["built"] else "false"}
-        line = (f"{data['unit']}: {data['status']} {data['digest'] or data['error']}").rstrip()
+        result = run_job(cfg, job_unit, verify=verify)
+        outputs = {"built": "true" if result.built else "false"}
+        line = (f"{result.unit}: {result.status} {result.digest or result.error}").rstrip()
         problems = []
+        data, ok = result.to_dict(), result.status == PASSED
     problems += write_github_outputs(outputs)
     if as_json:
         click.echo(json.dumps(data, indent=2))
@@ -195,4 +197,4 @@ def _ci_step(cfg, as_json, summary_path, plan_only, runners, job_unit, date, for
     click.echo(line, file=sys.stderr if as_json else sys.stdout)
     if problems:
         click.echo(f"error: {'; '.join(problems)}", err=True)
-    sys.exit(0 if data.get("status", PASSED) == PASSED and not problems else 1)
+    sys.exit(0 if ok and not problems else 1)

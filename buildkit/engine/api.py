@@ -25,12 +25,23 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+import threading
+from typing import TYPE_CHECKING, Any, Protocol
 
 from buildkit.core.errors import BuildkitError
 
 if TYPE_CHECKING:
     from buildkit.engine.specs import BuildSession, BuildSpec, RunSpec
+
+
+class OutStream(Protocol):
+    """Where an engine command's output is written: a text stream (sys.stderr) or the live display's sink."""
+
+    def write(self, text: str, /) -> int: ...
+
+    def flush(self) -> None: ...
+
+    def isatty(self) -> bool: ...
 
 
 class EngineError(BuildkitError):
@@ -98,7 +109,7 @@ class Engine(abc.ABC):
         """"containerd", "classic", or "" when it cannot be asked."""
 
     @abc.abstractmethod
-    def info(self) -> dict:
+    def info(self) -> dict[str, Any]:
         """The engine's own description (Docker: `docker info`); EngineError saying why not."""
 
     @abc.abstractmethod
@@ -111,20 +122,21 @@ class Engine(abc.ABC):
 
     # ------------------------------------------------------------ builds
     @abc.abstractmethod
-    def turn(self, exclusive: bool, stream=None, images: frozenset[str] | None = None) -> AbstractContextManager[None]:
+    def turn(self, exclusive: bool, stream: OutStream | None = None,
+             images: frozenset[str] | None = None) -> AbstractContextManager[None]:
         """The engine turn (a --no-cache build runs alone, or alone with the images it starts from when
         they are given); re-entrant within one process."""
 
     @abc.abstractmethod
-    def build(self, spec: BuildSpec, session: BuildSession, on_line: Callable[[str], None], *, stream,
-              tty: bool = False) -> Finished:
+    def build(self, spec: BuildSpec, session: BuildSession, on_line: Callable[[str], None], *,
+              stream: OutStream, tty: bool = False) -> Finished:
         """Build spec, holding the engine turn of its Dockerfile's images (exclusively with spec.no_cache);
         each output line goes to on_line (and, without tty, to stream). The image's digests go to
         session.metadata_file."""
 
     @abc.abstractmethod
     def bake(self, bake_file: Path, names: Sequence[str], session: BuildSession, on_line: Callable[[str], None], *,
-             stream, exclusive: bool = False, write_lock=None) -> Finished:
+             stream: OutStream, exclusive: bool = False, write_lock: threading.Lock | None = None) -> Finished:
         """Build the targets names of bake_file (bakefile.py) together, holding the engine turn; each output
         line goes to on_line and to stream (under write_lock when given)."""
 
@@ -150,7 +162,7 @@ class Engine(abc.ABC):
         """Images carrying label key=value (none when the engine cannot be asked)."""
 
     @abc.abstractmethod
-    def load(self, archive: Path, tags: Sequence[str], *, stream=None) -> None:
+    def load(self, archive: Path, tags: Sequence[str], *, stream: OutStream | None = None) -> None:
         """Load an archive (its image names become tags) and check that every tag arrived."""
 
     @abc.abstractmethod
@@ -162,7 +174,7 @@ class Engine(abc.ABC):
         """Remove these tags (an image left without tags goes); best effort, never raises."""
 
     @abc.abstractmethod
-    def push(self, ref: str, *, stream=None) -> None:
+    def push(self, ref: str, *, stream: OutStream | None = None) -> None:
         """Push one tag with the engine's own credentials."""
 
     @abc.abstractmethod

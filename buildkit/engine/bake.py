@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from buildkit.core.errors import BuildError
-from buildkit.engine.api import Engine, get_engine
+from buildkit.engine.api import Engine, OutStream, get_engine
 from buildkit.engine.bakefile import oci_dest, target_tags
 from buildkit.engine.buildx import last_error_line
 from buildkit.engine.runner import dockerfile_images
@@ -66,8 +66,8 @@ class TargetOutcome:
 class _Run:
     """One `buildx bake` process: its output streamed, steps mapped to targets, errors per target."""
 
-    def __init__(self, bake_file: Path, names: Sequence[str], session: BuildSession, stream, lock: threading.Lock,
-                 engine: Engine, exclusive: bool = False):
+    def __init__(self, bake_file: Path, names: Sequence[str], session: BuildSession, stream: OutStream,
+                 lock: threading.Lock, engine: Engine, exclusive: bool = False):
         self.bake_file, self.names, self.session = bake_file, list(names), session
         self.stream, self.lock = stream, lock
         self.engine, self.exclusive = engine, exclusive
@@ -113,8 +113,8 @@ def _describe_failure(step: str, error: str, lines: Iterable[str]) -> str:
     return f"{step} {telling}" + (f" (exit code {code[1]})" if code else "")
 
 
-def _results(metadata_file: Path, names: Iterable[str], document: dict, seconds: float, isolated: bool,
-             engine: Engine, stream, lock: threading.Lock) -> dict[str, TargetOutcome]:
+def _results(metadata_file: Path, names: Iterable[str], document: dict[str, Any], seconds: float, isolated: bool,
+             engine: Engine, stream: OutStream, lock: threading.Lock) -> dict[str, TargetOutcome]:
     from buildkit.engine.buildx import BuildResult
 
     try:
@@ -144,7 +144,7 @@ def _results(metadata_file: Path, names: Iterable[str], document: dict, seconds:
     return out
 
 
-def _load(engine: Engine, archive: str, tags: Sequence[str], stream, lock: threading.Lock) -> str:
+def _load(engine: Engine, archive: str, tags: Sequence[str], stream: OutStream, lock: threading.Lock) -> str:
     """Load an OCI archive the exporter wrote (its image names become tags); "" or the error."""
     with lock:  # one writer at a time: the loads of parallel retries share the stream
         try:
@@ -154,12 +154,12 @@ def _load(engine: Engine, archive: str, tags: Sequence[str], stream, lock: threa
     return ""
 
 
-def needs_engine_alone(document: dict, names: Sequence[str]) -> bool:
+def needs_engine_alone(document: dict[str, Any], names: Sequence[str]) -> bool:
     """A target with no-cache takes the engine turn exclusively (see runner.py)."""
     return any(document["target"][n].get("no-cache") for n in names)
 
 
-def bake_images(bake_file: Path, document: dict, names: Sequence[str]) -> frozenset[str] | None:
+def bake_images(bake_file: Path, document: dict[str, Any], names: Sequence[str]) -> frozenset[str] | None:
     """The images the targets' Dockerfiles start from (runner.starting_images); None when one is not known."""
     images: set[str] = set()
     for name in names:
@@ -173,7 +173,7 @@ def bake_images(bake_file: Path, document: dict, names: Sequence[str]) -> frozen
 
 
 def run_bake(bake_file: Path, names: Sequence[str], options: BuildOptions, work_dir: Path, *,
-             stream=None, isolate: bool = True) -> dict[str, TargetOutcome]:
+             stream: OutStream | None = None, isolate: bool = True) -> dict[str, TargetOutcome]:
     """Bake the targets together; if that fails, bake each target that did not fail by itself alone.
 
     Returns an outcome per target; never raises for a failed target (BuildError only when buildx
@@ -186,8 +186,8 @@ def run_bake(bake_file: Path, names: Sequence[str], options: BuildOptions, work_
         return _bake(bake_file, names, options, work_dir, document, engine, stream, isolate)
 
 
-def _bake(bake_file: Path, names: Sequence[str], options: BuildOptions, work_dir: Path, document: dict,
-          engine: Engine, stream, isolate: bool) -> dict[str, TargetOutcome]:
+def _bake(bake_file: Path, names: Sequence[str], options: BuildOptions, work_dir: Path, document: dict[str, Any],
+          engine: Engine, stream: OutStream, isolate: bool) -> dict[str, TargetOutcome]:
     lock = threading.Lock()
     exclusive = needs_engine_alone(document, names)
     work_dir.mkdir(parents=True, exist_ok=True)

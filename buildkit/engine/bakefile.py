@@ -15,15 +15,16 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from typing import Any
 
 from buildkit.core.wholefile import write_whole
 from buildkit.engine.dockerargv import annotation_values, spec_outputs
 from buildkit.engine.specs import BuildSpec
 
 
-def bake_target(spec: BuildSpec) -> dict:
+def bake_target(spec: BuildSpec) -> dict[str, Any]:
     """The bake target that builds what `docker buildx build` builds for spec."""
-    target: dict = {}
+    target: dict[str, Any] = {}
     if spec.platform:
         target["platforms"] = spec.platform.split(",")
     if spec.target:
@@ -58,7 +59,7 @@ def _csv_fields(value: str) -> list[str]:
     return next(csv.reader([value]))
 
 
-def oci_dest(target: dict) -> str | None:
+def oci_dest(target: dict[str, Any]) -> str | None:
     """The archive an OCI exporter of this target writes (the reproducible path), else None."""
     for output in target.get("output", []):
         fields = dict(f.split("=", 1) for f in _csv_fields(output) if "=" in f)
@@ -67,7 +68,7 @@ def oci_dest(target: dict) -> str | None:
     return None
 
 
-def target_tags(target: dict) -> tuple[str, ...]:
+def target_tags(target: dict[str, Any]) -> tuple[str, ...]:
     """The local tags a target's image gets (bake tags, or the names in its OCI output)."""
     if target.get("tags"):
         return tuple(target["tags"])
@@ -78,12 +79,12 @@ def target_tags(target: dict) -> tuple[str, ...]:
     return ()
 
 
-def bake_document(targets: dict[str, dict], group: str = "default") -> dict:
+def bake_document(targets: dict[str, dict[str, Any]], group: str = "default") -> dict[str, Any]:
     """The docker-bake.json document: a default group naming every target."""
     return {"group": {group: {"targets": list(targets)}}, "target": dict(targets)}
 
 
-def write_bake_file(path: Path, document: dict) -> Path:
+def write_bake_file(path: Path, document: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_whole(path, json.dumps(document, indent=2, sort_keys=False) + "\n")
     return path

@@ -33,6 +33,7 @@ import shutil
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from buildkit.core.errors import BaseImageError, BuildkitError
 from buildkit.core.wholefile import scratch_dir
@@ -209,7 +210,7 @@ def offered_platforms(layout: Path, digest: str) -> tuple[str, ...]:
     """The platforms (os/arch[/variant]) the image `digest` of an OCI layout offers: its index's entries
     (attestation manifests skipped, nested indexes followed), or its config's os and architecture.
     () when the layout cannot be read (then nothing is checked: the build says what it finds)."""
-    def blob(d: str) -> dict:
+    def blob(d: str) -> dict[str, Any]:
         try:  # a regular file of the layout, within 4 MiB, that matches its digest (oci/digest.py)
             digest = Digest.parse(d)
             with open_inside(layout, str(digest.blob_path())) as fh:
@@ -218,7 +219,7 @@ def offered_platforms(layout: Path, digest: str) -> tuple[str, ...]:
             return {}
         return doc if isinstance(doc, dict) else {}
 
-    def walk(doc: dict, depth: int = 0) -> list[str]:
+    def walk(doc: dict[str, Any], depth: int = 0) -> list[str]:
         if isinstance(doc.get("manifests"), list) and depth < 4:
             found: list[str] = []
             for entry in doc["manifests"]:

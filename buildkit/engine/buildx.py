@@ -23,10 +23,12 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from buildkit.core.errors import BuildError
-from buildkit.engine.api import get_engine
-from buildkit.engine.dockerengine import MIN_BUILDX, parse_buildx_version  # noqa: F401  (re-exported)
+from buildkit.engine.api import OutStream, get_engine
+from buildkit.engine.dockerengine import MIN_BUILDX as MIN_BUILDX  # re-exported
+from buildkit.engine.dockerengine import parse_buildx_version as parse_buildx_version  # re-exported
 from buildkit.engine.runner import wants_tty
 from buildkit.engine.specs import BuildSession, BuildSpec
 from buildkit.plan.cpulevels import LEVELS, fallback
@@ -56,7 +58,7 @@ class BuildResult:
     config_digest: str  # image id (containerimage.config.digest)
     tags: tuple[str, ...]
     seconds: float
-    metadata: dict = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
     oci_archive: Path | None = None  # the reproducible exporter's archive, when that path was used
     ccache: tuple[int, int] | None = None  # (hits, cacheable calls) of this build's compile, when it ran
     compressed_size: int | None = None  # config + layers of the OCI archive, as a registry stores them
@@ -121,7 +123,7 @@ def last_error_line(lines: Sequence[str]) -> str:
     return "no output"
 
 
-def run_build(spec: BuildSpec, session: BuildSession, *, stream=None,
+def run_build(spec: BuildSpec, session: BuildSession, *, stream: OutStream | None = None,
               last_seconds: float | None = None) -> BuildResult:
     """Build spec, streaming buildx's output to `stream` (stderr by default). With spec.oci_archive (the
     reproducible exporter), the digest is the archive's manifest digest and, with spec.load, the archive
@@ -216,7 +218,7 @@ def _archive_digest(archive: Path, reported: str) -> str:
     return digest
 
 
-def archive_size(archive) -> int | None:
+def archive_size(archive: Path | None) -> int | None:
     """Compressed size of the image in an OCI archive: config plus layers, as a registry stores it."""
     from buildkit.core.errors import BuildkitError
     from buildkit.oci.ocilayout import OciArchive

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from buildkit.engine.api import OutStream
 from buildkit.core.errors import BuildError
 from buildkit.engine.specs import BuildSession, BuildSpec
 
@@ -62,7 +63,7 @@ def helper_spec(dockerfile: Path, context: Path, target: CcacheTarget, output: s
                      named_contexts=named, provenance=False, outputs=(output,))
 
 
-def _run(spec: BuildSpec, builder: str, what: str, stream) -> None:
+def _run(spec: BuildSpec, builder: str, what: str, stream: OutStream) -> None:
     """A helper build, quiet unless it fails; it runs in the engine turn like every build."""
     from buildkit.engine.api import get_engine
 
@@ -78,7 +79,7 @@ def _run(spec: BuildSpec, builder: str, what: str, stream) -> None:
 
 
 def export_ccache(targets: Sequence[CcacheTarget], *, dest_dir: Path | None = None, registry_repo: str = "",
-                  builder: str = "", stream=None) -> list[str]:
+                  builder: str = "", stream: OutStream | None = None) -> list[str]:
     """Copy each variant's cache mount out: to dest_dir/<variant>/ or to registry_repo:ccache-<variant>."""
     stream = sys.stderr if stream is None else stream
     done = []
@@ -100,7 +101,7 @@ def export_ccache(targets: Sequence[CcacheTarget], *, dest_dir: Path | None = No
 
 
 def import_ccache(targets: Sequence[CcacheTarget], *, src_dir: Path | None = None, registry_repo: str = "",
-                  builder: str = "", stream=None) -> list[str]:
+                  builder: str = "", stream: OutStream | None = None) -> list[str]:
     """Copy DIR/<variant>/ (or registry_repo:ccache-<variant>) into each variant's cache mount.
     A variant with nothing saved is skipped (its first build is cold)."""
     stream = sys.stderr if stream is None else stream

@@ -17,19 +17,23 @@ import signal
 import subprocess
 import sys
 import tarfile
+import threading
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from buildkit.core.errors import BuildError, RegistryError
 from buildkit.core.interrupts import signal_of
-from buildkit.engine.api import ContainerSpec, ContainerState, Engine, EngineError, Finished, ImageInfo
+from buildkit.engine.api import ContainerSpec, ContainerState, Engine, EngineError, Finished, ImageInfo, OutStream
 from buildkit.engine.containercreate import create_container, run_to_end
 from buildkit.engine.dockerargv import buildx_bake_argv, buildx_build_argv, docker_run_argv
 from buildkit.engine.specs import BuildSession, BuildSpec, RunSpec
 
 if TYPE_CHECKING:
     from docker import DockerClient
+    from docker.models.containers import Container
+    from docker.models.images import Image
 
 MIN_BUILDX = (0, 10, 0)  # --build-context, --metadata-file digests, cache mounts
 CONTAINERD_SNAPSHOTTER = "io.containerd.snapshotter.v1"
@@ -53,9 +57,9 @@ def _last_line(text: str, default: str = "no output") -> str:
     return lines[-1].strip() if lines else default
 
 
-def _info(image) -> ImageInfo:
+def _info(image: Image) -> ImageInfo:
     attrs = image.attrs or {}
-    return ImageInfo(id=image.id, tags=tuple(image.tags or ()), labels=dict(image.labels or {}),
+    return ImageInfo(id=image.id or "", tags=tuple(image.tags or ()), labels=dict(image.labels or {}),
                      repo_digests=tuple(attrs.get("RepoDigests") or ()), size=attrs.get("Size"))
 
 
@@ -69,7 +73,7 @@ class DockerEngine(Engine):
     def _errors(self) -> tuple[type[BaseException], ...]:
         return _docker_errors()
 
-    def client(self):
+    def client(self) -> DockerClient:
         """A docker-py client that answered a ping; EngineError when there is no engine."""
         import docker
 
@@ -82,7 +86,7 @@ class DockerEngine(Engine):
             self._client = client
         return self._client
 
-    def _client_or_none(self):
+    def _client_or_none(self) -> DockerClient | None:
         try:
             return self.client()
         except EngineError:
@@ -124,7 +128,7 @@ class DockerEngine(Engine):
             return ""
         return "containerd" if CONTAINERD_SNAPSHOTTER in proc.stdout else "classic"
 
-    def info(self) -> dict:
+    def info(self) -> dict[str, Any]:
         if shutil.which(self.docker) is None:
             raise EngineError(f"the docker CLI ({self.docker!r}) is not on PATH")
         try:
@@ -160,20 +164,21 @@ class DockerEngine(Engine):
             return ""
 
     # ------------------------------------------------------------ builds
-    def turn(self, exclusive: bool, stream=None, images: frozenset[str] | None = None):
+    def turn(self, exclusive: bool, stream: OutStream | None = None,
+             images: frozenset[str] | None = None) -> AbstractContextManager[None]:
         from buildkit.engine.runner import engine_turn
 
         return engine_turn(exclusive, stream, images)
 
-    def build(self, spec: BuildSpec, session: BuildSession, on_line: Callable[[str], None], *, stream,
-              tty: bool = False) -> Finished:
+    def build(self, spec: BuildSpec, session: BuildSession, on_line: Callable[[str], None], *,
+              stream: OutStream, tty: bool = False) -> Finished:
         from buildkit.engine.runner import dockerfile_images, stream_command
 
         return stream_command(self.build_command(spec, session), on_line, stream=stream, exclusive=spec.no_cache,
                               images=dockerfile_images(spec.dockerfile), tty=tty)
 
     def bake(self, bake_file: Path, names: Sequence[str], session: BuildSession, on_line: Callable[[str], None], *,
-             stream, exclusive: bool = False, write_lock=None) -> Finished:
+             stream: OutStream, exclusive: bool = False, write_lock: threading.Lock | None = None) -> Finished:
         from buildkit.engine.runner import stream_command
 
         return stream_command(buildx_bake_argv(self.docker, bake_file, names, session), on_line, stream=stream,
@@ -210,7 +215,7 @@ class DockerEngine(Engine):
         except self._errors:
             return []
 
-    def load(self, archive: Path, tags: Sequence[str], *, stream=None) -> None:
+    def load(self, archive: Path, tags: Sequence[str], *, stream: OutStream | None = None) -> None:
         stream = sys.stderr if stream is None else stream
         proc = subprocess.run([self.docker, "load", "--input", str(archive)], capture_output=True, text=True)
         stream.write(proc.stdout)
@@ -236,7 +241,7 @@ class DockerEngine(Engine):
             except self._errors:
                 pass  # cleanup: a tag already gone (or an engine that went away) leaves nothing to do
 
-    def push(self, ref: str, *, stream=None) -> None:
+    def push(self, ref: str, *, stream: OutStream | None = None) -> None:
         stream = sys.stderr if stream is None else stream
         proc = subprocess.run([self.docker, "push", ref], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True)
@@ -297,13 +302,13 @@ class DockerEngine(Engine):
             tar.extractall(dest, filter="data")
 
     @staticmethod
-    def create_kwargs(spec: ContainerSpec) -> dict:
+    def create_kwargs(spec: ContainerSpec) -> dict[str, Any]:
         """docker-py's containers.create() keyword arguments for spec (detached, not auto-removed)."""
         import docker.types
 
         from buildkit.plan.profiles import gpu_device_requests
 
-        kwargs: dict = {
+        kwargs: dict[str, Any] = {
             "image": spec.image, "command": list(spec.command), "detach": True,
             "ports": {f"{inside}/tcp": (bind, port) if bind else port for inside, (bind, port) in spec.ports.items()},
             # a list of mounts, not a volumes dict: the same file may be both model and draft
@@ -332,9 +337,9 @@ class DockerEngine(Engine):
                 self.remove(container.id)
             raise EngineError(f"cannot start a container of {spec.image}: "
                               f"{getattr(exc, 'explanation', None) or exc}") from None
-        return container.id
+        return str(container.id)
 
-    def _container(self, container: str):
+    def _container(self, container: str) -> Container | None:
         client = self._client_or_none()
         if client is None:
             return None
@@ -349,6 +354,8 @@ class DockerEngine(Engine):
             return None
         ports: dict[int, int] = {}
         for key, bindings in (found.ports or {}).items():
+            if not bindings:  # an exposed port that is not published
+                continue
             try:
                 ports[int(key.split("/", 1)[0])] = int(bindings[0]["HostPort"])
             except (KeyError, IndexError, TypeError, ValueError):
@@ -361,7 +368,7 @@ class DockerEngine(Engine):
         if found is None:
             return ""
         try:
-            return found.logs(tail=tail).decode("utf-8", "replace")
+            return bytes(found.logs(tail=tail)).decode("utf-8", "replace")
         except self._errors:  # the container may be gone
             return ""
 

@@ -28,12 +28,12 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from buildkit.core import children
 from buildkit.core.errors import BuildError
 from buildkit.core.filelock import file_lock
-from buildkit.engine.api import Finished
+from buildkit.engine.api import Finished, OutStream
 from buildkit.engine.baseimages import LAYOUT_CONTEXT_PREFIX, PINNED_REPOSITORY
 
 ENGINE_LOCK_ENV = "LLAMA_BUILDKIT_ENGINE_LOCK"
@@ -108,7 +108,8 @@ def image_lock_path(image: str) -> Path:
 
 
 @contextmanager
-def engine_turn(exclusive: bool, stream=None, images: frozenset[str] | None = None) -> Iterator[None]:
+def engine_turn(exclusive: bool, stream: OutStream | None = None,
+                images: frozenset[str] | None = None) -> Iterator[None]:
     """Builds share the engine; a --no-cache build takes it alone, or, given the images it starts
     from, alone with those images only (see the module docstring)."""
     turn: _Turn = {"images": images or None, "exclusive": exclusive}
@@ -156,7 +157,7 @@ def engine_turn(exclusive: bool, stream=None, images: frozenset[str] | None = No
                 _held.remove(turn)
 
 
-def wants_tty(progress: str, stream) -> bool:
+def wants_tty(progress: str, stream: OutStream) -> bool:
     """buildx draws its own TTY display when its output is a terminal and --progress is auto or tty."""
     try:
         return progress in ("auto", "tty") and stream.isatty()
@@ -164,7 +165,7 @@ def wants_tty(progress: str, stream) -> bool:
         return False
 
 
-def _lines_from_pty(proc: subprocess.Popen, master: int, stream) -> Iterator[str]:
+def _lines_from_pty(proc: subprocess.Popen[bytes], master: int, stream: OutStream) -> Iterator[str]:
     """Pass buildx's TTY output through to the terminal byte for byte; yield it as text lines."""
     out = getattr(stream, "buffer", None)
     pending = ""
@@ -187,14 +188,14 @@ def _lines_from_pty(proc: subprocess.Popen, master: int, stream) -> Iterator[str
         yield pending
 
 
-def _popen_tty(argv: list[str], stream) -> tuple[subprocess.Popen, int]:
+def _popen_tty(argv: list[str], stream: OutStream) -> tuple[subprocess.Popen[bytes], int]:
     import pty
     import struct
     import termios
 
     master, slave = pty.openpty()
     try:
-        size = fcntl.ioctl(stream.fileno(), termios.TIOCGWINSZ, b"\0" * 8)
+        size = fcntl.ioctl(getattr(stream, "fileno", lambda: -1)(), termios.TIOCGWINSZ, b"\0" * 8)  # a sink: none
         fcntl.ioctl(slave, termios.TIOCSWINSZ, size)
     except (OSError, AttributeError, ValueError):
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
@@ -205,7 +206,7 @@ def _popen_tty(argv: list[str], stream) -> tuple[subprocess.Popen, int]:
     return proc, master
 
 
-def stream_command(argv: Sequence[str], on_line: Callable[[str], None], *, stream, exclusive: bool = False,
+def stream_command(argv: Sequence[str], on_line: Callable[[str], None], *, stream: OutStream, exclusive: bool = False,
                    images: frozenset[str] | None = None, tty: bool = False,
                    write_lock: threading.Lock | None = None) -> Finished:
     """Run argv in the engine turn (of images, when given). Without tty its output is piped to stream line
@@ -216,6 +217,7 @@ def stream_command(argv: Sequence[str], on_line: Callable[[str], None], *, strea
     with engine_turn(exclusive, stream, images):
         start = time.monotonic()
         master = -1
+        proc: subprocess.Popen[Any]  # bytes from the pty, text from the pipe
         try:
             if tty:
                 proc, master = _popen_tty(argv, stream)

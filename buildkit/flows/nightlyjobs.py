@@ -30,6 +30,8 @@ from pathlib import Path
 
 from buildkit.core.errors import BuildkitError, ConfigError, PatchError, RegistryError
 from buildkit.core.platforms import ARCHES
+from buildkit.flows.nightlyplan import (Excluded, JobResult, NightlyPlan, PlannedPrevious, PlannedUnit,
+                                        PlannedVariant)
 from buildkit.flows.nightly import (FAILED, PASSED, SKIPPED, Summary, VariantResult, ls_remote_head, nightly_tag,
                                     nightly_tags, nightly_version, normalise_url, old_commit_of, one_per_key,
                                     patch_dir, previous_builds, repository_of, stale_variants, today)
@@ -89,14 +91,14 @@ def parse_runners(items: tuple[str, ...] | list[str]) -> dict[str, str]:
     return out
 
 
-def _unit_entry(v: Variant, runners: dict[str, str], reason: str) -> dict:
+def _unit_entry(v: Variant, runners: dict[str, str], reason: str) -> PlannedUnit:
     labels = runners[build_arch(v)]
-    return {"id": unit_id(v), "unit": v.unit, "variant": v.key, "platform": v.request.platform,
-            "split": v.platform_split, "runner": labels.split(",") if "," in labels else labels, "reason": reason}
+    return PlannedUnit(id=unit_id(v), unit=v.unit, variant=v.key, platform=v.request.platform, split=v.platform_split,
+                       runner=tuple(labels.split(",")) if "," in labels else labels, reason=reason)
 
 
 def plan_nightly(cfg: ResolvedConfig, *, runners: dict[str, str], date: str | None = None,
-                 force: bool = False) -> dict:
+                 force: bool = False) -> NightlyPlan:
     """What tonight's jobs are: the head, the version, and the units that need a build (the matrix)."""
     from buildkit.flows.cudacontexts import check_cuda_available
     from buildkit.source.patches import load_patch_queue
@@ -118,42 +120,41 @@ def plan_nightly(cfg: ResolvedConfig, *, runners: dict[str, str], date: str | No
         todo = [v for v in variants if reasons[v.key]]
         version = nightly_version(client.list_tags(repository.repository), [v.key for v in variants], date) \
             if todo else ""
-    return {
-        "repository": repository.name, "url": url, "branch": branch, "date": date, "commit": head,
-        "old_commit": old_commit_of(previous), "patch_set_sha256": queue.sha256, "version": version,
-        "build": bool(todo),
-        "variants": [{"variant": v.key, "arch": v.request.arch.name, "cuda_version": v.request.cuda_version,
-                      "target": v.request.target, "build": bool(reasons[v.key]), "reason": reasons[v.key],
-                      "previous": p.to_dict() if (p := previous[v.key]) else None}
-                     for v in one_per_key(variants)],
-        "matrix": {"include": [_unit_entry(v, runners, reasons[v.key]) for v in todo]},
-        "excluded": [{"combination": c, "reason": r} for c, r in excluded],
-    }
+    return NightlyPlan(
+        repository=repository.name, url=url, branch=branch, date=date, commit=head,
+        old_commit=old_commit_of(previous), patch_set_sha256=queue.sha256, version=version, build=bool(todo),
+        variants=tuple(PlannedVariant(variant=v.key, arch=v.request.arch.name, cuda_version=v.request.cuda_version,
+                                      target=v.request.target, build=bool(reasons[v.key]), reason=reasons[v.key],
+                                      previous=PlannedPrevious(**p.to_dict()) if (p := previous[v.key]) else None)
+                       for v in one_per_key(variants)),
+        units=tuple(_unit_entry(v, runners, reasons[v.key]) for v in todo),
+        excluded=tuple(Excluded(c, r) for c, r in excluded))
 
 
-def plan_summary(plan: dict) -> Summary:
+def plan_summary(plan: NightlyPlan) -> Summary:
     """The summary of a night the plan ends (nothing to build), or the start of the assembled one."""
-    summary = Summary(repository=plan["repository"], url=plan["url"], branch=plan["branch"], date=plan["date"],
-                      old_commit=plan["old_commit"], new_commit=plan["commit"], up_to_date=not plan["build"],
-                      version=plan["version"], excluded=plan["excluded"])
-    for entry in plan["variants"]:
-        if not entry["build"]:
-            p = entry["previous"]
-            summary.variants.append(_result(entry, SKIPPED, previous_commit=p["commit"], commit=p["commit"],
-                                            digest=p["digest"], version=p["version"] or "",
-                                            tags=[nightly_tag(entry["variant"])], known_from=p["known_from"]))
+    summary = Summary(repository=plan.repository, url=plan.url, branch=plan.branch, date=plan.date,
+                      old_commit=plan.old_commit, new_commit=plan.commit, up_to_date=not plan.build,
+                      version=plan.version, excluded=[asdict(e) for e in plan.excluded])
+    for entry in plan.variants:
+        if not entry.build:
+            p = entry.previous
+            assert p is not None  # a variant not built has a nightly tag (stale_variants)
+            summary.variants.append(_result(entry, SKIPPED, previous_commit=p.commit, commit=p.commit,
+                                            digest=p.digest, version=p.version or "",
+                                            tags=[nightly_tag(entry.variant)], known_from=p.known_from))
     return summary
 
 
-def _result(entry: dict, status: str, **fields) -> VariantResult:
-    return VariantResult(variant=entry["variant"], arch=entry["arch"], cuda_version=entry["cuda_version"],
-                         target=entry["target"], status=status, reason=entry.get("reason", ""), **fields)
+def _result(entry: PlannedVariant, status: str, **fields) -> VariantResult:
+    return VariantResult(variant=entry.variant, arch=entry.arch, cuda_version=entry.cuda_version,
+                         target=entry.target, status=status, reason=entry.reason, **fields)
 
 
-def github_outputs(plan: dict) -> dict[str, str]:
+def github_outputs(plan: NightlyPlan) -> dict[str, str]:
     """What the plan job hands the others (one line each: $GITHUB_OUTPUT's NAME=VALUE form)."""
-    return {"build": "true" if plan["build"] else "false", "commit": plan["commit"], "version": plan["version"],
-            "matrix": json.dumps(plan["matrix"], separators=(",", ":"))}
+    return {"build": "true" if plan.build else "false", "commit": plan.commit, "version": plan.version,
+            "matrix": json.dumps(plan.to_dict()["matrix"], separators=(",", ":"))}
 
 
 def write_github_outputs(outputs: dict[str, str], env=None) -> list[str]:
@@ -179,9 +180,13 @@ def find_unit(cfg: ResolvedConfig, unit: str) -> Variant:
     raise ConfigError(f"--job {unit!r} is not a unit of the matrix ({', '.join(unit_id(v) for v in variants)})")
 
 
-def run_job(cfg: ResolvedConfig, unit: str, *, verify: bool = True, stream=None) -> dict:
+def run_job(cfg: ResolvedConfig, unit: str, *, verify: bool = True, stream=None) -> JobResult:
     """Build, verify and push one unit (source.commit and image.version: the plan's) by digest under
     its build-key tag. A failure is in the result (status failed), not raised, but for ConfigError."""
+    return JobResult(**_run_job(cfg, unit, verify=verify, stream=stream))
+
+
+def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream) -> dict:
     from buildkit.flows.buildunit import BY_DIGEST, Publication, UnitOptions
     from buildkit.flows.matrix import build_matrix
     from buildkit.flows.pipeline import build_options
@@ -196,7 +201,7 @@ def run_job(cfg: ResolvedConfig, unit: str, *, verify: bool = True, stream=None)
     repository = repository_of(cfg)
     out = {"id": unit_id(v), "unit": v.unit, "variant": v.key, "platform": v.request.platform, "commit": commit,
            "version": version, "status": FAILED, "built": False, "digest": "", "build_key": "", "tag": "",
-           "build_seconds": None, "checks": [], "error": ""}
+           "build_seconds": None, "checks": (), "error": ""}
     def by_digest(_, prepared) -> UnitOptions:  # under its build-key tag, which may be replaced: the same inputs
         tags = TagSet((build_key_tag(prepared.build_key, v.key),), ())
         return UnitOptions(publish=Publication(client, repository, tags, version, how=BY_DIGEST, force=True))
@@ -208,7 +213,7 @@ def run_job(cfg: ResolvedConfig, unit: str, *, verify: bool = True, stream=None)
                                        stop_on=(PatchError,), finish=by_digest)
             out["built"] = b.outcome is not None and b.outcome.ok
             out["build_seconds"] = b.outcome.seconds if b.outcome else None
-            out["checks"] = [asdict(c) for c in b.report.checks] if b.report else []
+            out["checks"] = tuple(asdict(c) for c in b.report.checks) if b.report else ()
             if b.unit is not None and b.unit.failed != "verify":  # verified (pushed, or not: the error says)
                 assert b.prepared is not None  # a unit ran: it was prepared
                 out["build_key"] = b.prepared.build_key
@@ -227,7 +232,7 @@ def run_job(cfg: ResolvedConfig, unit: str, *, verify: bool = True, stream=None)
 
 # ---------------------------------------------------------------- assemble: indexes and tags, no build
 
-def read_results(folder: Path) -> tuple[dict, dict[str, dict]]:
+def read_results(folder: Path) -> tuple[NightlyPlan, dict[str, JobResult]]:
     """(the plan, {unit id: job result}) from the folder the workflow downloaded its artifacts into."""
     def load(path: Path) -> dict:
         try:
@@ -240,13 +245,19 @@ def read_results(folder: Path) -> tuple[dict, dict[str, dict]]:
 
     if not (folder / PLAN_FILE).is_file():
         raise ConfigError(f"--assemble {folder}: no {PLAN_FILE} (the plan job's artifact) in it")
-    plan = load(folder / PLAN_FILE)
+    plan = NightlyPlan.from_dict(load(folder / PLAN_FILE), f"--assemble: {folder / PLAN_FILE}")
     results = {}
     for path in sorted(folder.glob("*.json")):
         if path.name != PLAN_FILE:
-            data = load(path)
-            results[str(data.get("id"))] = data
+            result = JobResult.from_dict(load(path), f"--assemble: {path}")
+            results[result.id] = result
     return plan, results
+
+
+def _no_result(unit: PlannedUnit, plan: NightlyPlan) -> JobResult:
+    return JobResult(id=unit.id, unit=unit.unit, variant=unit.variant, platform=unit.platform, commit=plan.commit,
+                     version=plan.version, status=FAILED, built=False, digest="", build_key="", tag="",
+                     build_seconds=None, checks=(), error="no result from its job")
 
 
 def assemble(cfg: ResolvedConfig, folder: Path) -> Summary:
@@ -254,43 +265,43 @@ def assemble(cfg: ResolvedConfig, folder: Path) -> Summary:
     plan, results = read_results(folder)
     summary = plan_summary(plan)
     repository = repository_of(cfg)
-    if repository.name != plan["repository"]:
-        raise ConfigError(f"the plan is for {plan['repository']}, this configuration for {repository.name}")
+    if repository.name != plan.repository:
+        raise ConfigError(f"the plan is for {plan.repository}, this configuration for {repository.name}")
     done = {}
     with client_for(repository.registry) as client:
-        for entry in plan["variants"]:
-            if not entry["build"]:
+        for entry in plan.variants:
+            if not entry.build:
                 continue
-            units = [u for u in plan["matrix"]["include"] if u["variant"] == entry["variant"]]
-            got = [results.get(u["id"]) or {"status": FAILED, "error": "no result from its job"} for u in units]
-            seconds = max((r.get("build_seconds") or 0 for r in got), default=None)
-            checks = [dict(c, platform=u["platform"]) for u, r in zip(units, got, strict=True)
-                      for c in r.get("checks") or []]
-            failed = [f"{u['unit']}: {r.get('error') or 'failed'}" for u, r in zip(units, got, strict=True)
-                      if r["status"] != PASSED]
+            units = [u for u in plan.units if u.variant == entry.variant]
+            got = [results.get(u.id) or _no_result(u, plan) for u in units]
+            seconds = max((r.build_seconds or 0 for r in got), default=None)
+            checks = [dict(c, platform=u.platform) for u, r in zip(units, got, strict=True) for c in r.checks]
+            failed = [f"{u.unit}: {r.error or 'failed'}" for u, r in zip(units, got, strict=True)
+                      if r.status != PASSED]
             if failed:
-                done[entry["variant"]] = _result(entry, FAILED, previous_commit=_prev(entry), error="; ".join(failed),
+                done[entry.variant] = _result(entry, FAILED, previous_commit=_prev(entry), error="; ".join(failed),
                                                  build_seconds=seconds, checks=checks)
                 continue
             try:
                 digest, tags, added = _tag_variant(client, repository, plan, entry, units, got)
             except BuildkitError as exc:
-                done[entry["variant"]] = _result(entry, FAILED, previous_commit=_prev(entry), build_seconds=seconds,
+                done[entry.variant] = _result(entry, FAILED, previous_commit=_prev(entry), build_seconds=seconds,
                                                  error=f"built, not published: {exc}", checks=checks)
                 continue
-            done[entry["variant"]] = _result(entry, PASSED, previous_commit=_prev(entry), commit=plan["commit"],
-                                             digest=digest, version=plan["version"], tags=list(tags.all),
+            done[entry.variant] = _result(entry, PASSED, previous_commit=_prev(entry), commit=plan.commit,
+                                             digest=digest, version=plan.version, tags=list(tags.all),
                                              changed_tags=added, build_seconds=seconds, checks=checks)
     skipped = {v.variant: v for v in summary.variants}
-    summary.variants = [skipped.get(e["variant"]) or done[e["variant"]] for e in plan["variants"]]
+    summary.variants = [skipped.get(e.variant) or done[e.variant] for e in plan.variants]
     return summary
 
 
-def _prev(entry: dict) -> str | None:
-    return (entry["previous"] or {}).get("commit")
+def _prev(entry: PlannedVariant) -> str | None:
+    return entry.previous.commit if entry.previous else None
 
 
-def _tag_variant(client, repository, plan: dict, entry: dict, units: list[dict], got: list[dict]):
+def _tag_variant(client, repository, plan: NightlyPlan, entry: PlannedVariant, units: list[PlannedUnit],
+                 got: list[JobResult]):
     """(digest, tags, tags changed): a single-platform unit's digest gets the nightly tags; several
     platforms get an index over their manifests first (under its own build-key tag, last)."""
     from buildkit.oci.ociindex import PlatformManifest, index_document
@@ -300,17 +311,17 @@ def _tag_variant(client, repository, plan: dict, entry: dict, units: list[dict],
     from buildkit.release.publish import point_the_rest, check_immutable_free, point_tags
 
     repo = repository.repository
-    tags = nightly_tags(plan["version"], plan["commit"], entry["variant"])
-    if not any(u["split"] for u in units):
-        check_immutable_free(client, repo, tags, got[0]["digest"], force=False)
-        return got[0]["digest"], tags, point_tags(client, repo, got[0]["digest"], tags)
+    tags = nightly_tags(plan.version, plan.commit, entry.variant)
+    if not any(u.split for u in units):
+        check_immutable_free(client, repo, tags, got[0].digest, force=False)
+        return got[0].digest, tags, point_tags(client, repo, got[0].digest, tags)
     manifests = []
     for u, r in zip(units, got, strict=True):
-        body, media_type, _ = client.get_manifest(repo, r["digest"])
-        manifests.append(PlatformManifest.of_body(u["platform"], r["digest"], body, media_type))
+        body, media_type, _ = client.get_manifest(repo, r.digest)
+        manifests.append(PlatformManifest.of_body(u.platform, r.digest, body, media_type))
     index = index_document(manifests)
-    key = index_key((u["platform"], r["build_key"]) for u, r in zip(units, got, strict=True))
-    tags = TagSet(tags.immutable + (build_key_tag(key, entry["variant"]),), tags.moving)
+    key = index_key((u.platform, r.build_key) for u, r in zip(units, got, strict=True))
+    tags = TagSet(tags.immutable + (build_key_tag(key, entry.variant),), tags.moving)
     digest = sha256_digest(index)
     check_immutable_free(client, repo, tags, digest, force=False)
     first = client.head_manifest(repo, tags.immutable[0])
@@ -318,6 +329,6 @@ def _tag_variant(client, repository, plan: dict, entry: dict, units: list[dict],
     if first is None:  # not there yet (a re-run of the night finds it there, and moves nothing)
         stored = client.put_manifest(repo, tags.immutable[0], index, OCI_INDEX)
         if stored != digest:
-            raise RegistryError(f"the registry stored {stored} for the index of {entry['variant']}, not {digest}")
+            raise RegistryError(f"the registry stored {stored} for the index of {entry.variant}, not {digest}")
         added = [tags.immutable[0]]
     return digest, tags, added + point_the_rest(client, repository, digest, tags, force=False)

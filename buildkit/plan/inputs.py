@@ -11,8 +11,8 @@ a build's inputs is a loop over them:
   `from_labels` reads them back into an equal model;
 * the inputs label's type checks (each key's annotation);
 * the build key's fields (buildkey.py `key_fields`);
-* a lock entry's input fields (`lock_fields`; release/lock.py builds LockEntry from `INPUTS` and adds
-  what the build produced), read back by `from_lock_entry`;
+* a lock entry's input fields (`lock_fields`; release/lock.py's LockEntry declares them, with what the
+  build produced; tests/unit/test_lock_types.py holds them to `INPUTS`), read back by `from_lock_entry`;
 * reproduce's config overrides (flows/reproduce.py `overrides_for`); its record holds a model.
 
 A new input is one field here (and, when it comes from the config, its config key and its field of

@@ -1,8 +1,8 @@
 """buildkit.lock: every input of a successful build, the input a later `reproduce` uses.
 
-An entry's input fields are declared once, with the model of a build's inputs (plan/inputs.py: the
-inputs declared `lock`; BuildInputs.lock_fields), and read back by plan/inputs.py from_lock_entry; the
-rest is what the build produced (_PRODUCED here).
+An entry (LockEntry, a plain frozen dataclass that mypy checks) holds the inputs declared `lock` in
+plan/inputs.py (BuildInputs.lock_fields; tests/unit/test_lock_types.py keeps the two in step), read back by
+plan/inputs.py from_lock_entry, and what the build produced.
 
 One JSON document holding one entry per variant and target (`cuda13.1-sm120/server`), so the
 builds of a matrix share a lock. Written atomically (temporary file in the same folder, fsync,
@@ -14,71 +14,77 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import MISSING, asdict, dataclass, field, fields, make_dataclass
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any
 
 from buildkit.core.boundedread import MiB, read_regular
 from buildkit.core.errors import LockError
 from buildkit.core.filelock import file_lock
 from buildkit.core.wholefile import write_whole
-from buildkit.plan.inputs import INPUTS, NEEDED, BaseImage, BuildInputs, from_lock_entry
+from buildkit.plan.inputs import BaseImage, BuildInputs, from_lock_entry
 from buildkit.plan.schema import JSON_TYPES, JsonType, json_type
 
 LOCK_VERSION = 1
 LOCK_LIMIT = 256 * MiB  # read whole: a lock of thousands of builds is a few MB
 
 
-# What the build produced, and where it was published: the fields of a lock entry that are not inputs.
-# (The inputs are BuildInputs' fields declared `lock` in plan/inputs.py: source_url, commit, arch, ...)
-_PRODUCED: tuple[tuple[str, str, Any], ...] = (  # (name, annotation, field())
-    ("ref", "str", field()),
-    ("template", "str", field()),
-    ("dockerfile_sha256", "str", field()),
-    ("cuda_root", "dict | None", field()),  # wheel manifest of provider wheels, else None
-    ("cmake_archs", "str | None", field()),
-    ("image_name", "str", field()),
-    ("image_digest", "str", field()),
-    ("image_id", "str", field()),
-    ("tags", "tuple[str, ...]", field()),
-    ("build_key", "str", field(default="")),  # hash of every input; the registry tag bk-<key>-<variant> finds it
-    ("pushed", "tuple[str, ...]", field(default=())),  # full references this build was published under
-    ("labels", "dict", field(default_factory=dict)),  # the image's labels: with the inputs, all `reproduce` needs
-    ("exporter", "str", field(default="")),  # "oci" (reproducible: OCI exporter, rewrite-timestamp) or "load"
-    ("bench", "dict | None", field(default=None)),  # `buildkit bench --attach-lock` results; a rebuild clears them
-    ("gpu_check", "dict | None", field(default=None)),  # `buildkit gpu-check --attach-lock`; a rebuild clears it
-    ("build_seconds", "float", field(default=0.0)),  # wall time of the buildx run (the next build's estimate)
-)
+@dataclass(frozen=True)
+class LockEntry:
+    """One build of buildkit.lock: its inputs and what it produced.
+
+    The input fields (source_url ... base_images, version, cpu_level) are BuildInputs' fields declared
+    `lock` in plan/inputs.py, with the same names, annotations and lock defaults (tests/unit/test_lock_types.py
+    holds the two together); the rest is what the build produced and where it was published."""
+    # the inputs (plan/inputs.py, lock=True)
+    source_url: str
+    commit: str
+    source_date_epoch: int
+    arch: str
+    cuda_version: str | None
+    variant: str
+    target: str
+    cmake_args: tuple[str, ...]
+    build_number: int
+    patch_set_sha256: str
+    template_sha256: str
+    tool_version: str
+    platform: str
+    no_vmm: bool
+    patches: tuple[str, ...]
+    base_images: tuple[BaseImage, ...]
+    # what the build produced
+    ref: str
+    template: str
+    dockerfile_sha256: str
+    cuda_root: dict[str, Any] | None  # wheel manifest of provider wheels, else None
+    cmake_archs: str | None
+    image_name: str
+    image_digest: str
+    image_id: str
+    tags: tuple[str, ...]
+    # inputs with the value locks written before them hold
+    version: str = ""
+    cpu_level: str = ""
+    # produced, with defaults
+    build_key: str = ""  # hash of every input; the registry tag bk-<key>-<variant> finds it
+    pushed: tuple[str, ...] = ()  # full references this build was published under
+    labels: dict[str, str] = field(default_factory=dict)  # the image's labels: with the inputs, all `reproduce` needs
+    exporter: str = ""  # "oci" (reproducible: OCI exporter, rewrite-timestamp) or "load"
+    bench: dict[str, Any] | None = None  # `buildkit bench --attach-lock` results; a rebuild clears them
+    gpu_check: dict[str, Any] | None = None  # `buildkit gpu-check --attach-lock`; a rebuild clears it
+    build_seconds: float = 0.0  # wall time of the buildx run (the next build's estimate)
+
+    @property
+    def key(self) -> str:
+        return f"{self.variant}/{self.target}"
+
+    def inputs(self) -> BuildInputs:
+        """The build's inputs, parsed back from this entry (its fields and the labels it kept)."""
+        return from_lock_entry(asdict(self), f"lock entry {self.key}")
 
 
-def _has_default(spec: tuple[str, str, Any]) -> bool:
-    return spec[2].default is not MISSING or spec[2].default_factory is not MISSING
-
-
-def _key(self) -> str:
-    return f"{self.variant}/{self.target}"
-
-
-def _inputs(self) -> BuildInputs:
-    """The build's inputs, parsed back from this entry (its fields and the labels it kept)."""
-    return from_lock_entry(asdict(self), f"lock entry {self.key}")
-
-
-# A lock entry: the inputs declared `lock` (plan/inputs.py, in their lock form) and what the build produced.
-_ENTRY_FIELDS: list[tuple[str, str, Any]] = sorted(
-    [(i.name, i.annotation, field() if i.lock_default is NEEDED else field(default=i.lock_default))
-     for i in INPUTS if i.lock] + list(_PRODUCED), key=_has_default)  # (those without a default first)
-if TYPE_CHECKING:  # made at run time from INPUTS: a type checker cannot see its fields
-    LockEntry: TypeAlias = Any
-else:
-    LockEntry = make_dataclass(
-        "LockEntry",
-        _ENTRY_FIELDS,
-        frozen=True, namespace={"key": property(_key), "inputs": _inputs, "__module__": __name__,
-                                "__doc__": "One build of buildkit.lock: its inputs and what it produced."})
-
-
-def _kind(value) -> str:
+def _kind(value: Any) -> str:
     return {bool: "true/false", int: "a number", float: "a number", str: "a string", list: "a list",
             dict: "an object", type(None): "null"}.get(type(value), type(value).__name__)
 
@@ -93,10 +99,13 @@ _STRS = JSON_TYPES["tuple[str, ...]"]
 
 
 def _expected(annotation: str) -> JsonType | None:
-    return _BASE_IMAGES if annotation == "tuple[BaseImage, ...]" else json_type(annotation)
+    """The JSON check of a field's annotation (a dict's key and value types are not checked)."""
+    if annotation == "tuple[BaseImage, ...]":
+        return _BASE_IMAGES
+    return json_type(re.sub(r"dict\[[^]]*\]", "dict", annotation))
 
 
-def check_entry(data, where: str, complete: bool = True) -> None:
+def check_entry(data: Any, where: str, complete: bool = True) -> None:
     """LockError naming where, the key and what was expected, unless data is a well-formed entry
     (complete: with every key that has no default; else only the keys it has are checked)."""
     if not isinstance(data, dict):
@@ -115,7 +124,7 @@ def check_entry(data, where: str, complete: bool = True) -> None:
             raise LockError(f"{where}.{name}: expected {expect.expect}, got {_kind(data[name])}")
 
 
-def check_lock(data, path: Path) -> dict:
+def check_lock(data: Any, path: Path) -> dict[str, Any]:
     """The lock document, checked: version, builds (an object of entries), each entry's keys and types."""
     if not isinstance(data, dict):
         raise LockError(f"{path}: expected a JSON object with lock_version and builds, got {_kind(data)}")
@@ -139,7 +148,7 @@ def check_lock(data, path: Path) -> dict:
     return data
 
 
-def entry_from_dict(data: dict, where: str = "lock entry") -> LockEntry:
+def entry_from_dict(data: dict[str, Any], where: str = "lock entry") -> LockEntry:
     """A LockEntry from its JSON form (as read_lock returns it)."""
     check_entry(data, where)
     try:
@@ -154,7 +163,7 @@ def entry_from_dict(data: dict, where: str = "lock entry") -> LockEntry:
         raise LockError(f"a lock entry does not have the expected fields: {exc}") from None
 
 
-def read_lock(path: Path) -> dict:
+def read_lock(path: Path) -> dict[str, Any]:
     """The whole lock document; an empty one when the file does not exist."""
     if Path(path).is_dir():
         raise LockError(f"{path}: is a folder, not a lock file")
@@ -177,7 +186,7 @@ def _sweep_legacy(path: Path) -> None:
             stale.unlink(missing_ok=True)
 
 
-def update_lock(path: Path, change: Callable[[dict], None]) -> None:
+def update_lock(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
     """The one read-modify-write of a lock file: under an exclusive flock on its folder (so no extra
     file is left behind), read the document (an empty one when there is none), let change() edit it
     in place, write it back atomically. An exception from change() leaves the file as it was."""
@@ -228,7 +237,7 @@ def platform_entry_key(variant: str, target: str, platform: str) -> str:
     return f"{variant}/{target}@{platform}"
 
 
-def check_index(data, where: str) -> None:
+def check_index(data: Any, where: str) -> None:
     if not isinstance(data, dict):
         raise LockError(f"{where}: expected an object, got {_kind(data)}")
     for name in ("variant", "target", "image_name", "index_digest", "build_key"):
@@ -246,7 +255,7 @@ def check_index(data, where: str) -> None:
             raise LockError(f"{where}.{name}: expected {_STRS.expect}, got {_kind(data[name])}")
 
 
-def index_from_dict(data: dict, where: str = "lock index") -> IndexEntry:
+def index_from_dict(data: dict[str, Any], where: str = "lock index") -> IndexEntry:
     check_index(data, where)
     values = {f.name: data[f.name] for f in fields(IndexEntry) if f.name in data}
     values["platforms"] = tuple(PlatformRecord(**p) for p in data["platforms"])
@@ -257,7 +266,7 @@ def index_from_dict(data: dict, where: str = "lock index") -> IndexEntry:
 
 def write_index_entry(path: Path, index: IndexEntry, entries: dict[str, LockEntry]) -> None:
     """The index and each platform's entry (builds[<variant>/<target>@<platform>]), in one write."""
-    def change(data: dict) -> None:
+    def change(data: dict[str, Any]) -> None:
         for key, entry in entries.items():
             data["builds"][key] = entry_dict(entry)
         indexes = data.setdefault("indexes", {})
@@ -272,7 +281,7 @@ def write_lock_entry(path: Path, entry: LockEntry) -> None:
     update_lock(path, lambda data: data["builds"].__setitem__(entry.key, entry_dict(entry)))
 
 
-def entry_dict(entry: LockEntry) -> dict:
+def entry_dict(entry: LockEntry) -> dict[str, Any]:
     """An entry as the lock holds it; no gpu_check key until `buildkit gpu-check --attach-lock` writes one, so a
     lock written before that key existed is written back the same."""
     data = asdict(entry)

@@ -131,7 +131,8 @@ def test_default_protocol_on_the_real_server(server, real_server_image):
     assert real_server_image.fork_commit[:7] in doc["target"]["server_build"]
     print("\nreal llama-server, tiny model, this CPU: client tok/s per run "
           + ", ".join(f"{r['client_tps']:.1f}" for r in doc["runs"])
-          + f"; server gen tok/s mean {s['predicted_tps']['mean']:.1f}, prompt tok/s mean {s['prompt_tps']['mean']:.1f}")
+          + f"; server gen tok/s mean {s['predicted_tps']['mean']:.1f}"
+          + f", prompt tok/s mean {s['prompt_tps']['mean']:.1f}")
 
     code, out, err = bench("--url", server, "--runs", "2")  # the table
     assert code == 0, err
@@ -297,7 +298,8 @@ def test_missing_image_is_refused_before_anything_starts(tiny_model, client):
 
 
 # 128 + the signal (issue 22): 130 for Ctrl-C, 143 for SIGTERM, whose line names it
-@pytest.mark.parametrize("sig,code,said", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "interrupted by SIGTERM")],
+@pytest.mark.parametrize("sig,code,said", [(signal.SIGINT, 130, "interrupted"),
+                                           (signal.SIGTERM, 143, "interrupted by SIGTERM")],
                          ids=["SIGINT", "SIGTERM"])
 def test_ctrl_c_and_sigterm_stop_and_remove_the_container(real_server_image, tiny_model, client, tmp_path, sig, code,
                                                            said):

@@ -94,7 +94,8 @@ def test_local_only_base_builds_by_content(tmp_path, tmp_path_factory, fork, loc
     assert entry["base_images"] == [{"ref": name, "digest": local_names["digest"]}]
     labels = client.images.get(f"buildkit-test/bases:{tag}").attrs["Config"]["Labels"]
     assert [name, local_names["digest"]] in json.loads(labels["org.llama-buildkit.inputs"])["base_images"]
-    out = client.containers.run(f"buildkit-test/bases:{tag}", ["--version"], remove=True, stdout=True, stderr=True).decode()
+    out = client.containers.run(f"buildkit-test/bases:{tag}", ["--version"], remove=True, stdout=True,
+                                stderr=True).decode()
     assert fork["commit"] in out
     for t in entry["tags"]:
         client.images.remove(t)

@@ -112,7 +112,8 @@ def test_cpu_build(project, fork, client):
     assert entry["template_sha256"] == labels["org.llama-buildkit.template"]
     assert entry["patch_set_sha256"] == labels["org.llama-buildkit.patch-set"]
     assert entry["image_digest"].startswith("sha256:")
-    assert entry["base_images"][0]["ref"] == project["os_image"] and entry["base_images"][0]["digest"].startswith("sha256:")
+    assert entry["base_images"][0]["ref"] == project["os_image"]
+    assert entry["base_images"][0]["digest"].startswith("sha256:")
     assert ref in entry["tags"] and f"buildkit-test/tiny-fork:sha-{fork['commit'][:7]}-cpu" in entry["tags"]
     assert client.images.get(ref).id == entry["image_id"]
 

@@ -171,7 +171,8 @@ def test_image_and_config_path_reach_every_job_and_arm64_units_get_an_arm64_runn
         assert nightly and all('--image "ghcr.io/acme/x"' in r for r in nightly), runs
         assert login_of(doc, job)["with"]["registry"] == "ghcr.io"
     steps = steps_by_name(doc, "plan")
-    assert '--runner "arm64=self-hosted,linux,ARM64"' in steps["Plan (what needs a build; nothing is built here)"]["run"]
+    plan_run = steps["Plan (what needs a build; nothing is built here)"]["run"]
+    assert '--runner "arm64=self-hosted,linux,ARM64"' in plan_run
     build = steps_by_name(doc, "build")["Build, verify and push by digest"]["run"]
     assert '--cache-to "type=gha,scope=buildkit-$UNIT,mode=min"' in build  # mode=max would not fit 10 GB
     bad = run_cli(tmp_path, "--config", "sub/x.toml", "--cron", "61 3 * * *", "--stdout")

@@ -141,4 +141,5 @@ def test_the_generated_jobs_run_in_order_against_the_loopback_registry(workflow_
     assert runner.run_job("assemble", {"plan": again, "build": again}).result == "skipped"
     markdown = (again.workspace.parent / "runner-temp" / "step-summary.md").read_text()
     assert "up to date" in markdown and f"| `{UNITS[1]}` | skipped" in markdown
-    print("job wall times here (s): " + ", ".join(f"{j.name} {j.seconds:.1f}" for j in (plan, *builds, assemble, again)))
+    jobs = (plan, *builds, assemble, again)
+    print("job wall times here (s): " + ", ".join(f"{j.name} {j.seconds:.1f}" for j in jobs))

@@ -225,7 +225,8 @@ def test_a_finished_hostile_server_takes_no_connection_of_a_later_server() -> No
             signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
         for _ in range(5):
             accepted = []  # a blocking accept(), as socketserver's, queued behind any leftover thread
-            taker = threading.Thread(target=lambda: accepted.append(listener.accept()[0]), daemon=True)
+            taker = threading.Thread(target=lambda accepted=accepted: accepted.append(listener.accept()[0]),
+                                     daemon=True)
             taker.start()
             with socket.create_connection(listener.getsockname(), timeout=5):
                 taker.join(5)

@@ -57,7 +57,7 @@ class NonsenseRegistry:
         self._server.daemon_threads = True
         self.host = f"127.0.0.1:{self._server.server_address[1]}"
 
-    def __enter__(self) -> "NonsenseRegistry":
+    def __enter__(self) -> NonsenseRegistry:
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return self
 

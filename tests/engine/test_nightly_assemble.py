@@ -34,13 +34,21 @@ def push_image(client: RegistryClient, arch: str, tag: str) -> str:
 
 def entry(variant: str) -> dict:
     return {"variant": variant, "arch": "cpu", "cuda_version": None, "target": "server", "build": True,
-            "previous": None}
+            "reason": "new commit", "previous": None}
 
 
 def unit(variant: str, platform: str) -> dict:
     uid = f"{variant}_{platform.replace('/', '_')}"
     return {"id": uid, "unit": f"{variant}@{platform}", "variant": variant, "platform": platform, "split": True,
-            "runner": "ubuntu-latest"}
+            "runner": "ubuntu-latest", "reason": "new commit"}
+
+
+def plan_of(host: str, units: list[dict]) -> dict:
+    """plan.json as `nightly --plan` writes it (flows/nightlyplan.py NightlyPlan)."""
+    return {"plan_version": 1, "repository": f"{host}/{REPO}", "url": "git://127.0.0.1/f", "branch": "master",
+            "date": "20261202", "commit": COMMIT, "old_commit": None, "patch_set_sha256": "p", "version": VERSION,
+            "build": True, "excluded": [], "variants": [entry("cpu"), entry("cpu-light")],
+            "matrix": {"include": units}}
 
 
 def test_assemble_makes_the_index_and_the_nightly_tags_from_the_jobs_digests(tmp_path, registry_plain):
@@ -52,15 +60,13 @@ def test_assemble_makes_the_index_and_the_nightly_tags_from_the_jobs_digests(tmp
         for u in units:
             digest = push_image(client, u["platform"].split("/")[1], f"bk-{u['id']}")
             failed = u["variant"] == "cpu-light" and u["platform"] == "linux/arm64"
-            (results / f"{u['id']}.json").write_text(json.dumps(
-                {"id": u["id"], "status": "failed" if failed else "passed", "digest": "" if failed else digest,
-                 "build_key": u["id"] * 2, "error": "the compile failed" if failed else "", "build_seconds": 12.5,
-                 "checks": []}))
-    plan = {"repository": f"{registry_plain.host}/{REPO}", "url": "git://127.0.0.1/f", "branch": "master",
-            "date": "20261202", "commit": COMMIT, "old_commit": None, "patch_set_sha256": "p", "version": VERSION,
-            "build": True, "excluded": [], "variants": [entry("cpu"), entry("cpu-light")],
-            "matrix": {"include": units}}
-    (results / "plan.json").write_text(json.dumps(plan))
+            (results / f"{u['id']}.json").write_text(json.dumps(  # as `nightly --job` writes it (JobResult)
+                {"result_version": 1, "id": u["id"], "unit": u["unit"], "variant": u["variant"],
+                 "platform": u["platform"], "commit": COMMIT, "version": VERSION,
+                 "status": "failed" if failed else "passed", "built": not failed, "digest": "" if failed else digest,
+                 "build_key": u["id"] * 2, "tag": f"bk-{u['id']}", "error": "the compile failed" if failed else "",
+                 "build_seconds": 12.5, "checks": []}))
+    (results / "plan.json").write_text(json.dumps(plan_of(registry_plain.host, units)))
     step_summary = tmp_path / "step-summary.md"
     proc = run_cli(project, "nightly", "--assemble", str(results), "--summary", str(tmp_path / "summary.json"),
                    "--bench-gate", "none", env=cli_env(tmp_path / "cache", GITHUB_STEP_SUMMARY=str(step_summary)))
@@ -97,7 +103,7 @@ def test_assemble_makes_the_index_and_the_nightly_tags_from_the_jobs_digests(tmp
 
 def test_a_bench_gate_that_names_no_variant_is_refused_before_anything_runs(tmp_path):
     project = write_project(tmp_path / "project", image={"name": f"127.0.0.1:9/{REPO}"})
-    (tmp_path / "plan.json").write_text(json.dumps({"variants": [entry("cpu"), entry("cpu-light")]}))
+    (tmp_path / "plan.json").write_text(json.dumps(plan_of("127.0.0.1:9", [])))
     for args, message in ((("--assemble", str(tmp_path), "--bench-gate", "full"),
                            "--bench-gate 'full' is neither none nor a variant of the plan (cpu, cpu-light)"),
                           (("--bench-gate", "none"), "--bench-gate goes with --assemble")):

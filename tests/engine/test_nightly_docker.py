@@ -40,7 +40,7 @@ PATCH = """--- a/FORK.md
 +++ b/FORK.md
 @@ -1,3 +1,4 @@
  # Fork
- 
+
  This tree carries one commit on top of upstream (made by tests/forkrepo.py).
 +Patched by the nightly's patch queue.
 """
@@ -131,7 +131,7 @@ def layers_by_step(night, digest: str) -> dict[str, str]:
         config = json.loads(client.get_blob(REPO, manifest["config"]["digest"]))
     steps = [h.get("created_by", "") for h in config["history"] if not h.get("empty_layer")]
     assert len(steps) == len(manifest["layers"])
-    return {step: layer["digest"] for step, layer in zip(steps, manifest["layers"])}
+    return {step: layer["digest"] for step, layer in zip(steps, manifest["layers"], strict=False)}
 
 
 def new_commit(night, message: str, files: dict[str, str]) -> str:
@@ -270,7 +270,8 @@ def test_a_failing_variant_does_not_block_the_others(night):
         "cuda: this commit breaks the CUDA build", "docs: reword FORK.md"]
     after = registry_tags(night)
     assert after["nightly-cpu"] == variants["cpu"]["digest"] != before["nightly-cpu"]
-    assert after[f"nightly-{CUDA_VARIANT}"] == before[f"nightly-{CUDA_VARIANT}"] == by_variant(third)[CUDA_VARIANT]["digest"]
+    cuda_tag = f"nightly-{CUDA_VARIANT}"
+    assert after[cuda_tag] == before[cuda_tag] == by_variant(third)[CUDA_VARIANT]["digest"]
     assert f"{summary['version']}-{CUDA_VARIANT}" not in after
     assert "| `cuda13.1-sm120` | failed" in Path(night["env"]["GITHUB_STEP_SUMMARY"]).read_text()
     # the next night retries only the variant that is behind

@@ -18,7 +18,7 @@ import subprocess
 import time
 import sys
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 import docker
@@ -38,7 +38,7 @@ PATCH = """--- a/common/common.cpp
 @@ -1,3 +1,4 @@
 +int buildkit_patched_by_tests = 1;
  #include "common.h"
- 
+
  #include "build-info.h"
 """
 
@@ -61,7 +61,7 @@ def later_commit(repo: Path) -> str:
     after yesterday's build."""
     source = repo / "common" / "common.cpp"
     source.write_text(source.read_text() + "\n// a later fork commit\nint buildkit_later_commit = 1;\n")
-    now = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+    now = datetime.now(UTC).replace(microsecond=0).isoformat()
     _git(repo, "commit", "-q", "-a", "-m", "fork: later", date=now)
     return _git(repo, "rev-parse", "HEAD")
 
@@ -236,7 +236,8 @@ def variants(project, first, fork, tmp_path_factory):
         shutil.copy(path, templates / path.name)
     runtime = templates / "_runtime.j2"
     runtime.write_text(runtime.read_text().replace(
-        "ENV LD_LIBRARY_PATH=", "RUN mkdir -p /etc/llama && echo changed-template > /etc/llama/template\nENV LD_LIBRARY_PATH=", 1))
+        "ENV LD_LIBRARY_PATH=",
+        "RUN mkdir -p /etc/llama && echo changed-template > /etc/llama/template\nENV LD_LIBRARY_PATH=", 1))
     import buildkit.plan.render as render
 
     saved = render.templates_dir

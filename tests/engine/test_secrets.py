@@ -89,7 +89,7 @@ class ArgvSampler(threading.Thread):
                         self.hits.append(cmdline.replace(b"\0", b" ").decode(errors="replace"))
             self.samples += 1
 
-    def __enter__(self) -> "ArgvSampler":
+    def __enter__(self) -> ArgvSampler:
         self.start()
         return self
 

@@ -7,8 +7,8 @@ from buildkit.core.errors import ArchError
 
 
 def test_catalogue_has_every_required_arch():
-    assert list(ARCHS) == ["sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_103", "sm_110", "sm_120", "sm_121",
-                          "cpu"]
+    assert list(ARCHS) == ["sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_103", "sm_110", "sm_120",
+                          "sm_121", "cpu"]
 
 
 @pytest.mark.parametrize("name,cmake,elf", [
@@ -103,5 +103,6 @@ def test_a_release_newer_than_the_catalogue_is_the_providers_to_judge(version):
     from buildkit.plan.buildplan import make_request
     from buildkit.plan.config import load_config
 
-    cfg = load_config(None, env={}, overrides={"build.cuda_version": (version, "--cuda"), "build.arch": ("sm_120", "t")})
+    cfg = load_config(None, env={}, overrides={"build.cuda_version": (version, "--cuda"),
+                                               "build.arch": ("sm_120", "t")})
     assert make_request(cfg).cuda_version == version

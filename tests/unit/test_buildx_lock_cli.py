@@ -32,7 +32,7 @@ def test_buildx_argv_is_a_list_with_every_option(tmp_path):
                            cache_to=("type=local,dest=/c,mode=max",))
     argv = buildx_argv(plan, rendered(tmp_path, (("cuda-root", Path("/r")),)), options, tmp_path / "m.json")
     assert argv[:3] == ["docker", "buildx", "build"]
-    pairs = list(zip(argv, argv[1:]))
+    pairs = list(zip(argv, argv[1:], strict=False))
     for pair in [("--builder", "multi"), ("--platform", "linux/amd64"), ("--target", "server"),
                  ("--build-arg", "SOURCE_DATE_EPOCH=1767225600"), ("--metadata-file", str(tmp_path / "m.json")),
                  ("--progress", "plain"), ("--cache-from", "type=local,src=/c"),

@@ -129,7 +129,8 @@ def test_a_misspelt_variable_is_a_warning_naming_the_one_meant():
 
 
 @pytest.mark.parametrize("name,meant", [
-    ("LLAMA_BUILDKIT_CUDA", "LLAMA_BUILDKIT_BUILD_CUDA_VERSION"), ("LLAMA_BUILDKIT_PATCHES", "LLAMA_BUILDKIT_SOURCE_PATCH_DIR"),
+    ("LLAMA_BUILDKIT_CUDA", "LLAMA_BUILDKIT_BUILD_CUDA_VERSION"),
+    ("LLAMA_BUILDKIT_PATCHES", "LLAMA_BUILDKIT_SOURCE_PATCH_DIR"),
     ("LLAMA_BUILDKIT_JOBS", "LLAMA_BUILDKIT_BUILD_JOBS"), ("LLAMA_BUILDKIT_GIT_TIMOUT", "LLAMA_BUILDKIT_GIT_TIMEOUT"),
     ("LLAMA_BUILDKIT_CACHE", "LLAMA_BUILDKIT_CACHE_DIR"), ("LLAMA_BUILDKIT_XYZZY", None)])
 def test_the_variable_meant(name, meant):
@@ -148,6 +149,7 @@ def test_every_variable_buildkit_reads_is_known():
 
     root = Path(__file__).resolve().parents[2]
     found = {name for folder in ("buildkit", "scripts") for path in (root / folder).rglob("*")
-             if path.suffix in (".py", ".sh") for name in re.findall(r"LLAMA_BUILDKIT_[A-Z0-9_]*[A-Z0-9]", path.read_text())}
+             if path.suffix in (".py", ".sh")
+             for name in re.findall(r"LLAMA_BUILDKIT_[A-Z0-9_]*[A-Z0-9]", path.read_text())}
     assert len(found) > 5
     assert unknown_variables(dict.fromkeys(found, "")) == []

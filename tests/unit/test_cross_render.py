@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from buildkit.core.errors import ArchError, ConfigError, CudaRootError
+from buildkit.core.errors import ArchError, ConfigError
 from buildkit.plan.buildkey import key_of
 from buildkit.plan.inputs import BaseImage, from_labels, plan_inputs
 from buildkit.plan.platforms import cpu_arch, judge_build_machine, machine_platform

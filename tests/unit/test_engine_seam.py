@@ -141,7 +141,8 @@ def test_bake_waits_for_the_engine_while_a_no_cache_build_holds_it(tmp_path, mon
     docker.write_text(f"#!{sys.executable}\nimport sys, pathlib, json\n"
                       f"pathlib.Path({str(started)!r}).write_text('x')\n"
                       "a = sys.argv; m = a[a.index('--metadata-file') + 1]\n"
-                      "pathlib.Path(m).write_text(json.dumps({'a': {'containerimage.digest': 'sha256:' + '3' * 64}}))\n")
+                      "pathlib.Path(m).write_text(json.dumps("
+                      "{'a': {'containerimage.digest': 'sha256:' + '3' * 64}}))\n")
     docker.chmod(docker.stat().st_mode | stat.S_IXUSR)
     bake_file = write_bake_file(tmp_path / "docker-bake.json", bake_document(
         {"a": {"context": str(tmp_path), "tags": ["x/a:1"], "output": ["type=docker"]}}))

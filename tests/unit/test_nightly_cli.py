@@ -13,6 +13,7 @@ import yaml
 from click.testing import CliRunner
 
 from buildkit.cli.main import main
+from buildkit.flows.nightlyplan import NightlyPlan
 from buildkit.flows.nightlysummary import Summary, VariantResult
 
 from test_nightly_jobs import PLAN
@@ -35,7 +36,8 @@ def nightly(monkeypatch, tmp_path):
 
     runs: list[str] = []
     monkeypatch.setattr(flow, "run_nightly", lambda cfg, **_: runs.append("nightly") or summary())
-    monkeypatch.setattr(nightlyjobs, "plan_nightly", lambda cfg, **_: runs.append("plan") or PLAN)
+    monkeypatch.setattr(nightlyjobs, "plan_nightly", lambda cfg, **_: runs.append("plan")
+                        or NightlyPlan.from_dict(PLAN))
     monkeypatch.chdir(tmp_path)
     (tmp_path / "buildkit.toml").write_text('schema_version = 1\n[image]\nname = "r.example/t/l"\n')
 

@@ -117,7 +117,8 @@ def publish(registry: Registry, cfg, **kwargs) -> str:
 
 
 def plan(cfg) -> dict:
-    return nightlyjobs.plan_nightly(cfg, runners={"amd64": "ubuntu-latest", "arm64": "ubuntu-24.04-arm"})
+    """The plan's JSON form (plan.json)."""
+    return nightlyjobs.plan_nightly(cfg, runners={"amd64": "ubuntu-latest", "arm64": "ubuntu-24.04-arm"}).to_dict()
 
 
 def build_nothing(cfg, client, repository, summary, variants, todo, *args, **kwargs):

@@ -10,6 +10,7 @@ import pytest
 
 from buildkit.core.errors import ConfigError
 from buildkit.flows.ciworkflow import cache_budget
+from buildkit.flows.nightlyplan import NightlyPlan
 from buildkit.flows.nightlyjobs import (DEFAULT_RUNNERS, check_runners, github_outputs, label_arch, parse_runners,
                                         plan_summary, read_results, unit_id, write_github_outputs)
 from buildkit.plan.config import load_config
@@ -54,27 +55,33 @@ def test_the_cache_budget_of_a_big_cuda_matrix():
     assert cache_budget(variants(**{"matrix.archs": ["cpu", "sm_120"]}), "gha")[0] == pytest.approx(1.3)
 
 
-PLAN = {"repository": "r.example/t/l", "url": "git://x/f", "branch": "master", "date": "20261202",
+PLAN = {"plan_version": 1, "repository": "r.example/t/l", "url": "git://x/f", "branch": "master", "date": "20261202",
         "commit": "c" * 40, "old_commit": "b" * 40, "patch_set_sha256": "p", "version": "0.1.1-nightly.20261202",
         "build": True, "excluded": [],
         "variants": [{"variant": "cpu", "arch": "cpu", "cuda_version": None, "target": "server", "build": False,
+                      "reason": "",
                       "previous": {"commit": "c" * 40, "patch_set": "p", "digest": "sha256:" + "1" * 64,
                                    "version": "0.1.0-nightly.20261201", "known_from": "registry"}},
                      {"variant": "cpu-light", "arch": "cpu", "cuda_version": None, "target": "light",
-                      "build": True, "previous": None}],
+                      "build": True, "reason": "new commit", "previous": None}],
         "matrix": {"include": [{"id": "cpu-light", "unit": "cpu-light", "variant": "cpu-light",
-                                "platform": "linux/amd64", "split": False, "runner": "ubuntu-latest"}]}}
+                                "platform": "linux/amd64", "split": False, "runner": "ubuntu-latest",
+                                "reason": "new commit"}]}}
+RESULT = {"result_version": 1, "id": "cpu-light", "unit": "cpu-light", "variant": "cpu-light",
+          "platform": "linux/amd64", "commit": "c" * 40, "version": "0.1.1-nightly.20261202", "status": "passed",
+          "built": True, "digest": "sha256:" + "2" * 64, "build_key": "k", "tag": "bk-k-cpu-light",
+          "build_seconds": 12.5, "checks": [{"name": "version", "ok": True}], "error": ""}
 
 
 def test_the_plan_hands_one_line_outputs_to_the_jobs(tmp_path):
-    outputs = github_outputs(PLAN)
+    outputs = github_outputs(NightlyPlan.from_dict(PLAN))
     assert outputs["build"] == "true" and outputs["commit"] == "c" * 40
     assert json.loads(outputs["matrix"]) == PLAN["matrix"] and "\n" not in outputs["matrix"]
     out = tmp_path / "out"
     assert write_github_outputs(outputs, env={"GITHUB_OUTPUT": str(out)}) == []
     assert read_outputs(out) == outputs  # what GitHub (and the stand-in runner) read back
     assert write_github_outputs(outputs, env={}) == []  # outside GitHub: nothing written
-    summary = plan_summary(PLAN)
+    summary = plan_summary(NightlyPlan.from_dict(PLAN))
     assert [(v.variant, v.status, v.version) for v in summary.variants] == [
         ("cpu", "skipped", "0.1.0-nightly.20261201")]
 
@@ -83,9 +90,11 @@ def test_assemble_reads_the_plan_and_the_jobs_results(tmp_path):
     with pytest.raises(ConfigError, match="no plan.json"):
         read_results(tmp_path)
     (tmp_path / "plan.json").write_text(json.dumps(PLAN))
-    (tmp_path / "cpu-light.json").write_text(json.dumps({"id": "cpu-light", "status": "passed"}))
+    (tmp_path / "cpu-light.json").write_text(json.dumps(RESULT))
     plan, results = read_results(tmp_path)
-    assert plan == PLAN and set(results) == {"cpu-light"}
+    assert plan.to_dict() == PLAN and set(results) == {"cpu-light"}
+    assert results["cpu-light"].to_dict() == RESULT and results["cpu-light"].build_seconds == 12.5
+    assert [u.runner for u in plan.units] == ["ubuntu-latest"] and plan.variants[0].previous is not None
     (tmp_path / "broken.json").write_text("{")
     with pytest.raises(ConfigError, match="cannot read"):
         read_results(tmp_path)
@@ -146,3 +155,22 @@ def test_the_summary_says_whether_a_bench_gate_runs():
     summary.bench_gate = NO_GATE
     assert summary.to_dict()["bench_gate"] == NO_GATE and f"- {NO_GATE}\n" in summary.to_markdown()
     assert night().to_dict()["bench_gate"] is None
+
+
+@pytest.mark.parametrize("name, document, words", [
+    ("plan.json", dict(PLAN, plan_version=2), "a nightly plan of version 2; this buildkit reads version 1"),
+    ("plan.json", {k: v for k, v in PLAN.items() if k != "plan_version"}, "a nightly plan of no plan_version"),
+    ("cpu-light.json", dict(RESULT, result_version=0), "a job result of version 0; this buildkit reads"),
+    ("cpu-light.json", {"id": "cpu-light", "status": "passed"}, "a job result of no result_version"),
+    ("plan.json", dict(PLAN, commit=None), r"plan.json.commit: expected str, got NoneType"),
+    ("plan.json", dict(PLAN, matrix={"include": [{"id": "cpu-light"}]}), r"matrix.include\[0\]: the key 'unit' is"),
+    ("cpu-light.json", dict(RESULT, build_seconds="12"), "cpu-light.json.build_seconds: expected float | None"),
+])
+def test_a_plan_or_result_of_another_version_or_form_is_one_clear_error(tmp_path, name, document, words):
+    """The contract between the CI jobs is versioned and checked as it is read: a document another buildkit
+    wrote, or a broken one, is a ConfigError naming the file, not a KeyError deep in assemble."""
+    (tmp_path / "plan.json").write_text(json.dumps(PLAN))
+    (tmp_path / "cpu-light.json").write_text(json.dumps(RESULT))
+    (tmp_path / name).write_text(json.dumps(document))
+    with pytest.raises(ConfigError, match=words):
+        read_results(tmp_path)

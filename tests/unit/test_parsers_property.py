@@ -6,7 +6,6 @@ registry challenges and source URLs with credentials."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from urllib.parse import urlsplit
 
 from hypothesis import HealthCheck, example, given, settings
@@ -22,7 +21,8 @@ from buildkit.flows.record import from_labels
 from buildkit.plan.tags import check_repository, check_tag, next_version, parse_version, release_tags
 from buildkit.core.urlcreds import redact_text, split_credentials
 
-SETTINGS = settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+SETTINGS = settings(max_examples=150, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
 OCI = "org.opencontainers.image."
 
 json_values = st.recursive(

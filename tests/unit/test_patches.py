@@ -164,7 +164,8 @@ def test_corrupt_patch(tmp_path: Path, tree: Path) -> None:
     queue.mkdir()
     (queue / "0001-corrupt.patch").write_text("--- a/src/b.c\n+++ b/src/b.c\n@@ -1,3 +1,3 @@\n-int b;\n")
     before = _tree_hash(tree)
-    with pytest.raises(PatchError, match=r"0001-corrupt.patch does not apply: it fails on the patch itself \(corrupt patch at line 5\)"):
+    with pytest.raises(PatchError, match=r"0001-corrupt.patch does not apply: it fails on the patch itself "
+                                         r"\(corrupt patch at line 5\)"):
         apply_patches(load_patch_queue(queue), tree)
     assert _tree_hash(tree) == before
 

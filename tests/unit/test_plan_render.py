@@ -66,7 +66,8 @@ def test_wheels_provider_uses_os_image_and_named_contexts():
     assert "FROM local/debian:bookworm AS build" in text
     assert "COPY --from=cuda-root / /usr/local/cuda/" in text
     assert "COPY --from=cuda-runtime --chown=0:0 /lib64/ /cuda/usr/local/cuda/lib64/" in text
-    files = text[text.index("AS cuda-runtime-files"):text.index("AS base")]  # the folder's time fixed, not the kept transfer's
+    # the folder's time fixed, not the kept transfer's
+    files = text[text.index("AS cuda-runtime-files"):text.index("AS base")]
     assert "RUN find /cuda -exec touch -h -d @0 {} +" in files
     assert "COPY --from=cuda-runtime-files /cuda/ /" in text[text.index("AS base"):]
     assert "nvidia/cuda" not in text

@@ -1,4 +1,5 @@
-"""reproduce without an engine: reading a record from labels and locks, missing inputs, argv of the reproducible path."""
+"""reproduce without an engine: reading a record from labels and locks, missing inputs, argv of the reproducible
+path."""
 
 from __future__ import annotations
 
@@ -21,7 +22,10 @@ from test_plan_render import plan_for
 DIGEST = "sha256:" + "ab" * 32
 
 
-def labels_of(plan, bases=(BaseImage("buildkit-test/debian:bookworm", DIGEST),)) -> dict[str, str]:
+BASES = (BaseImage("buildkit-test/debian:bookworm", DIGEST),)
+
+
+def labels_of(plan, bases=BASES) -> dict[str, str]:
     labels = dict(plan.labels)
     labels[INPUTS_LABEL] = json.dumps(inputs_record(plan, tuple(bases), None))
     return labels
