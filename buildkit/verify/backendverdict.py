@@ -76,8 +76,6 @@ class GpuCheck:
     def line(self) -> str:
         what = f"gpu-check {self.backend}{' -o ' + ','.join(self.ops) if self.ops else ''}"
         counts = f"{self.passed}/{self.total} cases passed"
-        if self.problem:
-            return f"{what}: FAIL: {self.problem} ({counts})"
         parts = []
         if self.unknown:
             shown = "; ".join(f"{f.case}{' (' + f.errors[-1] + ')' if f.errors else ''}"
@@ -87,6 +85,8 @@ class GpuCheck:
         if self.known:
             parts.append(f"{len(self.known)} known: " + "; ".join(f"{f.case} ({f.known})" for f in self.known[:SHOWN])
                          + (f"; and {len(self.known) - SHOWN} more" if len(self.known) > SHOWN else ""))
+        if self.problem:  # the counts and failures of the cases that printed their line before it ended
+            return f"{what}: FAIL: {self.problem} ({counts}" + ("; " + "; ".join(parts) if parts else "") + ")"
         return f"{what}: {'PASS' if self.ok else 'FAIL'} {counts}" + (", " + ", ".join(parts) if parts else "")
 
     def to_dict(self) -> dict:
@@ -123,7 +123,10 @@ def judge(run: BackendOps, backend: str, known: Sequence[Known] = (), ops: Seque
         problem = f"no case ran{' for -o ' + ','.join(ops) if ops else ''} ({run.not_supported} not supported)"
     elif run.total - run.passed != len(failing):
         problem = (f"the summary says {run.total - run.passed} failed but {len(failing)} failing cases were printed")
-    passed, total = run.passed or 0, run.total or 0
+    if run.passed is not None and run.total is not None:
+        passed, total = run.passed, run.total
+    else:  # no summary (a crash, a time limit): what the case lines said until then, failures named
+        passed, total = run.ok_lines, run.ok_lines + len(run.failed)
     ok = not problem and not any(not f.known for f in failing)
     return GpuCheck(backend, tuple(ops), passed, total, run.not_supported, tuple(failing), problem, ok)
 

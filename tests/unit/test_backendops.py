@@ -80,6 +80,17 @@ def test_a_run_a_cuda_error_ends_is_no_result_and_says_why():
                              "/src/ggml/src/ggml-cuda/ggml-cuda.cu:96: CUDA error")
 
 
+def test_a_run_cut_by_its_time_limit_still_counts_and_names_the_cases_that_printed_their_line():
+    """An excerpt of the H200 run of the fork's head (docs/gpu-runs/2026-12-05-h200/): gpu_run.py's time limit
+    stopped it inside FLASH_ATTN_EXT, after the argmax cases had failed. Not a result, but not 0/0 either."""
+    check = judge(parse((DATA / "backendops-h200-timeout.txt").read_text()), "CUDA0", exit_code=124)
+    assert not check.ok and check.problem.startswith("test-backend-ops ended before its summary, exit code 124")
+    assert (check.passed, check.total) == (19, 22)
+    assert [f.case for f in check.failing] == [CE500, CE5000, ARGMAX]
+    line = check.line()
+    assert "19/22 cases passed; 3 failing: " + CE500 in line and ARGMAX + " (sentinel mismatch: sent_2)" in line
+
+
 def test_a_backend_this_host_lacks_is_no_result():
     text = ("Testing 1 devices\n\nBackend 1/1: CPU\n  Skipping\n1/1 backends passed\n\x1b[1;32mOK\x1b[0m\n")
     check = judge(parse(text), "CUDA0")
