@@ -47,3 +47,25 @@ def test_an_old_locks_arm64_entry_is_not_the_amd64_build_and_moves_to_its_key(tm
     write_lock_entry(path, replace(old, image_digest="sha256:new-arm"))
     builds = read_lock(path)["builds"]
     assert set(builds) == {"cpu-arm64/server"} and builds["cpu-arm64/server"]["image_digest"] == "sha256:new-arm"
+
+
+def test_cli_tags_name_the_arm64_platform(tmp_path):
+    """`buildkit tags --arch cpu --platform linux/arm64`, as a user asks: every tag names arm64; none is latest."""
+    import os
+
+    from click.testing import CliRunner
+
+    from buildkit.cli.main import main
+
+    env = {k: None for k in os.environ if k.startswith("LLAMA_BUILDKIT_")}
+    commit = "905483277823858fdec17ff5c3750451cb1b7cdc"
+    out = {}
+    for platform in ("linux/amd64", "linux/arm64"):
+        with CliRunner().isolated_filesystem(temp_dir=tmp_path):
+            result = CliRunner().invoke(main, ["tags", "--release", "1.2.3", "--commit", commit, "--arch", "cpu",
+                                               "--platform", platform], env=env, catch_exceptions=False)
+        out[platform] = [line.split()[0].split(":", 1)[1] for line in result.stdout.splitlines()
+                         if line.strip() and not line.startswith("#")]
+    assert "cpu" in out["linux/amd64"] and "sha-9054832-cpu" in out["linux/amd64"]
+    assert out["linux/arm64"] and all(t.endswith("cpu-arm64") for t in out["linux/arm64"]), out
+    assert not set(out["linux/amd64"]) & set(out["linux/arm64"])
