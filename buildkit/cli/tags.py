@@ -37,7 +37,7 @@ def tags(version: str, as_json: bool, **kwargs):
                           f"({cfg.origins['source.commit']}): pass --commit SHA")
     commit = commit.lower()
     tag_set = tags_for(cfg, version, commit)
-    name = make_request(cfg).tag_variant
+    name = make_request(cfg).artifact_variant
     rules = publish_rules(name, commit)
     repo = cfg.image.name
     if as_json:

@@ -192,7 +192,7 @@ def with_key_tag(tags: tuple[str, ...], request: BuildRequest, key: str) -> tupl
     """The local tags and <image>:bk-<key>-<variant>: the sha- tag moves to a later build of the same
     commit with other inputs (other CMake flags), the build-key tag never does, so every build stays
     reachable by a tag of its own (the same tag `build --push` gives it in the registry)."""
-    tag = f"{request.image_name}:{build_key_tag(key, request.tag_variant)}"
+    tag = f"{request.image_name}:{build_key_tag(key, request.artifact_variant)}"
     return tags if tag in tags else tags + (tag,)
 
 
@@ -289,12 +289,13 @@ def prepared_context(cfg: ResolvedConfig, *, request: BuildRequest | None = None
 
 def last_build_seconds(cfg: ResolvedConfig, request: BuildRequest) -> float | None:
     """How long the lock's last build of this variant took (None when unknown)."""
-    from buildkit.release.lock import read_lock
+    from buildkit.release.lock import find_entry, read_lock
 
     try:
         builds = read_lock(cfg.lock.path)["builds"]
         name = f"{request.variant}/{request.target}"
-        entry = builds.get(name) or builds.get(f"{name}@{request.platform}")  # (a platform of several)
+        found = find_entry(builds, request.variant, request.target, request.platform, request.cpu_level.name)
+        entry = found[1] if found else builds.get(f"{name}@{request.platform}")  # (a platform of several)
     except BuildkitError:  # no lock, or one this version cannot read (LockError): no estimate, not an error
         return None
     seconds = (entry or {}).get("build_seconds")

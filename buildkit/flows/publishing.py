@@ -18,7 +18,7 @@ from buildkit.oci.registry import client_for
 from buildkit.plan.buildplan import make_plan, make_request
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.tags import TagSet, check_tag, next_version, parse_version, release_tags
-from buildkit.release.lock import entry_from_dict, read_lock, write_lock_entry
+from buildkit.release.lock import entry_from_dict, find_entry, read_lock, write_lock_entry
 from buildkit.release.publish import (PublishResult, local_image_with_key, push_image, publish_repository,
                                       reuse_published, check_immutable_free, default_variant, with_extra_tags)
 
@@ -41,7 +41,7 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
         raise ConfigError("--no-load needs the OCI exporter (the containerd image store, build.reproducible "
                           "= auto): without it the image reaches the registry through the engine")
     check_buildx()
-    variant, repo = request.tag_variant, repository.repository
+    variant, repo = request.artifact_variant, repository.repository
     is_default = variant == default_variant(cfg)
     with client_for(repository.registry) as client, \
             prepared_context(cfg, request=request, extra_tags=extra_tags) as prepared:
@@ -83,22 +83,26 @@ def push_local(cfg: ResolvedConfig, *, force: bool = False, stream=None) -> Publ
     request = make_request(cfg)
     repository = publish_repository(request.image_name)
     lock_path = cfg.lock.path
-    entry = read_lock(lock_path)["builds"].get(f"{request.variant}/{request.target}")
-    if entry is None:
-        raise LockError(f"{lock_path} has no build of {request.variant}/{request.target}; run buildkit build first")
-    entry_from_dict(entry, f"{lock_path}: builds[{request.variant + '/' + request.target!r}]")  # every key there
+    found = find_entry(read_lock(lock_path)["builds"], request.variant, request.target, request.platform,
+                       request.cpu_level.name)
+    if found is None:
+        raise LockError(f"{lock_path} has no build of {request.variant}/{request.target} for {request.platform}; "
+                        "run buildkit build first")
+    name, entry = found
+    entry_from_dict(entry, f"{lock_path}: builds[{name!r}]")  # every key there
     image = get_engine().image(entry["image_id"])
     if image is None:
         raise RegistryError(f"the image {entry['image_id'][:19]} of {request.variant} is not in the local engine; "
                             "run buildkit build again")
     key, version, commit = entry["build_key"], entry["version"], entry["commit"]
-    is_default = request.tag_variant == default_variant(cfg)
+    is_default = request.artifact_variant == default_variant(cfg)
     with client_for(repository.registry) as client:
-        reused = None if force else reuse_published(client, repository, key, request.tag_variant, commit, is_default)
+        reused = None if force else reuse_published(client, repository, key, request.artifact_variant, commit,
+                                                      is_default)
         if reused is not None:
             digest, version, tags, added = reused
         else:
-            tags = release_tags(version, commit, request.tag_variant, default_variant=is_default, build_key=key)
+            tags = release_tags(version, commit, request.artifact_variant, default_variant=is_default, build_key=key)
             check_immutable_free(client, repository.repository, tags, image.id, force=force)
             digest, added = push_image(client, repository, image, image.id, tags, force=force, stream=stream)
     entry.update(image_digest=digest, pushed=[f"{repository.name}:{t}" for t in tags.all])

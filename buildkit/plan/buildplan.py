@@ -20,7 +20,8 @@ from buildkit.oci.imageref import InvalidReference, parse_image_ref
 from buildkit.plan.inputs import OCI, request_inputs
 from buildkit.plan.platforms import (TOOLCHAIN_PATH, Platform, cpu_arch, cuda_char_flags, gcc_commands, is_cross,
                                      machine_platform)
-from buildkit.plan.tags import build_tags, check_repository, normalise_version, target_variant, variant
+from buildkit.plan.tags import (artifact_variant, build_tags, check_repository, normalise_version, target_variant,
+                                 variant)
 
 
 # What may reach a shell line or a FROM line. Values are also shell-quoted in the templates.
@@ -83,6 +84,12 @@ class BuildRequest:
     def tag_variant(self) -> str:
         """The variant as tags name it, with the target unless it is the server (plan/tags.py)."""
         return target_variant(self.variant, self.target)
+
+    @property
+    def artifact_variant(self) -> str:
+        """The variant as a single-platform build's tags and lock key name it: tag_variant, with -arm64 (etc.)
+        for a platform other than the default (plan/tags.py platform_suffix)."""
+        return artifact_variant(self.tag_variant, self.platform, self.cpu_level.name)
 
     @property
     def cache_name(self) -> str:
@@ -324,7 +331,7 @@ def make_plan(request: BuildRequest, source: SourceFacts, *, template_sha256: st
         build_targets=TARGET_BINARIES[request.target],
         labels=tuple(request_inputs(request, source, template_sha256=template_sha256, tool_version=tool_version,
                                     cmake_args=flags).to_labels(record=False).items()),
-        tags=build_tags(request.image_name, request.tag_variant, source.commit, extra_tags),
+        tags=build_tags(request.image_name, request.artifact_variant, source.commit, extra_tags),
         # per arch, CUDA version and target platform, shared by the CPU levels: their objects outside
         # ggml-cpu are the same
         ccache_id=ccache_id(request),

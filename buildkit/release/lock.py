@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from buildkit.core.boundedread import MiB, read_regular
-from buildkit.core.errors import LockError
+from buildkit.core.errors import ConfigError, LockError
 from buildkit.core.filelock import file_lock
 from buildkit.core.wholefile import write_whole
 from buildkit.plan.inputs import BaseImage, BuildInputs, from_lock_entry
 from buildkit.plan.schema import JSON_TYPES, JsonType, json_type
+from buildkit.plan.tags import artifact_variant, platform_suffix
 
 LOCK_VERSION = 1
 LOCK_LIMIT = 256 * MiB  # read whole: a lock of thousands of builds is a few MB
@@ -77,11 +78,37 @@ class LockEntry:
 
     @property
     def key(self) -> str:
-        return f"{self.variant}/{self.target}"
+        return entry_key(self.variant, self.target, self.platform, self.cpu_level)
 
     def inputs(self) -> BuildInputs:
         """The build's inputs, parsed back from this entry (its fields and the labels it kept)."""
         return from_lock_entry(asdict(self), f"lock entry {self.key}")
+
+
+def entry_key(variant: str, target: str, platform: str, cpu_level: str = "") -> str:
+    """A single-platform build's key in builds: cpu/server for the default platform, cpu-arm64/server for
+    linux/arm64 (plan/tags.py platform_suffix). Locks written before the suffix keep an arm64 build under
+    cpu/server: find_entry reads it only for an arm64 build, write_lock_entry moves it to its new key."""
+    return f"{artifact_variant(variant, platform, cpu_level)}/{target}"
+
+
+def _same_platform(entry: object, platform: str) -> bool:
+    """Whether a lock's entry (a dict, maybe malformed) was built for platform's CPU architecture."""
+    try:
+        return isinstance(entry, dict) and platform_suffix(str(entry.get("platform"))) == platform_suffix(platform)
+    except ConfigError:  # no platform, or one no catalogue names: not this platform's build
+        return False
+
+
+def find_entry(builds: dict[str, Any], variant: str, target: str, platform: str,
+               cpu_level: str = "") -> tuple[str, dict[str, Any]] | None:
+    """The key and entry of the lock's build of this variant, target and platform, under its key or, for an
+    older lock, under the key without the platform suffix; never an entry of another platform."""
+    for key in dict.fromkeys((entry_key(variant, target, platform, cpu_level), f"{variant}/{target}")):
+        entry = builds.get(key)
+        if isinstance(entry, dict) and _same_platform(entry, platform):
+            return key, entry
+    return None
 
 
 def _kind(value: Any) -> str:
@@ -230,7 +257,7 @@ class IndexEntry:
 
     @property
     def key(self) -> str:
-        return f"{self.variant}/{self.target}"
+        return entry_key(self.variant, self.target, self.platform, self.cpu_level)
 
 
 def platform_entry_key(variant: str, target: str, platform: str) -> str:
@@ -278,7 +305,13 @@ def write_index_entry(path: Path, index: IndexEntry, entries: dict[str, LockEntr
 
 def write_lock_entry(path: Path, entry: LockEntry) -> None:
     """Add or replace the entry for entry.key, keeping the others."""
-    update_lock(path, lambda data: data["builds"].__setitem__(entry.key, entry_dict(entry)))
+    def change(data: dict) -> None:
+        old = f"{entry.variant}/{entry.target}"  # an older lock's key for this platform's build: moved
+        if old != entry.key and _same_platform(data["builds"].get(old), entry.platform):
+            del data["builds"][old]
+        data["builds"][entry.key] = entry_dict(entry)
+
+    update_lock(path, change)
 
 
 def entry_dict(entry: LockEntry) -> dict[str, Any]:

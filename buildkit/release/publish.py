@@ -233,7 +233,7 @@ def push_image(client: RegistryClient, repository: ImageRef, image, local_digest
 def tags_for(cfg: ResolvedConfig, version: str, commit: str) -> TagSet:
     """`buildkit tags`: the tags a build of this version and commit gets (without the build key)."""
     request = make_request(cfg)
-    name = request.tag_variant
+    name = request.artifact_variant
     return release_tags(version, commit, name, default_variant=name == default_variant(cfg))
 
 

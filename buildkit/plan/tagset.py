@@ -1,0 +1,126 @@
+"""Tags with roles (pure): every tag of an artifact from one rule per role (issue 40).
+
+API:
+- ``Tag(name, role, immutable)``: one tag; ``role`` is one of ROLES.
+- ``RoleTagSet.for_build(version, commit, variant, default_variant=..., build_key=None, extra=())`` -> the
+  artifact's tags in publishing order; ``.immutable()`` and ``.moving()`` their names, ``.by_role(role)`` the
+  tags of one role, ``.plain()`` the ``plan.tags.TagSet`` (immutable, moving) the publishing code takes today.
+
+``variant`` is the artifact's name as tags have it (plan.tags.artifact_variant: cpu, cpu-arm64, cuda13.1-sm120).
+Adding a tag rule is one function of ``(ctx) -> tuple[Tag, ...]`` and its place in RULES. The names are
+exactly those of the scheme release_tags documents (plan/tags.py), which is made from this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import semver
+
+from buildkit.plan.tags import TagSet, build_key_tag, check_tag, parse_version
+
+ROLES = ("version", "sha", "build_key", "nightly", "variant", "latest", "extra")
+
+
+@dataclass(frozen=True)
+class Tag:
+    name: str
+    role: str  # one of ROLES
+    immutable: bool  # an immutable tag never moves to another digest
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    version: semver.Version
+    commit: str
+    variant: str
+    default_variant: bool
+    build_key: str | None
+    extra: tuple[str, ...]
+
+    @property
+    def release(self) -> bool:
+        return not self.version.prerelease
+
+
+def _version_of_variant(c: _Ctx) -> tuple[Tag, ...]:
+    """V-<variant> always; <major>.<minor>-<variant>, <major>-<variant> (not while 0) for a release."""
+    v = c.version
+    out = [Tag(f"{v}-{c.variant}", "version", True)]
+    if c.release:
+        out.append(Tag(f"{v.major}.{v.minor}-{c.variant}", "version", False))
+        if v.major > 0:
+            out.append(Tag(f"{v.major}-{c.variant}", "version", False))
+    return tuple(out)
+
+
+def _sha(c: _Ctx) -> tuple[Tag, ...]:
+    return (Tag(f"sha-{c.commit[:7]}-{c.variant}", "sha", True),) if c.release else ()
+
+
+def _nightly(c: _Ctx) -> tuple[Tag, ...]:
+    nightly = not c.release and str(c.version.prerelease).split(".")[0] == "nightly"
+    return (Tag(f"nightly-{c.variant}", "nightly", False),) if nightly else ()
+
+
+def _variant(c: _Ctx) -> tuple[Tag, ...]:
+    return (Tag(c.variant, "variant", False),) if c.release else ()
+
+
+def _version_of_default(c: _Ctx) -> tuple[Tag, ...]:
+    """The default variant's bare V, <major>.<minor>, <major> (not while 0)."""
+    v = c.version
+    if not (c.release and c.default_variant):
+        return ()
+    out = [Tag(str(v), "version", True), Tag(f"{v.major}.{v.minor}", "version", False)]
+    if v.major > 0:
+        out.append(Tag(str(v.major), "version", False))
+    return tuple(out)
+
+
+def _latest(c: _Ctx) -> tuple[Tag, ...]:
+    return (Tag("latest", "latest", False),) if c.release and c.default_variant else ()
+
+
+def _build_key(c: _Ctx) -> tuple[Tag, ...]:
+    return (Tag(build_key_tag(c.build_key, c.variant), "build_key", True),) if c.build_key else ()
+
+
+def _extra(c: _Ctx) -> tuple[Tag, ...]:
+    return tuple(Tag(name, "extra", False) for name in dict.fromkeys(c.extra))
+
+
+# in publishing order (immutable() and moving() keep it)
+RULES: tuple[Callable[[_Ctx], tuple[Tag, ...]], ...] = (
+    _version_of_variant, _sha, _nightly, _variant, _version_of_default, _latest, _build_key, _extra)
+
+
+@dataclass(frozen=True)
+class RoleTagSet:
+    tags: tuple[Tag, ...]
+
+    @classmethod
+    def for_build(cls, version: str, commit: str, variant: str, *, default_variant: bool,
+                  build_key: str | None = None, extra: tuple[str, ...] = ()) -> RoleTagSet:
+        ctx = _Ctx(parse_version(version), commit, variant, default_variant, build_key, extra)
+        out: list[Tag] = []
+        for rule in RULES:
+            for tag in rule(ctx):
+                if tag.name not in {t.name for t in out}:  # an extra tag the scheme already gives is not repeated
+                    out.append(Tag(check_tag(tag.name), tag.role, tag.immutable))
+        return cls(tuple(out))
+
+    def immutable(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.tags if t.immutable)
+
+    def moving(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.tags if not t.immutable)
+
+    def by_role(self, role: str) -> tuple[Tag, ...]:
+        if role not in ROLES:
+            raise ValueError(f"unknown tag role {role!r}")
+        return tuple(t for t in self.tags if t.role == role)
+
+    def plain(self) -> TagSet:
+        return TagSet(immutable=self.immutable(), moving=self.moving())
