@@ -257,7 +257,7 @@ class IndexEntry:
 
     @property
     def key(self) -> str:
-        return entry_key(self.variant, self.target, self.platform, self.cpu_level)
+        return f"{self.variant}/{self.target}"
 
 
 def platform_entry_key(variant: str, target: str, platform: str) -> str:
@@ -305,7 +305,7 @@ def write_index_entry(path: Path, index: IndexEntry, entries: dict[str, LockEntr
 
 def write_lock_entry(path: Path, entry: LockEntry) -> None:
     """Add or replace the entry for entry.key, keeping the others."""
-    def change(data: dict) -> None:
+    def change(data: dict[str, Any]) -> None:
         old = f"{entry.variant}/{entry.target}"  # an older lock's key for this platform's build: moved
         if old != entry.key and _same_platform(data["builds"].get(old), entry.platform):
             del data["builds"][old]

@@ -16,7 +16,8 @@ def test_an_arm64_build_gets_tags_of_its_own():
     assert [t.split(":")[1] for t in amd.tags] == ["cpu", f"sha-{amd.source.commit[:7]}-cpu"]
     assert [t.split(":")[1] for t in arm.tags] == ["cpu-arm64", f"sha-{arm.source.commit[:7]}-cpu-arm64"]
     assert not set(amd.tags) & set(arm.tags)
-    assert build_key_tag("a" * 64, arm.request.artifact_variant) != build_key_tag("a" * 64, amd.request.artifact_variant)
+    key = "a" * 64
+    assert build_key_tag(key, arm.request.artifact_variant) != build_key_tag(key, amd.request.artifact_variant)
 
 
 def test_a_server_target_and_a_level_of_one_platform_keep_their_names():
