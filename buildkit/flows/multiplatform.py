@@ -32,7 +32,7 @@ from buildkit.plan.buildplan import BuildRequest, make_request
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.matrix import with_values
 from buildkit.plan.platforms import parse_platforms
-from buildkit.plan.tags import build_key_tag, check_tag, next_version, parse_version, release_tags
+from buildkit.plan.tags import build_key_tag, check_tag, next_version, parse_version, platform_suffix, release_tags
 from buildkit.release.lock import IndexEntry, LockEntry, PlatformRecord, platform_entry_key, write_index_entry
 from buildkit.verify.checks import VerifyReport
 
@@ -154,7 +154,9 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
                             cfg=sub)
             assert unit.result is not None
             builds.append(PlatformBuild(platform, unit.prepared, unit.result, unit.report))
-        local_tags = tuple(t for t in prepared[0][2].plan.tags if not t.rsplit(":", 1)[-1].startswith("bk-"))
+        # the index's local tags are the default platform's plain ones (an arm64 build's are cpu-arm64...)
+        lead = next((pr for p, _, pr in prepared if not platform_suffix(p)), prepared[0][2])
+        local_tags = tuple(t for t in lead.plan.tags if not t.rsplit(":", 1)[-1].startswith("bk-"))
         local_tags += (f"{image_name}:{build_key_tag(key, variant)}",)
         archive = work / "index.oci.tar"
         with stage("index", f"{variant}: {', '.join(b.platform for b in builds)}"):

@@ -294,7 +294,8 @@ def last_build_seconds(cfg: ResolvedConfig, request: BuildRequest) -> float | No
     try:
         builds = read_lock(cfg.lock.path)["builds"]
         name = f"{request.variant}/{request.target}"
-        found = find_entry(builds, request.variant, request.target, request.platform, request.cpu_level.name)
+        found = find_entry(builds, request.variant, request.target, request.platform, request.cpu_level.name,
+                           request.arch.name)
         entry = found[1] if found else builds.get(f"{name}@{request.platform}")  # (a platform of several)
     except BuildkitError:  # no lock, or one this version cannot read (LockError): no estimate, not an error
         return None

@@ -84,7 +84,7 @@ def push_local(cfg: ResolvedConfig, *, force: bool = False, stream=None) -> Publ
     repository = publish_repository(request.image_name)
     lock_path = cfg.lock.path
     found = find_entry(read_lock(lock_path)["builds"], request.variant, request.target, request.platform,
-                       request.cpu_level.name)
+                       request.cpu_level.name, request.arch.name)
     if found is None:
         raise LockError(f"{lock_path} has no build of {request.variant}/{request.target} for {request.platform}; "
                         "run buildkit build first")

@@ -89,7 +89,7 @@ class BuildRequest:
     def artifact_variant(self) -> str:
         """The variant as a single-platform build's tags and lock key name it: tag_variant, with -arm64 (etc.)
         for a platform other than the default (plan/tags.py platform_suffix)."""
-        return artifact_variant(self.tag_variant, self.platform, self.cpu_level.name)
+        return artifact_variant(self.tag_variant, self.platform, self.cpu_level.name, default_platform(self.arch))
 
     @property
     def cache_name(self) -> str:

@@ -29,23 +29,24 @@ def target_variant(variant_name: str, target: str) -> str:
     return variant_name if target == DEFAULT_TARGET else f"{variant_name}-{target}"
 
 
-def platform_suffix(platform: str) -> str:
+def platform_suffix(platform: str, default: str = DEFAULT_PLATFORM) -> str:
     """What a single-platform artifact's tags and lock key add for its platform: nothing for the default
     platform (linux/amd64), -arm64 for linux/arm64 (the convention of llama.cpp's and ollama's images: the plain
     name is the default or a multi-platform index, another single platform is named). An arm64-only build so
     never shares a tag or a lock key with the amd64 one; a build of several platforms stays one index under
-    the plain name."""
-    return "" if cpu_arch(platform).docker == cpu_arch(DEFAULT_PLATFORM).docker else f"-{cpu_arch(platform).docker}"
+    the plain name. `default` is the arch's own default platform (plan/archs.py default_platform): sm_121
+    exists on arm64 only, so its arm64 build is its plain name."""
+    return "" if cpu_arch(platform).docker == cpu_arch(default).docker else f"-{cpu_arch(platform).docker}"
 
 
-def artifact_variant(tag_variant: str, platform: str, cpu_level: str = "") -> str:
+def artifact_variant(tag_variant: str, platform: str, cpu_level: str = "", default: str = DEFAULT_PLATFORM) -> str:
     """The variant as a single-platform build's tags and lock key name it: cpu, cpu-arm64, cpu-full-arm64.
     A CPU level of one platform (cpu-neoverse-v2, cpu-x86-64-v3) already names it: no suffix; all, none and
     native (levels of either platform) do not."""
     level = LEVELS.get(cpu_level)
     if level is not None and level.platform_arch is not None:
         return tag_variant
-    return f"{tag_variant}{platform_suffix(platform)}"
+    return f"{tag_variant}{platform_suffix(platform, default)}"
 
 
 def check_tag(tag: str) -> str:

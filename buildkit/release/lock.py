@@ -24,7 +24,9 @@ from buildkit.core.filelock import file_lock
 from buildkit.core.wholefile import write_whole
 from buildkit.plan.inputs import BaseImage, BuildInputs, from_lock_entry
 from buildkit.plan.schema import JSON_TYPES, JsonType, json_type
-from buildkit.plan.tags import artifact_variant, platform_suffix
+from buildkit.core.platforms import DEFAULT_PLATFORM, cpu_arch
+from buildkit.plan.archs import ARCHS, default_platform
+from buildkit.plan.tags import artifact_variant
 
 LOCK_VERSION = 1
 LOCK_LIMIT = 256 * MiB  # read whole: a lock of thousands of builds is a few MB
@@ -78,33 +80,35 @@ class LockEntry:
 
     @property
     def key(self) -> str:
-        return entry_key(self.variant, self.target, self.platform, self.cpu_level)
+        return entry_key(self.variant, self.target, self.platform, self.cpu_level, self.arch)
 
     def inputs(self) -> BuildInputs:
         """The build's inputs, parsed back from this entry (its fields and the labels it kept)."""
         return from_lock_entry(asdict(self), f"lock entry {self.key}")
 
 
-def entry_key(variant: str, target: str, platform: str, cpu_level: str = "") -> str:
+def entry_key(variant: str, target: str, platform: str, cpu_level: str = "", arch: str = "") -> str:
     """A single-platform build's key in builds: cpu/server for the default platform, cpu-arm64/server for
     linux/arm64 (plan/tags.py platform_suffix). Locks written before the suffix keep an arm64 build under
     cpu/server: find_entry reads it only for an arm64 build, write_lock_entry moves it to its new key."""
-    return f"{artifact_variant(variant, platform, cpu_level)}/{target}"
+    known = ARCHS.get(arch)  # the arch's own default platform is unsuffixed (sm_121: arm64)
+    default = default_platform(known) if known is not None else DEFAULT_PLATFORM
+    return f"{artifact_variant(variant, platform, cpu_level, default)}/{target}"
 
 
 def _same_platform(entry: object, platform: str) -> bool:
     """Whether a lock's entry (a dict, maybe malformed) was built for platform's CPU architecture."""
     try:
-        return isinstance(entry, dict) and platform_suffix(str(entry.get("platform"))) == platform_suffix(platform)
+        return isinstance(entry, dict) and cpu_arch(str(entry.get("platform"))).docker == cpu_arch(platform).docker
     except ConfigError:  # no platform, or one no catalogue names: not this platform's build
         return False
 
 
 def find_entry(builds: dict[str, Any], variant: str, target: str, platform: str,
-               cpu_level: str = "") -> tuple[str, dict[str, Any]] | None:
+               cpu_level: str = "", arch: str = "") -> tuple[str, dict[str, Any]] | None:
     """The key and entry of the lock's build of this variant, target and platform, under its key or, for an
     older lock, under the key without the platform suffix; never an entry of another platform."""
-    for key in dict.fromkeys((entry_key(variant, target, platform, cpu_level), f"{variant}/{target}")):
+    for key in dict.fromkeys((entry_key(variant, target, platform, cpu_level, arch), f"{variant}/{target}")):
         entry = builds.get(key)
         if isinstance(entry, dict) and _same_platform(entry, platform):
             return key, entry

@@ -110,10 +110,12 @@ def test_arm64_cpu_cross_build_is_verified_without_running_it(arm64_cpu_build, c
     assert checks["version"] == f"skipped: {NOT_RUN}"
     assert checks["cpu-load"] == f"skipped: {NOT_RUN}"
     assert checks["cpu-backends"].startswith("passed: ")
-    # what the user gets, read without buildkit: an arm64 image whose server is an AArch64 program
-    image = client.images.get(f"{IMAGE}:cpu")
+    # what the user gets, read without buildkit: an arm64 image whose server is an AArch64 program, under a
+    # name of its own (issue 40: it was `:cpu`, the amd64 build's name, which a push would have replaced)
+    image = client.images.get(f"{IMAGE}:cpu-arm64")
     assert image.attrs["Architecture"] == "arm64"
-    header = file_from_image(client, f"{IMAGE}:cpu", "/app/llama-server")[:20]
+    assert f"{IMAGE}:cpu" not in [t for i in client.images.list(name=IMAGE) for t in i.tags]
+    header = file_from_image(client, f"{IMAGE}:cpu-arm64", "/app/llama-server")[:20]
     assert header[:5] == b"\x7fELF\x02" and int.from_bytes(header[18:20], "little") == 183
 
 

@@ -70,3 +70,13 @@ def test_cli_tags_name_the_arm64_platform(tmp_path):
     assert "cpu" in out["linux/amd64"] and "sha-9054832-cpu" in out["linux/amd64"]
     assert out["linux/arm64"] and all(t.endswith("cpu-arm64") for t in out["linux/arm64"]), out
     assert not set(out["linux/amd64"]) & set(out["linux/arm64"])
+
+
+def test_an_arch_that_exists_on_arm64_only_keeps_its_plain_name_there(tmp_path):
+    """sm_121 (GB10) has no amd64 build to be told apart from: its arm64 image is cuda13.1-sm121, as before."""
+    plan = plan_for(**{"build.arch": "sm_121", "build.cuda_version": "13.1"})
+    assert plan.request.platform == "linux/arm64"
+    assert [t.split(":")[1] for t in plan.tags] == ["cuda13.1-sm121", f"sha-{plan.source.commit[:7]}-cuda13.1-sm121"]
+    path = tmp_path / "buildkit.lock"
+    write_lock_entry(path, entry(arch="sm_121", variant="cuda13.1-sm121", platform="linux/arm64"))
+    assert set(read_lock(path)["builds"]) == {"cuda13.1-sm121/server"}
