@@ -30,9 +30,12 @@ def main() -> int:
         subprocess.run(["rm", "-rf", str(repo)], check=True)
     work.mkdir(parents=True, exist_ok=True)
     _, commit = make_fork_repo(repo, ROOT / "examples" / "tiny-fork")
+    patches = work / "patches"
+    patches.mkdir(exist_ok=True)
     argv = [sys.executable, "-m", "buildkit.cli", "build", "--arch", "sm_120", "--provider", "wheels",
             "--os-image", base, "--source", str(repo), "--commit", commit, "--image", "tiny-fork",
-            "--set", "base.cublas=false", "--lock", str(work / "buildkit.lock")]
+            "--set", "base.cublas=false", "--lock", str(work / "buildkit.lock"),
+            "--patches", str(patches)]  # the example fork's own (empty) queue: patches/ is the seed fork's
     print("+ buildkit " + shlex.join(argv[3:]), flush=True)
     proc = subprocess.run(argv, cwd=ROOT)
     if proc.returncode != 0:
