@@ -128,7 +128,7 @@ def test_needed_check_names_a_library_missing_from_an_arm64_image(arm64_cpu_buil
 
     broken = f"{IMAGE}:no-libggml"
     (tmp_path / "Dockerfile").write_text(
-        f"FROM {IMAGE}:cpu AS built\n"
+        f"FROM {IMAGE}:cpu-arm64 AS built\n"
         f"FROM {project['os_image']}\n"
         "ENV LD_LIBRARY_PATH=/app/lib\n"
         "COPY --from=built /app/llama-server /app/\n"
