@@ -84,8 +84,8 @@ def test_real_llama_cpp_cross_compiles_for_arm64_with_every_default(tmp_path, gi
         assert cpucode.disassembly_counts(objdump, backend["libggml-cpu-armv9.2_1.so"]).get("sve", 0) > 0
         assert cpucode.disassembly_counts(objdump, backend["libggml-cpu-armv8.0_1.so"]).get("sve", 0) == 0
     finally:
-        for name in (ref, "buildkit-test/llama-cpp-arm64:cpu",
-                     f"buildkit-test/llama-cpp-arm64:sha-{fork_commit[:7]}-cpu"):
+        for name in (ref, "buildkit-test/llama-cpp-arm64:cpu-arm64",
+                     f"buildkit-test/llama-cpp-arm64:sha-{fork_commit[:7]}-cpu-arm64"):
             try:
                 client.images.remove(name, force=True)
             except docker.errors.ImageNotFound:
