@@ -22,7 +22,7 @@ GGUF=$(ls "$HERE"/.whl/gguf-*.whl 2>/dev/null | head -1)
 native() {  # the fork's own flags, one arch, only llama-server; resumes a build folder that is there
   timeout "${1:-$LIMIT}" nice -n 19 python3 bench/gpu_side_by_side.py --source .gpu/fork-src.tar.xz \
     --build-only --work "$WORK/sbs" --out "$OUT/native" > "$OUT/native-build.log" 2>&1
-  echo "native build: exit $? ($(date +%T))"; tail -3 "$OUT/native-build.log"
+  echo "native build: exit $? ($(date +%T))"; tail -n 3 "$OUT/native-build.log"
   local b=$WORK/sbs/build-native  # per-object compile times (GGML_CUDA_FA_ALL_QUANTS' share) and sizes
   cp "$b/.ninja_log" "$OUT/native.ninja_log" 2> /dev/null
   ls -l "$b"/bin/*.so* > "$OUT/native-libs.txt" 2> /dev/null
@@ -45,7 +45,7 @@ suites() {  # OPS BUNDLE...
   done
   for b in "${pids[@]}"; do wait "$b"; done
   if [ -n "$npid" ]; then pkill -f gpu_side_by_side.py; pkill ninja; wait "$npid" 2> /dev/null; fi
-  for b in "$@"; do echo "== $(basename "$b")"; tail -2 "$OUT/$(basename "$b" .tar.xz).console.txt"; done
+  for b in "$@"; do echo "== $(basename "$b")"; tail -n 2 "$OUT/$(basename "$b" .tar.xz).console.txt"; done
 }
 case $step in
   suites) suites "" "$@" ;;
@@ -58,19 +58,19 @@ case $step in
       python3 scripts/gpu_run.py run "$b" --model "$WORK/m/qwen35-$size.gguf" --work "$WORK/run" \
         --out "$OUT/dflash-$size" --bench --runs 3 --max-tokens 800 --bench-timeout 150 -- \
         "${dflash[@]/SIZE/$size}" > "$OUT/dflash-$size.console.txt" 2>&1
-      echo "dflash $size: exit $?"; tail -4 "$OUT/dflash-$size.console.txt"
+      echo "dflash $size: exit $?"; tail -n 4 "$OUT/dflash-$size.console.txt"
     done
     for kv in turbo4 q8_0; do
       python3 scripts/gpu_run.py run "$b" --model "$WORK/m/qwen35-medium.gguf" --work "$WORK/run" \
         --out "$OUT/kv-$kv" --bench --runs 3 --max-tokens 800 --bench-timeout 150 -- \
         --flash-attn on -ctk "$kv" -ctv "$kv" > "$OUT/kv-$kv.console.txt" 2>&1
-      echo "kv $kv: exit $?"; tail -4 "$OUT/kv-$kv.console.txt"
+      echo "kv $kv: exit $?"; tail -n 4 "$OUT/kv-$kv.console.txt"
     done ;;
   sbs)  # sbs OUT BUNDLE NAME [llama-server args]: NAME names the output folder
     b=${1:?BUNDLE}; name=${2:?NAME}; shift 2; models
     timeout "$LIMIT" python3 bench/gpu_side_by_side.py --source .gpu/fork-src.tar.xz --work "$WORK/sbs" \
       --bundle "$b" --model "$WORK/m/qwen35-medium.gguf" --rounds "${ROUNDS:-3}" --runs 3 \
       --out "$OUT/sbs-$name" -- "$@" > "$OUT/sbs-$name.console.txt" 2>&1
-    echo "side by side $name: exit $?"; tail -8 "$OUT/sbs-$name.console.txt" ;;
+    echo "side by side $name: exit $?"; tail -n 8 "$OUT/sbs-$name.console.txt" ;;
   *) echo "unknown step $step" >&2; exit 2 ;;
 esac
