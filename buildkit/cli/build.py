@@ -10,6 +10,7 @@ import click
 
 from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, release_option, resolve
 from buildkit.cli.output import echo_published
+from buildkit.cli.signing import sign_key_option, signing_key
 from buildkit.core.errors import ConfigError
 
 
@@ -55,9 +56,11 @@ def version_options(func):
               help="Print the result as JSON on stdout (progress and buildx's output stay on stderr).")
 @click.option("--tests", is_flag=True, help="Also build the tests target (the image plus the fork's "
                                             "test-backend-ops, tag <tag>-tests) for `buildkit gpu-check`.")
+@sign_key_option
 @handle_errors
 def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_only: bool, no_verify: bool,
-          no_load: bool, no_preflight: bool, min_free_gb: float | None, as_json: bool, tests: bool, **kwargs):
+          no_load: bool, no_preflight: bool, min_free_gb: float | None, as_json: bool, tests: bool,
+          sign_key: Path | None, **kwargs):
     """Fetch the pinned commit, patch, render, build with buildx, verify and write the lock."""
     from buildkit.flows.buildspec import build_command
     from buildkit.flows.pipeline import build as run_pipeline, build_options, cache_root, prepare
@@ -70,6 +73,9 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
     cfg = resolve(kwargs)
     if no_load and not push:
         raise ConfigError("--no-load goes with --push (a build without --push is for the engine)")
+    if sign_key is not None and not push:
+        raise ConfigError("--sign-key goes with --push (it signs what is published)")
+    key = signing_key(cfg, sign_key) if push and not print_only else None
     from buildkit.plan.platforms import is_multi
     if tests and (push or print_only or is_multi(cfg.build.platform)):
         raise ConfigError("--tests goes with a plain build of one platform (not --push, --print or several)")
@@ -80,7 +86,7 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
                               "(--platform linux/amd64, then --platform linux/arm64)")
         return _build_multi(cfg, push=push, version=version, bump=bump, force=force, verify=not no_verify,
                             load=not no_load, extra_tags=extra_tags, preflight=not no_preflight,
-                            min_free_gb=min_free_gb, as_json=as_json)
+                            min_free_gb=min_free_gb, as_json=as_json, sign_key=key)
     if print_only:
         import tempfile
 
@@ -100,16 +106,26 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
         click.echo("(its context was rendered into a temporary folder, now removed; `buildkit render --out DIR` "
                    "writes one to build from)", err=True)
         return
+    short_disk = None
     if not no_preflight:
         from buildkit.flows.doctor import preflight
 
-        preflight(cfg, min_free_gb=min_free_gb, echo=lambda line: click.echo(line, err=True))
+        # with --push a short disk stops the build only if there is something to compile: the image of
+        # this build key may be in the engine already (`build`, then `build --push`) or in the registry
+        short_disk = preflight(cfg, min_free_gb=min_free_gb, echo=lambda line: click.echo(line, err=True),
+                               defer_disk=push)
     if push:
+        from buildkit.flows.doctor import refusal
         from buildkit.flows.publishing import build_and_push
+
+        def before_build() -> None:
+            if short_disk is not None:
+                raise refusal(short_disk)
 
         with _display(cfg):
             published = build_and_push(cfg, version=version, bump=bump, force=force, verify=not no_verify,
-                                       load=not no_load, extra_tags=extra_tags)
+                                       load=not no_load, extra_tags=extra_tags, before_build=before_build,
+                                       sign_key=key)
         what = {"built": "built, verified and pushed",
                 "engine": "pushed the image with this build key already in the engine, nothing built",
                 "registry": "already published (the registry has this build key), nothing built"}[published.origin]
@@ -176,5 +192,7 @@ def _build_multi(cfg, *, preflight: bool, min_free_gb: float | None, as_json: bo
     click.echo(f"index {result.index_digest} of {', '.join(p.platform for p in result.platforms)}")
     if result.pushed:
         click.echo(f"pushed: {' '.join(result.pushed)}")
+    if result.signed:
+        click.echo(f"signed: {' '.join(result.signed)}")
     click.echo(f"tags: {' '.join(result.tags) or '-'}")
     click.echo(f"lock: {result.lock_path}")

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, release_option, resolve
+from buildkit.cli.signing import sign_key_option, signing_key
 from buildkit.core.errors import ConfigError
 from buildkit.flows.nightlysummary import PASSED
 
@@ -75,10 +76,11 @@ def refuse_leftovers(leftovers: list[str], as_json: bool) -> None:
 @click.option("--bench-gate", metavar="VARIANT|none",
               help="With --assemble: the summary says which variant the workflow's bench gate benches on the GPU "
                    "runner, or that there is none (`ci github` without --bench-runner passes none).")
+@sign_key_option
 @handle_errors
 def nightly(as_json: bool, summary_path: str | None, date: str | None, force: bool, no_verify: bool,
             plan_only: bool, runners: tuple[str, ...], job_unit: str | None, assemble_dir: str | None,
-            bench_gate: str | None, version: str | None, **kwargs):
+            bench_gate: str | None, version: str | None, sign_key: Path | None, **kwargs):
     """Build and push the matrix for the head of source.branch, unless every variant has it already.
 
     \b
@@ -113,8 +115,9 @@ def nightly(as_json: bool, summary_path: str | None, date: str | None, force: bo
     if version:
         kwargs["image_version"] = version
     cfg = resolve(kwargs)
+    key = None if plan_only else signing_key(cfg, sign_key)  # read before any build: a bad key stops first
     if plan_only or job_unit:
-        _ci_step(cfg, as_json, summary_path, plan_only, runners, job_unit, date, force, not no_verify)
+        _ci_step(cfg, as_json, summary_path, plan_only, runners, job_unit, date, force, not no_verify, key)
         return
     if assemble_dir:
         from buildkit.flows.nightlyjobs import assemble
@@ -122,11 +125,11 @@ def nightly(as_json: bool, summary_path: str | None, date: str | None, force: bo
 
         if bench_gate is not None:
             _check_bench_gate(Path(assemble_dir), bench_gate)
-        summary = assemble(cfg, Path(assemble_dir))
+        summary = assemble(cfg, Path(assemble_dir), sign_key=key)
         if bench_gate is not None:
             summary.bench_gate = bench_gate_line(bench_gate, summary)
     else:
-        summary = run_nightly(cfg, date=date, force=force, verify=not no_verify)
+        summary = run_nightly(cfg, date=date, force=force, verify=not no_verify, sign_key=key)
     unsaved = write_summaries(summary, summary_path)
     out = sys.stderr if as_json else sys.stdout
     if as_json:
@@ -162,7 +165,7 @@ def _check_bench_gate(folder: Path, gate: str) -> None:
         raise ConfigError(f"--bench-gate {gate!r} is neither none nor a variant of the plan ({', '.join(keys)})")
 
 
-def _ci_step(cfg, as_json, summary_path, plan_only, runners, job_unit, date, force, verify) -> None:
+def _ci_step(cfg, as_json, summary_path, plan_only, runners, job_unit, date, force, verify, sign_key=None) -> None:
     """--plan or --job: a JSON document (--json, --summary), one-line outputs to $GITHUB_OUTPUT, a line of text."""
     from buildkit.flows.nightlyjobs import (DEFAULT_RUNNERS, github_outputs, parse_runners, plan_nightly,
                                             plan_summary, run_job, write_github_outputs)
@@ -177,7 +180,7 @@ def _ci_step(cfg, as_json, summary_path, plan_only, runners, job_unit, date, for
         problems = [] if plan.build else write_summaries(plan_summary(plan), None)
         data, ok = plan.to_dict(), True
     else:
-        result = run_job(cfg, job_unit, verify=verify)
+        result = run_job(cfg, job_unit, verify=verify, sign_key=sign_key)
         outputs = {"built": "true" if result.built else "false"}
         line = (f"{result.unit}: {result.status} {result.digest or result.error}").rstrip()
         problems = []

@@ -23,3 +23,5 @@ def echo_published(published, headline: str, as_json: bool) -> None:
     click.echo(headline)
     click.echo(f"tags: {' '.join(published.tags)}")
     click.echo(f"changed: {' '.join(published.added) or 'nothing'}")
+    if getattr(published, "signed", ()):  # a promotion moves tags only: the digest's signatures stay valid
+        click.echo(f"signed: {' '.join(published.signed)}")

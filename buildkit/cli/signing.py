@@ -9,6 +9,19 @@ import click
 
 from buildkit.cli.options import BuildkitCommand, handle_errors
 
+sign_key_option = click.option(
+    "--sign-key", "sign_key", type=click.Path(path_type=Path), default=None,
+    help="Sign each digest this publishes, with its SLSA provenance and SBOM attached, with this private key "
+         "file [default: sign.key_file, else LLAMA_BUILDKIT_SIGN_KEY's PEM, else no signing].")
+
+
+def signing_key(cfg, flag: Path | None):
+    """The key that signs what this command publishes: --sign-key, else sign.key_file, else the PEM of
+    LLAMA_BUILDKIT_SIGN_KEY, else None. Read before anything is built or pushed: a bad key stops first."""
+    from buildkit.release.signkeys import load_signing_key
+
+    return load_signing_key(flag or cfg.sign.key_file)
+
 
 @click.group()
 def keys():

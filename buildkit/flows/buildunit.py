@@ -32,8 +32,10 @@ from buildkit.oci.registry import RegistryClient
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.tags import TagSet
 from buildkit.release.lock import LockEntry, write_lock_entry
-from buildkit.release.publish import (local_image, publish_archive, publish_local_image,
-                                      push_image, tag_locally)
+from buildkit.flows.signpublished import signer_for
+from buildkit.release.artifact import Image, Published, Signer
+from buildkit.release.publish import local_image, publish, tag_locally
+from buildkit.release.signkeys import SigningKey
 from buildkit.verify.checks import VerifyReport
 from buildkit.verify.gate import FailedVerification, verified_or_removed
 
@@ -56,6 +58,7 @@ class Publication:
     how: str = RELEASE
     force: bool = False
     keep_loaded: bool = True  # RELEASE through the archive: False removes the engine's tags after the push
+    sign_key: SigningKey | None = None  # sign the pushed digest, with the unit's provenance and SBOM attached
 
 
 @dataclass(frozen=True)
@@ -69,13 +72,6 @@ class UnitOptions:
     build: BuildOptions | None = None  # the build stage's (default: the config's)
     stages: bool = True  # the stage lines on stderr (a bake's units have the bake's log instead)
     stream: Any = None
-
-
-@dataclass(frozen=True)
-class Published:
-    digest: str  # the registry's
-    added: tuple[str, ...]  # tags this run created or moved
-    pushed: tuple[str, ...]  # every reference of the publication
 
 
 @dataclass(frozen=True)
@@ -160,14 +156,16 @@ def _run(run: _Run, cfg: ResolvedConfig | None, built: BuildResult | None) -> No
     if options.publish is None:
         return
     target = options.publish
+    signer = None
+    if target.sign_key is not None:
+        signer = signer_for(replace(lock_entry(prepared, result), version=target.version), target.sign_key)
     with run.step("publish"):
-        digest, added, result = _publish(target, result, options)
+        run.published, result = _publish(target, result, options, signer, prepared.plan.request.platform)
     run.result = result
-    run.published = Published(digest, tuple(added), tuple(f"{target.repository.name}:{t}" for t in target.tags.all))
     if options.lock_path is not None:
         with run.step("lock"):
-            run.entry = replace(lock_entry(prepared, result), version=target.version, image_digest=digest,
-                                pushed=run.published.pushed)
+            run.entry = replace(lock_entry(prepared, result), version=target.version,
+                                image_digest=run.published.digest, pushed=run.published.pushed)
             write_lock_entry(options.lock_path, run.entry)
 
 
@@ -184,29 +182,30 @@ def _build(run: _Run, cfg: ResolvedConfig | None) -> BuildResult:
         return run_build(spec, build.session(metadata), stream=options.stream, last_seconds=last)
 
 
-def _publish(target: Publication, result: BuildResult, options: UnitOptions) -> tuple[str, list[str], BuildResult]:
-    """(registry digest, tags changed, the build as the engine now holds it)."""
-    client, repository, tags, stream = target.client, target.repository, target.tags, options.stream
+def _publish(target: Publication, result: BuildResult, options: UnitOptions, signer: Signer | None,
+             platform: str) -> tuple[Published, BuildResult]:
+    """(what the registry got, the build as the engine now holds it)."""
+    client, repository, tags = target.client, target.repository, target.tags
     first = f"{repository.name}:{tags.immutable[0]}"
-    if target.how in (RELEASE, BY_DIGEST) and result.oci_archive is not None:
-        with stage("push", f"{first} (the built OCI archive)") if options.stages else nullcontext():
-            digest, added = publish_archive(client, repository, result.oci_archive, result.digest, tags,
-                                            force=target.force)
-        if target.how == RELEASE:
-            if not target.keep_loaded:
-                get_engine().untag(result.tags)
-                result = replace(result, tags=())
-            elif result.tags:  # the engine's copy gets the release tag too, as `docker push` gave it
-                tag_locally(local_image(result.tags[0]), repository, tags.immutable[:1])
-        return digest, added, result
-    with stage("push", f"{first} (docker push)") if options.stages else nullcontext():
-        if target.how == RELEASE:  # its immutable tags were checked before the build
-            digest, added = push_image(client, repository, local_image(result.tags[0]), result.digest, tags,
-                                       force=target.force, stream=stream)
-        else:
-            digest, added = publish_local_image(client, repository, result.tags[0], tags, force=target.force,
-                                                stream=stream)
-    return digest, added, result
+    archive = result.oci_archive if target.how in (RELEASE, BY_DIGEST) else None
+    if archive is not None:
+        artifact = Image(result.digest, archive=archive, platform=platform)
+        how = "the built OCI archive"
+    else:  # RELEASE's immutable tags were checked before the build, against the build's own digest
+        image = local_image(result.tags[0])
+        artifact = Image(result.digest if target.how == RELEASE else image.id, engine_ref=image.id,
+                         platform=platform)
+        how = "docker push"
+    with stage("push", f"{first} ({how})") if options.stages else nullcontext():
+        published = publish(client, repository, artifact, tags, force=target.force, signer=signer,
+                            stream=options.stream)
+    if archive is not None and target.how == RELEASE:
+        if not target.keep_loaded:
+            get_engine().untag(result.tags)
+            result = replace(result, tags=())
+        elif result.tags:  # the engine's copy gets the release tag too, as `docker push` gave it
+            tag_locally(local_image(result.tags[0]), repository, tags.immutable[:1])
+    return published, result
 
 
 __all__ = ["BY_DIGEST", "LOADED", "RELEASE", "Publication", "Published", "UnitOptions", "UnitResult",

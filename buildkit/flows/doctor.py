@@ -131,15 +131,24 @@ def as_json(checks: Sequence[Check]) -> dict:
     return {"ok": not failed(checks), "checks": [asdict(c) for c in checks]}
 
 
+def refusal(check: Check) -> BuildError:
+    """A failed preflight check as the one-line error that stops a build."""
+    return BuildError(f"{check.name}: {check.detail}; fix: {check.fix} (all checks: `buildkit doctor`; "
+                      "skip with --no-preflight)")
+
+
 def preflight(cfg, *, min_free_gb: float | None = None, matrix: bool = False,
-              echo: Callable[[str], None] | None = None) -> None:
-    """`build`'s first step: engine and disk. A failure stops the build with its fix in one line."""
+              echo: Callable[[str], None] | None = None, defer_disk: bool = False) -> Check | None:
+    """`build`'s first step: engine and disk. A failure stops the build with its fix in one line.
+    defer_disk: a short disk is returned instead, for a caller that may find nothing to build (`build
+    --push` of a build key the engine or the registry already has) and raises refusal() before compiling."""
     checks = run_checks(cfg, min_free_gb=min_free_gb, matrix=matrix, cheap_only=True)
     bad = failed(checks)
     if echo is not None:
         for line in format_checks([c for c in checks if c.status == WARN]):
             echo(line)
+    if bad and defer_disk and all(c.name == "disk" for c in bad):
+        return bad[0]
     if bad:
-        c = bad[0]
-        raise BuildError(f"{c.name}: {c.detail}; fix: {c.fix} (all checks: `buildkit doctor`; "
-                         "skip with --no-preflight)")
+        raise refusal(bad[0])
+    return None

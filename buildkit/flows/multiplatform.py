@@ -26,13 +26,16 @@ from buildkit.engine.api import get_engine
 from buildkit.engine.buildx import BuildResult, check_buildx
 from buildkit.flows.buildunit import UnitOptions, run_unit
 from buildkit.flows.pipeline import Prepared, build_options, lock_entry, prepared_context
-from buildkit.oci.ociindex import push_index, write_index_archive
+from buildkit.oci.ociindex import write_index_archive
 from buildkit.plan.buildkey import index_key
 from buildkit.plan.buildplan import BuildRequest, make_request
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.matrix import with_values
 from buildkit.plan.platforms import parse_platforms
-from buildkit.plan.tags import build_key_tag, check_tag, next_version, parse_version, platform_suffix, release_tags
+from buildkit.release.signkeys import SigningKey
+from buildkit.plan.tags import build_key_tag, check_tag, next_version, parse_version, platform_suffix
+from buildkit.plan.tagset import release_tags
+from buildkit.release.artifact import Index
 from buildkit.release.lock import IndexEntry, LockEntry, PlatformRecord, platform_entry_key, write_index_entry
 from buildkit.verify.checks import VerifyReport
 
@@ -58,13 +61,14 @@ class MultiResult:
     pushed: tuple[str, ...] = ()  # registry references, with push
     added: tuple[str, ...] = ()  # registry tags this run created or moved
     origin: str = "built"  # or "registry": the registry had this index's build key, nothing was built
+    signed: tuple[str, ...] = ()  # the index's signature references, with a signing key
 
     def to_json(self) -> dict:
         return {
             "image_name": self.image_name, "variant": self.variant, "index_digest": self.index_digest,
             "digest": self.index_digest, "build_key": self.build_key, "tags": list(self.tags),
             "version": self.version, "pushed": list(self.pushed), "added": list(self.added),
-            "lock": str(self.lock_path), "origin": self.origin,
+            "lock": str(self.lock_path), "origin": self.origin, "signed": list(self.signed),
             "platforms": [{"platform": p.platform, "digest": p.result.digest, "build_key": p.prepared.build_key,
                            "verify": [vars(c) for c in p.report.checks]} for p in self.platforms],
         }
@@ -100,10 +104,11 @@ def _key_tag_only(prepared: Prepared) -> Prepared:
 
 def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None = None, bump: str = "patch",
                 force: bool = False, verify: bool = True, load: bool = True, stream=None,
-                extra_tags: tuple[str, ...] = ()) -> MultiResult:
+                extra_tags: tuple[str, ...] = (), sign_key: SigningKey | None = None) -> MultiResult:
     from buildkit.flows.publishing import with_version
     from buildkit.oci.registry import client_for
-    from buildkit.release.publish import (point_the_rest, publish_repository, reuse_published, check_immutable_free,
+    from buildkit.flows.signpublished import index_signer
+    from buildkit.release.publish import (publish, publish_repository, reuse_published, check_immutable_free,
                                           default_variant, with_extra_tags)
 
     items = platform_requests(cfg)  # every platform checked before anything else
@@ -124,23 +129,23 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
                     for p, sub, req in items]
         key = index_key((p, pr.build_key) for p, _, pr in prepared)
         commit = prepared[0][2].source.commit
-        client = repository = tags = None
+        client = repository = tags = signer = None
         if push:
             repository = publish_repository(image_name)
             client = stack.enter_context(client_for(repository.registry))
             is_default = variant == default_variant(cfg)
+            signer = index_signer(sign_key) if sign_key is not None else None
             reused = None if force else reuse_published(client, repository, key, variant, commit, is_default,
-                                                         extra_tags)
+                                                        extra_tags, signer)
             if reused is not None:
-                digest, version, tags, added = reused
+                done, version, tags = reused
                 versioned = [(p, replace(pr, plan=with_version(pr, version))) for p, _, pr in prepared]
-                builds = _published_platforms(client, repository.repository, digest, versioned)
-                pushed = tuple(f"{repository.name}:{t}" for t in tags.all)
+                builds = _published_platforms(client, repository.repository, done.digest, versioned)
                 lock_path = cfg.lock.path
-                record_index(lock_path, builds, target, image_name, digest, key, (), version, pushed)
-                return MultiResult(image_name=image_name, variant=variant, index_digest=digest, build_key=key,
+                record_index(lock_path, builds, target, image_name, done.digest, key, (), version, done.pushed)
+                return MultiResult(image_name=image_name, variant=variant, index_digest=done.digest, build_key=key,
                                    platforms=tuple(builds), tags=(), lock_path=lock_path, version=version,
-                                   pushed=pushed, added=tuple(added), origin="registry")
+                                   pushed=done.pushed, added=done.added, origin="registry", signed=done.signed)
             version = version or next_version(client.list_tags(repository.repository), variant, bump)
             tags = with_extra_tags(release_tags(version, commit, variant, default_variant=is_default, build_key=key),
                                    extra_tags)
@@ -165,14 +170,17 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
                                          local_tags if load else ())
             if load:
                 get_engine().load(archive, local_tags, stream=stream)
-        added = []
-        pushed = ()
+        added: list[str] = []
+        pushed: tuple[str, ...] = ()
+        signed: tuple[str, ...] = ()
         if push:
             assert client is not None and repository is not None and tags is not None
             with stage("push", f"{repository.name}:{tags.immutable[0]} (the index and {len(builds)} manifests)"):
-                digest = push_index(client, repository.repository, archive, [tags.immutable[0]])
-                added = [tags.immutable[0]] + point_the_rest(client, repository, digest, tags, force=force)
-            pushed = tuple(f"{repository.name}:{t}" for t in tags.all)
+                done = publish(client, repository, Index(digest, archive=archive,
+                                                         platforms=tuple(b.platform for b in builds)),
+                               tags, force=force, signer=signer)
+                digest, added, signed = done.digest, list(done.added), done.signed
+            pushed = done.pushed
             if load:
                 get_engine().tag(local_tags[0], f"{repository.name}:{tags.immutable[0]}")
         if not load:  # loaded for the checks only
@@ -182,7 +190,8 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
                      version or first_request.version, pushed)
         return MultiResult(image_name=image_name, variant=variant, index_digest=digest, build_key=key,
                            platforms=tuple(builds), tags=local_tags if load else (), lock_path=lock_path,
-                           version=version or first_request.version, pushed=pushed, added=tuple(added))
+                           version=version or first_request.version, pushed=pushed, added=tuple(added),
+                           signed=signed)
 
 
 def _published_platforms(client, repo: str, digest: str,

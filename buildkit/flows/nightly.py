@@ -50,7 +50,9 @@ from buildkit.core.errors import BuildkitError, ConfigError, PatchError, Registr
 from buildkit.oci.imageref import ImageRef, parse_image_ref
 from buildkit.source.patches import load_patch_queue
 from buildkit.oci.registry import client_for
-from buildkit.plan.tags import TagSet, next_version, parse_version, release_tags
+from buildkit.release.signkeys import SigningKey
+from buildkit.plan.tags import TagSet, next_version, parse_version
+from buildkit.plan.tagset import release_tags
 from buildkit.core.urlcreds import UrlAuth, redact_text, split_credentials
 
 # The no-op path (ls-remote, lock, one HEAD per variant) imports only what it needs: the build
@@ -169,7 +171,7 @@ def _result_for(variant: Variant, status: str, **fields) -> VariantResult:
 
 
 def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = False, verify: bool = True,
-                stream=None) -> Summary:
+                stream=None, sign_key: SigningKey | None = None) -> Summary:
     """One nightly run; failures of the night are in the summary (Summary.ok), not raised."""
     start = time.monotonic()
     stream = sys.stderr if stream is None else stream
@@ -206,7 +208,7 @@ def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = F
             existing = client.list_tags(repository.repository)
             summary.version = nightly_version(existing, [v.key for v in variants], date)
             _build_and_publish(cfg, client, repository, summary, variants, todo, previous, head, queue.sha256,
-                               lock_path, verify=verify, stream=stream)
+                               lock_path, verify=verify, stream=stream, sign_key=sign_key)
     except BuildkitError as exc:
         if isinstance(exc, ConfigError):
             raise
@@ -222,7 +224,7 @@ def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = F
 
 
 def _build_and_publish(cfg, client, repository, summary: Summary, variants, todo, previous, head, patch_set,
-                       lock_path, *, verify: bool, stream) -> None:
+                       lock_path, *, verify: bool, stream, sign_key: SigningKey | None = None) -> None:
     from buildkit.flows.buildunit import LOADED, Publication, UnitOptions
     from buildkit.flows.matrix import assemble_indexes, build_matrix
     from buildkit.source.changelog import changelog
@@ -240,7 +242,8 @@ def _build_and_publish(cfg, client, repository, summary: Summary, variants, todo
 
     def publication(v: Variant, _) -> UnitOptions:  # a platform of several goes with its index, below
         return UnitOptions() if v.platform_split else UnitOptions(lock_path=lock_path, lock_first=False, publish=(
-            Publication(client, repository, nightly_tags(summary.version, head, v.key), summary.version, how=LOADED)))
+            Publication(client, repository, nightly_tags(summary.version, head, v.key), summary.version, how=LOADED,
+                        sign_key=sign_key)))
 
     with tempfile.TemporaryDirectory(prefix="buildkit-nightly-") as tmp:
         try:
@@ -259,7 +262,7 @@ def _build_and_publish(cfg, client, repository, summary: Summary, variants, todo
         summary.changelog = changelog(cache_root(cfg), summary.url, summary.old_commit, head)
         for index in assemble_indexes(builds, Path(tmp)):
             results[index.key] = _publish_index(client, repository, summary, index, previous[index.key], head,
-                                                patch_set, lock_path)
+                                                patch_set, lock_path, sign_key)
         for b in builds:
             if b.variant.platform_split:  # published with its index, above
                 continue
@@ -288,12 +291,13 @@ def _build_and_publish(cfg, client, repository, summary: Summary, variants, todo
 
 
 def _publish_index(client, repository, summary: Summary, index, p: Previous | None, head: str, patch_set: str,
-                   lock_path: Path) -> VariantResult:
+                   lock_path: Path, sign_key: SigningKey | None = None) -> VariantResult:
     """A baked multi-platform variant: its index (each platform's manifest by digest, then the index)
     under the nightly tags; the lock gets the index and each platform's entry."""
     from buildkit.flows.multiplatform import index_platforms, record_index
-    from buildkit.oci.ociindex import push_index
-    from buildkit.release.publish import point_the_rest, check_immutable_free
+    from buildkit.flows.signpublished import index_signer
+    from buildkit.release.artifact import Index
+    from buildkit.release.publish import publish
 
     v = index.units[0].variant
     seconds = max((u.outcome.seconds for u in index.units if u.outcome), default=None)
@@ -305,10 +309,10 @@ def _publish_index(client, repository, summary: Summary, index, p: Previous | No
                            checks=checks)
     tags = nightly_tags(summary.version, head, v.key)
     try:
-        check_immutable_free(client, repository.repository, tags, index.digest, force=False)
-        digest = push_index(client, repository.repository, index.archive, [tags.immutable[0]])
-        added = [tags.immutable[0]] + point_the_rest(client, repository, digest, tags, force=False)
-        pushed = tuple(f"{repository.name}:{t}" for t in tags.all)
+        done = publish(client, repository, Index(index.digest, archive=index.archive,
+                                                 platforms=tuple(u.variant.request.platform for u in index.units)),
+                       tags, signer=index_signer(sign_key) if sign_key is not None else None)
+        digest, added, pushed = done.digest, done.added, done.pushed
         record_index(lock_path, index_platforms(index), v.request.target, v.request.image_name, digest,
                      index.build_key, index.tags, summary.version, pushed)
         update_nightly_record(lock_path, summary.url, summary.branch, v.key, {

@@ -28,7 +28,7 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from buildkit.core.errors import BuildkitError, ConfigError, PatchError, RegistryError
+from buildkit.core.errors import BuildkitError, ConfigError, PatchError
 from buildkit.core.platforms import ARCHES
 from buildkit.flows.nightlyplan import (Excluded, JobResult, NightlyPlan, PlannedPrevious, PlannedUnit,
                                         PlannedVariant)
@@ -39,6 +39,8 @@ from buildkit.oci.registry import client_for
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.matrix import Variant, bake_target_name, matrix_variants
 from buildkit.core.urlcreds import split_credentials
+from buildkit.release.artifact import Published
+from buildkit.release.signkeys import SigningKey
 
 PLAN_FILE = "plan.json"
 # GitHub-hosted runner labels and the CPU of their machines; self-hosted runners carry X64 / ARM64 (the catalogue's)
@@ -180,13 +182,15 @@ def find_unit(cfg: ResolvedConfig, unit: str) -> Variant:
     raise ConfigError(f"--job {unit!r} is not a unit of the matrix ({', '.join(unit_id(v) for v in variants)})")
 
 
-def run_job(cfg: ResolvedConfig, unit: str, *, verify: bool = True, stream=None) -> JobResult:
+def run_job(cfg: ResolvedConfig, unit: str, *, verify: bool = True, stream=None,
+            sign_key: SigningKey | None = None) -> JobResult:
     """Build, verify and push one unit (source.commit and image.version: the plan's) by digest under
-    its build-key tag. A failure is in the result (status failed), not raised, but for ConfigError."""
-    return JobResult(**_run_job(cfg, unit, verify=verify, stream=stream))
+    its build-key tag, signed with sign_key. A failure is in the result (status failed), not raised,
+    but for ConfigError."""
+    return JobResult(**_run_job(cfg, unit, verify=verify, stream=stream, sign_key=sign_key))
 
 
-def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream) -> dict:
+def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream, sign_key: SigningKey | None) -> dict:
     from buildkit.flows.buildunit import BY_DIGEST, Publication, UnitOptions
     from buildkit.flows.matrix import build_matrix
     from buildkit.flows.pipeline import build_options
@@ -203,8 +207,9 @@ def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream) -> dict:
            "version": version, "status": FAILED, "built": False, "digest": "", "build_key": "", "tag": "",
            "build_seconds": None, "checks": (), "error": ""}
     def by_digest(_, prepared) -> UnitOptions:  # under its build-key tag, which may be replaced: the same inputs
-        tags = TagSet((build_key_tag(prepared.build_key, v.key),), ())
-        return UnitOptions(publish=Publication(client, repository, tags, version, how=BY_DIGEST, force=True))
+        tags = TagSet((), ()).plus(build_key_tag(prepared.build_key, v.key), "build_key", immutable=True)
+        return UnitOptions(publish=Publication(client, repository, tags, version, how=BY_DIGEST, force=True,
+                                               sign_key=sign_key))
 
     with tempfile.TemporaryDirectory(prefix="buildkit-job-") as tmp:
         try:
@@ -260,7 +265,7 @@ def _no_result(unit: PlannedUnit, plan: NightlyPlan) -> JobResult:
                      build_seconds=None, checks=(), error="no result from its job")
 
 
-def assemble(cfg: ResolvedConfig, folder: Path) -> Summary:
+def assemble(cfg: ResolvedConfig, folder: Path, *, sign_key: SigningKey | None = None) -> Summary:
     """The nightly tags (and, for a multi-platform variant, its index) on the digests the jobs pushed."""
     plan, results = read_results(folder)
     summary = plan_summary(plan)
@@ -283,14 +288,15 @@ def assemble(cfg: ResolvedConfig, folder: Path) -> Summary:
                                                  build_seconds=seconds, checks=checks)
                 continue
             try:
-                digest, tags, added = _tag_variant(client, repository, plan, entry, units, got)
+                published = _tag_variant(client, repository, plan, entry, units, got, sign_key)
             except BuildkitError as exc:
                 done[entry.variant] = _result(entry, FAILED, previous_commit=_prev(entry), build_seconds=seconds,
                                                  error=f"built, not published: {exc}", checks=checks)
                 continue
             done[entry.variant] = _result(entry, PASSED, previous_commit=_prev(entry), commit=plan.commit,
-                                             digest=digest, version=plan.version, tags=list(tags.all),
-                                             changed_tags=added, build_seconds=seconds, checks=checks)
+                                             digest=published.digest, version=plan.version,
+                                             tags=list(published.tags), changed_tags=list(published.added),
+                                             build_seconds=seconds, checks=checks)
     skipped = {v.variant: v for v in summary.variants}
     summary.variants = [skipped.get(e.variant) or done[e.variant] for e in plan.variants]
     return summary
@@ -301,34 +307,27 @@ def _prev(entry: PlannedVariant) -> str | None:
 
 
 def _tag_variant(client, repository, plan: NightlyPlan, entry: PlannedVariant, units: list[PlannedUnit],
-                 got: list[JobResult]):
-    """(digest, tags, tags changed): a single-platform unit's digest gets the nightly tags; several
-    platforms get an index over their manifests first (under its own build-key tag, last)."""
+                 got: list[JobResult], sign_key: SigningKey | None = None) -> Published:
+    """A single-platform unit's digest gets the nightly tags (its job signed it); several platforms get an
+    index over their manifests first (under its own build-key tag, last), signed here."""
+    from buildkit.flows.signpublished import index_signer
     from buildkit.oci.ociindex import PlatformManifest, index_document
-    from buildkit.oci.ocilayout import OCI_INDEX, sha256_digest
+    from buildkit.oci.ocilayout import sha256_digest
     from buildkit.plan.buildkey import index_key
-    from buildkit.plan.tags import TagSet, build_key_tag
-    from buildkit.release.publish import point_the_rest, check_immutable_free, point_tags
+    from buildkit.plan.tags import build_key_tag
+    from buildkit.release.artifact import Image, Index
+    from buildkit.release.publish import publish
 
     repo = repository.repository
     tags = nightly_tags(plan.version, plan.commit, entry.variant)
     if not any(u.split for u in units):
-        check_immutable_free(client, repo, tags, got[0].digest, force=False)
-        return got[0].digest, tags, point_tags(client, repo, got[0].digest, tags)
+        return publish(client, repository, Image(got[0].digest, platform=units[0].platform), tags)
     manifests = []
     for u, r in zip(units, got, strict=True):
         body, media_type, _ = client.get_manifest(repo, r.digest)
         manifests.append(PlatformManifest.of_body(u.platform, r.digest, body, media_type))
-    index = index_document(manifests)
+    document = index_document(manifests)
     key = index_key((u.platform, r.build_key) for u, r in zip(units, got, strict=True))
-    tags = TagSet(tags.immutable + (build_key_tag(key, entry.variant),), tags.moving)
-    digest = sha256_digest(index)
-    check_immutable_free(client, repo, tags, digest, force=False)
-    first = client.head_manifest(repo, tags.immutable[0])
-    added = []
-    if first is None:  # not there yet (a re-run of the night finds it there, and moves nothing)
-        stored = client.put_manifest(repo, tags.immutable[0], index, OCI_INDEX)
-        if stored != digest:
-            raise RegistryError(f"the registry stored {stored} for the index of {entry.variant}, not {digest}")
-        added = [tags.immutable[0]]
-    return digest, tags, added + point_the_rest(client, repository, digest, tags, force=False)
+    tags = tags.plus(build_key_tag(key, entry.variant), "build_key", immutable=True)
+    index = Index(sha256_digest(document), document=document, platforms=tuple(u.platform for u in units))
+    return publish(client, repository, index, tags, signer=index_signer(sign_key) if sign_key is not None else None)

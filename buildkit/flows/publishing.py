@@ -5,6 +5,7 @@ gets its missing tags and its lock entry."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import cast
 
@@ -17,19 +18,27 @@ from buildkit.oci.imageref import ImageRef, tag_of
 from buildkit.oci.registry import client_for
 from buildkit.plan.buildplan import make_plan, make_request
 from buildkit.plan.config import ResolvedConfig
-from buildkit.plan.tags import TagSet, check_tag, next_version, parse_version, release_tags
+from buildkit.plan.tags import TagSet, check_tag, next_version, parse_version
+from buildkit.plan.tagset import release_tags
 from buildkit.release.lock import entry_from_dict, find_entry, read_lock, write_lock_entry
-from buildkit.release.publish import (PublishResult, local_image_with_key, push_image, publish_repository,
-                                      reuse_published, check_immutable_free, default_variant, with_extra_tags)
+from buildkit.flows.signpublished import signer_for
+from buildkit.release.artifact import Image
+from buildkit.release.publish import (VERSION_LABEL, PublishResult, check_immutable_free, default_variant,
+                                      image_labels, local_image_with_key, publish, publish_repository,
+                                      reuse_published, with_extra_tags)
+from buildkit.release.signkeys import SigningKey
 
 
 def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str = "patch",
                    force: bool = False, verify: bool = True, stream=None, load: bool = True,
-                   extra_tags: tuple[str, ...] = ()) -> PublishResult:
+                   extra_tags: tuple[str, ...] = (),
+                   before_build: Callable[[], None] | None = None,
+                   sign_key: SigningKey | None = None) -> PublishResult:
     """`buildkit build --push`. With the reproducible exporter the OCI archive itself is pushed
     (publish_archive); load=False keeps the image out of the engine: never loaded without verify,
     else loaded for the checks only and its tags removed after the push. extra_tags (--tag) are
-    local tags and pushed as moving tags too."""
+    local tags and pushed as moving tags too. before_build runs only when there is something to compile
+    (the registry and the engine lack this build key), before the compile: `build`'s deferred disk check."""
     request = make_request(cfg)
     if version is not None:
         parse_version(version)
@@ -46,13 +55,19 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
     with client_for(repository.registry) as client, \
             prepared_context(cfg, request=request, extra_tags=extra_tags) as prepared:
         key, commit = prepared.build_key, prepared.source.commit
+        signer = None
+        if sign_key is not None:  # the found image's entry: the prepared inputs, at the version its labels say
+            def signer(client, repository, digest):
+                found = replace(lock_entry(prepared, BuildResult(digest, "", (), 0.0)),
+                                version=image_labels(client, repo, digest).get(VERSION_LABEL, ""))
+                return signer_for(found, sign_key)(client, repository, digest)
         reused = None if force else reuse_published(client, repository, key, variant, commit, is_default,
-                                                     extra_tags)
+                                                    extra_tags, signer)
         if reused is not None:
-            digest, version, tags, added = reused
-            _record(cfg, prepared, repository, tags, version, digest)
-            return PublishResult(repository.name, version, digest, tags.all, tuple(added), origin="registry",
-                                 build_key=key)
+            done, version, tags = reused
+            _record(cfg, prepared, repository, tags, version, done.digest)
+            return PublishResult(repository.name, version, done.digest, tags.all, done.added, origin="registry",
+                                 build_key=key, signed=done.signed)
         local, local_version = (None, None) if force else local_image_with_key(key, request.image_name)
         if local is not None and version and local_version != version:
             local = local_version = None  # the engine's copy carries another version label: build anew
@@ -61,9 +76,12 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
                                extra_tags)
         check_immutable_free(client, repo, tags, local.id if local is not None else None, force=force)
         prepared = replace(prepared, plan=with_version(prepared, version))
-        publication = Publication(client, repository, tags, version, how=RELEASE, force=force, keep_loaded=load)
+        publication = Publication(client, repository, tags, version, how=RELEASE, force=force, keep_loaded=load,
+                                  sign_key=sign_key)
         lock_path = cfg.lock.path
         if local is None:
+            if before_build is not None:
+                before_build()
             build_opts = replace(options, load=load or verify)  # verify runs the image in the engine
             unit = run_unit(prepared, UnitOptions(verify=verify, lock_path=lock_path, publish=publication,
                                                   build=build_opts, stream=stream), cfg=cfg)
@@ -75,10 +93,11 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
             origin = "engine"
         assert unit.published is not None
         return PublishResult(repository.name, version, unit.published.digest, tags.all, unit.published.added,
-                             origin=origin, build_key=key)
+                             origin=origin, build_key=key, signed=unit.published.signed)
 
 
-def push_local(cfg: ResolvedConfig, *, force: bool = False, stream=None) -> PublishResult:
+def push_local(cfg: ResolvedConfig, *, force: bool = False, stream=None,
+               sign_key: SigningKey | None = None) -> PublishResult:
     """`buildkit push`: publish the image of the lock's entry for this variant, already in the engine."""
     request = make_request(cfg)
     repository = publish_repository(request.image_name)
@@ -89,26 +108,27 @@ def push_local(cfg: ResolvedConfig, *, force: bool = False, stream=None) -> Publ
         raise LockError(f"{lock_path} has no build of {request.variant}/{request.target} for {request.platform}; "
                         "run buildkit build first")
     name, entry = found
-    entry_from_dict(entry, f"{lock_path}: builds[{name!r}]")  # every key there
+    recorded = entry_from_dict(entry, f"{lock_path}: builds[{name!r}]")  # every key there
     image = get_engine().image(entry["image_id"])
     if image is None:
         raise RegistryError(f"the image {entry['image_id'][:19]} of {request.variant} is not in the local engine; "
                             "run buildkit build again")
     key, version, commit = entry["build_key"], entry["version"], entry["commit"]
     is_default = request.artifact_variant == default_variant(cfg)
+    signer = signer_for(recorded, sign_key) if sign_key is not None else None
     with client_for(repository.registry) as client:
         reused = None if force else reuse_published(client, repository, key, request.artifact_variant, commit,
-                                                      is_default)
+                                                    is_default, signer=signer)
         if reused is not None:
-            digest, version, tags, added = reused
+            done, version, tags = reused
         else:
             tags = release_tags(version, commit, request.artifact_variant, default_variant=is_default, build_key=key)
-            check_immutable_free(client, repository.repository, tags, image.id, force=force)
-            digest, added = push_image(client, repository, image, image.id, tags, force=force, stream=stream)
-    entry.update(image_digest=digest, pushed=[f"{repository.name}:{t}" for t in tags.all])
+            done = publish(client, repository, Image(image.id, engine_ref=image.id, platform=request.platform), tags,
+                           force=force, signer=signer, stream=stream)
+    entry.update(image_digest=done.digest, pushed=list(done.pushed))
     write_lock_entry(lock_path, entry_from_dict(entry))
-    return PublishResult(repository.name, version, digest, tags.all, tuple(added),
-                         origin="registry" if reused is not None else "engine", build_key=key)
+    return PublishResult(repository.name, version, done.digest, tags.all, done.added,
+                         origin="registry" if reused is not None else "engine", build_key=key, signed=done.signed)
 
 
 def with_version(prepared: Prepared, version: str):

@@ -3,8 +3,8 @@ inputs) and its SBOM (from the pushed image's own layers), in cosign's formats t
 
 Called after a push with the configured key (release/signkeys.load_signing_key: `--sign-key FILE` or
 LLAMA_BUILDKIT_SIGN_KEY); nothing is signed without one. The image itself is not touched: its digest is
-the one pushed. The single publish path (release/publish.py) is where this attaches for build --push,
-promote and nightly.
+the one pushed. signer_for(entry, key) is what release/publish.publish() calls, for every flow that
+publishes; sign_entry signs a lock entry pushed before.
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from buildkit.core.errors import LockError
-from buildkit.oci.imageref import parse_image_ref
+from buildkit.oci.imageref import ImageRef, parse_image_ref
 from buildkit.oci.ocilayout import open_image
-from buildkit.oci.registry import client_for
+from buildkit.oci.registry import RegistryClient, client_for
 from buildkit.release import provenance, sbom
-from buildkit.release.lock import entry_dict, entry_from_dict, read_lock
+from buildkit.release.artifact import Signer
+from buildkit.release.lock import LockEntry, entry_dict, entry_from_dict, read_lock
 from buildkit.release.signing import Attestation, sign_image
 from buildkit.release.signkeys import SigningKey
 
@@ -35,6 +36,34 @@ class Signed:
     written: tuple[str, ...]  # the .sig and .att references
 
 
+def signer_for(entry: LockEntry, key: SigningKey, *, started_on: str = "") -> Signer:
+    """What release/publish.publish() calls once the registry holds the image: signs its digest and attaches
+    the SLSA provenance of entry's inputs and the SBOM of the pushed image's own layers."""
+
+    def sign(client: RegistryClient, repository: ImageRef, digest: str) -> tuple[str, ...]:
+        name = f"{repository.registry}/{repository.repository}"
+        run = provenance.RunDetails(str(uuid.uuid4()), started_on or _now(), _now())
+        statement = provenance.provenance_statement(entry, digest, name, run)
+        with ExitStack() as stack:
+            image = open_image(f"registry:{name}@{digest}", stack, platform=entry.platform)
+            packages = sbom.image_packages(image)
+        document = sbom.sbom_document(packages, entry_dict(entry), image_name=name)
+        attestations = [Attestation(provenance.PREDICATE_TYPE, statement),
+                        Attestation(sbom.PREDICATE_TYPE, sbom.sbom_statement(document, digest, name))]
+        return tuple(sign_image(client, repository.repository, digest, key, attestations))
+
+    return sign
+
+
+def index_signer(key: SigningKey) -> Signer:
+    """An index's signature: its digest signed (each platform's image keeps its own provenance in the lock)."""
+
+    def sign(client: RegistryClient, repository: ImageRef, digest: str) -> tuple[str, ...]:
+        return tuple(sign_image(client, repository.repository, digest, key))
+
+    return sign
+
+
 def sign_entry(lock_path: Path, entry_key: str, key: SigningKey, *, started_on: str = "") -> Signed:
     """Sign the digest lock_path's entry entry_key was pushed at, with its provenance and SBOM attached."""
     data = read_lock(lock_path).get("builds", {}).get(entry_key)
@@ -45,15 +74,6 @@ def sign_entry(lock_path: Path, entry_key: str, key: SigningKey, *, started_on: 
         raise LockError(f"{entry_key} of {lock_path} was not pushed: nothing to sign (buildkit push first)")
     ref = parse_image_ref(entry.pushed[0])
     name = f"{ref.registry}/{ref.repository}"
-    digest = entry.image_digest
-    run = provenance.RunDetails(str(uuid.uuid4()), started_on or _now(), _now())
-    statement = provenance.provenance_statement(entry, digest, name, run)
-    with ExitStack() as stack:
-        image = open_image(f"registry:{name}@{digest}", stack, platform=entry.platform)
-        packages = sbom.image_packages(image)
-    document = sbom.sbom_document(packages, entry_dict(entry), image_name=name)
-    attestations = [Attestation(provenance.PREDICATE_TYPE, statement),
-                    Attestation(sbom.PREDICATE_TYPE, sbom.sbom_statement(document, digest, name))]
     with client_for(ref.registry) as client:
-        written = sign_image(client, ref.repository, digest, key, attestations)
-    return Signed(f"{name}@{digest}", tuple(written))
+        written = signer_for(entry, key, started_on=started_on)(client, ref, entry.image_digest)
+    return Signed(f"{name}@{entry.image_digest}", written)

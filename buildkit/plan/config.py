@@ -22,7 +22,7 @@ from typing import Any
 from buildkit.core.errors import ConfigError
 from buildkit.core.boundedread import MiB, read_regular
 from buildkit.plan.options import (BaseOptions, BuildOptions, CacheOptions, ImageOptions, LockOptions, MatrixOptions,
-                                   Options, SourceOptions, declared, make_options)
+                                   Options, SignOptions, SourceOptions, declared, make_options)
 from buildkit.plan.schema import check_choice, check_table, check_value, suggestion
 
 SCHEMA_VERSION = 1
@@ -127,6 +127,10 @@ class ResolvedConfig:
     @property
     def lock(self) -> LockOptions:
         return self.options.lock
+
+    @property
+    def sign(self) -> SignOptions:
+        return self.options.sign
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]

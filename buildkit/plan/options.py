@@ -142,6 +142,14 @@ class LockOptions:
 
 
 @dataclass(frozen=True)
+class SignOptions:
+    key_file: Path | None = setting(
+        "", "private key (cosign's PEM, `buildkit keys generate`) that signs every digest build --push, push, "
+        "nightly and its jobs publish, with its provenance and SBOM attached (empty: LLAMA_BUILDKIT_SIGN_KEY's "
+        "PEM if set, else no signing); never put the key itself here")
+
+
+@dataclass(frozen=True)
 class GpuCheckOptions:
     backend: str = setting("CUDA0", "gpu-check: the test-backend-ops backend tested against the CPU (-b)")
     ops: tuple[str, ...] = setting((), "gpu-check: only these ops (-o; empty = every case, minutes on a GPU)")
@@ -162,6 +170,7 @@ class Options:
     matrix: MatrixOptions
     cache: CacheOptions
     lock: LockOptions
+    sign: SignOptions
     gpu_check: GpuCheckOptions
 
 

@@ -80,13 +80,34 @@ def build_tags(repository: str, variant_name: str, commit: str, extra: tuple[str
 
 @dataclass(frozen=True)
 class TagSet:
-    """The tags of one published build. Immutable tags must never move to another digest."""
+    """The tags of one published build. Immutable tags must never move to another digest. roles: each tag's
+    role (plan/tagset.py ROLES: version, sha, build_key, nightly, variant, latest, extra), which is what
+    publishing goes by (the build-key tag last, a sha tag first come), never a tag's spelling."""
     immutable: tuple[str, ...]
     moving: tuple[str, ...]
+    roles: tuple[tuple[str, str], ...] = ()  # (tag, role)
 
     @property
     def all(self) -> tuple[str, ...]:
         return self.immutable + self.moving
+
+    def role(self, tag: str) -> str:
+        """tag's role ("" for a tag of this set whose role was not given)."""
+        return dict(self.roles).get(tag, "")
+
+    def only(self, tags: tuple[str, ...]) -> TagSet:
+        """These of the set's tags, with their kinds and roles."""
+        return TagSet(tuple(t for t in self.immutable if t in tags), tuple(t for t in self.moving if t in tags),
+                      tuple((t, r) for t, r in self.roles if t in tags))
+
+    def plus(self, tag: str, role: str, *, immutable: bool) -> TagSet:
+        """The set with one more tag (its name checked against Docker's grammar)."""
+        if tag in self.all:
+            return self
+        check_tag(tag)
+        if immutable:
+            return TagSet(self.immutable + (tag,), self.moving, self.roles + ((tag, role),))
+        return TagSet(self.immutable, self.moving + (tag,), self.roles + ((tag, role),))
 
 
 def normalise_version(text: str) -> str:
@@ -108,39 +129,6 @@ def parse_version(text: str) -> semver.Version:
 def build_key_tag(build_key: str, variant_name: str) -> str:
     """The tag under which a build with these exact inputs is found again in the registry."""
     return f"bk-{build_key[:24]}-{variant_name}"
-
-
-def release_tags(version: str, commit: str, variant_name: str, *, default_variant: bool,
-                 build_key: str | None = None) -> TagSet:
-    """The tag scheme (cf. docker/metadata-action's semver rules, per variant):
-
-    immutable: V-<variant>, sha-<7>-<variant> (and the build-key tag);
-    moving: <major>.<minor>-<variant>, <major>-<variant> (not while major is 0), <variant>;
-    the default variant also gets V, <major>.<minor>, <major> (not while 0) and latest.
-    A prerelease gets only V-<variant> and, for nightlies, nightly-<variant>: never latest.
-    Every tag is checked against Docker's grammar (so a '+build' suffix is refused).
-    """
-    v = parse_version(version)
-    immutable = [f"{v}-{variant_name}"]
-    moving: list[str] = []
-    if v.prerelease:
-        if str(v.prerelease).split(".")[0] == "nightly":
-            moving.append(f"nightly-{variant_name}")
-    else:
-        immutable.append(f"sha-{commit[:7]}-{variant_name}")
-        moving.append(f"{v.major}.{v.minor}-{variant_name}")
-        if v.major > 0:
-            moving.append(f"{v.major}-{variant_name}")
-        moving.append(variant_name)
-        if default_variant:
-            immutable.append(str(v))
-            moving.append(f"{v.major}.{v.minor}")
-            if v.major > 0:
-                moving.append(str(v.major))
-            moving.append("latest")
-    if build_key:
-        immutable.append(build_key_tag(build_key, variant_name))
-    return TagSet(immutable=tuple(check_tag(t) for t in immutable), moving=tuple(check_tag(t) for t in moving))
 
 
 @dataclass(frozen=True)

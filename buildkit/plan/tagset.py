@@ -8,7 +8,7 @@ API:
 
 ``variant`` is the artifact's name as tags have it (plan.tags.artifact_variant: cpu, cpu-arm64, cuda13.1-sm120).
 Adding a tag rule is one function of ``(ctx) -> tuple[Tag, ...]`` and its place in RULES. The names are
-exactly those of the scheme release_tags documents (plan/tags.py), which is made from this module.
+those of the scheme release_tags documents (below): it is made from RULES, the one place tag rules live.
 """
 
 from __future__ import annotations
@@ -123,4 +123,20 @@ class RoleTagSet:
         return tuple(t for t in self.tags if t.role == role)
 
     def plain(self) -> TagSet:
-        return TagSet(immutable=self.immutable(), moving=self.moving())
+        """The TagSet publishing takes: names by kind, each with its role."""
+        return TagSet(immutable=self.immutable(), moving=self.moving(),
+                      roles=tuple((t.name, t.role) for t in self.tags))
+
+
+def release_tags(version: str, commit: str, variant_name: str, *, default_variant: bool,
+                 build_key: str | None = None) -> TagSet:
+    """The tag scheme (cf. docker/metadata-action's semver rules, per variant), from RULES:
+
+    immutable: V-<variant>, sha-<7>-<variant> (and the build-key tag);
+    moving: <major>.<minor>-<variant>, <major>-<variant> (not while major is 0), <variant>;
+    the default variant also gets V, <major>.<minor>, <major> (not while 0) and latest.
+    A prerelease gets only V-<variant> and, for nightlies, nightly-<variant>: never latest.
+    Every tag is checked against Docker's grammar (so a '+build' suffix is refused).
+    """
+    return RoleTagSet.for_build(version, commit, variant_name, default_variant=default_variant,
+                                build_key=build_key).plain()

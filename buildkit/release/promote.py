@@ -12,8 +12,10 @@ from buildkit.core.errors import ConfigError, RegistryError
 from buildkit.oci.imageref import tag_of
 from buildkit.oci.registry import client_for
 from buildkit.plan.config import ResolvedConfig
-from buildkit.release.publish import VERSION_LABEL, publish_repository, check_immutable_free, image_labels, point_tags
-from buildkit.plan.tags import parse_version, release_tags
+from buildkit.release.artifact import Image
+from buildkit.release.publish import VERSION_LABEL, image_labels, publish, publish_repository
+from buildkit.plan.tags import parse_version
+from buildkit.plan.tagset import release_tags
 
 REVISION_LABEL = "org.opencontainers.image.revision"
 
@@ -51,8 +53,8 @@ def promote(cfg: ResolvedConfig, source_tag: str, version: str) -> Promotion:
         if len(commit) != 40:
             raise RegistryError(f"{repository.name}:{tag} has no {REVISION_LABEL} label; not a buildkit image")
         tags = release_tags(version, commit, key, default_variant=key == cfg.image.default_variant)
-        check_immutable_free(client, repo, tags, info.digest, force=False)
-        added = point_tags(client, repo, info.digest, tags)
+        # the nightly's signatures sign this digest, not a tag: they stay valid under the release tags
+        added = publish(client, repository, Image(info.digest), tags).added
     return Promotion(repository=repository.name, source_tag=tag, digest=info.digest, version=version,
                      commit=commit, nightly_version=labels.get(VERSION_LABEL, ""), tags=tags.all,
                      added=tuple(added))

@@ -16,12 +16,15 @@ The order is what makes a failed push safe to run again:
    image does not stay in the engine.
 An immutable tag that already points at another digest stops the publication before anything is
 pushed.
+
+`publish()` is that step for every flow and every artifact (release/artifact.py: an image or an
+index, from an archive, the engine, a document or the registry itself); a signer given to it signs
+the digest after the upload and before any moving tag points at it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
 
 from buildkit.engine.api import ImageInfo, get_engine
 from buildkit.plan.config import ResolvedConfig
@@ -30,7 +33,9 @@ from buildkit.oci.imageref import ImageRef, name_of, parse_image_ref
 from buildkit.plan.buildplan import make_request
 from buildkit.plan.inputs import BUILD_KEY_LABEL
 from buildkit.oci.registry import RegistryClient
-from buildkit.plan.tags import TagSet, build_key_tag, check_tag, parse_version, release_tags
+from buildkit.plan.tags import TagSet, build_key_tag, parse_version
+from buildkit.plan.tagset import release_tags
+from buildkit.release.artifact import Artifact, Image, Index, Published, Signer, in_registry
 
 VERSION_LABEL = "org.opencontainers.image.version"
 
@@ -44,6 +49,7 @@ class PublishResult:
     added: tuple[str, ...]  # tags this run created or moved
     origin: str  # "built", "engine" (an image with this build key was already loaded) or "registry"
     build_key: str
+    signed: tuple[str, ...] = ()  # the signature and attestation references written
 
 
 def default_variant(cfg: ResolvedConfig) -> str:
@@ -78,10 +84,15 @@ def _labels_of(client: RegistryClient, repo: str, digest: str) -> dict[str, str]
     return {k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)}
 
 
-def _first_come(tag: str) -> bool:
-    """sha-<commit>-<variant> names a commit, not one build of it: a later build of the same commit
-    (other patches, another template) leaves it on the first image instead of failing."""
-    return tag.startswith("sha-")
+def _first_come(tags: TagSet, tag: str) -> bool:
+    """A sha tag (sha-<commit>-<variant>) names a commit, not one build of it: a later build of the same
+    commit (other patches, another template) leaves it on the first image instead of failing."""
+    return tags.role(tag) == "sha"
+
+
+def _forced(tags: TagSet, tag: str, force: bool) -> bool:
+    """--force rebuilds the same inputs: only the build-key tag may move to the new digest."""
+    return force and tags.role(tag) == "build_key"
 
 
 def point_tags(client: RegistryClient, repo: str, digest: str, tags: TagSet, *, force: bool = False) -> list[str]:
@@ -92,9 +103,9 @@ def point_tags(client: RegistryClient, repo: str, digest: str, tags: TagSet, *, 
         current = client.head_manifest(repo, tag)
         if current is not None and current.digest == digest:
             continue
-        if current is not None and _first_come(tag):
+        if current is not None and _first_come(tags, tag):
             continue
-        if current is not None and tag in tags.immutable and not (force and tag.startswith("bk-")):
+        if current is not None and tag in tags.immutable and not _forced(tags, tag, force):
             raise RegistryError(f"{repo}:{tag} already points at {current.digest}, not {digest}; "
                                 "immutable tags are never moved (choose another --release)")
         client.put_manifest(repo, tag, body, media_type)
@@ -106,7 +117,7 @@ def check_immutable_free(client: RegistryClient, repo: str, tags: TagSet, allowe
                          *, force: bool) -> None:
     """Before building: no immutable tag of the new build may exist with another digest."""
     for tag in tags.immutable:
-        if (force and tag.startswith("bk-")) or _first_come(tag):
+        if _forced(tags, tag, force) or _first_come(tags, tag):
             continue
         current = client.head_manifest(repo, tag)
         if current is not None and current.digest != allowed_digest:
@@ -155,43 +166,61 @@ def tag_locally(image: ImageInfo, repository: ImageRef, tags: tuple[str, ...]) -
         get_engine().tag(image.id, f"{repository.name}:{tag}")
 
 
-def publish_built(client: RegistryClient, repository: ImageRef, digest: str, tags: TagSet, *, force: bool,
-                  stream=None) -> list[str]:
-    """Push the local image under its first immutable tag, then put every other tag on that digest."""
-    first = f"{repository.name}:{tags.immutable[0]}"
-    docker_push(first, stream)
-    pushed = client.head_manifest(repository.repository, tags.immutable[0])
-    if pushed is None or (digest and pushed.digest != digest):
-        got = pushed.digest if pushed else "nothing"
-        raise RegistryError(f"after docker push, {first} is {got}, not the built digest {digest}")
-    return [tags.immutable[0]] + point_the_rest(client, repository, pushed.digest, tags, force=force)
+def publish(client: RegistryClient, repository: ImageRef, artifact: Artifact, tags: TagSet, *,
+            force: bool = False, signer: Signer | None = None, stream=None) -> Published:
+    """The one publication path of every flow: no immutable tag may point elsewhere; the artifact's bytes go
+    up under its first immutable tag (unless the registry has them already); the signer signs that digest;
+    then every other tag is put on it, the build-key tag last (it marks a complete publication)."""
+    repo = repository.repository
+    check_immutable_free(client, repo, tags, artifact.digest or None, force=force)
+    if in_registry(artifact):
+        if client.head_manifest(repo, artifact.digest) is None:
+            raise RegistryError(f"{repository.name}@{artifact.digest} is not in the registry: nothing to tag")
+        digest, uploaded, rest = artifact.digest, [], tags
+    else:
+        first = tags.immutable[0]
+        before = client.head_manifest(repo, first)
+        digest = _upload(client, repository, artifact, first, stream)
+        uploaded = [] if before is not None and before.digest == digest else [first]  # added: what moved
+        rest = tags.only(tags.all[1:])
+    signed = signer(client, repository, digest) if signer is not None else ()
+    key_tags = tuple(t for t in rest.all if rest.role(t) == "build_key")
+    added = uploaded + point_tags(client, repo, digest, rest.only(tuple(t for t in rest.all if t not in key_tags)),
+                                  force=force)
+    added += point_tags(client, repo, digest, rest.only(key_tags), force=force)
+    return Published(digest, tuple(added), tuple(f"{repository.name}:{t}" for t in tags.all), tuple(signed))
 
 
-def point_the_rest(client: RegistryClient, repository: ImageRef, digest: str, tags: TagSet, *,
-                    force: bool) -> list[str]:
-    """Every tag after the first immutable one onto digest; the build-key tag last."""
-    ordered = TagSet(immutable=tags.immutable[1:], moving=tags.moving)
-    key_tags = tuple(t for t in ordered.immutable if t.startswith("bk-"))
-    body_tags = TagSet(immutable=tuple(t for t in ordered.immutable if not t.startswith("bk-")),
-                       moving=ordered.moving)
-    changed = point_tags(client, repository.repository, digest, body_tags, force=force)
-    changed += point_tags(client, repository.repository, digest, TagSet(key_tags, ()), force=force)
-    return changed
+def _upload(client: RegistryClient, repository: ImageRef, artifact: Artifact, tag: str, stream) -> str:
+    """The artifact's bytes under tag; the digest the registry stored, checked against the artifact's."""
+    from buildkit.oci.ocilayout import OCI_INDEX, OciArchive, push_layout
+    from buildkit.oci.ociindex import push_index
 
-
-def publish_archive(client: RegistryClient, repository: ImageRef, archive: Path, built_digest: str,
-                    tags: TagSet, *, force: bool) -> tuple[str, list[str]]:
-    """Push the OCI archive the build wrote (the bytes verify checked) through the registry API:
-    its blobs, then its manifest byte for byte under the first immutable tag, then every other tag
-    on that digest. The digest in the registry is the archive's, which is the lock's."""
-    from buildkit.oci.ocilayout import OciArchive, push_layout
-
-    with OciArchive(archive) as layout:
-        image = layout.image(None)
-        if built_digest and image.manifest_digest != built_digest:
-            raise RegistryError(f"the archive {archive} holds {image.manifest_digest}, not the built {built_digest}")
-        digest = push_layout(client, repository.repository, image, [tags.immutable[0]])
-    return digest, [tags.immutable[0]] + point_the_rest(client, repository, digest, tags, force=force)
+    repo = repository.repository
+    if isinstance(artifact, Index):
+        if artifact.archive is not None:
+            digest = push_index(client, repo, artifact.archive, [tag])
+        else:
+            assert artifact.document is not None
+            there = client.head_manifest(repo, tag)  # a re-run of the night finds it there and puts nothing
+            digest = there.digest if there is not None and there.digest == artifact.digest else \
+                client.put_manifest(repo, tag, artifact.document, OCI_INDEX)
+    elif artifact.archive is not None:
+        with OciArchive(artifact.archive) as layout:
+            image = layout.image(None)
+            if artifact.digest and image.manifest_digest != artifact.digest:
+                raise RegistryError(f"the archive {artifact.archive} holds {image.manifest_digest}, "
+                                    f"not the built {artifact.digest}")
+            digest = push_layout(client, repo, image, [tag])
+    else:
+        assert artifact.engine_ref is not None
+        get_engine().tag(artifact.engine_ref, f"{repository.name}:{tag}")
+        docker_push(f"{repository.name}:{tag}", stream)
+        pushed = client.head_manifest(repo, tag)
+        digest = pushed.digest if pushed is not None else "nothing"
+    if artifact.digest and digest != artifact.digest:
+        raise RegistryError(f"after the push, {repository.name}:{tag} is {digest}, not {artifact.digest}")
+    return digest
 
 
 def publish_repository(request_image_name: str) -> ImageRef:
@@ -203,31 +232,24 @@ def publish_repository(request_image_name: str) -> ImageRef:
 
 def with_extra_tags(tags: TagSet, extra: tuple[str, ...]) -> TagSet:
     """tags and the ones --tag asked for, as moving tags (a later build may take them)."""
-    more = tuple(check_tag(t) for t in dict.fromkeys(extra) if t not in tags.all)
-    return replace(tags, moving=tags.moving + more)
+    for tag in dict.fromkeys(extra):
+        tags = tags.plus(tag, "extra", immutable=False)
+    return tags
 
 
 def reuse_published(client: RegistryClient, repository: ImageRef, key: str, variant: str, commit: str,
-                     is_default: bool, extra_tags: tuple[str, ...] = ()) -> tuple[str, str, TagSet, list[str]] | None:
-    """When the registry has the build key's tag: point the missing tags at it; (digest, version, tags, added)."""
+                    is_default: bool, extra_tags: tuple[str, ...] = (), signer: Signer | None = None,
+                    ) -> tuple[Published, str, TagSet] | None:
+    """When the registry has the build key's tag: point the missing tags at it; (what was published, its
+    version, its tags). An index's build key is found the same way (its tag is on the index)."""
     existing = client.head_manifest(repository.repository, build_key_tag(key, variant))
     if existing is None:
         return None
     version = _labels_of(client, repository.repository, existing.digest).get(VERSION_LABEL, "")
     tags = with_extra_tags(release_tags(version, commit, variant, default_variant=is_default, build_key=key),
                            extra_tags)
-    added = point_tags(client, repository.repository, existing.digest, tags)
-    return existing.digest, version, tags, added
-
-
-def push_image(client: RegistryClient, repository: ImageRef, image, local_digest: str, tags: TagSet, *,
-                force: bool, stream=None) -> tuple[str, list[str]]:
-    """Tag the local image, push it, put every tag on its digest; (registry digest, tags changed)."""
-    tag_locally(image, repository, tags.immutable[:1])
-    added = publish_built(client, repository, local_digest, tags, force=force, stream=stream)
-    pushed = client.head_manifest(repository.repository, tags.immutable[0])
-    assert pushed is not None  # publish_built just put this tag on it
-    return pushed.digest, added
+    done = publish(client, repository, Image(existing.digest), tags, signer=signer)
+    return done, version, tags
 
 
 def tags_for(cfg: ResolvedConfig, version: str, commit: str) -> TagSet:
@@ -242,11 +264,3 @@ def image_labels(client: RegistryClient, repo: str, digest: str) -> dict[str, st
     return _labels_of(client, repo, digest)
 
 
-def publish_local_image(client: RegistryClient, repository: ImageRef, image_id: str, tags: TagSet, *,
-                        force: bool = False, stream=None) -> tuple[str, list[str]]:
-    """Publish an image the engine already holds (by id or tag), under tags: refuse if an immutable
-    tag points elsewhere, push the first immutable tag, put the others on its digest.
-    Returns (registry digest, tags changed). Used by `buildkit nightly` for each baked variant."""
-    image = local_image(image_id)
-    check_immutable_free(client, repository.repository, tags, image.id, force=force)
-    return push_image(client, repository, image, image.id, tags, force=force, stream=stream)

@@ -25,6 +25,9 @@ from pathlib import Path
 import pytest
 
 from buildkit.oci.registry import RegistryClient
+from buildkit.release.cosignformat import tag_for as cosign_tag
+from buildkit.release.signkeys import generate_keys
+from test_signing_cosign import cosign
 from forkrepo import FORK_EPOCH, make_fork_repo
 from gitserver import commit_all
 
@@ -85,6 +88,8 @@ targets = ["server"]
     # one cache for every test of the session (the CUDA 13.1 wheels are downloaded once per cache)
     env["LLAMA_BUILDKIT_CACHE_DIR"] = str(tmp_path_factory.getbasetemp() / "buildkit-cache")
     env["GITHUB_STEP_SUMMARY"] = str(tmp / "step-summary.md")
+    generate_keys(tmp / "cosign.key", tmp / "cosign.pub")  # sign.key_file, from its environment variable
+    env["LLAMA_BUILDKIT_SIGN_KEY_FILE"] = str(tmp / "cosign.key")
     yield {"fork": fork, "project": project, "env": env, "log": log, "registry": registry_plain, "tmp": tmp,
            "epoch": FORK_EPOCH, "runs": {}}
     remove_local_images(f"{registry_plain.host}/{REPO}")
@@ -183,6 +188,14 @@ def test_first_nightly_builds_and_pushes_every_variant(night):
     assert lock["builds"]["cpu/server"]["version"] == version
     markdown = Path(night["env"]["GITHUB_STEP_SUMMARY"]).read_text()
     assert "| `cpu` | passed" in markdown and head in markdown
+    # signed with sign.key_file as it was published: cosign itself verifies the digest, its provenance, its SBOM
+    for key, result in variants.items():
+        ref = f"{night['registry'].host}/{REPO}@{result['digest']}"
+        for args in (("verify",), ("verify-attestation", "--type", "slsaprovenance1"),
+                     ("verify-attestation", "--type", "cyclonedx")):
+            done = cosign(night["tmp"], *args, "--key", str(night["tmp"] / "cosign.pub"), ref)
+            assert done.returncode == 0, (key, args, done.stderr[-2000:])
+        assert tags[cosign_tag(result["digest"], "sig")] and tags[cosign_tag(result["digest"], "att")]
 
 
 def test_second_nightly_without_a_new_commit_builds_nothing(night):
@@ -295,5 +308,9 @@ def test_promote_gives_a_nightly_release_tags_without_building(night):
     other = buildkit(night, "promote", f"nightly-{CUDA_VARIANT}", "--release", "1.0.0")
     assert other.returncode == 0, other.stderr  # other variant: its own tags (1.0.0-cuda..., no bare 1.0.0)
     assert registry_tags(night)["1.0.0"] == digest
+    # the nightly's signature signs the digest, not a tag: under its release tag it verifies as it did
+    done = cosign(night["tmp"], "verify", "--key", str(night["tmp"] / "cosign.pub"),
+                  f"{night['registry'].host}/{REPO}:1.0.0")
+    assert done.returncode == 0, done.stderr[-2000:]
     bad = buildkit(night, "promote", "cpu", "--release", "1.0.1")
     assert bad.returncode == 1 and bad.stderr.startswith("error:") and "nightly-<variant>" in bad.stderr

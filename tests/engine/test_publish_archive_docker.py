@@ -80,3 +80,30 @@ def test_no_load_without_push_is_refused(tmp_path, fork, registry_plain, debian_
     proc = buildkit(project, env, "build", "--no-load")
     assert proc.returncode == 1 and proc.stderr.strip() == "error: --no-load goes with --push (a build without " \
         "--push is for the engine)"
+
+
+def test_a_short_disk_stops_push_only_when_there_is_something_to_compile(tmp_path, fork, registry_plain,
+                                                                          debian_base_image):  # noqa: F811
+    """The README's `build`, then `build --push`: the second finds this build key's image in the engine and
+    compiles nothing, so the disk a compile needs is not asked for (CI refused it at 15.9 of 16 GB free).
+    A build that must compile is still refused before it starts."""
+    repo = "archive/tiny-disk"
+    project = make_project(tmp_path / "project", fork, registry_plain.host, debian_base_image, repo)
+    env, log = spy_env(tmp_path)
+    built = json.loads(ok(buildkit(project, env, "build", "--json")).stdout)
+    short = ("--min-free-gb", "1000000")  # more than any disk here has
+    refused = buildkit(project, env, "build", *short)
+    assert refused.returncode == 1 and refused.stderr.startswith("error: disk: ") and "need 1e+06 GB" in refused.stderr
+    pushed = json.loads(ok(buildkit(project, env, "build", "--push", *short, "--json")).stdout)
+    assert pushed["origin"] == "engine" and pushed["digest"] == built["digest"]
+    builds_before = sum(c.startswith("buildx build") for c in log.read_text().splitlines())
+    assert builds_before == 1
+    forced = buildkit(project, env, "build", "--push", "--force", *short)
+    last = forced.stderr.strip().splitlines()[-1]  # after fetch, patch and render: what to build is known
+    assert forced.returncode == 1 and last.startswith("error: disk: "), forced.stderr[-2000:]
+    assert sum(c.startswith("buildx build") for c in log.read_text().splitlines()) == builds_before  # nothing ran
+    with RegistryClient(registry_plain.host) as client:
+        assert set(digests(client, repo).values()) == {built["digest"]}
+    mine = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", "--filter",
+                           f"reference={registry_plain.host}/{repo}"], capture_output=True, text=True).stdout.split()
+    subprocess.run(["docker", "image", "rm", *mine], capture_output=True)

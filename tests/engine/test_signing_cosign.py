@@ -184,3 +184,50 @@ def test_a_pushed_lock_entry_is_signed_with_its_provenance_and_sbom(signed, cli,
         assert client.head_manifest(repo, "v1").digest == digest  # the image is the one pushed
     done = cli("verify-image", f"{signed['host']}/{repo}:v1", "--key", pub, "--lock", str(lock))
     assert done.returncode == 0 and done.stdout.count("ok  ") == 4, done.stdout + done.stderr
+
+
+def test_build_push_signs_what_it_publishes_before_its_moving_tags(signed, registry_plain, debian_base_image,
+                                                                   tmp_path, tmp_path_factory):
+    """The one publication path signs: `build --push` with the key of a CI secret (LLAMA_BUILDKIT_SIGN_KEY).
+    cosign verifies the digest, its provenance and its SBOM; the SBOM lists every package dpkg-query lists in
+    the image; the same inputs pushed without a key have the same digest (signing does not touch the image)."""
+    from forkrepo import make_fork_repo
+    from test_publish_docker import ROOT, buildkit, make_project, ok, spy_env
+
+    upstream = tmp_path_factory.mktemp("sign-upstream") / "tiny-fork"
+    _, commit = make_fork_repo(upstream, ROOT / "examples" / "tiny-fork")
+    fork = {"path": upstream, "commit": commit}
+    env, _ = spy_env(tmp_path)
+    env["LLAMA_BUILDKIT_SIGN_KEY"] = (signed["work"] / "cosign.key").read_text()
+    project = make_project(tmp_path / "signed", fork, registry_plain.host, debian_base_image, "signing/built")
+    result = json.loads(ok(buildkit(project, env, "build", "--push", "--json")).stdout)
+    digest, host = result["digest"], registry_plain.host
+    assert result["signed"] == [f"{host}/signing/built:{cf.tag_for(digest, 'sig')}",
+                                f"{host}/signing/built:{cf.tag_for(digest, 'att')}"]
+    pub = str(signed["work"] / "cosign.pub")
+    for tag in ("0.1.0-cpu", "cpu"):  # a release tag and a moving one: both name the signed digest
+        done = cosign(signed["work"], "verify", "--key", pub, f"{host}/signing/built:{tag}")
+        assert done.returncode == 0, done.stderr
+    done = cosign(signed["work"], "verify-attestation", "--key", pub, "--type", "slsaprovenance1",
+                  f"{host}/signing/built@{digest}")
+    assert done.returncode == 0, done.stderr
+    statement = json.loads(base64.b64decode(json.loads(done.stdout.splitlines()[0])["payload"]))
+    assert statement["subject"][0]["digest"]["sha256"] == digest.split(":", 1)[1]
+    assert statement["predicate"]["buildDefinition"]["externalParameters"]["commit"] == commit
+    done = cosign(signed["work"], "verify-attestation", "--key", pub, "--type", "cyclonedx",
+                  f"{host}/signing/built@{digest}")
+    assert done.returncode == 0, done.stderr
+    bom = json.loads(base64.b64decode(json.loads(done.stdout.splitlines()[0])["payload"]))["predicate"]
+    listed = {(c["name"], c["version"]) for c in bom["components"] if c.get("purl", "").startswith("pkg:deb/")}
+    local = f"{host}/signing/built:0.1.0-cpu"
+    dpkg = ok(subprocess.run(["docker", "run", "--rm", "--entrypoint", "dpkg-query", local, "-W",
+                              "-f", "${db:Status-Status} ${Package} ${Version}\n"],
+                             capture_output=True, text=True, timeout=120)).stdout
+    installed = {tuple(line.split()[1:]) for line in dpkg.splitlines() if line.startswith("installed ")}
+    assert installed and installed <= listed, installed - listed
+    # the same inputs, no key, another repository: the same digest
+    env.pop("LLAMA_BUILDKIT_SIGN_KEY")
+    plain = make_project(tmp_path / "plain", fork, registry_plain.host, debian_base_image, "signing/plain")
+    unsigned = json.loads(ok(buildkit(plain, env, "build", "--push", "--json")).stdout)
+    assert unsigned["digest"] == digest and unsigned["signed"] == []
+    subprocess.run(["docker", "image", "rm", local, f"{host}/signing/plain:0.1.0-cpu"], capture_output=True)

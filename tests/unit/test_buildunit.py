@@ -219,7 +219,8 @@ def test_a_ci_job_unit_replaces_its_build_key_tag_and_locks_nothing(tmp_path):
     registry.tags[key_tag] = "sha256:" + "9" * 64
     engine = PushingEngine(registry)
     prepared = prepared_unit(tmp_path)
-    publication = Publication(registry, parse_image_ref(REPO), TagSet((key_tag,), ()), "1.0.0-nightly.1",  # type: ignore[arg-type]
+    tags = TagSet((), ()).plus(key_tag, "build_key", immutable=True)  # as nightly --job makes it: by its role
+    publication = Publication(registry, parse_image_ref(REPO), tags, "1.0.0-nightly.1",  # type: ignore[arg-type]
                               how=BY_DIGEST, force=True)
     with use_engine(engine):
         unit = run_unit(prepared, UnitOptions(verify=False, publish=publication, stages=False),

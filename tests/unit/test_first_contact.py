@@ -194,7 +194,8 @@ def test_tags_lists_every_tag_a_publish_writes(tmp_path):
 
 def test_v_versions_everywhere():
     from buildkit.plan.buildplan import make_request
-    from buildkit.plan.tags import normalise_version, parse_version, release_tags
+    from buildkit.plan.tags import normalise_version, parse_version
+    from buildkit.plan.tagset import release_tags
 
     assert str(parse_version("v1.2.3")) == "1.2.3" and normalise_version("V2.0.0-rc.1") == "2.0.0-rc.1"
     assert release_tags("v1.2.3", C, "cpu", default_variant=True) == release_tags("1.2.3", C, "cpu",

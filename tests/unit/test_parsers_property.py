@@ -18,7 +18,8 @@ from buildkit.release.lock import entry_from_dict, read_lock
 from buildkit.plan.inputs import INPUTS_LABEL, LABEL_PREFIX
 from buildkit.oci.registryauth import parse_www_authenticate
 from buildkit.flows.record import from_labels
-from buildkit.plan.tags import check_repository, check_tag, next_version, parse_version, release_tags
+from buildkit.plan.tags import check_repository, check_tag, next_version, parse_version
+from buildkit.plan.tagset import release_tags
 from buildkit.core.urlcreds import redact_text, split_credentials
 
 SETTINGS = settings(max_examples=150, deadline=None, derandomize=True,

@@ -1,7 +1,8 @@
 import pytest
 
 from buildkit.core.errors import ConfigError
-from buildkit.plan.tags import build_key_tag, next_version, release_tags
+from buildkit.plan.tags import build_key_tag, next_version
+from buildkit.plan.tagset import release_tags
 
 C = "905483277823858fdec17ff5c3750451cb1b7cdc"
 V = "cuda13.1-sm120"
