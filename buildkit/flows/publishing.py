@@ -15,14 +15,14 @@ from buildkit.engine.buildx import BuildResult, check_buildx
 from buildkit.flows.buildunit import RELEASE, Publication, UnitOptions, run_unit
 from buildkit.flows.pipeline import Prepared, build_options, lock_entry, prepared_context, with_labels
 from buildkit.oci.imageref import ImageRef, tag_of
-from buildkit.oci.registry import client_for
+from buildkit.oci.registry import RegistryClient, client_for
 from buildkit.plan.buildplan import make_plan, make_request
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.tags import TagSet, check_tag, next_version, parse_version
 from buildkit.plan.tagset import release_tags
 from buildkit.release.lock import entry_from_dict, find_entry, read_lock, write_lock_entry
 from buildkit.flows.signpublished import signer_for
-from buildkit.release.artifact import Image
+from buildkit.release.artifact import Image, Signer
 from buildkit.release.publish import (VERSION_LABEL, PublishResult, check_immutable_free, default_variant,
                                       image_labels, local_image_with_key, publish, publish_repository,
                                       reuse_published, with_extra_tags)
@@ -55,14 +55,9 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
     with client_for(repository.registry) as client, \
             prepared_context(cfg, request=request, extra_tags=extra_tags) as prepared:
         key, commit = prepared.build_key, prepared.source.commit
-        signer = None
-        if sign_key is not None:  # the found image's entry: the prepared inputs, at the version its labels say
-            def signer(client, repository, digest):
-                found = replace(lock_entry(prepared, BuildResult(digest, "", (), 0.0)),
-                                version=image_labels(client, repo, digest).get(VERSION_LABEL, ""))
-                return signer_for(found, sign_key)(client, repository, digest)
+        found_signer = _found_signer(prepared, sign_key) if sign_key is not None else None
         reused = None if force else reuse_published(client, repository, key, variant, commit, is_default,
-                                                    extra_tags, signer)
+                                                    extra_tags, found_signer)
         if reused is not None:
             done, version, tags = reused
             _record(cfg, prepared, repository, tags, version, done.digest)
@@ -94,6 +89,18 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
         assert unit.published is not None
         return PublishResult(repository.name, version, unit.published.digest, tags.all, unit.published.added,
                              origin=origin, build_key=key, signed=unit.published.signed)
+
+
+def _found_signer(prepared: Prepared, key: SigningKey) -> Signer:
+    """The signer of an image the registry has under this build key: the prepared inputs, at the version
+    its labels say (a publication found again is signed as a new one is)."""
+
+    def sign(client: RegistryClient, repository: ImageRef, digest: str) -> tuple[str, ...]:
+        found = replace(lock_entry(prepared, BuildResult(digest, "", (), 0.0)),
+                        version=image_labels(client, repository.repository, digest).get(VERSION_LABEL, ""))
+        return signer_for(found, key)(client, repository, digest)
+
+    return sign
 
 
 def push_local(cfg: ResolvedConfig, *, force: bool = False, stream=None,

@@ -21,6 +21,8 @@ import pytest
 
 from buildkit.oci.registry import RegistryClient
 from cliutil import cli_env, run_cli, write_project
+from buildkit.release.signkeys import generate_keys
+from test_signing_cosign import cosign
 from ghactions import NIGHTLY_CONTEXT, ArtifactStore, CacheStore, Runner, nightly_stand_ins, runner_env
 
 pytestmark = pytest.mark.docker
@@ -62,7 +64,9 @@ def workflow_run(tmp_path_factory, example_fork, registry_plain, debian_base_ima
     env = runner_env(bindir, {k: v for k, v in cli_env(tmp / "buildkit-cache").items()
                               if k in ("PYTHONPATH", "LLAMA_BUILDKIT_CACHE_DIR")})
     stand_ins = nightly_stand_ins(checkout, cache, artifacts, login)
-    context = NIGHTLY_CONTEXT
+    generate_keys(tmp / "cosign.key", tmp / "cosign.pub")  # the key form of signing: the PEM as a secret
+    context = {**NIGHTLY_CONTEXT, "secrets": {**NIGHTLY_CONTEXT["secrets"],
+                                              "LLAMA_BUILDKIT_SIGN_KEY": (tmp / "cosign.key").read_text()}}
     runner = Runner(project / ".github" / "workflows" / "buildkit-nightly.yml", env=env, stand_ins=stand_ins,
                     skip=SKIPPED_STEPS, context=context, work_root=tmp / "runs")
     yield {"runner": runner, "cache": cache, "artifacts": artifacts, "registry": registry_plain, "tmp": tmp,
@@ -123,6 +127,10 @@ def test_the_generated_jobs_run_in_order_against_the_loopback_registry(workflow_
         for variant, result in results.items():
             for tag in (f"nightly-{variant}", f"{version}-{variant}"):
                 assert client.head_manifest(REPO, tag).digest == result["digest"], tag
+            # each job signed what it pushed, with the secret's key: cosign verifies it under the nightly tag
+            done = cosign(workflow_run["tmp"], "verify", "--key", str(workflow_run["tmp"] / "cosign.pub"),
+                          f"{workflow_run['registry'].host}/{REPO}:nightly-{variant}")
+            assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads((assemble.workspace / "buildkit-nightly.json").read_text())
     assert summary["ok"] and summary["new_commit"] == commit and summary["version"] == version
     assert [(v["variant"], v["status"], v["digest"]) for v in summary["variants"]] == [
