@@ -15,6 +15,7 @@ import click
 
 from buildkit.cli.diff import DIFFERENT
 from buildkit.cli.options import handle_errors
+from buildkit.core.errors import ConfigError
 
 
 @click.command()
@@ -31,10 +32,16 @@ from buildkit.cli.options import handle_errors
                    "compiled again, a clean rebuild).")
 @click.option("--provenance", is_flag=True,
               help="Attach a provenance attestation (it carries invocation ids; the digest then differs).")
+@click.option("--attest", is_flag=True,
+              help="When reproduced, sign a SLSA verification summary (VSA) with your own key (--sign-key FILE, "
+                   "else LLAMA_BUILDKIT_SIGN_KEY) saying so, attached beside the image in its registry.")
+@click.option("--sign-key", "sign_key", type=click.Path(path_type=Path), default=None,
+              help="The rebuilder's private key for --attest (cosign's PEM; `buildkit keys generate`).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @handle_errors
 def reproduce(target: str, build_key: str | None, config_path: str | None, patches: str | None,
-              source: str | None, keep: str | None, use_cache: bool, provenance: bool, as_json: bool):
+              source: str | None, keep: str | None, use_cache: bool, provenance: bool, attest: bool,
+              sign_key: Path | None, as_json: bool):
     """Rebuild TARGET (a buildkit.lock, or an image reference) from its recorded inputs and compare.
 
     \b
@@ -49,9 +56,20 @@ def reproduce(target: str, build_key: str | None, config_path: str | None, patch
     from buildkit.plan.config import find_config_file
     from buildkit.flows.record import IndexRecorded, load_record
     from buildkit.flows.reproduce import reproduce as run, reproduce_index
+    from buildkit.release.signkeys import load_signing_key
 
+    if sign_key is not None and not attest:
+        raise ConfigError("--sign-key goes with --attest")
+    key = load_signing_key(sign_key) if attest else None  # read first: a bad key stops before the rebuild
+    if attest and key is None:
+        raise ConfigError("--attest signs with the rebuilder's own key: give --sign-key FILE or set "
+                          "LLAMA_BUILDKIT_SIGN_KEY")
+    if attest and use_cache:
+        raise ConfigError("--attest vouches for a clean rebuild: leave out --cache")
     record = load_record(target, build_key)
     cfg_path = find_config_file(config_path, os.environ, Path.cwd())
+    if isinstance(record, IndexRecorded) and attest:
+        raise ConfigError("--attest is for one image for now: reproduce a platform's entry (--build)")
     if isinstance(record, IndexRecorded):  # a multi-platform build: every platform, then the index
         index = reproduce_index(record, config_path=cfg_path, source=source, patches=patches,
                                 keep=Path(keep).resolve() if keep else None, use_cache=use_cache,
@@ -62,13 +80,21 @@ def reproduce(target: str, build_key: str | None, config_path: str | None, patch
         return
     result = run(record, config_path=cfg_path, source=source, patches=patches,
                  keep=Path(keep).resolve() if keep else None, use_cache=use_cache, provenance=provenance)
+    attested: tuple[str, ...] = ()
+    if key is not None and result.reproduced:
+        from buildkit.flows.signpublished import attest_reproduction
+
+        attested = attest_reproduction(record.image_digest, record.originals, key)
     if as_json:
         click.echo(json.dumps({
             "reproduced": result.reproduced, "recorded": record.image_digest, "rebuilt": result.digest,
             "origin": record.origin, "warnings": result.warnings, "archive": str(result.archive or ""),
             "compared_with": result.original, "diff": result.diff.to_json() if result.diff else None,
+            "attested": list(attested),
         }, indent=2))
     else:
         click.echo(result.report())
+        if attested:
+            click.echo(f"attested (your key, a SLSA verification summary): {' '.join(attested)}")
     if not result.reproduced:
         sys.exit(DIFFERENT)

@@ -77,3 +77,23 @@ def sign_entry(lock_path: Path, entry_key: str, key: SigningKey, *, started_on: 
     with client_for(ref.registry) as client:
         written = signer_for(entry, key, started_on=started_on)(client, ref, entry.image_digest)
     return Signed(f"{name}@{entry.image_digest}", written)
+
+
+def attest_reproduction(image_digest: str, originals: tuple[str, ...], key: SigningKey) -> tuple[str, ...]:
+    """`reproduce --attest`: the rebuilder's signed VSA (release/reproduced.py) on the recorded digest, in the
+    registry the record names (a lock entry's pushed repository, or the image reference reproduced)."""
+    from buildkit.core.errors import ReproduceError
+    from buildkit.release import reproduced
+
+    where = [spec.removeprefix("registry:") for spec in originals if spec.startswith("registry:")
+             or not (spec.startswith(("docker:", "oci:")) or Path(spec).exists())]  # a bare reference: a registry's
+    if not where:
+        raise ReproduceError("--attest writes beside the image in its registry, and this record names none "
+                             "(a lock entry that was never pushed, a local image or an archive): push it first")
+    ref = parse_image_ref(where[0])
+    name = f"{ref.registry}/{ref.repository}"
+    statement = reproduced.reproduction_statement(name, image_digest, time_verified=_now())
+    with client_for(ref.registry) as client:
+        written = sign_image(client, ref.repository, image_digest, key,
+                             [Attestation(reproduced.PREDICATE_TYPE, statement)], sign=False)
+    return tuple(written)

@@ -54,17 +54,19 @@ def _push(client: RegistryClient, repo: str, tag: str, layers: Sequence[cf.Layer
 
 
 def sign_image(client: RegistryClient, repo: str, digest: str, key: SigningKey,
-               attestations: Sequence[Attestation] = ()) -> list[str]:
-    """Sign digest (in client's repo) and attach the attestations; the references written."""
-    payload = cf.simple_signing_payload(f"{client.host}/{repo}", digest)
-    layer = cf.signature_layer(payload, key.sign(payload))
+               attestations: Sequence[Attestation] = (), *, sign: bool = True) -> list[str]:
+    """Sign digest (in client's repo) and attach the attestations; the references written. sign=False
+    attaches the attestations only (a rebuilder's word about an image it did not publish)."""
     public = key.key.public_key()
     written = []
-    sig_tag = cf.tag_for(digest, "sig")
-    kept = [old for old in _existing(client, repo, sig_tag)
-            if not (old.body == payload and _layer_verifies(public, old))]
-    _push(client, repo, sig_tag, [*kept, layer])
-    written.append(f"{client.host}/{repo}:{sig_tag}")
+    if sign:
+        payload = cf.simple_signing_payload(f"{client.host}/{repo}", digest)
+        layer = cf.signature_layer(payload, key.sign(payload))
+        sig_tag = cf.tag_for(digest, "sig")
+        kept = [old for old in _existing(client, repo, sig_tag)
+                if not (old.body == payload and _layer_verifies(public, old))]
+        _push(client, repo, sig_tag, [*kept, layer])
+        written.append(f"{client.host}/{repo}:{sig_tag}")
     if attestations:
         att_tag = cf.tag_for(digest, "att")
         types = {a.predicate_type for a in attestations}

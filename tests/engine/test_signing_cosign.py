@@ -225,8 +225,21 @@ def test_build_push_signs_what_it_publishes_before_its_moving_tags(signed, regis
                              capture_output=True, text=True, timeout=120)).stdout
     installed = {tuple(line.split()[1:]) for line in dpkg.splitlines() if line.startswith("installed ")}
     assert installed and installed <= listed, installed - listed
-    # the same inputs, no key, another repository: the same digest
+    # an independent rebuilder (another key) rebuilds from the lock and signs its word beside the builder's
     env.pop("LLAMA_BUILDKIT_SIGN_KEY")
+    rebuilt = json.loads(ok(buildkit(project, env, "reproduce", "buildkit.lock", "--attest", "--sign-key",
+                                     str(signed["work"] / "other.key"), "--json")).stdout)
+    assert rebuilt["reproduced"] and rebuilt["attested"] == [f"{host}/signing/built:{cf.tag_for(digest, 'att')}"]
+    vsa = ("verify-attestation", "--type", "https://slsa.dev/verification_summary/v1")
+    done = cosign(signed["work"], *vsa, "--key", str(signed["work"] / "other.pub"), f"{host}/signing/built@{digest}")
+    assert done.returncode == 0, done.stderr
+    word = json.loads(base64.b64decode(json.loads(done.stdout.splitlines()[0])["payload"]))["predicate"]
+    assert word["verificationResult"] == "PASSED" and word["resourceUri"] == f"docker://{host}/signing/built@{digest}"
+    assert cosign(signed["work"], *vsa, "--key", pub, f"{host}/signing/built@{digest}").returncode != 0  # not ours
+    done = cosign(signed["work"], "verify-attestation", "--key", pub, "--type", "slsaprovenance1",
+                  f"{host}/signing/built@{digest}")
+    assert done.returncode == 0, done.stderr  # the builder's provenance is kept beside it
+    # the same inputs, no key, another repository: the same digest
     plain = make_project(tmp_path / "plain", fork, registry_plain.host, debian_base_image, "signing/plain")
     unsigned = json.loads(ok(buildkit(plain, env, "build", "--push", "--json")).stdout)
     assert unsigned["digest"] == digest and unsigned["signed"] == []
