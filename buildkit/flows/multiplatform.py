@@ -129,14 +129,14 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
                     for p, sub, req in items]
         key = index_key((p, pr.build_key) for p, _, pr in prepared)
         commit = prepared[0][2].source.commit
-        client = repository = tags = signer = None
+        client = repository = tags = None
         if push:
             repository = publish_repository(image_name)
             client = stack.enter_context(client_for(repository.registry))
             is_default = variant == default_variant(cfg)
-            signer = index_signer(sign_key) if sign_key is not None else None
+            found = index_signer(sign_key, commit=commit, version=version or "") if sign_key is not None else None
             reused = None if force else reuse_published(client, repository, key, variant, commit, is_default,
-                                                        extra_tags, signer)
+                                                        extra_tags, found)
             if reused is not None:
                 done, version, tags = reused
                 versioned = [(p, replace(pr, plan=with_version(pr, version))) for p, _, pr in prepared]
@@ -175,6 +175,10 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
         signed: tuple[str, ...] = ()
         if push:
             assert client is not None and repository is not None and tags is not None
+            signer = None
+            if sign_key is not None:  # each platform's image with its own provenance and SBOM, then the index
+                entries = [replace(lock_entry(b.prepared, b.result), version=version or "") for b in builds]
+                signer = index_signer(sign_key, commit=commit, version=version or "", entries=entries)
             with stage("push", f"{repository.name}:{tags.immutable[0]} (the index and {len(builds)} manifests)"):
                 done = publish(client, repository, Index(digest, archive=archive,
                                                          platforms=tuple(b.platform for b in builds)),

@@ -330,4 +330,5 @@ def _tag_variant(client, repository, plan: NightlyPlan, entry: PlannedVariant, u
     key = index_key((u.platform, r.build_key) for u, r in zip(units, got, strict=True))
     tags = tags.plus(build_key_tag(key, entry.variant), "build_key", immutable=True)
     index = Index(sha256_digest(document), document=document, platforms=tuple(u.platform for u in units))
-    return publish(client, repository, index, tags, signer=index_signer(sign_key) if sign_key is not None else None)
+    signer = index_signer(sign_key, commit=plan.commit, version=plan.version) if sign_key is not None else None
+    return publish(client, repository, index, tags, signer=signer)  # (each job signed its own image)

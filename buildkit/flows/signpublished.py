@@ -10,6 +10,7 @@ publishes; sign_entry signs a lock entry pushed before.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -55,13 +56,37 @@ def signer_for(entry: LockEntry, key: SigningKey, *, started_on: str = "") -> Si
     return sign
 
 
-def index_signer(key: SigningKey) -> Signer:
-    """An index's signature: its digest signed (each platform's image keeps its own provenance in the lock)."""
+def index_signer(key: SigningKey, *, commit: str, version: str, entries: Sequence[LockEntry] = ()) -> Signer:
+    """An index's signer: each platform's image first, with its own provenance and SBOM (entries: the lock
+    entries of images not signed when they were pushed; a nightly job signs its own), then the index's digest
+    with a provenance whose dependencies are its images by digest, as the registry's index lists them."""
 
     def sign(client: RegistryClient, repository: ImageRef, digest: str) -> tuple[str, ...]:
-        return tuple(sign_image(client, repository.repository, digest, key))
+        written: list[str] = []
+        for entry in entries:
+            written += signer_for(entry, key)(client, repository, entry.image_digest)
+        platforms = index_manifests(client, repository.repository, digest)
+        name = f"{repository.registry}/{repository.repository}"
+        run = provenance.RunDetails(str(uuid.uuid4()), _now(), _now())
+        statement = provenance.index_provenance_statement(name, digest, platforms, commit=commit, version=version,
+                                                          run=run)
+        written += sign_image(client, repository.repository, digest, key,
+                              [Attestation(provenance.PREDICATE_TYPE, statement)])
+        return tuple(written)
 
     return sign
+
+
+def index_manifests(client: RegistryClient, repo: str, digest: str) -> list[tuple[str, str]]:
+    """(platform, manifest digest) of each image the registry's index at digest lists, in its order."""
+    from buildkit.core.errors import RegistryError
+    from buildkit.oci.ocilayout import Descriptor, json_document
+
+    index = json_document(client.get_manifest(repo, digest)[0], f"{client.host}/{repo}@{digest[:19]}",
+                          "image index", RegistryError)
+    listed = [Descriptor.from_json(m) for m in index.get("manifests") or []]
+    return [("/".join(str(d.platform[k]) for k in ("os", "architecture", "variant") if d.platform.get(k)), d.digest)
+            for d in listed]
 
 
 def sign_entry(lock_path: Path, entry_key: str, key: SigningKey, *, started_on: str = "") -> Signed:

@@ -11,7 +11,7 @@ base image by digest, each CUDA wheel by sha256). docs/provenance.md documents t
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,6 +95,33 @@ def provenance_statement(entry: LockEntry, digest: str, image_name: str, run: Ru
     predicate = _plain(predicate)
     Statement([subject.pb], PREDICATE_TYPE, predicate).validate()  # the library's check of the statement
     # written from the dict itself: protobuf's Struct would turn every integer into a float
+    document = {"_type": STATEMENT_TYPE, "subject": [json_format.MessageToDict(subject.pb)],
+                "predicateType": PREDICATE_TYPE, "predicate": predicate}
+    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+
+
+INDEX_BUILD_TYPE = "https://github.com/llama-buildkit/buildkit/buildtypes/index/v1"
+
+
+def index_provenance_statement(image_name: str, digest: str, platforms: Sequence[tuple[str, str]], *,
+                               commit: str, version: str, run: RunDetails) -> bytes:
+    """The statement of a multi-platform index: assembled, byte for byte, from its platforms' images, each a
+    resolved dependency by digest (each image carries its own provenance, from its lock entry's inputs)."""
+    name = image_name.rsplit("@", 1)[0]
+    external = {"platforms": [p for p, _ in platforms], "commit": commit, "version": version}
+    deps = [ResourceDescriptor(uri=f"docker://{name}@{d}", digest={"sha256": d.partition(":")[2]}, name=p)
+            for p, d in platforms]
+    builder: dict[str, Any] = {"id": BUILDER_ID, "version": {"llama-buildkit": buildkit.__version__}}
+    predicate = _plain({
+        "buildDefinition": {"buildType": INDEX_BUILD_TYPE, "externalParameters": external,
+                            "resolvedDependencies": [json_format.MessageToDict(d.pb) for d in deps]},
+        "runDetails": {"builder": builder,
+                       "metadata": {"invocationId": run.invocation_id, "startedOn": run.started_on,
+                                    "finishedOn": run.finished_on}},
+    })
+    algorithm, _, hexpart = digest.partition(":")
+    subject = ResourceDescriptor(name=image_name, digest={algorithm: hexpart})
+    Statement([subject.pb], PREDICATE_TYPE, predicate).validate()
     document = {"_type": STATEMENT_TYPE, "subject": [json_format.MessageToDict(subject.pb)],
                 "predicateType": PREDICATE_TYPE, "predicate": predicate}
     return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()

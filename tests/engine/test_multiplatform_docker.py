@@ -4,6 +4,7 @@ index, then reproduced from the lock. One multi-platform build and one reproduce
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 
@@ -11,8 +12,10 @@ import pytest
 
 from buildkit.oci.ocilayout import OCI_INDEX
 from buildkit.oci.registry import RegistryClient
+from buildkit.release.signkeys import generate_keys
 from cliutil import write_project
 from test_publish_docker import buildkit, fork, ok, spy_env  # noqa: F401  (fork: fixture)
+from test_signing_cosign import cosign
 
 pytestmark = pytest.mark.docker
 
@@ -28,7 +31,9 @@ def test_one_index_per_tag_pushed_with_the_lock_digests_and_reproduced(tmp_path,
                             build={"arch": "cpu", "jobs": 2, "progress": "plain", "platform": ",".join(PLATFORMS)},
                             base={"os_image": multiarch_base_image})
     env, _ = spy_env(tmp_path)
-    result = json.loads(ok(buildkit(project, env, "build", "--push", "--json")).stdout)
+    generate_keys(tmp_path / "cosign.key", tmp_path / "cosign.pub")
+    result = json.loads(ok(buildkit(project, env, "build", "--push", "--json", "--sign-key",
+                                    str(tmp_path / "cosign.key"))).stdout)
     lock = json.loads((project / "buildkit.lock").read_text())
     index = lock["indexes"]["cpu/server"]
     per_platform = {p["platform"]: p["manifest_digest"] for p in index["platforms"]}
@@ -51,6 +56,21 @@ def test_one_index_per_tag_pushed_with_the_lock_digests_and_reproduced(tmp_path,
             manifest = json.loads(client.get_manifest(repo, manifest_digest)[0])
             config = json.loads(client.get_blob(repo, manifest["config"]["digest"]))
             assert config["architecture"] == platform.split("/")[1]
+    # signed: each platform's image with its provenance and SBOM, then the index with a provenance whose
+    # dependencies are those images; cosign verifies the index under its tag and each image by digest
+    pub = str(tmp_path / "cosign.pub")
+    for ref, kinds in ([(f"{registry_plain.host}/{repo}:0.1.0-cpu", ("slsaprovenance1",))] +
+                       [(f"{registry_plain.host}/{repo}@{d}", ("slsaprovenance1", "cyclonedx"))
+                        for d in per_platform.values()]):
+        assert cosign(tmp_path, "verify", "--key", pub, ref).returncode == 0, ref
+        for kind in kinds:
+            done = cosign(tmp_path, "verify-attestation", "--key", pub, "--type", kind, ref)
+            assert done.returncode == 0, (ref, kind, done.stderr[-2000:])
+    done = cosign(tmp_path, "verify-attestation", "--key", pub, "--type", "slsaprovenance1",
+                  f"{registry_plain.host}/{repo}:0.1.0-cpu")
+    deps = json.loads(base64.b64decode(json.loads(done.stdout.splitlines()[0])["payload"]))["predicate"][
+        "buildDefinition"]["resolvedDependencies"]
+    assert [(d["name"], "sha256:" + d["digest"]["sha256"]) for d in deps] == list(per_platform.items())
     # the engine's copy is the index too (containerd store: the image id is the index digest)
     local = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}",
                             f"{registry_plain.host}/{repo}:cpu"], capture_output=True, text=True)
