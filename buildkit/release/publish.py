@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from buildkit.engine.api import ImageInfo, get_engine
+from buildkit.engine.api import ImageInfo, OutStream, get_engine
 from buildkit.plan.config import ResolvedConfig
 from buildkit.core.errors import ConfigError, ImageSourceError, RegistryError
 from buildkit.oci.imageref import ImageRef, name_of, parse_image_ref
@@ -125,12 +125,12 @@ def check_immutable_free(client: RegistryClient, repo: str, tags: TagSet, allowe
                                 "never overwritten (use --release to choose another version, or --bump)")
 
 
-def docker_push(ref: str, stream=None) -> None:
+def docker_push(ref: str, stream: OutStream | None = None) -> None:
     """Push one tag with the engine: it uploads the blobs with the user's credentials."""
     get_engine().push(ref, stream=stream)
 
 
-def local_image_with_key(key: str, repository: str | None = None):
+def local_image_with_key(key: str, repository: str | None = None) -> tuple[ImageInfo, str | None] | tuple[None, None]:
     """(image, its version label) for an image in the engine built with this key, else (None, None).
 
     With repository, only an image tagged in that repository counts: reproducible builds give the
@@ -167,7 +167,7 @@ def tag_locally(image: ImageInfo, repository: ImageRef, tags: tuple[str, ...]) -
 
 
 def publish(client: RegistryClient, repository: ImageRef, artifact: Artifact, tags: TagSet, *,
-            force: bool = False, signer: Signer | None = None, stream=None) -> Published:
+            force: bool = False, signer: Signer | None = None, stream: OutStream | None = None) -> Published:
     """The one publication path of every flow: no immutable tag may point elsewhere; the artifact's bytes go
     up under its first immutable tag (unless the registry has them already); the signer signs that digest;
     then every other tag is put on it, the build-key tag last (it marks a complete publication)."""
@@ -191,7 +191,8 @@ def publish(client: RegistryClient, repository: ImageRef, artifact: Artifact, ta
     return Published(digest, tuple(added), tuple(f"{repository.name}:{t}" for t in tags.all), tuple(signed))
 
 
-def _upload(client: RegistryClient, repository: ImageRef, artifact: Artifact, tag: str, stream) -> str:
+def _upload(client: RegistryClient, repository: ImageRef, artifact: Artifact, tag: str,
+            stream: OutStream | None) -> str:
     """The artifact's bytes under tag; the digest the registry stored, checked against the artifact's."""
     from buildkit.oci.ocilayout import OCI_INDEX, OciArchive, push_layout
     from buildkit.oci.ociindex import push_index

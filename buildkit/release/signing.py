@@ -14,6 +14,7 @@ import binascii
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -88,7 +89,7 @@ def _layer_verifies(key: ec.EllipticCurvePublicKey, layer: cf.Layer) -> bool:
     return verifies(key, signature, layer.body)
 
 
-def _envelope_statement(key: ec.EllipticCurvePublicKey, body: bytes) -> dict | None:
+def _envelope_statement(key: ec.EllipticCurvePublicKey, body: bytes) -> dict[str, Any] | None:
     """The statement of a DSSE envelope one of whose signatures key made; None otherwise."""
     try:
         env = json.loads(body)
@@ -120,7 +121,7 @@ def check_signature(client: RegistryClient, repo: str, digest: str, key: ec.Elli
 
 
 def attested_statement(client: RegistryClient, repo: str, digest: str, key: ec.EllipticCurvePublicKey,
-                       predicate_type: str) -> dict:
+                       predicate_type: str) -> dict[str, Any]:
     """The statement of predicate_type that key signed for digest (its subject holds digest)."""
     tag = cf.tag_for(digest, "att")
     _, _, hexpart = digest.partition(":")

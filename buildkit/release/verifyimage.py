@@ -36,7 +36,7 @@ def _json(value: Any) -> Any:
     return json.loads(json.dumps(value))
 
 
-def lock_check(statement: dict, digest: str, lock_path: Path) -> Check:
+def lock_check(statement: dict[str, Any], digest: str, lock_path: Path) -> Check:
     builds = read_lock(lock_path).get("builds", {})
     entries = [entry_from_dict(data, f"lock entry {key}") for key, data in sorted(builds.items())
                if isinstance(data, dict) and data.get("image_digest") == digest]
