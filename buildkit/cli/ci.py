@@ -62,6 +62,10 @@ def ci():
 @click.option("--gpu-check", "gpu_check", is_flag=True,
               help="With --bench-runner: before the bench, `buildkit gpu-check` the nightly's tests image "
                    "(<tag>-tests) against the release's; a new failing case is not promoted (docs/gpu.md).")
+@click.option("--sign", "sign", type=click.Choice(["key", "keyless"]), default="key", show_default=True,
+              help="How the jobs sign what they push: key (the PEM of `buildkit keys generate` in the "
+                   "LLAMA_BUILDKIT_SIGN_KEY secret; unset, nothing is signed) or keyless (cosign with the job's "
+                   "OIDC identity through Sigstore: id-token: write, the provenance and SBOM attested).")
 @click.option("--no-ccache", is_flag=True, help="Do not carry the ccache from run to run.")
 @click.option("--no-free-disk", is_flag=True, help="Leave out the step that frees disk space on the runner.")
 @click.option("--force", is_flag=True, help="Overwrite a workflow file that differs.")
@@ -69,7 +73,8 @@ def ci():
 @handle_errors
 def github(out_path, cron, username_secret, password_secret, python_version, install_spec, buildkit_repo,
            buildkit_ref, runners, plan_runner, layer_cache, bench_runner, bench_model, bench_profile, bench_variant,
-           max_slowdown, bench_runs, bench_max_tokens, gpu_check, no_ccache, no_free_disk, force, to_stdout, **kwargs):
+           max_slowdown, bench_runs, bench_max_tokens, gpu_check, sign, no_ccache, no_free_disk, force, to_stdout,
+           **kwargs):
     """Write the GitHub Actions workflow running the nightly daily and on demand: a plan job, one
     build job per variant and platform, and a job that tags the nightly from their digests.
 
@@ -123,7 +128,7 @@ def github(out_path, cron, username_secret, password_secret, python_version, ins
                               bench_image=repository.name, bench_variant=bench_variant, bench_model=bench_model or "",
                               bench_profile=bench_profile or "", max_slowdown=max_slowdown,
                               bench_runs=bench_runs or 0, bench_max_tokens=bench_max_tokens or 0,
-                              gpu_check=gpu_check)
+                              gpu_check=gpu_check, sign=sign)
     if cfg.origins["image.name"] == "--image":
         options = replace(options, image=cfg.image.name)
     options = replace(options, config=config_in_repo(cfg.path, Path.cwd()))

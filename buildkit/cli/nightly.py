@@ -76,11 +76,14 @@ def refuse_leftovers(leftovers: list[str], as_json: bool) -> None:
 @click.option("--bench-gate", metavar="VARIANT|none",
               help="With --assemble: the summary says which variant the workflow's bench gate benches on the GPU "
                    "runner, or that there is none (`ci github` without --bench-runner passes none).")
+@click.option("--attest-dir", "attest_dir", type=click.Path(file_okay=False), metavar="DIR",
+              help="With --job: write the pushed image's SLSA provenance (DIR/provenance.json) and CycloneDX SBOM "
+                   "(DIR/sbom.json) as predicates for `cosign attest` (the workflow's keyless form).")
 @sign_key_option
 @handle_errors
 def nightly(as_json: bool, summary_path: str | None, date: str | None, force: bool, no_verify: bool,
             plan_only: bool, runners: tuple[str, ...], job_unit: str | None, assemble_dir: str | None,
-            bench_gate: str | None, version: str | None, sign_key: Path | None, **kwargs):
+            bench_gate: str | None, version: str | None, sign_key: Path | None, attest_dir: str | None, **kwargs):
     """Build and push the matrix for the head of source.branch, unless every variant has it already.
 
     \b
@@ -106,6 +109,8 @@ def nightly(as_json: bool, summary_path: str | None, date: str | None, force: bo
         raise ConfigError("--runner goes with --plan")
     if bench_gate is not None and not assemble_dir:
         raise ConfigError("--bench-gate goes with --assemble")
+    if attest_dir and not job_unit:
+        raise ConfigError("--attest-dir goes with --job")
     if (job_unit or version) and not (job_unit and version and kwargs.get("commit")):
         raise ConfigError("--job needs the plan's --commit and --release (and --release goes with --job)")
     if summary_path == "-":
@@ -117,7 +122,8 @@ def nightly(as_json: bool, summary_path: str | None, date: str | None, force: bo
     cfg = resolve(kwargs)
     key = None if plan_only else signing_key(cfg, sign_key)  # read before any build: a bad key stops first
     if plan_only or job_unit:
-        _ci_step(cfg, as_json, summary_path, plan_only, runners, job_unit, date, force, not no_verify, key)
+        _ci_step(cfg, as_json, summary_path, plan_only, runners, job_unit, date, force, not no_verify, key,
+                 Path(attest_dir) if attest_dir else None)
         return
     if assemble_dir:
         from buildkit.flows.nightlyjobs import assemble
@@ -125,9 +131,17 @@ def nightly(as_json: bool, summary_path: str | None, date: str | None, force: bo
 
         if bench_gate is not None:
             _check_bench_gate(Path(assemble_dir), bench_gate)
+        from buildkit.flows.nightly import repository_of
+        from buildkit.flows.nightlyjobs import write_github_outputs
+
         summary = assemble(cfg, Path(assemble_dir), sign_key=key)
         if bench_gate is not None:
             summary.bench_gate = bench_gate_line(bench_gate, summary)
+        # what the night published (an index, or a job's image), for the workflow's keyless signing step
+        published = [f"{repository_of(cfg).name}@{v.digest}" for v in summary.variants
+                     if v.status == PASSED and not v.skipped and v.digest]
+        for problem in write_github_outputs({"published": " ".join(published)}):
+            click.echo(f"warning: {problem}", err=True)
     else:
         summary = run_nightly(cfg, date=date, force=force, verify=not no_verify, sign_key=key)
     unsaved = write_summaries(summary, summary_path)
@@ -165,7 +179,8 @@ def _check_bench_gate(folder: Path, gate: str) -> None:
         raise ConfigError(f"--bench-gate {gate!r} is neither none nor a variant of the plan ({', '.join(keys)})")
 
 
-def _ci_step(cfg, as_json, summary_path, plan_only, runners, job_unit, date, force, verify, sign_key=None) -> None:
+def _ci_step(cfg, as_json, summary_path, plan_only, runners, job_unit, date, force, verify, sign_key=None,
+             attest_dir: Path | None = None) -> None:
     """--plan or --job: a JSON document (--json, --summary), one-line outputs to $GITHUB_OUTPUT, a line of text."""
     from buildkit.flows.nightlyjobs import (DEFAULT_RUNNERS, github_outputs, parse_runners, plan_nightly,
                                             plan_summary, run_job, write_github_outputs)
@@ -180,8 +195,11 @@ def _ci_step(cfg, as_json, summary_path, plan_only, runners, job_unit, date, for
         problems = [] if plan.build else write_summaries(plan_summary(plan), None)
         data, ok = plan.to_dict(), True
     else:
-        result = run_job(cfg, job_unit, verify=verify, sign_key=sign_key)
-        outputs = {"built": "true" if result.built else "false"}
+        from buildkit.flows.nightly import repository_of
+
+        result = run_job(cfg, job_unit, verify=verify, sign_key=sign_key, attest_dir=attest_dir)
+        outputs = {"built": "true" if result.built else "false",  # reference: what the job pushed, to sign
+                   "reference": f"{repository_of(cfg).name}@{result.digest}" if result.status == PASSED else ""}
         line = (f"{result.unit}: {result.status} {result.digest or result.error}").rstrip()
         problems = []
         data, ok = result.to_dict(), result.status == PASSED

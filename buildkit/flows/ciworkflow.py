@@ -72,6 +72,11 @@ _SAFE = re.compile(r"[A-Za-z0-9_.:/@=<>~!+, -]+")
 _WORD = re.compile(r"[A-Za-z0-9_.-]+")  # a value a run line carries unquoted (the bench variant)
 
 
+# sigstore's installer, pinned by commit (a tag can move): v3.8.1, which installs cosign v2.4.3 and checks it
+COSIGN_INSTALLER = "sigstore/cosign-installer@d7d6bc7722e3daa8354c50bcb52f4837da5e9b6a"
+SIGN_FORMS = ("key", "keyless")
+
+
 @dataclass(frozen=True)
 class WorkflowOptions:
     registry: str  # host[:port] of image.name, for docker/login-action
@@ -102,6 +107,9 @@ class WorkflowOptions:
     bench_runs: int = 0  # bench --runs (0: bench's default, 3)
     bench_max_tokens: int = 0  # bench --max-tokens (0: bench's default, 800)
     gpu_check: bool = False  # with bench_runner: gpu-check the nightly's tests image against the release's first
+    # signing: "key" (the PEM in the LLAMA_BUILDKIT_SIGN_KEY secret; unset, nothing is signed) or "keyless"
+    # (cosign with the job's OIDC identity, id-token: write; buildkit writes the predicates it attests)
+    sign: str = "key"
 
 
 def _cron_value(text: str, low: int, high: int, names: tuple[str, ...]) -> int | None:
@@ -210,6 +218,8 @@ def _check(name: str, value: str) -> str:
 
 
 def render_workflow(options: WorkflowOptions, directory: Path | None = None) -> str:
+    if options.sign not in SIGN_FORMS:
+        raise ConfigError(f"--sign {options.sign!r} is not one of {', '.join(SIGN_FORMS)}")
     for secret in (options.username_secret, options.password_secret):
         if not SECRET_NAME.fullmatch(secret) or secret.upper().startswith("GITHUB_") and secret != "GITHUB_TOKEN":
             raise ConfigError(f"{secret!r} is not a usable GitHub secret name (letters, digits, '_'; "
@@ -266,7 +276,8 @@ def render_workflow(options: WorkflowOptions, directory: Path | None = None) -> 
         username=("${{ github.actor }}" if options.username_secret == "GITHUB_TOKEN"
                   else secret_ref(options.username_secret)),
         password=secret_ref(options.password_secret), tool_version=__version__,
-        ghcr=options.registry == "ghcr.io", bench_labels=bench_labels)
+        ghcr=options.registry == "ghcr.io", bench_labels=bench_labels, keyless=options.sign == "keyless",
+        cosign_installer=COSIGN_INSTALLER)
     check_read_back(text, options, install, bench_labels)
     return text
 

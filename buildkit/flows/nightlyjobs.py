@@ -25,7 +25,7 @@ import json
 import re
 import sys
 import tempfile
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from buildkit.core.errors import BuildkitError, ConfigError, PatchError
@@ -183,14 +183,15 @@ def find_unit(cfg: ResolvedConfig, unit: str) -> Variant:
 
 
 def run_job(cfg: ResolvedConfig, unit: str, *, verify: bool = True, stream=None,
-            sign_key: SigningKey | None = None) -> JobResult:
+            sign_key: SigningKey | None = None, attest_dir: Path | None = None) -> JobResult:
     """Build, verify and push one unit (source.commit and image.version: the plan's) by digest under
-    its build-key tag, signed with sign_key. A failure is in the result (status failed), not raised,
-    but for ConfigError."""
-    return JobResult(**_run_job(cfg, unit, verify=verify, stream=stream, sign_key=sign_key))
+    its build-key tag, signed with sign_key; attest_dir: the predicates of the pushed image for `cosign attest`
+    (the keyless form). A failure is in the result (status failed), not raised, but for ConfigError."""
+    return JobResult(**_run_job(cfg, unit, verify=verify, stream=stream, sign_key=sign_key, attest_dir=attest_dir))
 
 
-def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream, sign_key: SigningKey | None) -> dict:
+def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream, sign_key: SigningKey | None,
+             attest_dir: Path | None = None) -> dict:
     from buildkit.flows.buildunit import BY_DIGEST, Publication, UnitOptions
     from buildkit.flows.matrix import build_matrix
     from buildkit.flows.pipeline import build_options
@@ -227,6 +228,12 @@ def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream, sign_key: 
                 out["error"] = b.error
                 return out
             out["digest"] = b.unit.published.digest
+            if attest_dir is not None and b.unit.result is not None:
+                from buildkit.flows.pipeline import lock_entry
+                from buildkit.flows.signpublished import write_predicates
+
+                entry = replace(lock_entry(b.unit.prepared, b.unit.result), version=version)
+                write_predicates(entry, b.unit.published.digest, repository.name, attest_dir)
             out["status"] = PASSED
         except BuildkitError as exc:
             if isinstance(exc, ConfigError):

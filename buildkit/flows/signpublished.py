@@ -9,6 +9,7 @@ publishes; sign_entry signs a lock entry pushed before.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -43,17 +44,37 @@ def signer_for(entry: LockEntry, key: SigningKey, *, started_on: str = "") -> Si
 
     def sign(client: RegistryClient, repository: ImageRef, digest: str) -> tuple[str, ...]:
         name = f"{repository.registry}/{repository.repository}"
-        run = provenance.RunDetails(str(uuid.uuid4()), started_on or _now(), _now())
-        statement = provenance.provenance_statement(entry, digest, name, run)
-        with ExitStack() as stack:
-            image = open_image(f"registry:{name}@{digest}", stack, platform=entry.platform)
-            packages = sbom.image_packages(image)
-        document = sbom.sbom_document(packages, entry_dict(entry), image_name=name)
+        statement, document = _statements(entry, digest, name, started_on)
         attestations = [Attestation(provenance.PREDICATE_TYPE, statement),
                         Attestation(sbom.PREDICATE_TYPE, sbom.sbom_statement(document, digest, name))]
         return tuple(sign_image(client, repository.repository, digest, key, attestations))
 
     return sign
+
+
+def _statements(entry: LockEntry, digest: str, name: str, started_on: str = "") -> tuple[bytes, bytes]:
+    """(the provenance statement, the SBOM document) of the image name@digest built as entry says; the SBOM
+    is read from the pushed image's own layers."""
+    run = provenance.RunDetails(str(uuid.uuid4()), started_on or _now(), _now())
+    statement = provenance.provenance_statement(entry, digest, name, run)
+    with ExitStack() as stack:
+        image = open_image(f"registry:{name}@{digest}", stack, platform=entry.platform)
+        packages = sbom.image_packages(image)
+    return statement, sbom.sbom_document(packages, entry_dict(entry), image_name=name)
+
+
+def write_predicates(entry: LockEntry, digest: str, name: str, folder: Path) -> tuple[Path, Path]:
+    """The keyless form (a CI job's OIDC identity signs with cosign itself): the predicates `cosign attest
+    --type slsaprovenance1 / cyclonedx --predicate FILE` attaches, written as folder/provenance.json and
+    folder/sbom.json, the same documents buildkit signs with a key."""
+    from buildkit.core.wholefile import write_whole
+
+    statement, document = _statements(entry, digest, name)
+    folder.mkdir(parents=True, exist_ok=True)
+    predicate = json.dumps(json.loads(statement)["predicate"], sort_keys=True, indent=2).encode()
+    write_whole(folder / "provenance.json", predicate)
+    write_whole(folder / "sbom.json", document)
+    return folder / "provenance.json", folder / "sbom.json"
 
 
 def index_signer(key: SigningKey, *, commit: str, version: str, entries: Sequence[LockEntry] = ()) -> Signer:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -308,7 +309,9 @@ def lint(actionlint: list[str], path: Path) -> subprocess.CompletedProcess:
     ("--bench-runner", "self-hosted,linux,x64", "--bench-model", "/models/m.gguf"),
     ("--bench-runner", "self-hosted,linux,x64", "--bench-model", "/models/m.gguf", "--bench-profile", "fast",
      "--bench-runs", "2", "--bench-max-tokens", "64", "--max-slowdown", "2.5", "--no-ccache"),
-], ids=["registry", "gha", "bare", "ghcr", "two-platforms", "self-hosted", "bench-gate", "bench-gate-runs"])
+    ("--sign", "keyless"), ("--sign", "keyless", "--image", "ghcr.io/acme/x", "--layer-cache", "gha"),
+], ids=["registry", "gha", "bare", "ghcr", "two-platforms", "self-hosted", "bench-gate", "bench-gate-runs",
+        "keyless", "keyless-ghcr"])
 def test_generated_workflow_passes_actionlint(tmp_path, actionlint, args):
     toml = 'schema_version = 1\n[image]\nname = "registry.example.com/team/l"\n'
     if args == ("two-platforms",):
@@ -347,3 +350,30 @@ def test_hostile_values_give_a_workflow_actionlint_reads_with_the_labels_as_give
         assert line.endswith("[ runner-label ]"), line
         unknown.add(line.split('label "', 1)[1].split('" is unknown', 1)[0])
     assert unknown == set(labels), result.stdout
+
+
+def test_the_keyless_form_signs_with_the_jobs_identity_and_the_key_form_with_the_secret(tmp_path):
+    """Issue 38 item 7: keyless asks for id-token: write, installs cosign from sigstore's action pinned by commit,
+    has each job write its predicates and cosign sign and attest the reference it pushed, and the assemble job
+    sign what the night published; it names no key secret. The key form passes the secret to the jobs only."""
+    (tmp_path / "buildkit.toml").write_text('schema_version = 1\n[image]\nname = "ghcr.io/acme/l"\n')
+    keyless = run_cli(tmp_path, "--sign", "keyless", "--stdout")
+    assert keyless.returncode == 0, keyless.stderr
+    doc = yaml.safe_load(keyless.stdout)
+    assert doc["permissions"]["id-token"] == "write" and "LLAMA_BUILDKIT_SIGN_KEY" not in keyless.stdout
+    build = doc["jobs"]["build"]["steps"]
+    uses = [s["uses"] for s in build if "cosign-installer" in s.get("uses", "")]
+    assert uses and all(re.fullmatch(r"sigstore/cosign-installer@[0-9a-f]{40}", u) for u in uses)
+    job = next(s for s in build if s.get("id") == "build")
+    assert '--attest-dir ".buildkit-nightly/attest-$UNIT"' in job["run"]
+    sign = next(s for s in build if s.get("name", "").startswith("Sign the pushed image"))
+    assert sign["env"]["REF"] == "${{ steps.build.outputs.reference }}"
+    assert "cosign sign --yes" in sign["run"] and "--type slsaprovenance1" in sign["run"] \
+        and "--type cyclonedx" in sign["run"]
+    assemble = doc["jobs"]["assemble"]["steps"]
+    assert any("cosign sign --yes" in s.get("run", "") for s in assemble)
+    keyed = run_cli(tmp_path, "--stdout")
+    doc = yaml.safe_load(keyed.stdout)
+    assert "id-token" not in doc["permissions"] and "cosign-installer" not in keyed.stdout
+    assert doc["jobs"]["build"]["env"]["LLAMA_BUILDKIT_SIGN_KEY"] == "${{ secrets.LLAMA_BUILDKIT_SIGN_KEY }}"
+    assert "LLAMA_BUILDKIT_SIGN_KEY" not in str(doc["jobs"]["plan"])  # only the jobs that publish get it

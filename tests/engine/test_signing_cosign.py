@@ -244,3 +244,32 @@ def test_build_push_signs_what_it_publishes_before_its_moving_tags(signed, regis
     unsigned = json.loads(ok(buildkit(plain, env, "build", "--push", "--json")).stdout)
     assert unsigned["digest"] == digest and unsigned["signed"] == []
     subprocess.run(["docker", "image", "rm", local, f"{host}/signing/plain:0.1.0-cpu"], capture_output=True)
+
+
+def test_the_keyless_forms_predicates_are_what_cosign_attests(signed, tmp_path):
+    """`nightly --job --attest-dir` (the workflow's keyless form) writes the predicates cosign attaches with the
+    job's identity. Offline there is no OIDC identity, so cosign attests them here with a key: the
+    same `cosign attest --type ... --predicate FILE` the workflow runs, with a key of cosign's own, then verified."""
+    from buildkit.flows.signpublished import write_predicates
+
+    repo = REPO + "-keyless"
+    digest = push_tiny_image(signed["busybox"], f"{signed['host']}/{repo}:v1", tmp_path / "ctx")
+    name = f"{signed['host']}/{repo}"
+    provenance, bom = write_predicates(replace(lock_entry(digest), image_name=repo), digest, name, tmp_path / "att")
+    assert json.loads(provenance.read_text())["buildDefinition"]["externalParameters"]["commit"] == "9" * 40
+    assert json.loads(bom.read_text())["specVersion"] == "1.6"
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "TUF_ROOT": str(tmp_path / "tuf"), "COSIGN_PASSWORD": ""}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["cosign", *args], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path,
+                              check=False)
+
+    done = run("generate-key-pair")  # cosign's own key (its import-key-pair of 2.5.0 refuses P-256 PEMs)
+    assert done.returncode == 0, done.stderr
+    for kind, predicate in (("slsaprovenance1", provenance), ("cyclonedx", bom)):
+        done = run("attest", "--yes", "--key", "cosign.key", "--tlog-upload=false", "--allow-http-registry",
+                   "--type", kind, "--predicate", str(predicate), f"{name}@{digest}")
+        assert done.returncode == 0, done.stderr
+        done = cosign(tmp_path, "verify-attestation", "--key", str(tmp_path / "cosign.pub"), "--type", kind,
+                      f"{name}@{digest}")
+        assert done.returncode == 0, (kind, done.stderr)
