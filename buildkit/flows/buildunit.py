@@ -31,7 +31,7 @@ from buildkit.oci.imageref import ImageRef
 from buildkit.oci.registry import RegistryClient
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.tags import TagSet
-from buildkit.release.lock import LockEntry, write_lock_entry
+from buildkit.release.lock import LockEntry, record, write_lock_entry
 from buildkit.flows.signpublished import signer_for
 from buildkit.release.artifact import Image, Published, Signer
 from buildkit.release.publish import local_image, publish, tag_locally
@@ -164,9 +164,7 @@ def _run(run: _Run, cfg: ResolvedConfig | None, built: BuildResult | None) -> No
     run.result = result
     if options.lock_path is not None:
         with run.step("lock"):
-            run.entry = replace(lock_entry(prepared, result), version=target.version,
-                                image_digest=run.published.digest, pushed=run.published.pushed)
-            write_lock_entry(options.lock_path, run.entry)
+            run.entry = record(options.lock_path, lock_entry(prepared, result), run.published, target.version)
 
 
 def _build(run: _Run, cfg: ResolvedConfig | None) -> BuildResult:

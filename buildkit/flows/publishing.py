@@ -18,9 +18,9 @@ from buildkit.oci.imageref import ImageRef, tag_of
 from buildkit.oci.registry import RegistryClient, client_for
 from buildkit.plan.buildplan import make_plan, make_request
 from buildkit.plan.config import ResolvedConfig
-from buildkit.plan.tags import TagSet, check_tag, next_version, parse_version
+from buildkit.plan.tags import check_tag, next_version, parse_version
 from buildkit.plan.tagset import release_tags
-from buildkit.release.lock import entry_from_dict, find_entry, read_lock, write_lock_entry
+from buildkit.release.lock import entry_from_dict, find_entry, read_lock, record
 from buildkit.flows.signpublished import signer_for
 from buildkit.release.artifact import Image, Signer
 from buildkit.release.publish import (VERSION_LABEL, PublishResult, check_immutable_free, default_variant,
@@ -35,10 +35,11 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
                    before_build: Callable[[], None] | None = None,
                    sign_key: SigningKey | None = None) -> PublishResult:
     """`buildkit build --push`. With the reproducible exporter the OCI archive itself is pushed
-    (publish_archive); load=False keeps the image out of the engine: never loaded without verify,
-    else loaded for the checks only and its tags removed after the push. extra_tags (--tag) are
-    local tags and pushed as moving tags too. before_build runs only when there is something to compile
-    (the registry and the engine lack this build key), before the compile: `build`'s deferred disk check."""
+    (release/publish.publish of an Image from its archive); load=False keeps the image out of the engine:
+    never loaded without verify, else loaded for the checks only and its tags removed after the push.
+    extra_tags (--tag) are local tags and pushed as moving tags too. before_build runs only when there is
+    something to compile (the registry and the engine lack this build key), before the compile: `build`'s
+    deferred disk check."""
     request = make_request(cfg)
     if version is not None:
         parse_version(version)
@@ -60,7 +61,7 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
                                                     extra_tags, found_signer)
         if reused is not None:
             done, version, tags = reused
-            _record(cfg, prepared, repository, tags, version, done.digest)
+            record(cfg.lock.path, lock_entry(prepared, BuildResult(done.digest, "", (), 0.0)), done, version)
             return PublishResult(repository.name, version, done.digest, tags.all, done.added, origin="registry",
                                  build_key=key, signed=done.signed)
         local, local_version = (None, None) if force else local_image_with_key(key, request.image_name)
@@ -132,8 +133,7 @@ def push_local(cfg: ResolvedConfig, *, force: bool = False, stream=None,
             tags = release_tags(version, commit, request.artifact_variant, default_variant=is_default, build_key=key)
             done = publish(client, repository, Image(image.id, engine_ref=image.id, platform=request.platform), tags,
                            force=force, signer=signer, stream=stream)
-    entry.update(image_digest=done.digest, pushed=list(done.pushed))
-    write_lock_entry(lock_path, entry_from_dict(entry))
+    record(lock_path, recorded, done, version)
     return PublishResult(repository.name, version, done.digest, tags.all, done.added,
                          origin="registry" if reused is not None else "engine", build_key=key, signed=done.signed)
 
@@ -147,10 +147,3 @@ def with_version(prepared: Prepared, version: str):
     return with_labels(new, prepared.base_images, prepared.cuda_manifest, prepared.build_key)
 
 
-def _record(cfg: ResolvedConfig, prepared: Prepared, repository: ImageRef, tags: TagSet, version: str,
-            digest: str, result: BuildResult | None = None) -> None:
-    """The lock entry of a publication; a build found in the registry has no local image."""
-    result = result or BuildResult(digest=digest, config_digest="", tags=(), seconds=0.0)
-    entry = replace(lock_entry(prepared, result), version=version, image_digest=digest,
-                    pushed=tuple(f"{repository.name}:{t}" for t in tags.all))
-    write_lock_entry(cfg.lock.path, entry)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from buildkit.plan.schema import JSON_TYPES, JsonType, json_type
 from buildkit.core.platforms import DEFAULT_PLATFORM, cpu_arch
 from buildkit.plan.archs import ARCHS, default_platform
 from buildkit.plan.tags import artifact_variant
+from buildkit.release.artifact import Published
 
 LOCK_VERSION = 1
 LOCK_LIMIT = 256 * MiB  # read whole: a lock of thousands of builds is a few MB
@@ -316,6 +317,14 @@ def write_lock_entry(path: Path, entry: LockEntry) -> None:
         data["builds"][entry.key] = entry_dict(entry)
 
     update_lock(path, change)
+
+
+def record(path: Path, entry: LockEntry, published: Published, version: str) -> LockEntry:
+    """The one record of a publication: the build's entry with the version it was published as, the digest
+    the registry holds and every reference it has, written to the lock at path (replacing that build's)."""
+    entry = replace(entry, version=version, image_digest=published.digest, pushed=published.pushed)
+    write_lock_entry(path, entry)
+    return entry
 
 
 def entry_dict(entry: LockEntry) -> dict[str, Any]:
