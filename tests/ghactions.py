@@ -39,12 +39,13 @@ class Expression:
 
     @staticmethod
     def _tokens(text: str) -> list[tuple[str, str]]:
-        out, pos = [], 0
+        out: list[tuple[str, str]] = []
+        pos = 0
         while pos < len(text.rstrip()):
             m = _TOKEN.match(text, pos)
-            if not m or m.end() == pos:
+            kind = m.lastgroup if m else None  # a token's group (the name that matched)
+            if not m or m.end() == pos or kind is None:
                 raise ValueError(f"cannot read the expression {text!r} at {pos}")
-            kind = m.lastgroup
             out.append((kind, m.group(kind)))
             pos = m.end()
         return out

@@ -250,7 +250,7 @@ class RegistryServer:
         self._installed += [target, *reversed(missing)]
         return target
 
-    def start(self, timeout: float = 20.0) -> RegistryServer:
+    def start(self, timeout: float = 20.0) -> Self:
         if self._proc is not None and self._proc.poll() is None:
             return self
         env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
