@@ -23,6 +23,7 @@ from buildkit.oci.registry import RegistryClient
 from cliutil import cli_env, run_cli, write_project
 from buildkit.release.signkeys import generate_keys
 from test_signing_cosign import cosign
+from images import remove_local_images
 from ghactions import NIGHTLY_CONTEXT, ArtifactStore, CacheStore, Runner, nightly_stand_ins, runner_env
 
 pytestmark = pytest.mark.docker
@@ -72,19 +73,6 @@ def workflow_run(tmp_path_factory, example_fork, registry_plain, debian_base_ima
     yield {"runner": runner, "cache": cache, "artifacts": artifacts, "registry": registry_plain, "tmp": tmp,
            "fork": example_fork}
     remove_local_images(f"{registry_plain.host}/{REPO}")
-
-
-def remove_local_images(repository: str) -> None:
-    import docker
-
-    client = docker.from_env()
-    for image in client.images.list(name=repository):
-        for tag in image.tags:
-            if tag.startswith(repository + ":"):
-                try:
-                    client.images.remove(tag, force=True)
-                except docker.errors.APIError:
-                    pass
 
 
 def failed(job) -> str:

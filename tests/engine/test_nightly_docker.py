@@ -30,6 +30,7 @@ from buildkit.release.signkeys import generate_keys
 from test_signing_cosign import cosign
 from forkrepo import FORK_EPOCH, make_fork_repo
 from gitserver import commit_all
+from images import remove_local_images
 
 pytestmark = pytest.mark.docker
 
@@ -93,20 +94,6 @@ targets = ["server"]
     yield {"fork": fork, "project": project, "env": env, "log": log, "registry": registry_plain, "tmp": tmp,
            "epoch": FORK_EPOCH, "runs": {}}
     remove_local_images(f"{registry_plain.host}/{REPO}")
-
-
-def remove_local_images(repository: str) -> None:
-    """The engine outlives the session: leave none of this module's images behind."""
-    import docker
-
-    client = docker.from_env()
-    for image in client.images.list(name=repository):
-        for tag in image.tags:
-            if tag.startswith(repository + ":"):
-                try:
-                    client.images.remove(tag, force=True)
-                except docker.errors.APIError:
-                    pass
 
 
 def buildkit(night, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
