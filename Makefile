@@ -41,6 +41,7 @@ LINTED = buildkit/core buildkit/oci buildkit/source buildkit/verify buildkit/gpu
 test-unit:
 	$(PYTHON) -m ruff check $(LINTED) tests
 	$(PYTHON) -m mypy $(LINTED)
+	$(PYTHON) -m mypy tests/*.py tests/unit  # the helpers and the unit tier (non-strict; tests/ is the import root)
 	$(PYTEST) -q -ra tests/unit
 
 # The engine tier runs its modules side by side (pytest-xdist): one module's waits (the engine, a
