@@ -414,8 +414,8 @@ def no_op(inputs: dict, workspace: Path) -> dict:
 
 
 # the context a nightly workflow's expressions read (github, inputs, secrets), as a run of it gives them
-NIGHTLY_CONTEXT = {"github": {"token": "not-a-token", "run_id": "4242"}, "inputs": {"force": False},
-                   "secrets": {"REGISTRY_USERNAME": "u", "REGISTRY_PASSWORD": "p"}}
+NIGHTLY_CONTEXT: dict[str, Any] = {"github": {"token": "not-a-token", "run_id": "4242"}, "inputs": {"force": False},
+                                   "secrets": {"REGISTRY_USERNAME": "u", "REGISTRY_PASSWORD": "p"}}
 
 
 def nightly_stand_ins(checkout: StandIn, cache: CacheStore, artifacts: ArtifactStore,

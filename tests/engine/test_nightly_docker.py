@@ -31,6 +31,7 @@ from test_signing_cosign import cosign
 from forkrepo import FORK_EPOCH, make_fork_repo
 from gitserver import commit_all
 from images import remove_local_images
+from registryserver import tag_digests
 
 pytestmark = pytest.mark.docker
 
@@ -113,7 +114,7 @@ def run_nightly(night, name: str, *args: str) -> tuple[subprocess.CompletedProce
 
 def registry_tags(night) -> dict[str, str]:
     with RegistryClient(night["registry"].host) as client:
-        return {tag: client.head_manifest(REPO, tag).digest for tag in client.list_tags(REPO)}
+        return tag_digests(client, REPO)
 
 
 def layers_by_step(night, digest: str) -> dict[str, str]:
