@@ -41,6 +41,8 @@ LINTED = buildkit/core buildkit/oci buildkit/source buildkit/verify buildkit/gpu
 test-unit:
 	$(PYTHON) -m ruff check $(LINTED) tests
 	$(PYTHON) -m mypy $(LINTED)
+	$(PYTHON) -m mypy tests/*.py tests/unit  # the helpers and the unit tier (non-strict; tests/ is the import root)
+	$(PYTHON) -m mypy tests/*.py tests/engine tests/e2e  # apart from tests/unit: both have a test_interrupts.py
 	$(PYTEST) -q -ra tests/unit
 
 # The engine tier runs its modules side by side (pytest-xdist): one module's waits (the engine, a

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -66,7 +67,7 @@ def _group(item: pytest.Item) -> str:
 
 
 @pytest.fixture(scope="session")
-def git_daemon(tmp_path_factory: pytest.TempPathFactory) -> GitDaemon:
+def git_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GitDaemon]:
     """A git daemon on 127.0.0.1 serving pytest's whole temp root: `git_daemon.url_for(repo_path)` is
     the git:// URL of any repository a test makes under tmp_path; str(git_daemon) is the base URL."""
     with serve(tmp_path_factory.getbasetemp()) as daemon:

@@ -25,7 +25,16 @@ from urllib.parse import urlsplit
 FAULTS = ("slow", "invalid_json", "http500", "cut", "down_after")
 
 
+class _ProxyServer(ThreadingHTTPServer):
+    """The listening server, carrying the FaultProxy its handlers answer for."""
+
+    def __init__(self, proxy: FaultProxy) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.proxy = proxy
+
+
 class _Handler(BaseHTTPRequestHandler):
+    server: _ProxyServer
     protocol_version = "HTTP/1.0"  # the body ends when the connection closes: no chunking to get wrong
 
     def log_message(self, *args) -> None:  # quiet
@@ -33,6 +42,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _upstream(self, method: str, body: bytes | None):
         up = urlsplit(self.server.proxy.upstream)
+        assert up.hostname, f"the upstream {self.server.proxy.upstream!r} names no host"
         conn = http.client.HTTPConnection(up.hostname, up.port, timeout=120)
         headers = {"Content-Type": self.headers.get("Content-Type", "application/json")} if body is not None else {}
         conn.request(method, self.path, body=body, headers=headers)
@@ -97,9 +107,8 @@ class FaultProxy:
         self.delay = delay
         self.posts = 0
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._server = _ProxyServer(self)
         self._server.daemon_threads = True
-        self._server.proxy = self  # type: ignore[attr-defined]
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         daemon=True)

@@ -18,24 +18,29 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
-try:
-    from tests import images
-except ImportError:  # tests/ on sys.path rather than the project root
-    import images  # type: ignore[no-redef]
+if TYPE_CHECKING:  # mypy reads tests/ as the import root (pyproject.toml: mypy_path)
+    import images
+else:
+    try:
+        from tests import images
+    except ImportError:  # tests/ on sys.path rather than the project root
+        import images
 
 _ENGINE_HINT = "start one with: sudo bash scripts/install-engine.sh"
 
 
-def in_ci(env: dict[str, str] | None = None) -> bool:
+def in_ci(env: Mapping[str, str] | None = None) -> bool:
     env = os.environ if env is None else env
     return any(env.get(name, "").strip().lower() in ("1", "true", "yes") for name in ("CI", "LLAMA_BUILDKIT_CI"))
 
 
-def unavailable(reason: str) -> None:
+def unavailable(reason: str) -> NoReturn:
     """Skip locally, fail under CI."""
     if in_ci():
         pytest.fail(f"{reason} (CI is set, so this is a failure, not a skip)", pytrace=False)

@@ -39,12 +39,13 @@ class Expression:
 
     @staticmethod
     def _tokens(text: str) -> list[tuple[str, str]]:
-        out, pos = [], 0
+        out: list[tuple[str, str]] = []
+        pos = 0
         while pos < len(text.rstrip()):
             m = _TOKEN.match(text, pos)
-            if not m or m.end() == pos:
+            kind = m.lastgroup if m else None  # a token's group (the name that matched)
+            if not m or m.end() == pos or kind is None:
                 raise ValueError(f"cannot read the expression {text!r} at {pos}")
-            kind = m.lastgroup
             out.append((kind, m.group(kind)))
             pos = m.end()
         return out
@@ -413,8 +414,8 @@ def no_op(inputs: dict, workspace: Path) -> dict:
 
 
 # the context a nightly workflow's expressions read (github, inputs, secrets), as a run of it gives them
-NIGHTLY_CONTEXT = {"github": {"token": "not-a-token", "run_id": "4242"}, "inputs": {"force": False},
-                   "secrets": {"REGISTRY_USERNAME": "u", "REGISTRY_PASSWORD": "p"}}
+NIGHTLY_CONTEXT: dict[str, Any] = {"github": {"token": "not-a-token", "run_id": "4242"}, "inputs": {"force": False},
+                                   "secrets": {"REGISTRY_USERNAME": "u", "REGISTRY_PASSWORD": "p"}}
 
 
 def nightly_stand_ins(checkout: StandIn, cache: CacheStore, artifacts: ArtifactStore,

@@ -23,6 +23,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
+from typing import Self
 
 MODES = ("silent", "stall", "trickle_headers", "trickle_body", "status_then_trickle")  # never a whole answer
 _HEADERS = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 100000\r\n"
@@ -57,7 +58,7 @@ class HostileServer:
         self._clients: list[socket.socket] = []
         self._thread = threading.Thread(target=self._accept, daemon=True)
 
-    def __enter__(self) -> HostileServer:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 

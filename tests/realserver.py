@@ -53,7 +53,7 @@ def test_cache_dir() -> Path:
     return Path(os.environ.get("LLAMA_BUILDKIT_TEST_CACHE", Path.home() / ".cache" / "llama-buildkit-tests"))
 
 
-test_cache_dir.__test__ = False  # type: ignore[attr-defined]  (not a test, despite the name)
+test_cache_dir.__test__ = False  # type: ignore[attr-defined]  # not a test, despite the name
 
 
 def build_real_server_image(work: Path, git_url_for, base_image: str, *, log=None,

@@ -36,7 +36,7 @@ import urllib.parse
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 import pytest
 import requests
@@ -47,6 +47,9 @@ try:
 except ImportError:  # imported as tests.registryserver
     from tests.fixtures_docker import unavailable  # type: ignore[no-redef]
     from tests.gitserver import free_port  # type: ignore[no-redef]
+
+if TYPE_CHECKING:
+    from buildkit.oci.registry import RegistryClient
 
 REGISTRY_BIN = "docker-registry"
 DEFAULT_CERTS_D = Path("/etc/docker/certs.d")
@@ -250,7 +253,7 @@ class RegistryServer:
         self._installed += [target, *reversed(missing)]
         return target
 
-    def start(self, timeout: float = 20.0) -> RegistryServer:
+    def start(self, timeout: float = 20.0) -> Self:
         if self._proc is not None and self._proc.poll() is None:
             return self
         env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
@@ -350,3 +353,16 @@ def registry_token(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registr
     """TLS and Bearer token auth through a token service; `.users` holds the one login."""
     yield from _serve(tmp_path_factory, "registry-token", tls=True,
                       token_auth={"bob": "pw-" + secrets.token_hex(8)})
+
+
+def head_digest(client: RegistryClient, repository: str, reference: str) -> str:
+    """The digest the registry answers a HEAD of repository:reference with; the manifest must be there (a test
+    that expects none asks client.head_manifest for None)."""
+    info = client.head_manifest(repository, reference)
+    assert info is not None, f"{repository}:{reference}: the registry has no such manifest"
+    return info.digest
+
+
+def tag_digests(client: RegistryClient, repository: str) -> dict[str, str]:
+    """Every tag the registry lists for repository, with the digest a HEAD of it answers."""
+    return {tag: head_digest(client, repository, tag) for tag in client.list_tags(repository)}

@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,6 +38,7 @@ from cliutil import cli_env, run_cli, write_project
 from ghactions import ArtifactStore, JobResult, Runner, no_op, runner_env
 from quiet import measuring
 from realserver import build_single_level
+from registryserver import head_digest
 from tinymodel import Shape, model_size, write_llama_model
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
@@ -91,15 +93,18 @@ def plan_outputs(commit: str) -> dict[str, str]:
             "matrix": json.dumps(matrix, separators=(",", ":"))}
 
 
+# the bench profile the gate runs (a dotted table name: write_project's keyword cannot spell it)
+GATE_PROFILE: dict[str, Any] = {"profiles.gate": {"description": "the gate's CPU bench", "gpus": "none",
+                                                  "args": ["--ctx-size", "2048", "--threads", "2"]}}
+
+
 def run_bench_job(tmp: Path, registry, repo: str, *, new: str, old: str, model: Path, commit: str, source_url: str):
     """Push old as REPO:VARIANT (the release) and new as REPO:nightly-VARIANT, generate the workflow with the
     gate, and run its bench job. Returns (job, artifacts, {tag: digest} before)."""
     image = f"{registry.host}/{repo}"
     project = write_project(tmp / "project", source={"url": source_url, "commit": commit},
                             image={"name": image, "default_variant": VARIANT},
-                            build={"arch": "cpu", "jobs": 2}, matrix={"archs": ["cpu"]},
-                            **{"profiles.gate": {"description": "the gate's CPU bench", "gpus": "none",
-                                                 "args": ["--ctx-size", "2048", "--threads", "2"]}})
+                            build={"arch": "cpu", "jobs": 2}, matrix={"archs": ["cpu"]}, **GATE_PROFILE)
     proc = run_cli(project, "ci", "github", "--buildkit-repo", "https://example.invalid/llama-buildkit",
                    "--layer-cache", "none", "--bench-runner", "self-hosted,linux,x64", "--bench-model", str(model),
                    "--bench-profile", "gate", "--bench-runs", "2", "--bench-max-tokens", "96",
@@ -132,7 +137,7 @@ def run_bench_job(tmp: Path, registry, repo: str, *, new: str, old: str, model: 
                     work_root=tmp / "runs")
     assert runner.jobs["bench"]["runs-on"] == ["self-hosted", "linux", "x64"]
     with RegistryClient(registry.host) as client:
-        before = {t: client.head_manifest(repo, t).digest for t in (VARIANT, f"nightly-{VARIANT}")}
+        before = {t: head_digest(client, repo, t) for t in (VARIANT, f"nightly-{VARIANT}")}
     needs = {"plan": JobResult("plan", "success", plan_outputs(commit)), "assemble": JobResult("assemble", "success")}
     job = runner.run_job("bench", needs, timeout=1200)
     return job, artifacts, before
@@ -166,7 +171,7 @@ def test_the_bench_gate_promotes_only_a_nightly_that_is_not_slower(direction, tm
     assert gate["max_slowdown"] == MAX_SLOWDOWN and gate["new"] > 0 and gate["old"] > 0
     assert gate["ratio"] == pytest.approx(gate["new"] / gate["old"])
     with RegistryClient(registry_plain.host) as client:
-        release = client.head_manifest(repo, VARIANT).digest
+        release = head_digest(client, repo, VARIANT)
         versioned = client.head_manifest(repo, f"0.2.0-{VARIANT}")
     nightly = before[f"nightly-{VARIANT}"]
     if direction == "slower":

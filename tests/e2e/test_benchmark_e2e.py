@@ -308,6 +308,7 @@ def test_ctrl_c_and_sigterm_stop_and_remove_the_container(real_server_image, tin
                              "--", "--ctx-size", "2048"],
                             cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=default_sigint)
+    assert proc.stderr is not None  # a pipe
     try:
         seen = []
         for line in proc.stderr:  # wait until it measures

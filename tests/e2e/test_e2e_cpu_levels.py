@@ -22,6 +22,7 @@ from pathlib import Path
 import docker
 import pytest
 
+from buildkit.core import ggmlcpu
 from buildkit.plan import cpulevels
 from buildkit.verify.cpuhost import host_cpu_flags
 from cliutil import buildkit_env
@@ -97,7 +98,7 @@ def client():
 def test_default_image_holds_every_variant_and_the_server_loads_a_simd_one(real_server_image, model, client,
                                                                             tmp_path):
     libs = lib_files(client, real_server_image.ref, tmp_path)
-    wanted = {f"libggml-cpu-{v}.so" for v in cpulevels.X86_VARIANTS}
+    wanted = {f"libggml-cpu-{v}.so" for v in ggmlcpu.X86_VARIANTS}
     assert set(libs) == wanted, sorted(libs)
     x64, haswell, skylakex = (registers(libs[f"libggml-cpu-{v}.so"]) for v in ("x64", "haswell", "skylakex"))
     assert x64["ymm"] == 0 and x64["zmm"] == 0
@@ -109,9 +110,9 @@ def test_default_image_holds_every_variant_and_the_server_loads_a_simd_one(real_
     assert loaded, log[-3000:]
     variant = Path(loaded.group(1)).name.removeprefix("libggml-cpu-").removesuffix(".so")
     supported = cpulevels.host_features(host_cpu_flags(), "linux/amd64")
-    assert variant == cpulevels.best_variant(list(cpulevels.X86_VARIANTS), supported, "linux/amd64")
+    assert variant == cpulevels.best_variant(list(ggmlcpu.X86_VARIANTS), supported, "linux/amd64")
     if "AVX2" in supported:
-        assert cpulevels.simd_class(cpulevels.X86_VARIANTS[variant], "linux/amd64") in ("avx2", "avx512")
+        assert cpulevels.simd_class(ggmlcpu.X86_VARIANTS[variant], "linux/amd64") in ("avx2", "avx512")
         assert re.search(r"system_info: .*AVX2 = 1", log), log[-3000:]
 
     labels = client.images.get(real_server_image.ref).attrs["Config"]["Labels"]

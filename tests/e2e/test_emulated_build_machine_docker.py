@@ -105,6 +105,7 @@ def test_host_and_device_see_a_signed_char_like_the_target(seed_builds, seed_pro
     library = next(p for p in (tmp_path / "lib").glob("libggml-cuda.so*") if p.is_file() and not p.is_symlink())
     cache = seed_project["env"]["LLAMA_BUILDKIT_CACHE_DIR"]
     cuobjdump = find_cuobjdump([cuda_root_dir(CUDA, cache, with_cublas=False)])  # the x86-64 (target's) root
+    assert cuobjdump is not None
     assert byte_loads(cuobjdump, library, "char_probe_kernel") == {"S8"}
 
 

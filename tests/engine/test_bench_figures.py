@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close
 def stream(texts: list[str], usage: dict | None = None, timings: dict | None = None) -> bytes:
     """A streamed chat completion: one chunk per text, then the finish with usage and timings. json.dumps
     writes what a lying server may send: NaN, and integers of any length."""
-    chunks = [{"choices": [{"index": 0, "delta": {"content": t}}]} for t in texts]
+    chunks: list[dict[str, Any]] = [{"choices": [{"index": 0, "delta": {"content": t}}]} for t in texts]
     chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}], "usage": usage,
                    "timings": timings})
     return HEAD + b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks) + b"data: [DONE]\n\n"

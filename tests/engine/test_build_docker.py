@@ -158,7 +158,9 @@ def test_cuda_build_contains_exactly_the_requested_arch(project, fork, client, p
     subprocess.run(["tar", "-xf", str(tar), "-C", str(tmp_path)], check=True)
     library = next(p for p in (tmp_path / "lib").glob("libggml-cuda.so*") if not p.is_symlink())
     root = cuda_root_dir(cuda, project["cache"], with_cublas=False)
-    assert elf_archs(find_cuobjdump([root]), library) == {elf}
+    cuobjdump = find_cuobjdump([root])
+    assert cuobjdump is not None, root
+    assert elf_archs(cuobjdump, library) == {elf}
     assert fork["commit"] in run_version(client, ref)
     labels = image_labels(client, ref)
     assert labels["org.llama-buildkit.cuda-version"] == cuda

@@ -23,6 +23,8 @@ from buildkit.oci.registry import RegistryClient
 from cliutil import cli_env, run_cli, write_project
 from buildkit.release.signkeys import generate_keys
 from test_signing_cosign import cosign
+from images import remove_local_images
+from registryserver import head_digest
 from ghactions import NIGHTLY_CONTEXT, ArtifactStore, CacheStore, Runner, nightly_stand_ins, runner_env
 
 pytestmark = pytest.mark.docker
@@ -74,19 +76,6 @@ def workflow_run(tmp_path_factory, example_fork, registry_plain, debian_base_ima
     remove_local_images(f"{registry_plain.host}/{REPO}")
 
 
-def remove_local_images(repository: str) -> None:
-    import docker
-
-    client = docker.from_env()
-    for image in client.images.list(name=repository):
-        for tag in image.tags:
-            if tag.startswith(repository + ":"):
-                try:
-                    client.images.remove(tag, force=True)
-                except docker.errors.APIError:
-                    pass
-
-
 def failed(job) -> str:
     return "\n".join(f"--- {s.name} ({s.outcome})\n{s.output[-3000:]}" for s in job.steps if s.ran)
 
@@ -117,7 +106,7 @@ def test_the_generated_jobs_run_in_order_against_the_loopback_registry(workflow_
             result = json.loads((artifacts.root / f"buildkit-job-{m['id']}" / f"{m['id']}.json").read_text())
             assert result["status"] == "passed" and result["built"], result
             assert result["tag"].startswith("bk-") and result["tag"].endswith(m["variant"])
-            assert client.head_manifest(REPO, result["tag"]).digest == result["digest"]  # pushed by digest
+            assert head_digest(client, REPO, result["tag"]) == result["digest"]  # pushed by digest
             assert client.head_manifest(REPO, f"nightly-{m['variant']}") is None  # not tagged by the jobs
             results[m["variant"]] = result
 
@@ -126,7 +115,7 @@ def test_the_generated_jobs_run_in_order_against_the_loopback_registry(workflow_
         version = plan.outputs["version"]
         for variant, result in results.items():
             for tag in (f"nightly-{variant}", f"{version}-{variant}"):
-                assert client.head_manifest(REPO, tag).digest == result["digest"], tag
+                assert head_digest(client, REPO, tag) == result["digest"], tag
             # each job signed what it pushed, with the secret's key: cosign verifies it under the nightly tag
             done = cosign(workflow_run["tmp"], "verify", "--key", str(workflow_run["tmp"] / "cosign.pub"),
                           f"{workflow_run['registry'].host}/{REPO}:nightly-{variant}")

@@ -98,7 +98,9 @@ def file_from_image(client, ref: str, path: str) -> bytes:
     finally:
         container.remove()
     with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-        return tar.extractfile(tar.getmembers()[0]).read()
+        member = tar.extractfile(tar.getmembers()[0])
+        assert member is not None, path  # a file, not a folder
+        return member.read()
 
 
 def test_arm64_cpu_cross_build_is_verified_without_running_it(arm64_cpu_build, client):

@@ -209,7 +209,7 @@ def test_a_finished_hostile_server_takes_no_connection_of_a_later_server() -> No
             while server.connections < 1 and time.monotonic() < deadline:
                 time.sleep(0.01)
             time.sleep(0.2)  # its thread is back in accept(), as after a deadline test's client gave up
-    listeners = []
+    listeners: list[socket.socket] = []
     try:
         while not numbers & {s.fileno() for s in listeners} and len(listeners) < 64:
             listeners.append(socket.socket())
@@ -224,7 +224,8 @@ def test_a_finished_hostile_server_takes_no_connection_of_a_later_server() -> No
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
         for _ in range(5):
-            accepted = []  # a blocking accept(), as socketserver's, queued behind any leftover thread
+            # a blocking accept(), as socketserver's, queued behind any leftover thread
+            accepted: list[socket.socket] = []
             taker = threading.Thread(target=lambda accepted=accepted: accepted.append(listener.accept()[0]),
                                      daemon=True)
             taker.start()

@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import tarfile
+from collections.abc import Mapping
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pytest
 from buildkit.core.errors import ImageSourceError
 from buildkit.oci.imagediff import diff_images, elf_section_diff
 from buildkit.oci.ocilayout import OciArchive, open_image, push_layout
+from registryserver import head_digest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,7 +27,7 @@ def _digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def make_layer(files: dict[str, bytes | str], mtime: int = 1704153600, mode: int = 0o644) -> bytes:
+def make_layer(files: Mapping[str, bytes | str], mtime: int = 1704153600, mode: int = 0o644) -> bytes:
     """A gzip'd tar layer; a str value is a symlink target."""
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -104,6 +106,7 @@ def test_content_metadata_added_removed_and_config_are_named(tmp_path):
     changes = {f.path: f.change for f in result.layers[0].files}
     assert changes == {"/app/x": "content", "/app/old": "removed", "/app/new": "added", "/app/l": "metadata"}
     content = next(f for f in result.layers[0].files if f.path == "/app/x")
+    assert content.a is not None and content.b is not None
     assert content.a.size == 1 and content.b.size == 2
     assert content.a.sha256 == hashlib.sha256(b"1").hexdigest()
     assert ("config.Labels.v", "1", "2") in result.config
@@ -168,8 +171,8 @@ def test_push_layout_keeps_the_manifest_digest(tmp_path, registry_plain):
         image = archive.image()
         digest = push_layout(client, "layout/push", image, ["one", "two"])
         assert digest == image.manifest_digest
-        assert client.head_manifest("layout/push", "one").digest == digest
-        assert client.head_manifest("layout/push", "two").digest == digest
+        assert head_digest(client, "layout/push", "one") == digest
+        assert head_digest(client, "layout/push", "two") == digest
         assert all(client.blob_exists("layout/push", d.digest) for d in image.layers)
         again = push_layout(client, "layout/push", image, ["three"])  # blobs already there: only the manifest
         assert again == digest

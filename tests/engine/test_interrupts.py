@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -142,8 +143,8 @@ def test_interrupt_during_export(tmp_path: Path, busybox_image, sig: int) -> Non
     assert fetch_source(str(bare), head, head, cache).fetched is False  # the mirror is intact
 
 
-def _lock_with(tmp_path: Path, image: str, image_id: str) -> Path:
-    entry = {f: "x" for f in ("ref", "commit", "patch_set_sha256", "template", "template_sha256",
+def _lock_with(tmp_path: Path, image: str, image_id: str | None) -> Path:
+    entry: dict[str, Any] = {f: "x" for f in ("ref", "commit", "patch_set_sha256", "template", "template_sha256",
                               "dockerfile_sha256", "arch", "target", "platform", "tool_version", "image_digest",
                               "variant")}
     entry.update(source_url="https://example.invalid/fork.git", build_number=1, patches=[], base_images=[],

@@ -30,6 +30,8 @@ from buildkit.release.signkeys import generate_keys
 from test_signing_cosign import cosign
 from forkrepo import FORK_EPOCH, make_fork_repo
 from gitserver import commit_all
+from images import remove_local_images
+from registryserver import tag_digests
 
 pytestmark = pytest.mark.docker
 
@@ -95,20 +97,6 @@ targets = ["server"]
     remove_local_images(f"{registry_plain.host}/{REPO}")
 
 
-def remove_local_images(repository: str) -> None:
-    """The engine outlives the session: leave none of this module's images behind."""
-    import docker
-
-    client = docker.from_env()
-    for image in client.images.list(name=repository):
-        for tag in image.tags:
-            if tag.startswith(repository + ":"):
-                try:
-                    client.images.remove(tag, force=True)
-                except docker.errors.APIError:
-                    pass
-
-
 def buildkit(night, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     night["log"].write_text("")
     return subprocess.run([sys.executable, "-m", "buildkit.cli", *args], cwd=night["project"],
@@ -126,7 +114,7 @@ def run_nightly(night, name: str, *args: str) -> tuple[subprocess.CompletedProce
 
 def registry_tags(night) -> dict[str, str]:
     with RegistryClient(night["registry"].host) as client:
-        return {tag: client.head_manifest(REPO, tag).digest for tag in client.list_tags(REPO)}
+        return tag_digests(client, REPO)
 
 
 def layers_by_step(night, digest: str) -> dict[str, str]:

@@ -19,7 +19,7 @@ import pytest
 
 from buildkit.oci.registry import RegistryClient
 from forkrepo import make_fork_repo
-from registryserver import RegistryServer
+from registryserver import RegistryServer, tag_digests
 from test_registry import docker_login, push_tiny_image
 from cliutil import buildkit_env, write_project
 
@@ -71,7 +71,7 @@ def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
 
 
 def digests(client: RegistryClient, repo: str) -> dict[str, str]:
-    return {tag: client.head_manifest(repo, tag).digest for tag in client.list_tags(repo)}
+    return tag_digests(client, repo)
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from buildkit.oci.imageref import ImageRef, parse_image_ref
 from buildkit.oci.registry import ACCEPT_MANIFESTS, MANIFEST_TYPES, RegistryClient, client_for
 from buildkit.oci.registryauth import parse_www_authenticate
 from buildkit.oci.registryhttp import CERTS_D_ENV, is_loopback
-from registryserver import RegistryServer
+from registryserver import RegistryServer, head_digest
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -96,7 +96,8 @@ def test_helpers():
                                 'scope="repository:a/b:pull,push"')
     assert ch and ch.scheme == "bearer" and dict(ch.params) == {
         "realm": "https://auth.example/token", "service": "reg", "scope": "repository:a/b:pull,push"}
-    assert parse_www_authenticate('Basic realm="x"').scheme == "basic"
+    basic = parse_www_authenticate('Basic realm="x"')
+    assert basic is not None and basic.scheme == "basic"
     assert parse_www_authenticate("Negotiate") is None
     assert ACCEPT_MANIFESTS.split(", ") == list(MANIFEST_TYPES) and len(MANIFEST_TYPES) == 4
 
@@ -300,7 +301,7 @@ def test_put_manifest_adds_tags_and_list_tags_paginates(registry_plain, plain_im
         body, media_type, digest = client.get_manifest("x", "v1")
         for tag in ("latest", "cpu", "sha-1234567-cpu", "0.1.0"):
             assert client.put_manifest("x", tag, body, media_type) == digest
-        assert client.head_manifest("x", "cpu").digest == digest
+        assert head_digest(client, "x", "cpu") == digest
         assert sorted(client.list_tags("x", page_size=2)) == ["0.1.0", "cpu", "latest", "sha-1234567-cpu", "v1"]
         assert sorted(client.list_tags("x")) == sorted(client.list_tags("x", page_size=1))
         # the tag is one PUT of the manifest: its blobs exist in x only, so another repository refuses it
@@ -334,7 +335,7 @@ def test_tls_basic_auth_with_docker_login_credentials(registry_auth, auth_login,
     creds = lookup_credentials(registry_auth.host, cfg_env(cfg))
     assert creds is not None and creds.username == "alice" and not creds.identity_token
     with client_for(registry_auth.host, cfg_env(cfg)) as client:
-        assert client.head_manifest("app/tiny", "v1").digest == digest
+        assert head_digest(client, "app/tiny", "v1") == digest
         body, media_type, _ = client.get_manifest("app/tiny", "v1")
         client.put_manifest("app/tiny", "moving", body, media_type)
         assert sorted(client.list_tags("app/tiny", page_size=1)) == ["moving", "v1"]
@@ -377,8 +378,9 @@ def test_credential_helper_against_registry(registry_auth, auth_login, tmp_path)
     env = write_config(tmp_path / "cfg", {"credHelpers": {registry_auth.host: "test"}})
     env["PATH"] = f"{bindir}:{os.environ['PATH']}"
     with client_for(registry_auth.host, env) as client:
+        assert client.credentials is not None
         assert client.credentials.source == "credential helper docker-credential-test"
-        assert client.head_manifest("app/tiny", "v1").digest == auth_login[1]
+        assert head_digest(client, "app/tiny", "v1") == auth_login[1]
     assert (bindir / "test.calls").read_text() == f"get {registry_auth.host}\n"
 
 
@@ -390,7 +392,7 @@ def test_token_auth_with_identity_token(registry_token, token_login, caplog):
     assert creds is not None and creds.identity_token  # docker login stored a refresh token
     grants_before = len(registry_token.token_server.requests)
     with RegistryClient(registry_token.host, credentials=creds) as client:
-        assert client.head_manifest("app/tiny", "v1").digest == digest
+        assert head_digest(client, "app/tiny", "v1") == digest
         assert client.list_tags("app/tiny") == ["v1"]  # same scope: the cached token
         body, media_type, _ = client.get_manifest("app/tiny", "v1")
         client.put_manifest("app/tiny", "v1-copy", body, media_type)  # pull,push: a second token
@@ -404,7 +406,7 @@ def test_token_auth_with_password(registry_token, token_login, caplog):
     caplog.set_level(logging.DEBUG)
     (user, password), = registry_token.users.items()
     with RegistryClient(registry_token.host, credentials=Credentials(user, password, False)) as client:
-        assert client.head_manifest("app/tiny", "v1").digest == token_login[1]
+        assert head_digest(client, "app/tiny", "v1") == token_login[1]
     bad = Credentials(user, "TOPSECRET-wrong", False, source="test")
     with RegistryClient(registry_token.host, credentials=bad) as client, pytest.raises(AuthError) as info:
         client.list_tags("app/tiny")
@@ -425,7 +427,7 @@ def test_ca_from_certs_d_root_override(registry_auth, auth_login, tmp_path, monk
     assert str(root / registry_auth.host / "ca.crt") in msg and "\n" not in msg
     registry_auth.install_ca(root)
     with RegistryClient(registry_auth.host, credentials=good) as client:
-        assert client.head_manifest("app/tiny", "v1").digest == auth_login[1]
+        assert head_digest(client, "app/tiny", "v1") == auth_login[1]
 
 
 # ---------------------------------------------------------------------- faults
@@ -497,8 +499,8 @@ class FaultProxy:
                 for k, v in resp.headers.items():
                     if k.lower() not in ("transfer-encoding", "connection", "content-encoding", "content-length"):
                         self.send_header(k, v)
-                length = resp.headers.get("Content-Length") if self.command == "HEAD" else str(len(resp.content))
-                self.send_header("Content-Length", length or "0")
+                sent = resp.headers.get("Content-Length") if self.command == "HEAD" else str(len(resp.content))
+                self.send_header("Content-Length", sent or "0")
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(resp.content)
@@ -532,7 +534,7 @@ def waits(monkeypatch) -> list[float]:
 def test_retry_after_503_then_success(plain_proxy, plain_image, waits):
     plain_proxy.faults = [("503", "1"), ("429", "1")]
     with RegistryClient(plain_proxy.host, backoff=0.05) as client:
-        assert client.head_manifest("x", "v1").digest == plain_image
+        assert head_digest(client, "x", "v1") == plain_image
     assert plain_proxy.count("503") == 1 and plain_proxy.count("429") == 1
     assert plain_proxy.count("200", "/manifests/") == 1
     assert waits == [1, 1]  # both Retry-After: 1 were honoured (backoff alone is 0.05 s, then 0.1 s)
@@ -542,7 +544,7 @@ def test_retry_after_503_then_success(plain_proxy, plain_image, waits):
 def test_retry_after_is_capped_and_resets_are_retried(plain_proxy, plain_image, waits):
     plain_proxy.faults = [("503", "3600"), ("reset", ""), ("reset", "")]
     with RegistryClient(plain_proxy.host, backoff=0.05, max_wait=0.3) as client:
-        assert client.head_manifest("x", "v1").digest == plain_image
+        assert head_digest(client, "x", "v1") == plain_image
     assert waits == pytest.approx([0.3, 0.1, 0.2])  # Retry-After capped at max_wait, then the backoff
     assert plain_proxy.count("reset") == 2 and plain_proxy.count("200", "/manifests/") == 1
 
@@ -583,7 +585,7 @@ def test_registry_stopped_and_restarted(tmp_path, busybox_image, monkeypatch):
             restart = threading.Timer(1.5, reg.start)
             restart.start()
             try:
-                assert client.head_manifest("y", "v1").digest == digest  # waited through the outage
+                assert head_digest(client, "y", "v1") == digest  # waited through the outage
             finally:
                 restart.join()
         reg.stop()

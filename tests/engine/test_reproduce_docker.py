@@ -20,6 +20,7 @@ import sys
 import uuid
 from datetime import datetime, UTC
 from pathlib import Path
+from unittest import mock
 
 import docker
 import pytest
@@ -240,13 +241,9 @@ def variants(project, first, fork, tmp_path_factory):
         "RUN mkdir -p /etc/llama && echo changed-template > /etc/llama/template\nENV LD_LIBRARY_PATH=", 1))
     import buildkit.plan.render as render
 
-    saved = render.templates_dir
-    render.templates_dir = lambda: templates
-    try:
+    with mock.patch.object(render, "templates_dir", lambda: templates):  # the name render reads (core/paths.py's)
         out["template"] = build(config(project, **{"image.name": IMAGE + "-template",
                                                    "lock.path": str(templates / "lock")})).result.digest
-    finally:
-        render.templates_dir = saved
     later = later_commit(fork["path"])
     out["commit"] = build(config(project, **{"image.name": IMAGE + "-commit", "source.commit": later,
                                               "lock.path": str(templates / "lock2")})).result.digest

@@ -74,7 +74,8 @@ class ArgvSampler(threading.Thread):
 
     def __init__(self, needle: str) -> None:
         super().__init__(daemon=True)
-        self.needle, self.hits, self.samples = needle.encode(), [], 0
+        self.needle, self.samples = needle.encode(), 0
+        self.hits: list[str] = []
         self._halt = threading.Event()
 
     def run(self) -> None:

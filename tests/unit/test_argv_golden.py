@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,7 +31,8 @@ from test_plan_render import plan_for
 GOLDEN = json.loads((Path(__file__).parent / "data" / "buildx_golden.json").read_text())
 CTX = Path("/w/ctx")
 LAYOUT = "oci-layout:///l/base@sha256:" + "a" * 64
-CASES = {  # plan overrides, build options, named contexts, extra tags
+CASES: dict[str, tuple[dict[str, Any], dict[str, Any], tuple[tuple[str, Path | str], ...], tuple[str, ...]]] = {
+    # plan overrides, build options, named contexts, extra tags
     "cpu-load": ({"build.arch": "cpu"}, {}, (), ()),
     "cuda-builder-cache": ({"build.arch": "sm_120"},
                            dict(builder="multi", progress="plain", cache_from=("type=registry,ref=r/c:{variant}",),
@@ -103,7 +105,7 @@ def test_specs_make_the_command_lines_and_bake_targets_argv_made(name):
 
 
 PROFILE = Profile(name="p", args=("--spec-type", "dflash", "-c", "4096"), gpus="all", port=9000)
-RUN_CASES = {  # make_spec arguments, detach
+RUN_CASES: dict[str, tuple[dict[str, Any], bool]] = {  # make_spec arguments, detach
     "profile-defaults": (dict(image="img:1", model="/m/target.gguf", model_draft="/m/d.gguf", profile=PROFILE), False),
     "detached-bound-named": (dict(image="img:1", model="/m/t.gguf", profile=PROFILE, gpus="device=0,1", host_port=8181,
                                   bind="127.0.0.1", name="srv", labels=(("a", "b"), ("c", "d=e"))), True),

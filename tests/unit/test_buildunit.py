@@ -199,6 +199,7 @@ def test_bake_locks_each_unit_it_built_and_verified_and_no_other(tmp_path, monke
         (build,), indexes, _ = matrix.bake_locked([variant], BuildOptions(progress="plain"), tmp_path / "work", lock,
                                                   verify=verify)
     assert indexes == [] and [c[0] for c in engine.calls][:1] == ["bake"]
+    assert build.outcome is not None and build.outcome.result is not None
     if verify:
         assert not build.ok and build.unit is not None and build.unit.failed == "verify"
         assert ("untag", build.outcome.result.tags) in engine.calls and not lock.exists()

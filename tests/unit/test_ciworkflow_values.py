@@ -34,7 +34,8 @@ def field_options(field: str, value: str) -> WorkflowOptions:
         return replace(BASE, install=f"git+{REPO}@{value}")
     if field == "runner":
         return replace(BASE, runners=(("amd64", value),))
-    return replace(BASE, **{field: value})
+    fields: dict[str, Any] = {field: value}
+    return replace(BASE, **fields)
 
 
 def steps(doc: dict, job: str) -> list[dict]:

@@ -5,6 +5,8 @@ ones under headings, and none that do nothing there; the release version is `--r
 
 import json
 import os
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -87,8 +89,14 @@ def test_build_print_json_is_the_command_and_the_plan(monkeypatch, tmp_path):
     from buildkit.flows import pipeline
 
     _fake_prepare(monkeypatch)
-    real = pipeline.prepare
-    monkeypatch.setattr(pipeline, "prepare", lambda *a, **k: setattr(p := real(*a, **k), "build_key", "k" * 16) or p)
+    real: Callable[..., Any] = pipeline.prepare  # the fake's: it makes a SimpleNamespace
+
+    def prepare(*a, **k):
+        prepared = real(*a, **k)
+        prepared.build_key = "k" * 16
+        return prepared
+
+    monkeypatch.setattr(pipeline, "prepare", prepare)
     monkeypatch.setattr(pipeline, "reproducible_exporter", lambda cfg: False)
     monkeypatch.chdir(tmp_path)
     out = invoke("build", "--arch", "cpu", "--print", "--json", "--cache-dir", str(tmp_path / "cache"),

@@ -17,7 +17,8 @@ LOST = ('parent snapshot sha256:5d602b0e5ad7f96a92f07c9880f628bde570a306abc272b2
 
 class Containers:
     def __init__(self, *failures: Exception) -> None:
-        self.failures, self.calls = list(failures), []
+        self.failures = list(failures)
+        self.calls: list[tuple[tuple, dict]] = []
 
     def create(self, *args, **kwargs):
         self.calls.append((args, kwargs))

@@ -12,6 +12,7 @@ import pytest
 
 from buildkit.verify import cpucode
 
+from buildkit.core import ggmlcpu
 from buildkit.plan import cpulevels
 from buildkit.plan.buildkey import build_key
 from buildkit.verify.cpuhost import host_cpu_flags, host_cpu_id
@@ -48,7 +49,7 @@ def test_every_instruction_set_flag_is_explicit_whatever_source_date_epoch_does(
     for name in ("GGML_NATIVE", "GGML_BACKEND_DL", "GGML_CPU_ALL_VARIANTS"):
         assert flags[name] in ("ON", "OFF"), name
     if platform == "linux/amd64":
-        assert {f"GGML_{f}" for f in cpulevels.X86_FEATURES} <= set(flags)
+        assert {f"GGML_{f}" for f in ggmlcpu.X86_FEATURES} <= set(flags)
         assert "GGML_CPU_ARM_ARCH" not in flags
     else:
         assert "GGML_CPU_ARM_ARCH" in flags and "GGML_AVX2" not in flags
@@ -164,16 +165,17 @@ SAPPHIRE = ZEN4 | {"amx_tile", "amx_int8", "avx_vnni"}
                                         (ZEN3 | {"avx_vnni"}, "alderlake")])
 def test_best_variant_follows_ggml_score(flags, best):
     supported = cpulevels.host_features(flags, "linux/amd64")
-    assert cpulevels.best_variant(list(cpulevels.X86_VARIANTS), supported, "linux/amd64") == best
+    assert cpulevels.best_variant(list(ggmlcpu.X86_VARIANTS), supported, "linux/amd64") == best
 
 
 def test_this_machine_gets_a_simd_variant():
     flags = host_cpu_flags()
     if "avx2" not in flags:
         pytest.skip("this machine has no AVX2")
-    best = cpulevels.best_variant(list(cpulevels.X86_VARIANTS), cpulevels.host_features(flags, "linux/amd64"),
+    best = cpulevels.best_variant(list(ggmlcpu.X86_VARIANTS), cpulevels.host_features(flags, "linux/amd64"),
                                   "linux/amd64")
-    assert cpulevels.simd_class(cpulevels.X86_VARIANTS[best], "linux/amd64") in ("avx2", "avx512")
+    assert best is not None
+    assert cpulevels.simd_class(ggmlcpu.X86_VARIANTS[best], "linux/amd64") in ("avx2", "avx512")
 
 
 # --------------------------------------------------------------------------- the tables are ggml's
@@ -191,7 +193,7 @@ def x86_variants_in(cmake_text: str) -> dict[str, tuple[str, ...]]:
 def test_tables_match_the_example_fork():
     text = (ROOT / "examples/tiny-fork/ggml/src/CMakeLists.txt").read_text()
     assert {k: set(v) for k, v in x86_variants_in(text).items()} == \
-        {k: set(v) for k, v in cpulevels.X86_VARIANTS.items()}
+        {k: set(v) for k, v in ggmlcpu.X86_VARIANTS.items()}
 
 
 def test_tables_match_the_real_llama_cpp_cmake():
@@ -203,18 +205,18 @@ def test_tables_match_the_real_llama_cpp_cmake():
         pytest.skip(f"real llama.cpp tree not cached at {tree} (the e2e tier fetches it)")
     text = (tree / "ggml/src/CMakeLists.txt").read_text()
     assert {k: set(v) for k, v in x86_variants_in(text).items()} == \
-        {k: set(v) for k, v in cpulevels.X86_VARIANTS.items()}
+        {k: set(v) for k, v in ggmlcpu.X86_VARIANTS.items()}
     start = text.index("ggml_add_cpu_backend_variant(armv8.0_1)")
     arm = text[start:text.index("Android", start)]
     assert {m.group(1): set(m.group(2).split()) for m in VARIANT_RE.finditer(arm)} == \
-        {k: set(v) for k, v in cpulevels.ARM_VARIANTS.items()}
+        {k: set(v) for k, v in ggmlcpu.ARM_VARIANTS.items()}
     options = set(re.findall(r"option\(GGML_(\w+)\s+\"ggml: enable (?:SSE|AVX|FMA|F16C|BMI|AMX)",
                              (tree / "ggml/CMakeLists.txt").read_text()))
-    assert options == set(cpulevels.X86_FEATURES)
+    assert options == set(ggmlcpu.X86_FEATURES)
     feats = (tree / "ggml/src/ggml-cpu/arch/x86/cpu-feats.cpp").read_text()
     bits = {name: int(bit or 0) for name, bit in
             re.findall(r"#ifdef GGML_(\w+)\n(?:(?!#endif).)*?score \+= (?:1<<(\d+)|1);", feats, re.S)}
-    assert bits == cpulevels.X86_SCORE_BITS
+    assert bits == ggmlcpu.X86_SCORE_BITS
 
 
 # --------------------------------------------------------------------------- what verify counts

@@ -66,7 +66,7 @@ def test_an_emulated_build_machine_runs_only_when_asked():
     with pytest.raises(ConfigError, match="--emulate-build-platform"):
         judge_build_machine("linux/arm64", "linux/amd64", "linux/amd64")
     line = judge_build_machine("linux/arm64", "linux/amd64", "linux/amd64", emulate=True)
-    assert "emulated" in line and "tests and CI" in line
+    assert line is not None and "emulated" in line and "tests and CI" in line
     assert judge_build_machine("linux/amd64", "linux/arm64", "linux/amd64", emulate=True) is None  # native here
     plan = plan_for(**{"build.arch": "sm_120", "build.emulate_build_platform": True, **WHEELS}, **AMD64_ON_ARM64)
     assert plan.request.emulate_build_platform
@@ -142,12 +142,12 @@ def test_doctor_says_what_the_seed_direction_is_and_what_buildkit_does():
     from buildkit.flows.platformcheck import judge_cross_cuda
 
     seed = judge_cross_cuda([Variant("cuda13.1-sm120", (13, 1), "sm_120", "linux/amd64", "linux/arm64", "nvidia")])
-    assert seed.status == OK and seed.name == "cross-cuda"
+    assert seed is not None and seed.status == OK and seed.name == "cross-cuda"
     assert "not the direction NVIDIA documents" in seed.detail
     assert "-Xcudafe=--signed_chars -Xcicc=--signed_chars" in seed.detail and "long double" in seed.detail
     assert "verified" in seed.detail
     spark = judge_cross_cuda([Variant("cuda13.1-sm121", (13, 1), "sm_121", "linux/arm64", "linux/amd64", "wheels")])
-    assert "the direction NVIDIA documents" in spark.detail and "--unsigned_chars" in spark.detail
+    assert spark is not None and "the direction NVIDIA documents" in spark.detail and "--unsigned_chars" in spark.detail
     native = [Variant("cuda13.1-sm120", (13, 1), "sm_120", "linux/amd64", "linux/amd64"),
               Variant("cpu", None, "cpu", "linux/arm64", "linux/amd64", "cpu")]
     assert judge_cross_cuda(native) is None  # nothing to say: no cross CUDA variant

@@ -68,10 +68,12 @@ def test_cross_builds_run_nothing_of_the_target(overrides, direction):
 def test_the_toolchain_file_names_the_target_compilers_both_ways():
     arm = render_toolchain(plan_for(**{"build.arch": "sm_121", "base.provider": "wheels",
                                        "build.build_platform": "linux/amd64"}))
+    assert arm is not None
     assert "set(CMAKE_SYSTEM_PROCESSOR aarch64)" in arm and "set(CMAKE_C_COMPILER aarch64-linux-gnu-gcc)" in arm
     assert "set(CMAKE_CUDA_HOST_COMPILER aarch64-linux-gnu-g++)" in arm
     assert "set(CMAKE_LIBRARY_ARCHITECTURE aarch64-linux-gnu)" in arm
     x86 = render_toolchain(plan_for(**{"build.arch": "cpu"}, **AMD64_ON_ARM64))
+    assert x86 is not None
     assert "set(CMAKE_SYSTEM_PROCESSOR x86_64)" in x86 and "set(CMAKE_CXX_COMPILER x86_64-linux-gnu-g++)" in x86
     assert "CUDA" not in x86  # no nvcc in a cpu build
     assert render_toolchain(plan_for(**{"build.arch": "cpu"})) is None  # native: no toolchain file
@@ -126,7 +128,7 @@ def test_judge_build_machine():
     assert judge_build_machine("linux/amd64", "linux/arm64", "linux/amd64") is None  # cross, natively
     assert judge_build_machine("linux/amd64", "linux/amd64", "linux/amd64") is None
     assert judge_build_machine("linux/amd64", "linux/arm64", "") is None  # engine unknown: not judged
-    assert "emulation" in judge_build_machine("linux/arm64", "linux/arm64", "linux/amd64")
+    assert "emulation" in (judge_build_machine("linux/arm64", "linux/arm64", "linux/amd64") or "")
     with pytest.raises(ConfigError, match="engine runs on linux/arm64"):
         judge_build_machine("linux/amd64", "linux/arm64", "linux/arm64")
 
@@ -140,5 +142,5 @@ def test_an_old_gcc_for_the_arm64_sme_variants_is_named_with_what_to_do():
 
     line = "#13 70.24 cc1: error: unknown value 'armv9.2-a+dotprod+fp16+sve+i8mm+sve2+sme' for '-march'"
     hint = known_failure(["#13 70.20 [ 20%] Building C object x.o", line])
-    assert "GCC is older than 14" in hint and "--cpu-level armv8.6" in hint
+    assert hint is not None and "GCC is older than 14" in hint and "--cpu-level armv8.6" in hint
     assert known_failure(["cc1: error: something else"]) is None

@@ -4,7 +4,6 @@ registry client says so (it said "no answer", as if nothing had arrived, under l
 
 from __future__ import annotations
 
-from buildkit.core import deadline as deadline_module
 from buildkit.core.deadline import Deadline
 
 
@@ -18,7 +17,7 @@ class Clock:
 
 def test_reached_when_the_time_has_passed_before_the_timer_fired(monkeypatch):
     clock = Clock()
-    monkeypatch.setattr(deadline_module.time, "monotonic", clock)
+    monkeypatch.setattr("buildkit.core.deadline.time.monotonic", clock)
     cuts: list[int] = []
     deadline = Deadline(60.0, lambda: cuts.append(1))
     assert not deadline.reached  # not started

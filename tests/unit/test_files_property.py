@@ -321,10 +321,10 @@ def test_a_report_that_cannot_be_written_is_kept_and_the_line_says_where(tmp_pat
     kept.unlink()
     summary = Summary(repository="r", url=URL, branch=BRANCH, date="20260101", old_commit=None, new_commit=None)
     (tmp_path / "step").mkdir()
-    said = write_summaries(summary, str(target), env={"GITHUB_STEP_SUMMARY": str(tmp_path / "step")})
-    assert [line.split(" (")[0] for line in said] == [f"the JSON summary could not be written to {target}",
-                                                      f"the step summary could not be written to {tmp_path / 'step'}"]
-    for line in said:
+    lines = write_summaries(summary, str(target), env={"GITHUB_STEP_SUMMARY": str(tmp_path / "step")})
+    assert [line.split(" (")[0] for line in lines] == [f"the JSON summary could not be written to {target}",
+                                                       f"the step summary could not be written to {tmp_path / 'step'}"]
+    for line in lines:
         Path(line.rsplit(" it is in ", 1)[1]).unlink()
 
 

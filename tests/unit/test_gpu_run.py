@@ -223,8 +223,8 @@ def test_an_image_without_app_is_refused(tmp_path):
 
 # --------------------------------------------------------------------------- which file comes from where
 
-CC = shutil.which("cc")
-needs_cc = pytest.mark.skipif(CC is None, reason="no C compiler to make ELF files")
+CC = shutil.which("cc") or ""
+needs_cc = pytest.mark.skipif(not CC, reason="no C compiler to make ELF files")
 
 
 def compile_so(path: Path, soname: str, source: str, *libs: Path, extra: tuple[str, ...] = ()) -> Path:
@@ -306,8 +306,8 @@ def test_driver_from_host_cuda_from_image_when_carried(fake_host):
     choices = {c.soname: c for c in libplan.plan(bundle, host)}
     assert choices["libggml-cuda.so.0"].origin == "image"
     assert choices["libcuda.so.1"].origin == "host-driver"  # not the image's stub
-    assert choices["libcuda.so.1"].path.startswith(host.driver[0])
-    assert choices["libcudart.so.13"].origin == "image" and "/cuda/lib64/" in choices["libcudart.so.13"].path
+    assert (choices["libcuda.so.1"].path or "").startswith(host.driver[0])
+    assert choices["libcudart.so.13"].origin == "image" and "/cuda/lib64/" in (choices["libcudart.so.13"].path or "")
     assert choices["libcublas.so.13"].origin == "host-cuda"  # the bundle does not carry it
     assert choices["libfoo.so.1"].origin == "host-system" and choices["libc.so.6"].origin == "host-system"
     farm = libplan.link_farm(list(choices.values()), fake_host["tmp"] / "libs")
@@ -402,6 +402,7 @@ def test_arguments_after_double_dash_go_to_llama_server():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("gpu_run", SCRIPT)
+    assert spec is not None and spec.loader is not None, SCRIPT
     gpu_run = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gpu_run)
 

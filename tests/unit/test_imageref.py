@@ -55,8 +55,8 @@ def test_publishing_keeps_the_extra_tags_of_a_repository_on_a_registry_port():
     """publish re-plans with the release version and keeps --tag's tags: it once split them at the port."""
     plan = plan_for(("x",), **{"image.name": "127.0.0.1:5000/n/t"})
     assert plan.tags[2:] == ("127.0.0.1:5000/n/t:x",)
-    prepared = Prepared(plan=plan, rendered=None, source=None, patches=None, cuda_root=None, base_images=(),
-                        build_key="k" * 64)
+    prepared = Prepared(plan=plan, rendered=None, source=None, patches=None,  # type: ignore[arg-type]  # unused here
+                        cuda_root=None, base_images=(), build_key="k" * 64)
     again = with_version(prepared, "1.2.3")
     assert again.tags == plan.tags and again.request.version == "1.2.3"
 

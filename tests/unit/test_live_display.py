@@ -49,7 +49,7 @@ def test_the_state_holds_the_step_the_compile_and_the_ccache_so_far():
     assert rows["buildx"].startswith("[build 4/7] RUN --mount=type=cache")  # DONE did not replace it
     assert rows["ccache"] == "12 hits, 41 misses so far"
     assert rows["compile"].startswith("42% at ") and "left" in rows["compile"]
-    assert state.meter.percent == 42
+    assert isinstance(state.meter, CompileMeter) and state.meter.percent == 42
 
 
 def test_before_the_compile_only_the_stage_and_step_show():

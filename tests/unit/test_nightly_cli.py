@@ -10,7 +10,7 @@ import os
 
 import pytest
 import yaml
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from buildkit.cli.main import main
 from buildkit.flows.nightlyplan import NightlyPlan
@@ -35,17 +35,31 @@ def nightly(monkeypatch, tmp_path):
     from buildkit.flows import nightly as flow, nightlyjobs
 
     runs: list[str] = []
-    monkeypatch.setattr(flow, "run_nightly", lambda cfg, **_: runs.append("nightly") or summary())
-    monkeypatch.setattr(nightlyjobs, "plan_nightly", lambda cfg, **_: runs.append("plan")
-                        or NightlyPlan.from_dict(PLAN))
+
+    def run_nightly(cfg, **_):
+        runs.append("nightly")
+        return summary()
+
+    def plan_nightly(cfg, **_):
+        runs.append("plan")
+        return NightlyPlan.from_dict(PLAN)
+
+    monkeypatch.setattr(flow, "run_nightly", run_nightly)
+    monkeypatch.setattr(nightlyjobs, "plan_nightly", plan_nightly)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "buildkit.toml").write_text('schema_version = 1\n[image]\nname = "r.example/t/l"\n')
 
-    def invoke(*args: str):
-        return CliRunner().invoke(main, ["nightly", *args], env=ENV)
+    return Invoke(runs)
 
-    invoke.runs = runs
-    return invoke
+
+class Invoke:
+    """`buildkit nightly ARGS` when called; .runs: the runs the command started."""
+
+    def __init__(self, runs: list[str]) -> None:
+        self.runs = runs
+
+    def __call__(self, *args: str) -> Result:
+        return CliRunner().invoke(main, ["nightly", *args], env=ENV)
 
 
 def test_json_is_a_flag_the_document_on_stdout_the_text_on_stderr(nightly, tmp_path):

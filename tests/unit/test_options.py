@@ -117,7 +117,7 @@ def _string_reads(path: Path) -> list[int]:
         named = (isinstance(target, ast.Name) and target.id == "cfg") or \
                 (isinstance(target, ast.Attribute) and target.attr == "cfg")
         called = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "path_value"
-        if named or called:
+        if (named or called) and isinstance(node, ast.expr):  # a Subscript or a Call
             lines.append(node.lineno)
     return sorted(set(lines))
 

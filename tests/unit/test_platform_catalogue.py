@@ -63,7 +63,7 @@ def platform_tables(source: str) -> list[tuple[int, str, str]]:
     tree = ast.parse(source)
     docs = _docstrings(tree)
     found: list[tuple[int, str, str]] = []
-    named: list[ast.Constant] = []
+    named: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Dict):
             keyed = [s for part in (*node.keys, *node.values) if part is not None for s in _strings(part)
@@ -83,9 +83,9 @@ def platform_tables(source: str) -> list[tuple[int, str, str]]:
             if fact:
                 found.append((node.lineno, fact, "a text holding one platform's fact"))
             elif node.value in names:
-                named.append(node)
+                named.append((node.lineno, node.value))
     seen = {(line, literal) for line, literal, _ in found}
-    found += [(n.lineno, n.value, "a platform named in code") for n in named if (n.lineno, n.value) not in seen]
+    found += [(line, value, "a platform named in code") for line, value in named if (line, value) not in seen]
     return sorted(found)
 
 

@@ -35,7 +35,8 @@ def test_lock_keys_of_the_two_platforms_differ(tmp_path):
     builds = read_lock(path)["builds"]
     assert set(builds) == {"cpu/server", "cpu-arm64/server"}
     assert builds["cpu/server"]["platform"] == "linux/amd64"
-    assert find_entry(builds, "cpu", "server", "linux/arm64")[1]["image_digest"] == "sha256:arm"
+    found = find_entry(builds, "cpu", "server", "linux/arm64")
+    assert found is not None and found[1]["image_digest"] == "sha256:arm"
 
 
 def test_an_old_locks_arm64_entry_is_not_the_amd64_build_and_moves_to_its_key(tmp_path):

@@ -153,7 +153,7 @@ def test_a_stage_line_shows_this_run_of_the_stage_not_the_process_total(monkeypa
     from buildkit.core import progress
 
     now = iter([0.0, 64.0, 100.0, 117.0])  # two builds in one process: 64 s, then 17 s
-    monkeypatch.setattr(progress.time, "monotonic", lambda: next(now))
+    monkeypatch.setattr("buildkit.core.progress.time.monotonic", lambda: next(now))
     out = io.StringIO()
     reporter = progress.Stages(out)
     for _ in range(2):

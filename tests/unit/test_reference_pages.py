@@ -20,6 +20,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs" / "reference").glob("*.md"))
 
 def gen_reference():
     spec = importlib.util.spec_from_file_location("gen_reference", SCRIPT)
+    assert spec is not None and spec.loader is not None, SCRIPT
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

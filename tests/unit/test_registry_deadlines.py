@@ -3,6 +3,8 @@ are tested against real hostile servers in tests/engine/test_deadlines.py."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from buildkit.core.errors import ConfigError
@@ -14,7 +16,8 @@ def test_the_variables_set_the_client_deadlines():
     env = {"LLAMA_BUILDKIT_REGISTRY_TIMEOUT": "1.5", "LLAMA_BUILDKIT_REGISTRY_DEADLINE": " 20 "}
     assert deadlines_from(env) == {"timeout": 1.5, "deadline": 20.0}
     assert deadlines_from({}) == {}
-    client = RegistryClient("127.0.0.1:1", **deadlines_from(env))
+    deadlines: dict[str, Any] = deadlines_from(env)
+    client = RegistryClient("127.0.0.1:1", **deadlines)
     assert (client.timeout, client._requests.seconds, client._transfers.seconds) == (1.5, 20.0, 3600.0)
 
 

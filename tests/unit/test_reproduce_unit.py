@@ -64,7 +64,7 @@ def test_a_base_image_without_digest_cannot_be_reproduced():
 
 
 def test_lock_entries_are_chosen_by_key(tmp_path):
-    builds = {"cpu/server": {}, "cuda13.1-sm120/server": {}}
+    builds: dict[str, dict] = {"cpu/server": {}, "cuda13.1-sm120/server": {}}
     assert select_entry({"cpu/server": {"a": 1}}, None, tmp_path)[0] == "cpu/server"
     with pytest.raises(ReproduceError, match="choose one with --build"):
         select_entry(builds, None, tmp_path)

@@ -34,7 +34,7 @@ def commit(repo: Path, files: dict[str, str | None]) -> str:
 
 def snapshot(top: Path) -> dict[str, tuple]:
     """Every path under top: its kind, and a file's bytes and mode, a link's target, a folder's mode."""
-    out = {}
+    out: dict[str, tuple] = {}
     for path in sorted(top.rglob("*")):
         rel = path.relative_to(top).as_posix()
         if path.is_symlink():

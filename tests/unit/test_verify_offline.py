@@ -53,8 +53,19 @@ def test_system_dirs_follow_the_elf_machine():
 
 # ---------------------------------------------------------------- binfmt_misc
 
+def handler_of(name: str, text: str) -> binfmt.Handler:
+    """The handler a registration file's text describes (these texts are all readable)."""
+    handler = binfmt.parse_handler(name, text)
+    assert handler is not None, name
+    return handler
+
+
+def name_of(handler: binfmt.Handler | None) -> str | None:
+    return None if handler is None else handler.name
+
+
 def test_a_qemu_handler_is_parsed_and_matches_only_its_machine():
-    handler = binfmt.parse_handler("qemu-aarch64", QEMU_AARCH64)
+    handler = handler_of("qemu-aarch64", QEMU_AARCH64)
     assert handler.enabled and handler.interpreter.endswith("aarch64-binfmt-P") and handler.flags == "POCF"
     assert handler.magic[:4] == b"\x7fELF" and len(handler.mask) == len(handler.magic) == 20
     assert handler.matches(elf_bytes(EM_AARCH64, e_type=2)) and handler.matches(elf_bytes(EM_AARCH64, e_type=3))
@@ -64,9 +75,9 @@ def test_a_qemu_handler_is_parsed_and_matches_only_its_machine():
 
 
 def test_disabled_extension_and_broken_handlers():
-    off = binfmt.parse_handler("qemu-aarch64", QEMU_AARCH64.replace("enabled", "disabled"))
+    off = handler_of("qemu-aarch64", QEMU_AARCH64.replace("enabled", "disabled"))
     assert not off.enabled and binfmt.handler_for(elf_bytes(EM_AARCH64), [off]) is None
-    wine = binfmt.parse_handler("wine", WINE)
+    wine = handler_of("wine", WINE)
     assert wine.extension == ".exe" and not wine.matches(elf_bytes(EM_AARCH64))
     assert binfmt.parse_handler("junk", "enabled\nmagic zz\n") is None
     assert binfmt.parse_handler("bad-hex", QEMU_AARCH64.replace("7f454c46", "7g454c46")) is None
@@ -80,8 +91,8 @@ def test_registered_reads_a_binfmt_misc_folder(tmp_path):
     (tmp_path / "wine").write_text(WINE)
     handlers = binfmt.registered(tmp_path)
     assert [h.name for h in handlers] == ["qemu-aarch64", "qemu-x86_64", "wine"]
-    assert binfmt.handler_for(elf_bytes(EM_AARCH64), handlers).name == "qemu-aarch64"
-    assert binfmt.handler_for(elf_bytes(EM_X86_64), handlers).name == "qemu-x86_64"
+    assert name_of(binfmt.handler_for(elf_bytes(EM_AARCH64), handlers)) == "qemu-aarch64"
+    assert name_of(binfmt.handler_for(elf_bytes(EM_X86_64), handlers)) == "qemu-x86_64"
     (tmp_path / "status").write_text("disabled\n")  # binfmt_misc off as a whole: no handler runs anything
     assert binfmt.handler_for(elf_bytes(EM_AARCH64), binfmt.registered(tmp_path)) is None
     assert binfmt.registered(tmp_path / "not-mounted") == []
@@ -92,9 +103,9 @@ def test_a_foreign_image_runs_only_under_a_matching_handler():
     why = binfmt.not_runnable("linux/arm64", "amd64", header, [])
     assert why == ("linux/arm64 image on a linux/amd64 engine and no binfmt handler for AArch64 registered: "
                    "not run")
-    x86_only = [binfmt.parse_handler("qemu-x86_64", QEMU_X86_64)]
+    x86_only = [handler_of("qemu-x86_64", QEMU_X86_64)]
     assert binfmt.not_runnable("linux/arm64", "amd64", header, x86_only) == why
-    assert binfmt.not_runnable("linux/arm64", "amd64", header, [binfmt.parse_handler("q", QEMU_AARCH64)]) == ""
+    assert binfmt.not_runnable("linux/arm64", "amd64", header, [handler_of("q", QEMU_AARCH64)]) == ""
     assert binfmt.not_runnable("linux/amd64", "amd64", elf_bytes(EM_X86_64), []) == ""
     assert "for Advanced Micro Devices X86-64" in binfmt.not_runnable("linux/amd64", "arm64", elf_bytes(EM_X86_64), [])
     assert binfmt.elf_header(EM_AARCH64) == elf_bytes(EM_AARCH64, e_type=2)[:20]
