@@ -33,7 +33,8 @@ PINS = AptPins(build=(("cmake", "3.25.1-1"), ("gcc", "4:12.2.0-3"), ("libc6:arm6
 
 # ------------------------------------------------------------------ base.apt_snapshot
 
-@pytest.mark.parametrize("value, expected", [("2026-11-01", "20261101T000000Z"), ("20240229T235959Z", "20240229T235959Z"),
+@pytest.mark.parametrize("value, expected", [("2026-11-01", "20261101T000000Z"),
+                                             ("20240229T235959Z", "20240229T235959Z"),
                                              (" 2026-11-01 ", "20261101T000000Z"), ("", "")])
 def test_a_snapshot_date_is_snapshot_debian_orgs_form(value, expected):
     assert check_apt_snapshot(value) == expected
