@@ -58,7 +58,9 @@ def build_stage_packages(prepared: Prepared, options: BuildOptions) -> dict[str,
                          target=BUILD_PACKAGES_TARGET,
                          build_args=(("SOURCE_DATE_EPOCH", str(plan.source_date_epoch)),),
                          named_contexts=tuple((name, str(path)) for name, path in rendered.named_contexts),
-                         cache_from=(), provenance=False, outputs=(f"type=local,dest={tmp}",))
+                         # the build's own cache sources: where its apt step came from (a remote builder's, say)
+                         cache_from=tuple(e.replace("{variant}", plan.request.cache_name) for e in options.cache_from),
+                         provenance=False, outputs=(f"type=local,dest={tmp}",))
         tail: list[str] = []
         finished = get_engine().build(spec, options.session(None), lambda line: tail.append(line) if line.strip()
                                       else None, stream=_Quiet(), tty=False)
