@@ -31,6 +31,7 @@ from buildkit.engine.dockerengine import MIN_BUILDX as MIN_BUILDX  # re-exported
 from buildkit.engine.dockerengine import parse_buildx_version as parse_buildx_version  # re-exported
 from buildkit.engine.runner import wants_tty
 from buildkit.engine.specs import BuildSession, BuildSpec
+from buildkit.plan.aptpins import REFUSED
 from buildkit.plan.cpulevels import LEVELS, fallback
 
 
@@ -102,6 +103,8 @@ KNOWN_FAILURES = (
 
 
 _APT_ERROR = re.compile(r"(?:^|\s)E: ")
+# A build step's own refusal (plan/aptpins.py REFUSED, and templates/_apt.j2): the rest of its line is the
+# BuildError. The templates print it as "$(echo buildkit-refused):", so a RUN line that buildx echoes never matches.
 
 
 def known_failure(lines: Sequence[str]) -> str | None:
@@ -153,8 +156,12 @@ def run_build(spec: BuildSpec, session: BuildSession, *, stream: OutStream | Non
 
     hints: list[str] = []
 
+    refused: list[str] = []
+
     def on_line(clean: str) -> None:
         tail.append(clean)
+        if REFUSED in clean and not refused:
+            refused.append(clean.split(REFUSED, 1)[1].strip())
         # error lines, and apt's (E: Unable to locate package gcc-14), whose known causes have a hint
         if ("error" in clean or _APT_ERROR.search(clean)) and len(hints) < 200:
             hints.append(clean)
@@ -176,6 +183,8 @@ def run_build(spec: BuildSpec, session: BuildSession, *, stream: OutStream | Non
 
         tail = collections.deque((strip_ansi(t) for t in tail), maxlen=40)
     if code != 0:
+        if refused:
+            raise BuildError(refused[0])
         hint = known_failure(hints)
         if hint:
             raise BuildError(f"docker buildx build failed (exit {code}): {hint}")

@@ -26,6 +26,7 @@ from buildkit.core.progress import stage
 from buildkit.engine.api import get_engine
 from buildkit.engine.buildx import BuildOptions, BuildResult, run_build
 from buildkit.flows.buildspec import build_spec
+from buildkit.flows.debpackages import debian_packages
 from buildkit.flows.pipeline import Prepared, build_options, check_build_machine, last_build_seconds, lock_entry
 from buildkit.oci.imageref import ImageRef
 from buildkit.oci.registry import RegistryClient
@@ -149,9 +150,11 @@ def _run(run: _Run, cfg: ResolvedConfig | None, built: BuildResult | None) -> No
         with run.step("verify", result.tags[0] if result.tags else ""):
             run.report = verified_or_removed(prepared.plan, result.tags, prepared.cuda_roots or prepared.cuda_root,
                                              result.oci_archive)
+    packages = None
     if options.lock_path is not None and (options.publish is None or options.lock_first):
         with run.step("lock"):
-            run.entry = lock_entry(prepared, result)
+            packages = debian_packages(prepared, result, options.build or _options(cfg))
+            run.entry = replace(lock_entry(prepared, result), debian_packages=packages)
             write_lock_entry(options.lock_path, run.entry)
     if options.publish is None:
         return
@@ -164,7 +167,14 @@ def _run(run: _Run, cfg: ResolvedConfig | None, built: BuildResult | None) -> No
     run.result = result
     if options.lock_path is not None:
         with run.step("lock"):
-            run.entry = record(options.lock_path, lock_entry(prepared, result), run.published, target.version)
+            packages = packages or debian_packages(prepared, result, options.build or _options(cfg))
+            run.entry = record(options.lock_path, replace(lock_entry(prepared, result), debian_packages=packages),
+                               run.published, target.version)
+
+
+def _options(cfg: ResolvedConfig | None) -> BuildOptions:
+    """How the export of the build stage's packages runs: the config's builder (a bake's unit may have none)."""
+    return build_options(cfg) if cfg is not None else BuildOptions()
 
 
 def _build(run: _Run, cfg: ResolvedConfig | None) -> BuildResult:

@@ -20,11 +20,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import cast
 
-from buildkit.core.errors import ConfigError, RegistryError
+from buildkit.core.errors import BuildkitError, ConfigError, RegistryError
 from buildkit.core.progress import stage
 from buildkit.engine.api import get_engine
 from buildkit.engine.buildx import BuildResult, check_buildx
 from buildkit.flows.buildunit import UnitOptions, run_unit
+from buildkit.flows.debpackages import debian_packages
 from buildkit.flows.pipeline import Prepared, build_options, lock_entry, prepared_context
 from buildkit.oci.ociindex import write_index_archive
 from buildkit.plan.buildkey import index_key
@@ -36,7 +37,8 @@ from buildkit.release.signkeys import SigningKey
 from buildkit.plan.tags import build_key_tag, check_tag, next_version, parse_version, platform_suffix
 from buildkit.plan.tagset import release_tags
 from buildkit.release.artifact import Index
-from buildkit.release.lock import IndexEntry, LockEntry, PlatformRecord, platform_entry_key, write_index_entry
+from buildkit.release.lock import (IndexEntry, LockEntry, PlatformRecord, platform_entry_key, read_lock,
+                                   write_index_entry)
 from buildkit.verify.checks import VerifyReport
 
 
@@ -46,6 +48,7 @@ class PlatformBuild:
     prepared: Prepared
     result: BuildResult
     report: VerifyReport
+    packages: dict | None = None  # its Debian packages (flows/debpackages.py), when it was built here
 
 
 @dataclass(frozen=True)
@@ -158,7 +161,8 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
             unit = run_unit(pr, UnitOptions(verify=verify, build=replace(options, load=load or verify), stream=stream),
                             cfg=sub)
             assert unit.result is not None
-            builds.append(PlatformBuild(platform, unit.prepared, unit.result, unit.report))
+            builds.append(PlatformBuild(platform, unit.prepared, unit.result, unit.report,
+                                        debian_packages(unit.prepared, unit.result, options)))
         # the index's local tags are the default platform's plain ones (an arm64 build's are cpu-arm64...)
         lead = next((pr for p, _, pr in prepared if not platform_suffix(p)), prepared[0][2])
         local_tags = tuple(t for t in lead.plan.tags if not t.rsplit(":", 1)[-1].startswith("bk-"))
@@ -224,8 +228,10 @@ def record_index(lock_path: Path, builds: list[PlatformBuild], target: str, imag
     records = []
     for b in builds:
         entry = lock_entry(b.prepared, b.result)
-        entry = replace(entry, version=version, pushed=pushed, image_digest=b.result.digest)
         name = platform_entry_key(entry.variant, entry.target, b.platform)
+        # a platform found in the registry, not built here: the packages its entry recorded when it was built
+        kept = b.packages or _recorded_packages(lock_path, name, b.result.digest)
+        entry = replace(entry, version=version, pushed=pushed, image_digest=b.result.digest, debian_packages=kept)
         entries[name] = entry
         records.append(PlatformRecord(platform=b.platform, manifest_digest=b.result.digest,
                                       build_key=b.prepared.build_key, entry=name))
@@ -233,3 +239,13 @@ def record_index(lock_path: Path, builds: list[PlatformBuild], target: str, imag
                        index_digest=digest, build_key=key, platforms=tuple(records), tags=tags, version=version,
                        pushed=pushed)
     write_index_entry(lock_path, index, entries)
+
+
+def _recorded_packages(lock_path: Path, name: str, digest: str) -> dict | None:
+    """debian_packages of the lock's entry NAME when it records this manifest digest (else None)."""
+    try:
+        entry = read_lock(lock_path)["builds"].get(name)
+    except BuildkitError:  # no readable lock: nothing kept (the write that follows says why)
+        return None
+    found = entry.get("debian_packages") if isinstance(entry, dict) and entry.get("image_digest") == digest else None
+    return found if isinstance(found, dict) else None

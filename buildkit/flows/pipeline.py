@@ -43,7 +43,8 @@ from buildkit.core.progress import stage
 from buildkit.plan.buildplan import BuildPlan, BuildRequest, SourceFacts, clean_ccache_id, make_plan, make_request
 from buildkit.plan.inputs import BaseImage, BuildInputs, plan_inputs
 from buildkit.plan.platforms import engine_platform, judge_build_machine, long_double_differs
-from buildkit.plan.render import RenderResult, templates_sha256, write_context
+from buildkit.plan.aptpins import AptPins
+from buildkit.plan.render import RenderResult, render_dockerfile, templates_sha256, write_context
 from buildkit.plan.tags import build_key_tag
 from buildkit.source.cpuvariants import declared_variants
 from buildkit.source.cudasource import long_double_uses
@@ -69,6 +70,7 @@ class Prepared:
     # every CUDA root laid out (a cross build: the build machine's and the target's): verify reads the
     # image with the cuobjdump of whichever runs on this machine (an emulated build machine's does not)
     cuda_roots: tuple[Path, ...] = ()
+    unpinned_dockerfile: str = ""  # `reproduce` with apt pins: the Dockerfile as the recorded build rendered it
 
     def inputs(self) -> BuildInputs:
         """Every input of this build (the plan's version: publish re-makes the plan with its own)."""
@@ -110,14 +112,15 @@ def _fresh_dir(path: Path) -> bool:
 
 def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] = (),
             request: BuildRequest | None = None, ccache_recache: bool = False, in_place: bool = False,
-            lay_out: bool = True) -> Prepared:
+            lay_out: bool = True, apt_pins: AptPins | None = None) -> Prepared:
     """Check the request, fetch, export, patch and render into out_dir (Dockerfile + src/).
     ccache_recache (also when build.no_cache is set): a clean build's compile, which reads nothing from
     the ccache (BuildPlan.ccache_recache) and writes into a cache mount of its own (buildplan.clean_ccache_id):
     BuildKit's --no-cache empties every cache mount it uses, so the warm one of other builds is kept.
     in_place: out_dir is kept between builds; its src/ is brought to the commit by sync_tree (only
     changed files written), everything else in it is rendered anew.
-    lay_out=False (--print, render): the CUDA roots are resolved from the package index, not downloaded."""
+    lay_out=False (--print, render): the CUDA roots are resolved from the package index, not downloaded.
+    apt_pins (`reproduce`): the recorded Debian package versions the apt steps install (no input)."""
     request = request or make_request(cfg)  # an unknown arch or unbuildable CUDA version stops here
     check_cuda_available(request, cfg)  # a CUDA release the index does not have, too
     queue = load_patch_queue(patch_dir(cfg), required=cfg.origins["source.patch_dir"] != "default")
@@ -150,6 +153,8 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
             named = cuda_named + tuple(c for c in (s.named_context() for s in sources) if c is not None)
             key = key_of(plan_inputs(plan, bases, cuda_manifest, _cpu_host(request)))
             plan = replace(with_labels(plan, bases, cuda_manifest, key), tags=with_key_tag(plan.tags, request, key))
+            unpinned = render_dockerfile(from_plan(plan, sources)) if apt_pins else ""
+            plan = replace(plan, apt_pins=apt_pins or None)
             rendered = write_context(from_plan(plan, sources), out_dir, named)
     except BaseException:
         # a kept folder stays: the next sync_tree brings src/ back to its commit, whatever a failed patch left
@@ -161,7 +166,8 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
         raise
     roots = tuple(path for name, path in cuda_named if name in ("cuda-root", "cuda-target"))
     return Prepared(plan=plan, rendered=rendered, source=info, patches=queue, cuda_root=cuda_root,
-                    base_images=bases, build_key=key, cuda_manifest=cuda_manifest, cuda_roots=roots)
+                    base_images=bases, build_key=key, cuda_manifest=cuda_manifest, cuda_roots=roots,
+                    unpinned_dockerfile=unpinned)
 
 
 def base_platforms(request: BuildRequest) -> tuple[tuple[str, ...], str]:

@@ -35,6 +35,7 @@ class Recorded:
     dockerfile_sha256: str = ""
     build_key: str = ""
     labels: dict = field(default_factory=dict)
+    debian_packages: dict = field(default_factory=dict)  # the lock's record of them: what reproduce pins
 
 
 def _exact(inputs: BuildInputs, where: str) -> BuildInputs:
@@ -121,7 +122,7 @@ def from_lock(path: Path, key: str | None = None) -> Recorded:
     return Recorded(origin=where, inputs=inputs, image_name=need(entry, "image_name", where, "image name"),
                     image_digest=digest, originals=tuple(originals),
                     dockerfile_sha256=entry.get("dockerfile_sha256", ""), build_key=entry.get("build_key", ""),
-                    labels=dict(entry["labels"]))
+                    labels=dict(entry["labels"]), debian_packages=dict(entry.get("debian_packages") or {}))
 
 
 def from_image(spec: str, platform: str = DEFAULT_PLATFORM) -> Recorded:

@@ -48,6 +48,7 @@ from buildkit.flows.pipeline import patch_dir, prepare
 from buildkit.flows.record import IndexRecorded, Recorded
 from buildkit.oci.imageref import name_of
 from buildkit.plan.buildplan import clean_ccache_id, make_request
+from buildkit.plan.aptpins import pins_from_record
 from buildkit.plan.render import templates_sha256
 
 @dataclass
@@ -142,10 +143,10 @@ def _dockerfile_hashes(prepared) -> set[str]:
     (CCACHE_RECACHE, a ccache mount of its own: pipeline.prepare's ccache_recache) differs from a warm build's
     Dockerfile in those two only, which are no input of the image."""
     plan = prepared.plan
-    hashes = {prepared.rendered.dockerfile_sha256}
+    text = getattr(prepared, "unpinned_dockerfile", "") or prepared.rendered.dockerfile.read_text()  # (pins: no input)
+    hashes = {hashlib.sha256(text.encode()).hexdigest()}
     warm_id = plan.ccache_id.removesuffix(clean_ccache_id(""))
     if plan.ccache_recache and warm_id != plan.ccache_id:
-        text = prepared.rendered.dockerfile.read_text()
         text = text.replace(f"id={plan.ccache_id},", f"id={warm_id},").replace(" CCACHE_RECACHE=1", "")
         hashes.add(hashlib.sha256(text.encode()).hexdigest())
     return hashes
@@ -191,7 +192,9 @@ def reproduce(rec: Recorded, *, config_path: Path | None = None, env: Mapping[st
     check_buildx()
     with tempfile.TemporaryDirectory(prefix="buildkit-reproduce-") as tmp:
         # a clean rebuild compiles every object again, also where the recorded build used a ccache
-        prepared = prepare(cfg, Path(tmp) / "context", request=request, ccache_recache=not use_cache)
+        # the recorded Debian package versions: installed as they were, or one line naming those the mirror lacks
+        pins = pins_from_record(rec.debian_packages, rec.origin)
+        prepared = prepare(cfg, Path(tmp) / "context", request=request, ccache_recache=not use_cache, apt_pins=pins)
         more = _check_prepared(rec, prepared, cuda_wheel_hashes(prepared.cuda_manifest))
         for warning in more:
             stream.write(f"warning: {warning}\n")

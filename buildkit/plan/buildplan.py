@@ -15,6 +15,7 @@ from buildkit.plan.archs import Arch, check_cuda_release, check_cuda_support, ch
 from buildkit.plan.config import PLATFORM_FOLLOWS, ResolvedConfig
 from buildkit.plan.cpulevels import (CpuLevel, cmake_flags as cpu_cmake_flags, compiler_flags, gcc_needed, get_level,
                                      variant_suffix)
+from buildkit.plan.aptpins import AptPins, check_apt_snapshot
 from buildkit.core.errors import ConfigError
 from buildkit.oci.imageref import InvalidReference, parse_image_ref
 from buildkit.plan.inputs import OCI, request_inputs
@@ -64,6 +65,7 @@ class BuildRequest:
     base_labels: bool  # image.base_labels
     variant: str  # arch, CUDA version and CPU level: cuda13.1-sm120, cpu-x86-64-v3 (labels, lock key, caches)
     user: str = ""  # build.user as NAME:UID (the image runs as it); empty = root
+    apt_snapshot: str = ""  # base.apt_snapshot as YYYYMMDDTHHMMSSZ (plan/aptpins.py); "" = the images' own mirrors
     # a cross build whose build machine is not the engine's is run under the engine's emulation
     # (build.emulate_build_platform: tests and CI); where the compile runs, not what it makes: no input
     emulate_build_platform: bool = False
@@ -131,6 +133,9 @@ class BuildPlan:
     # left behind (they also get a mount of their own: clean_ccache_id).
     # It changes how the compile runs, not what it makes: it is in no input, label or build key.
     ccache_recache: bool = False
+    # `reproduce`: the recorded Debian package versions the apt steps install (plan/aptpins.py); known only
+    # after a build's apt steps, so no input, label or build key
+    apt_pins: AptPins | None = None
 
     @property
     def source_date_epoch(self) -> int:
@@ -231,6 +236,7 @@ def make_request(cfg: ResolvedConfig) -> BuildRequest:
         url=cfg.image.url, base_labels=cfg.image.base_labels,
         variant=variant(arch, cuda_version) + variant_suffix(cpu_level, arch.is_cuda),
         emulate_build_platform=cfg.build.emulate_build_platform, user=check_user(cfg.build.user),
+        apt_snapshot=check_apt_snapshot(cfg.base.apt_snapshot),
     )
 
 

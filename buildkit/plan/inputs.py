@@ -187,6 +187,8 @@ class BuildInputs:
         key="build_platform", absent=None, later=True, default=None)
     user: str = given("request.user", record=True, key="user", config="build.user", absent="", later=True,
                       default="")  # build.user (NAME:UID) the image runs as; "" = root (its passwd, home, USER)
+    apt_snapshot: str = given("request.apt_snapshot", record=True, key="apt_snapshot", config="base.apt_snapshot",
+                              absent="", later=True, default="")  # base.apt_snapshot (snapshot.debian.org's date)
     # issue 24: the image's description and URL (metadata: not in the key), and the base image labels
     description: str = given(ByConfig(lambda request, url: _fill(request.description, request, url)),
                              label=OCI + "description", config="image.description", absent="", later=True,

@@ -122,6 +122,9 @@ class BaseOptions:
         "", "provider wheels: a ready CUDA root folder to use instead of downloading the wheels")
     cublas: bool = setting(
         True, "provider wheels: include cuBLAS (llama.cpp links it; a fork that does not may turn it off)")
+    apt_snapshot: str = setting(
+        "", "Debian bases: install packages from snapshot.debian.org's archive of this date (YYYY-MM-DD or "
+        "YYYYMMDDTHHMMSSZ, UTC) instead of the images' own mirrors (empty = the images' mirrors)")
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from buildkit.core.errors import RenderError
 from buildkit.core.paths import templates_dir
 from buildkit.core.wholefile import write_whole
 from buildkit.core.paths import templates_sha256 as templates_sha256  # re-exported: its home was here
+from buildkit.plan.aptpins import PINS_MOUNT, SCRIPT, AptPins, stage_files
 from buildkit.plan.buildplan import BuildPlan
 from buildkit.plan.platforms import TOOLCHAIN_PATH, gcc_commands, gcc_packages
 
@@ -72,9 +73,24 @@ def template_context(plan: BuildPlan) -> dict[str, object]:
         # GCC of another release than the base's own (plan.gcc_major): its packages and commands
         "gcc_packages": gcc_packages(req.build_platform, req.platform, plan.gcc_major),
         "compilers": gcc_commands(req.build_platform, req.platform, plan.gcc_major),
+        **apt_context(plan),
         "user": req.user.split(":")[0] if req.user else "",
         "user_id": req.user.split(":")[1] if req.user else "",
     }
+
+
+def apt_context(plan: BuildPlan) -> dict[str, object]:
+    """_apt.j2's variables: base.apt_snapshot, and the stages whose apt step mounts its apt-pins/ folder
+    (`reproduce`; none for a normal build, whose lines then render as ever)."""
+    req, pins = plan.request, plan.apt_pins or AptPins()
+    return {"apt_snapshot": req.apt_snapshot, "apt_pinned_stages": tuple(sorted(
+        {name.split("/")[0] for name in stage_files(pins, _same_base(plan))})), "apt_pins_mount": PINS_MOUNT,
+        "apt_pins_script": SCRIPT}
+
+
+def _same_base(plan: BuildPlan) -> bool:
+    req = plan.request
+    return not req.cross and req.devel_image == req.runtime_image
 
 
 def render_dockerfile(plan: BuildPlan, directory: Path | None = None) -> str:
@@ -119,6 +135,9 @@ def write_context(plan: BuildPlan, context_dir: Path,
         write_whole(context_dir / "toolchain.cmake", toolchain)
     dockerfile = context_dir / "Dockerfile"
     write_whole(dockerfile, text)
+    for name, content in stage_files(plan.apt_pins or AptPins(), _same_base(plan)).items():  # (reproduce)
+        (context_dir / "apt-pins" / name).parent.mkdir(parents=True, exist_ok=True)
+        write_whole(context_dir / "apt-pins" / name, content)
     # what `buildkit render`'s printed command writes into the context folder stays out of the context
     write_whole(context_dir / ".dockerignore", "Dockerfile\n.dockerignore\nmetadata.json\nimage.oci.tar\n")
     return RenderResult(

@@ -72,6 +72,10 @@ def test_one_index_per_tag_pushed_with_the_lock_digests_and_reproduced(tmp_path,
     deps = json.loads(base64.b64decode(json.loads(done.stdout.splitlines()[0])["payload"]))["predicate"][
         "buildDefinition"]["resolvedDependencies"]
     assert [(d["name"], "sha256:" + d["digest"]["sha256"]) for d in deps] == list(per_platform.items())
+    for platform in PLATFORMS:  # each platform's Debian packages, the arm64 half's from its own dpkg status
+        packages = lock["builds"][f"cpu/server@{platform}"]["debian_packages"]
+        assert {"libgomp1", "curl"} <= set(packages["runtime"]) and "gcc" in packages["build"], platform
+    assert "libc6:arm64" in lock["builds"]["cpu/server@linux/arm64"]["debian_packages"]["build"]  # (multiarch)
     # the engine's copy is the index too (containerd store: the image id is the index digest)
     local = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}",
                             f"{registry_plain.host}/{repo}:cpu"], capture_output=True, text=True)
@@ -81,6 +85,8 @@ def test_one_index_per_tag_pushed_with_the_lock_digests_and_reproduced(tmp_path,
     assert again["origin"] == "registry" and again["index_digest"] == index["index_digest"]
     assert json.loads((project / "buildkit.lock").read_text())["indexes"]["cpu/server"]["platforms"] == \
         index["platforms"]
+    kept = json.loads((project / "buildkit.lock").read_text())["builds"]  # the packages of the platforms' builds
+    assert all(kept[k]["debian_packages"] == lock["builds"][k]["debian_packages"] for k in lock["builds"])
     proc = ok(buildkit(project, env, "reproduce", "buildkit.lock", "--json"))
     reproduced = json.loads(proc.stdout)
     assert reproduced["reproduced"] and reproduced["rebuilt"] == index["index_digest"]

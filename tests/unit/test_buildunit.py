@@ -12,6 +12,7 @@ import pytest
 from buildkit.core.errors import RegistryError
 from buildkit.engine.api import ImageInfo, use_engine
 from buildkit.engine.buildx import BuildResult
+from buildkit.flows import buildunit
 from buildkit.flows.buildunit import LOADED, Publication, UnitOptions, attempt_unit, run_unit
 from buildkit.flows.pipeline import Prepared
 from buildkit.oci.imageref import parse_image_ref
@@ -25,6 +26,15 @@ from buildkit.source.fetch import SourceInfo
 from buildkit.source.patches import PatchQueue
 from buildkit.verify.gate import FailedVerification
 from fakeengine import FakeEngine
+
+PACKAGES = {"build": {"gcc": "4:12.2.0-3"}, "runtime": {"libgomp1": "12.2.0-14+deb12u1"}}
+
+
+@pytest.fixture(autouse=True)
+def _packages(monkeypatch):
+    """The in-memory engine builds no stages: the lock step's Debian packages (flows/debpackages.py, which
+    tests/engine/test_debian_packages_docker.py runs for real) are given."""
+    monkeypatch.setattr(buildunit, "debian_packages", lambda prepared, result, options: PACKAGES)
 
 COMMIT = "c0ffee" + "0" * 34
 BODY = b'{"schemaVersion": 2}'  # the one image's manifest: its digest is the image's id, as on the containerd store
@@ -139,6 +149,7 @@ def test_a_published_unit_is_locked_with_the_registry_digest_and_every_tag(tmp_p
     entry = read_lock(lock)["builds"]["cpu/server"]
     assert entry["version"] == "1.0.0-nightly.1" and entry["image_digest"] == IMAGE_ID
     assert entry["pushed"] == [f"{REPO}:{t}" for t in TAGS.all] and entry["build_key"] == "b" * 64
+    assert entry["debian_packages"] == PACKAGES  # also where the entry is written after the push only
 
 
 def test_tags_the_registry_already_has_on_the_digest_are_not_put_again(tmp_path):
@@ -178,6 +189,7 @@ def test_a_unit_locked_without_publishing_keeps_its_local_tags(tmp_path):
         unit = run_unit(prepared, UnitOptions(verify=False, lock_path=lock, stages=False), built=built)
     entry = read_lock(lock)["builds"]["cpu/server"]
     assert entry["tags"] == list(built.tags) and entry["image_digest"] == IMAGE_ID
+    assert entry["debian_packages"] == PACKAGES  # both stages' packages, with the entry (issue 41)
     assert unit.published is None and all(t in engine.images for t in built.tags)
     assert not [c for c in engine.calls if c[0] in ("untag", "push")]
 

@@ -34,7 +34,8 @@ DEBIAN = (BaseImage("debian:bookworm", "sha256:" + "cd" * 32),)
 
 CONFIG_DECIDED = {"source_url", "title", "licenses", "arch", "cuda_version", "variant", "target", "cpu_level",
                   "template_sha256", "tool_version", "devel_image", "runtime_image", "provider", "platform", "jobs",
-                  "ccache", "no_vmm", "extra_cmake_args", "user", "description", "url", "base_name"}
+                  "ccache", "no_vmm", "extra_cmake_args", "user", "description", "url", "base_name",
+                  "apt_snapshot"}
 
 
 def config(tmp_path, **overrides):
