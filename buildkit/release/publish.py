@@ -218,7 +218,9 @@ def _upload(client: RegistryClient, repository: ImageRef, artifact: Artifact, ta
         get_engine().tag(artifact.engine_ref, f"{repository.name}:{tag}")
         docker_push(f"{repository.name}:{tag}", stream)
         pushed = client.head_manifest(repo, tag)
-        digest = pushed.digest if pushed is not None else "nothing"
+        if pushed is None:
+            raise RegistryError(f"after docker push, {repository.name}:{tag} is not in the registry")
+        digest = pushed.digest
     if artifact.digest and digest != artifact.digest:
         raise RegistryError(f"after the push, {repository.name}:{tag} is {digest}, not {artifact.digest}")
     return digest

