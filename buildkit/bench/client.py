@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
+from typing import Any
 
 from buildkit.bench.figures import Impossible, request_figures
 from buildkit.bench.protocol import Protocol
@@ -100,7 +101,7 @@ def _stream_error(exc: Exception, ep: Endpoint, received: str) -> StreamError:
     return StreamError(f"malformed answer from {ep.chat_url}: {type(exc).__name__}")
 
 
-def stream_chat(ep: Endpoint, body: dict, timeout: float) -> RequestResult:
+def stream_chat(ep: Endpoint, body: dict[str, Any], timeout: float) -> RequestResult:
     """Send one streaming chat completion and read it to the end; StreamError on any failure."""
     start = time.perf_counter()
     deadline = start + timeout
@@ -222,7 +223,7 @@ def measure_run(ep: Endpoint, protocol: Protocol, run: int) -> RunResult:
     return combine(run, [r for r in results if r is not None])
 
 
-def run_bench(url: str, protocol: Protocol, target: dict | None = None,
+def run_bench(url: str, protocol: Protocol, target: dict[str, Any] | None = None,
               on_run: Callable[[RunResult], None] | None = None,
               on_invalid: Callable[[int, str], None] | None = None) -> BenchReport:
     """Run the protocol against the server at url. Failures end it: report.error, runs so far kept. A run

@@ -15,8 +15,8 @@ from buildkit.bench.protocol import BENCH_LABEL
 from buildkit.core import interrupts
 from buildkit.core.deadline import Deadline, shut
 from buildkit.core.errors import BenchError
-from buildkit.engine.api import Engine, EngineError, get_engine
-from buildkit.flows.serving import container_spec
+from buildkit.engine.api import ContainerState, Engine, EngineError, get_engine
+from buildkit.flows.serving import container_spec as container_spec  # re-exported: bench's spec is serving's
 from buildkit.plan.profiles import CONTAINER_PORT, ServerSpec
 
 
@@ -53,7 +53,7 @@ def _health(url: str) -> int | None:
         conn.close()
 
 
-def _check_running(engine: Engine, container: str):
+def _check_running(engine: Engine, container: str) -> ContainerState:
     """The container's state; BenchError with the server's own error line when it has stopped."""
     state = engine.state(container)
     if state is None or state.status in ("exited", "dead"):

@@ -10,6 +10,7 @@ and text never comes with a count of 0. A run that breaks any of these is invali
 from __future__ import annotations
 
 import math
+from typing import Any
 
 TOKEN_SLACK = 16  # tokens a server may count past max_tokens (an end-of-sequence token, a last draft batch)
 FIGURE_LIMIT = 1e15  # no count or rate of one benchmark comes near it; every figure below it is a float too
@@ -24,7 +25,7 @@ def _shown(value: object) -> str:
     return text if len(text) <= 24 else text[:21] + "..."
 
 
-def number(src: dict | None, name: str, key: str, *, whole: bool) -> int | float | None:
+def number(src: dict[str, Any] | None, name: str, key: str, *, whole: bool) -> int | float | None:
     """src[key] as a count (whole) or a rate; None when it is absent or null; Impossible otherwise."""
     value = (src or {}).get(key)
     if value is None:
@@ -43,7 +44,8 @@ def number(src: dict | None, name: str, key: str, *, whole: bool) -> int | float
     return int(value) if whole else float(value)
 
 
-def request_figures(usage: dict | None, timings: dict | None, chunks: int, max_tokens: int | None) -> dict:
+def request_figures(usage: dict[str, Any] | None, timings: dict[str, Any] | None, chunks: int,
+                    max_tokens: int | None) -> dict[str, Any]:
     """The figures of one streamed answer (RequestResult's fields); Impossible when one cannot be true.
     chunks: the chunks of text streamed; max_tokens: what the request asked for (None: no bound)."""
     completion = number(usage, "usage", "completion_tokens", whole=True)
@@ -73,7 +75,7 @@ def request_figures(usage: dict | None, timings: dict | None, chunks: int, max_t
     return figures
 
 
-def run_figures(run: dict, max_tokens: int, concurrency: int) -> dict:
+def run_figures(run: dict[str, Any], max_tokens: int, concurrency: int) -> dict[str, Any]:
     """A run of a report read back (RunResult's JSON form), its figures checked as request_figures checks a
     fresh one's, as far as a run keeps them; Impossible otherwise. Returns the run's fields."""
     checked = dict(run)
@@ -90,6 +92,6 @@ def run_figures(run: dict, max_tokens: int, concurrency: int) -> dict:
     return checked
 
 
-def _check_drafts(figures: dict, what: str) -> None:
+def _check_drafts(figures: dict[str, Any], what: str) -> None:
     if (figures["draft_accepted"] or 0) > (figures["draft_n"] or 0):
         raise Impossible(f"{what} is {figures['draft_accepted']}, more than the {figures['draft_n'] or 0} drafted")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import fields
+from typing import Any
 
 from buildkit.bench.protocol import Protocol
 from buildkit.bench.results import BenchReport, RunResult
@@ -32,7 +34,7 @@ def _table(rows: list[list[str]]) -> str:
                      for r in rows)
 
 
-def degradation_line(summary: dict, runs: list[RunResult]) -> str:
+def degradation_line(summary: dict[str, Any], runs: list[RunResult]) -> str:
     ratio = summary["last_vs_first"]
     if ratio is None:
         return "degradation: n/a (needs two runs)"
@@ -86,7 +88,7 @@ COMPARE_ROWS = (
 )
 
 
-def compare(base: BenchReport, new: BenchReport) -> list[dict]:
+def compare(base: BenchReport, new: BenchReport) -> list[dict[str, Any]]:
     """Rows of base versus new: value of each and new/base."""
     sb, sn = base.summary(), new.summary()
     rows = []
@@ -115,15 +117,17 @@ def protocol_differences(base: BenchReport, new: BenchReport) -> list[str]:
     return out
 
 
+def _plain(v: object) -> str:
+    """A compared value without a format of its row: yes/no, 2 decimals, or as it is."""
+    return "-" if v is None else (("yes" if v else "no") if isinstance(v, bool) else
+                                  (f"{v:.2f}" if isinstance(v, float) else str(v)))
+
+
 def format_compare(base: BenchReport, new: BenchReport, base_name: str = "before", new_name: str = "now") -> str:
-    fmt = {label: f for label, _, _, f in COMPARE_ROWS}
+    fmt: dict[str, Callable[[Any], str]] = {label: f for label, _, _, f in COMPARE_ROWS}
     rows = [["", base_name, new_name, "ratio"], ["", base.label, new.label, "now/before"]]
     for row in compare(base, new):
-        f = fmt.get(row["metric"])
-        if f is None:
-            def f(v):
-                return "-" if v is None else (("yes" if v else "no") if isinstance(v, bool) else
-                                              (f"{v:.2f}" if isinstance(v, float) else str(v)))
+        f = fmt.get(row["metric"], _plain)
         rows.append([row["metric"], f(row["base"]), f(row["new"]),
                      "-" if row["ratio"] is None else f"{row['ratio']:.2f}x"])
     text = _table(rows)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from buildkit.bench.protocol import DEGRADATION_THRESHOLD
 from buildkit.core.errors import BenchError
@@ -61,7 +62,7 @@ class Gate:
         return (f"stays a nightly: {self.slower_pct:.1f}% slower than the release "
                 f"(threshold {self.max_slowdown:g}%)")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"ratio": self.ratio, "max_slowdown": self.max_slowdown, "verdict": self.verdict,
                 "passed": self.passed, "new": self.new, "old": self.old,
                 "new_image": self.new_label, "old_image": self.old_label, "unsteady": self.unsteady or None}
@@ -91,14 +92,14 @@ def _md(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|").replace("`", "'")
 
 
-def _sane(name: str, value) -> float:
+def _sane(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise BenchError(f"the bench gate's {name} is {value!r}, not a finite positive number; no verdict is "
                          "printed or recorded (nothing proves the new image is not slower)")
     return float(value)
 
 
-def make_gate(rows: list[dict], max_slowdown: float, new_label: str = "", old_label: str = "",
+def make_gate(rows: list[dict[str, Any]], max_slowdown: float, new_label: str = "", old_label: str = "",
               release_runs: Sequence[float | None] = ()) -> Gate:
     """The gate of compare()'s rows (bench/format.py): client_tps.mean of both, checked sane; BenchError else.
     release_runs: the release's client tok/s, run by run, judged for steadiness."""

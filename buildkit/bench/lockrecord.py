@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from buildkit.bench.format import invalid_text
 from buildkit.bench.gate import Gate
@@ -10,7 +11,7 @@ from buildkit.bench.results import BenchReport
 from buildkit.core.errors import BenchError, LockError
 
 
-def find_lock_entry(builds: dict, image_ref: str, image_id: str | None = None) -> str | None:
+def find_lock_entry(builds: dict[str, Any], image_ref: str, image_id: str | None = None) -> str | None:
     """The key of the lock entry describing image_ref (by tag, else by image id or digest)."""
     wanted = {image_ref, image_ref.removeprefix("docker.io/"), image_ref.removeprefix("docker.io/library/")}
     for key, entry in builds.items():
@@ -33,7 +34,7 @@ def attach_to_lock(lock_path: Path, key: str, report: BenchReport, gate: Gate | 
     if report.invalid:
         raise BenchError(f"not attached to {lock_path}: {invalid_text(report)}")
 
-    def change(data: dict) -> None:
+    def change(data: dict[str, Any]) -> None:
         if key not in data["builds"]:
             raise LockError(f"{Path(lock_path).resolve()} has no entry {key!r}")
         record = report.to_dict()

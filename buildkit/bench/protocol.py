@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from buildkit.core.boundedread import MiB, read_regular
 from buildkit.core.errors import BenchError
@@ -71,7 +72,7 @@ class Protocol:
             raise BenchError("the prompt is empty")
         return self
 
-    def body(self) -> dict:
+    def body(self) -> dict[str, Any]:
         """The /v1/chat/completions request of every run."""
         return {
             "messages": [{"role": "user", "content": self.prompt}],

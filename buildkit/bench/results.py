@@ -7,13 +7,16 @@ import statistics
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from buildkit import __version__
 from buildkit.bench.figures import Impossible, run_figures
 from buildkit.bench.protocol import DEGRADATION_THRESHOLD, REPORT_VERSION, Protocol
 from buildkit.core.boundedread import MiB, read_regular
 from buildkit.core.errors import BenchError
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ class RunResult:
             return None
         return (self.draft_accepted or 0) / self.draft_n
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "requests"}
         out["acceptance"] = self.acceptance
         if len(self.requests) > 1:
@@ -69,7 +72,7 @@ class RunResult:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict) -> RunResult:
+    def from_dict(cls, data: dict[str, Any]) -> RunResult:
         names = {f.name for f in fields(cls)} - {"requests"}
         values: dict[str, Any] = {k: data.get(k) for k in names}
         return cls(**values)
@@ -80,7 +83,7 @@ def _mean(values: list[float]) -> float | None:
 
 
 def combine(run: int, requests: list[RequestResult]) -> RunResult:
-    def present(name: str) -> list:
+    def present(name: str) -> list[Any]:  # the numbers of one field, where the requests have it
         return [getattr(r, name) for r in requests if getattr(r, name) is not None]
 
     tokens = sum(r.tokens for r in requests)
@@ -94,7 +97,7 @@ def combine(run: int, requests: list[RequestResult]) -> RunResult:
         draft_accepted=sum(accepted) if accepted else None, requests=tuple(requests))
 
 
-def stats(values: list[float | None]) -> dict | None:
+def stats(values: list[float | None]) -> dict[str, Any] | None:
     """mean, min and max of the values that are there (None when there is none)."""
     present = [v for v in values if v is not None]
     if not present:
@@ -110,7 +113,7 @@ def degradation(runs: list[RunResult], threshold: float = DEGRADATION_THRESHOLD)
     return ratio, ratio < threshold
 
 
-def summarize(runs: list[RunResult], runs_asked: int, threshold: float = DEGRADATION_THRESHOLD) -> dict:
+def summarize(runs: list[RunResult], runs_asked: int, threshold: float = DEGRADATION_THRESHOLD) -> dict[str, Any]:
     ratio, degraded = degradation(runs, threshold)
     return {
         "runs_done": len(runs),
@@ -130,10 +133,10 @@ def summarize(runs: list[RunResult], runs_asked: int, threshold: float = DEGRADA
 
 @dataclass
 class BenchReport:
-    target: dict  # url, image, image_id, model, model_draft, profile, server_args, gpus, server_build
+    target: dict[str, Any]  # url, image, image_id, model, model_draft, profile, server_args, gpus, server_build
     protocol: Protocol
     runs: list[RunResult] = field(default_factory=list)  # the valid runs
-    invalid: list[dict] = field(default_factory=list)  # {"run": N, "reason": ...}: runs with impossible figures
+    invalid: list[dict[str, Any]] = field(default_factory=list)  # {"run": N, "reason": ...}: impossible figures
     error: str | None = None
     interrupted: bool = False
     started: str = field(default_factory=lambda: datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
@@ -142,10 +145,10 @@ class BenchReport:
     def label(self) -> str:
         return self.target.get("image") or self.target.get("url") or "?"
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         return summarize(self.runs, self.protocol.runs, self.protocol.degradation_threshold)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "report_version": REPORT_VERSION,
             "tool": f"buildkit {__version__}",
@@ -160,7 +163,7 @@ class BenchReport:
         }
 
     @classmethod
-    def from_dict(cls, data: dict, where: str = "report") -> BenchReport:
+    def from_dict(cls, data: dict[str, Any], where: str = "report") -> BenchReport:
         """A report read back, checked key by key (a hand-edited or foreign one is one BenchError line)."""
         try:
             return cls._from_dict(data, where)
@@ -168,7 +171,7 @@ class BenchReport:
             raise BenchError(f"{where}: not a buildkit bench report ({exc})") from None
 
     @classmethod
-    def _from_dict(cls, data, where: str) -> BenchReport:
+    def _from_dict(cls, data: object, where: str) -> BenchReport:
         if not isinstance(data, dict) or data.get("report_version") != REPORT_VERSION:
             got = data.get("report_version") if isinstance(data, dict) else data
             raise ValueError(f"report_version {str(got)[:40]} is not {REPORT_VERSION}")
@@ -205,11 +208,11 @@ _KINDS = {"int": ((int,), "a whole number"), "float": ((int, float), "a number")
           "bool": ((bool,), "true or false")}
 
 
-def _kind(value) -> str:
+def _kind(value: object) -> str:
     return type(value).__name__ if value is not None else "null"
 
 
-def _typed(cls, data, where: str, *, defaults: bool) -> dict:
+def _typed(cls: type[DataclassInstance], data: object, where: str, *, defaults: bool) -> dict[str, Any]:
     """data's fields of dataclass cls, checked against their annotations (`int`, `float | None`, ...): ValueError
     naming the first that is not. An absent field takes its default (defaults) or None (when it may be None)."""
     if not isinstance(data, dict):
@@ -233,7 +236,7 @@ def _typed(cls, data, where: str, *, defaults: bool) -> dict:
     return out
 
 
-def save_report(path: Path, report: BenchReport, doc: dict | None = None) -> str:
+def save_report(path: Path, report: BenchReport, doc: dict[str, Any] | None = None) -> str:
     """Write report as JSON to path (doc: the report's dict with what `bench` adds to it, its comparison and
     gate): "" when done, else one line saying where it is instead (core/savefile.py)."""
     from buildkit.core.savefile import write_or_keep

@@ -30,7 +30,7 @@ import stat
 import tarfile
 import tempfile
 from dataclasses import dataclass
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +105,7 @@ def _collect(root: Path, section: Section) -> list[tuple[str, Path]]:
 
 def make_bundle(archive_path: Path, out: Path, *, platform: str = DEFAULT_PLATFORM, with_cuda: str | bool = "none",
                 extra: Sequence[str] = (), cuda_dir: str = CUDA_LIB, xz_preset: int = 6,
-                scratch: Path | None = None, log=lambda msg: None) -> dict:
+                scratch: Path | None = None, log: Callable[[str], None] = lambda msg: None) -> dict[str, Any]:
     """Write the bundle of the image in an OCI archive or layout to `out` (tar.xz); returns its manifest."""
     secs = sections(with_cuda, extra, cuda_dir)
     prefixes = [s.image_dir for s in secs]
@@ -185,7 +185,7 @@ def make_bundle(archive_path: Path, out: Path, *, platform: str = DEFAULT_PLATFO
         return manifest
 
 
-def verify_tree(folder: Path, manifest: dict) -> None:
+def verify_tree(folder: Path, manifest: dict[str, Any]) -> None:
     """Every file of the manifest is in folder, byte for byte, and nothing else is."""
     folder = Path(folder)
     listed = {e["path"]: e for e in manifest.get("files") or []}
@@ -209,7 +209,7 @@ def verify_tree(folder: Path, manifest: dict) -> None:
                                + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""))
 
 
-def open_bundle(bundle: Path, dest: Path) -> tuple[Path, dict]:
+def open_bundle(bundle: Path, dest: Path) -> tuple[Path, dict[str, Any]]:
     """The bundle's folder (unpacked into dest/bundle from a tar.xz, or the folder given) and its manifest,
     verified."""
     bundle = Path(bundle)

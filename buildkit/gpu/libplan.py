@@ -24,8 +24,10 @@ import glob
 import os
 import site
 import sys
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from buildkit.core.platforms import default_platform
 from buildkit.verify.elfdeps import SYSTEM_DIRS, ElfError, ElfInfo, find_in, ld_so_finder, read_elf, resolve
@@ -136,7 +138,7 @@ def plan(bundle: Path, host: HostDirs, cuda_from: str = "auto", program: str = "
     cuda_dirs = ([(d, IMAGE) for d in dirs["cuda"]] if cuda_from != "host" else []) + [(d, HOST_CUDA)
                                                                                          for d in host.cuda]
 
-    def find(name: str, obj: ElfInfo, rpath: tuple[str, ...]):
+    def find(name: str, obj: ElfInfo, rpath: tuple[str, ...]) -> tuple[Path, str] | None:
         if is_driver_library(name):
             return find_in(name, [(d, HOST_DRIVER) for d in host.driver], obj)
         if is_cuda_library(name):
@@ -167,7 +169,7 @@ def classify(path: str, soname: str, bundle: Path, host: HostDirs) -> str:
     """Where a file resolved by ld.so lies: the bundle (image), the driver, the host's CUDA, else the system."""
     real = os.path.realpath(path)
 
-    def under(dirs) -> bool:
+    def under(dirs: Iterable[str | Path]) -> bool:
         return any(real.startswith(os.path.realpath(d).rstrip("/") + "/") for d in dirs)
 
     if under([bundle]):
@@ -224,7 +226,7 @@ def table(choices: list[Choice], bundle: Path | None = None) -> str:
                      for r in rows)
 
 
-def as_dicts(choices: list[Choice]) -> list[dict]:
+def as_dicts(choices: list[Choice]) -> list[dict[str, Any]]:
     return [asdict(c) for c in choices]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 MAX_COMMITS = 500  # a changelog longer than this is cut (and says so)
@@ -34,7 +35,7 @@ class Changelog:
     def subjects(self) -> list[str]:
         return [c.subject for c in self.commits]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"old": self.old, "new": self.new, "note": self.note,
                 "commits": [{"sha": c.sha, "subject": c.subject} for c in self.commits]}
 

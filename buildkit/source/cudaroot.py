@@ -52,6 +52,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from buildkit.core.errors import CudaRootError
 from buildkit.core.filelock import file_lock
@@ -83,10 +84,11 @@ def is_complete(root: Path) -> bool:
     return (Path(root) / MARKER).is_file()
 
 
-def read_manifest(root: Path) -> dict:
+def read_manifest(root: Path) -> dict[str, Any]:
     """The manifest of a laid-out root (wheels with sha256, toolkit release, stub facts)."""
     try:
-        return json.loads((Path(root) / MANIFEST).read_text())
+        manifest: dict[str, Any] = json.loads((Path(root) / MANIFEST).read_text())  # written by lay_out
+        return manifest
     except (OSError, ValueError) as e:
         raise CudaRootError(f"cannot read {Path(root) / MANIFEST}: {e}") from e
 
@@ -105,7 +107,7 @@ def check_layable(cuda_version: str) -> str:
 
 
 def planned_manifest(cuda_version: str, cache_dir: Path, *, with_cublas: bool = True,
-                     arch: str = default_platform().processor, index: PackageIndex | None = None) -> dict:
+                     arch: str = default_platform().processor, index: PackageIndex | None = None) -> dict[str, Any]:
     """The manifest of the root ensure_cuda_root lays out, without laying it out: the root's own when it
     is complete, else its wheels resolved from the package index's metadata (nothing downloaded but,
     where the index serves no METADATA alone, the few-KB cuda-toolkit meta wheel)."""

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from buildkit.core.errors import CudaRootError
 from buildkit.source.cudawheels import HINT, norm_arch
@@ -46,7 +47,7 @@ def _host_cc() -> str | None:
     return None
 
 
-def write_libcuda_stub(root: Path, arch: str) -> dict:
+def write_libcuda_stub(root: Path, arch: str) -> dict[str, Any]:
     cuda_h = root / "include" / "cuda.h"
     if not cuda_h.is_file():
         raise CudaRootError(f"no include/cuda.h in the runtime wheel: cannot make the libcuda stub; {HINT}")
@@ -55,7 +56,7 @@ def write_libcuda_stub(root: Path, arch: str) -> dict:
     stubs.mkdir(parents=True, exist_ok=True)
     src = stubs / "libcuda-stub.c"
     src.write_text(stub_source(symbols))  # in the CUDA root being made (scratch, renamed into place whole)
-    info: dict = {"symbols": len(symbols), "source": "lib64/stubs/libcuda-stub.c", "library": None,
+    info: dict[str, Any] = {"symbols": len(symbols), "source": "lib64/stubs/libcuda-stub.c", "library": None,
                   "compiler": None}
     cc = _host_cc()
     if cc is None or norm_arch(platform.machine()) != arch:

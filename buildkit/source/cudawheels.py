@@ -13,6 +13,7 @@ from __future__ import annotations
 import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
@@ -122,7 +123,7 @@ class ResolvedWheel:
     def index_file(self) -> IndexFile:
         return IndexFile(self.filename, self.url, self.sha256, self.size, False, False)
 
-    def record(self) -> dict:
+    def record(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
 
@@ -136,7 +137,7 @@ class Toolkit:
     meta: ResolvedWheel
     wheels: tuple[ResolvedWheel, ...]
 
-    def manifest(self) -> dict:
+    def manifest(self) -> dict[str, Any]:
         """The manifest fields a root laid out from these wheels has (cudaroot.py adds the stub's)."""
         return {"format": 1, "requested": self.requested, "arch": self.arch, "with_cublas": self.with_cublas,
                 "toolkit": self.meta.record(), "wheels": [w.record() for w in self.wheels]}

@@ -83,7 +83,7 @@ class _Watchdog(threading.Thread):
     """Stops proc's group when the deadline passes or the group grows past MAX_PROCESSES; says what
     it waits for when the wait is long."""
 
-    def __init__(self, proc, what: str, timeout: float, max_processes: int) -> None:
+    def __init__(self, proc: subprocess.Popen[Any], what: str, timeout: float, max_processes: int) -> None:
         super().__init__(daemon=True)
         self.proc, self.what, self.timeout, self.max_processes = proc, what, timeout, max_processes
         self.reason = ""
@@ -135,7 +135,7 @@ class Git:
         proc._buildkit_handle = handle  # type: ignore[attr-defined]  # our own attribute, to keep handle alive
         return argv, proc
 
-    def _watch(self, proc, what: str, timeout: float | None) -> _Watchdog:
+    def _watch(self, proc: subprocess.Popen[Any], what: str, timeout: float | None) -> _Watchdog:
         limit = timeout if timeout is not None else (self.timeout or default_timeout())
         dog = _Watchdog(proc, what, limit, MAX_PROCESSES)
         dog.start()
@@ -164,7 +164,8 @@ class Git:
             raise self._failed(what, dog.reason)
         if proc.returncode != 0:
             raise GitFailed(argv, proc.returncode, err.decode("utf-8", "replace"))
-        return out.decode("utf-8", "replace").rstrip("\n")
+        text: str = out.decode("utf-8", "replace")  # communicate() of a binary pipe: bytes
+        return text.rstrip("\n")
 
     def ok(self, *args: str, what: str = "", timeout: float | None = None) -> bool:
         """True when `git ARGS` exits 0 (a check such as cat-file -e)."""

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import BinaryIO
 from urllib.parse import unquote, urldefrag, urljoin, urlsplit
 
 import requests
@@ -273,7 +274,7 @@ class PackageIndex:
             raise
         return dest
 
-    def _stream(self, f: IndexFile, out) -> str:
+    def _stream(self, f: IndexFile, out: BinaryIO) -> str:
         h = hashlib.sha256()
         limit = f.size if f.size is not None else FILE_LIMIT
         if f.url.startswith("file:"):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from buildkit.core.errors import ConfigError
 from buildkit.verify.backendops import BackendOps, case_op
@@ -89,14 +90,14 @@ class GpuCheck:
             return f"{what}: FAIL: {self.problem} ({counts}" + ("; " + "; ".join(parts) if parts else "") + ")"
         return f"{what}: {'PASS' if self.ok else 'FAIL'} {counts}" + (", " + ", ".join(parts) if parts else "")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["ops"] = list(self.ops)
         data["failing"] = [{"case": f.case, "errors": list(f.errors), "known": f.known} for f in self.failing]
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> GpuCheck:
+    def from_dict(cls, data: Mapping[str, Any]) -> GpuCheck:
         failing = tuple(Failing(str(f["case"]), tuple(str(e) for e in f.get("errors") or ()), str(f.get("known") or ""))
                         for f in data.get("failing") or ())
         return cls(str(data.get("backend", "")), tuple(data.get("ops") or ()), int(data.get("passed", 0)),

@@ -41,7 +41,9 @@ from buildkit.engine.api import Engine, EngineError, get_engine
 from buildkit.plan.buildplan import BuildPlan
 from buildkit.plan.platforms import cpu_arch, machine_platform
 from buildkit.verify.imagetree import ImageTree, exported
-from buildkit.verify.report import FAILED, PASSED, SKIPPED, Check, VerifyReport
+# re-exported: callers read a report's names from the checks that make it
+from buildkit.verify.report import (FAILED as FAILED, PASSED as PASSED, SKIPPED as SKIPPED, Check as Check,
+                                    VerifyReport as VerifyReport)
 
 ELF_ARCH_RE = re.compile(r"\b(sm_\d+[af]?)\b")
 
@@ -60,7 +62,7 @@ def _engine() -> Engine:
     return engine
 
 
-def check_version(engine, plan: BuildPlan, image: str) -> Check:
+def check_version(engine: Engine, plan: BuildPlan, image: str) -> Check:
     binary = "/app/llama-cli" if plan.request.target == "light" else "/app/llama-server"
     code, output = engine.run(image, [binary], ["--version"])
     text = output.strip()
@@ -134,7 +136,7 @@ def _cuda_library(lib_dir: Path) -> Path | None:
 
 
 @contextmanager
-def app_lib(engine, image: str, lib_dir: Path | None) -> Iterator[Path]:
+def app_lib(engine: Engine, image: str, lib_dir: Path | None) -> Iterator[Path]:
     """The image's /app/lib: lib_dir (the image's files, already read from its archive) when it is
     there, else a copy out of the engine (removed afterwards)."""
     if lib_dir is not None and lib_dir.is_dir():
@@ -145,7 +147,7 @@ def app_lib(engine, image: str, lib_dir: Path | None) -> Iterator[Path]:
         yield Path(tmp)
 
 
-def check_cuda_library(engine, plan: BuildPlan, image: str, cuda_roots: list[Path],
+def check_cuda_library(engine: Engine, plan: BuildPlan, image: str, cuda_roots: list[Path],
                        lib_dir: Path | None = None) -> list[Check]:
     checks: list[Check] = []
     with app_lib(engine, image, lib_dir) as libs:
@@ -221,7 +223,7 @@ def engine_arch(engine: Engine) -> str:
     return engine.arch() or host_platform_arch()
 
 
-def engine_cpu_flags(engine, image: str, platform: str) -> set[str]:
+def engine_cpu_flags(engine: Engine, image: str, platform: str) -> set[str]:
     """The CPU flags of the machine the engine runs on (the image's own /proc/cpuinfo), else this one's.
     An image of another CPU is never run for it."""
     if cpulevels.platform_arch(platform) != engine_arch(engine):
@@ -236,7 +238,7 @@ def objdump_hint(arch: str) -> str:
     return f"install {cpu_arch(f'linux/{arch}').cross_binutils} (or binutils-multiarch)"
 
 
-def check_cpu_backends(engine, plan: BuildPlan, image: str, *, not_run: str = "",
+def check_cpu_backends(engine: Engine, plan: BuildPlan, image: str, *, not_run: str = "",
                        lib_dir: Path | None = None) -> list[Check]:
     """not_run: why the image's binaries cannot run here ("" when they can). lib_dir: app_lib's."""
     platform, level = plan.request.platform, plan.request.cpu_level
@@ -286,7 +288,7 @@ def _check_code(plan: BuildPlan, libs: dict[str, Path], objdump: str, host: set[
     return Check("cpu-code", PASSED, " | ".join(good))
 
 
-def check_cpu_loaded(engine, plan: BuildPlan, image: str, names: list[str], host: set[str]) -> Check:
+def check_cpu_loaded(engine: Engine, plan: BuildPlan, image: str, names: list[str], host: set[str]) -> Check:
     """`--list-devices` loads the backends (ggml_backend_load_all); the CPU backend still loaded at its exit is
     the one ggml chose, and must be the one its score picks for this CPU."""
     platform, level = plan.request.platform, plan.request.cpu_level
@@ -370,7 +372,7 @@ def _lib_dir(tree: ImageTree | None) -> Path | None:
         return None
 
 
-def _run_checks(engine, plan: BuildPlan, image: str, checks: list[Check], header: bytes, lib_dir: Path | None,
+def _run_checks(engine: Engine, plan: BuildPlan, image: str, checks: list[Check], header: bytes, lib_dir: Path | None,
                 cuda_roots: Sequence[Path]) -> VerifyReport:
     """verify_image's checks after the file checks: the CUDA library, the CPU backends, the version."""
     if plan.arch.is_cuda:

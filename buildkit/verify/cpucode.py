@@ -15,6 +15,7 @@ import json
 import re
 import shutil
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
 
 from buildkit.core.errors import VerifyError
@@ -39,7 +40,7 @@ REQUIRED = {"baseline": (), "sse42": ("sse42",), "avx": ("avx",), "avx2": ("avx2
             "avx512": ("avx512",), "neon": ("neon",), "sve": ("sve",), "sme": ("sve",)}
 
 
-def count_lines(lines) -> dict[str, int]:
+def count_lines(lines: Iterable[str]) -> dict[str, int]:
     """Instruction lines matching each class's signature."""
     counts = {name: 0 for name in SIGNATURES}
     for line in lines:

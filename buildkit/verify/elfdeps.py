@@ -68,7 +68,8 @@ def read_elf(path: Path) -> ElfInfo:
         else:
             (_, machine, _, _, phoff, _, _, _, phentsize, phnum) = struct.unpack_from(end + "HHIIIIIHHH", data, 16)
             ph_fmt, dyn_fmt = end + "IIIIIIII", end + "iI"
-        loads, dynamic, interp = [], None, None
+        loads: list[tuple[int, int, int]] = []  # (vaddr, offset, filesz) of each PT_LOAD
+        dynamic, interp = None, None
         for i in range(phnum):
             fields_ = struct.unpack_from(ph_fmt, data, phoff + i * phentsize)
             if elf_class == 2:

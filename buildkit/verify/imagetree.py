@@ -22,10 +22,11 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from buildkit.core.errors import ImageSourceError
 from buildkit.core.wholefile import scratch_dir
-from buildkit.oci.ocilayout import open_image
+from buildkit.oci.ocilayout import EngineImages, open_image
 from buildkit.core.paths import cache_dir
 from buildkit.oci.keptlayers import apply_kept
 from buildkit.oci.rootfs import is_under, secure_join
@@ -36,7 +37,7 @@ from buildkit.verify.elfdeps import ElfError, ElfInfo, Resolution, Resolved, exp
 class ImageTree:
     """The image's files under root, and its config (the OCI image config document)."""
     root: Path
-    config: dict
+    config: dict[str, Any]
 
     def host(self, image_path: str) -> Path:
         """Where the image's path is in root, every symlink resolved inside root."""
@@ -76,7 +77,7 @@ def wanted(rel: str) -> bool:
 
 
 @contextmanager
-def exported(engine, image: str, platform: str, archive: Path | None = None) -> Iterator[ImageTree]:
+def exported(engine: EngineImages, image: str, platform: str, archive: Path | None = None) -> Iterator[ImageTree]:
     """The image's files in a temporary folder, removed afterwards; ImageSourceError/EngineError when unreadable.
     archive: the build's own OCI archive of that image, read instead of a `docker save` of it."""
     with ExitStack() as stack:
@@ -104,7 +105,7 @@ def kept_dir() -> Path:
     return cache_dir() / "verify" / "layers"
 
 
-def built_layers(config: dict) -> int:
+def built_layers(config: dict[str, Any]) -> int:
     """How many of the image's top layers the build made from its own output: from the first that copies
     into /app (templates/_runtime.j2) up. Every layer when the history does not say (nothing is kept)."""
     history = [h for h in config.get("history") or [] if isinstance(h, dict) and not h.get("empty_layer")]
