@@ -11,7 +11,7 @@ from buildkit.plan.archs import arch_table
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def archs(as_json: bool):
+def archs(as_json: bool) -> None:
     """List the architectures buildkit can build, with CMake string and minimum CUDA."""
     rows = arch_table()
     if as_json:

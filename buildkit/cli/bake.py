@@ -23,7 +23,7 @@ from buildkit.cli.options import BuildkitCommand, config_options, handle_errors,
 @click.option("--json", "as_json", is_flag=True,
               help="Print the result as JSON: {lock, variants: [{variant, status, image, digest, seconds, error}]}.")
 @handle_errors
-def bake(print_only: bool, bake_path: str | None, no_verify: bool, as_json: bool, **kwargs):
+def bake(print_only: bool, bake_path: str | None, no_verify: bool, as_json: bool, **kwargs: Any) -> None:
     """Build the matrix (matrix.archs x matrix.cuda_versions x matrix.targets) with docker buildx bake.
 
     One bake target per variant, so BuildKit builds them in parallel and a multi-node builder
@@ -34,7 +34,8 @@ def bake(print_only: bool, bake_path: str | None, no_verify: bool, as_json: bool
     from buildkit.flows.matrix import bake_locked, matrix_document, prepare_matrix
     from buildkit.plan.matrix import matrix_variants
     from buildkit.core.errors import BuildkitError
-    from buildkit.flows.pipeline import build_options, cache_root
+    from buildkit.flows.cudacontexts import cache_root
+    from buildkit.flows.pipeline import build_options
 
     cfg = resolve(kwargs)
     variants, excluded = matrix_variants(cfg)

@@ -8,7 +8,7 @@ from buildkit.cli.options import handle_errors
 
 
 @click.group()
-def base():
+def base() -> None:
     """Make base images here, for a machine that cannot pull them (no docker.io)."""
 
 
@@ -25,7 +25,7 @@ def base():
               help="The Debian archive to take the packages from (default: this machine's apt source of Debian, "
                    "else http://deb.debian.org/debian).")
 @handle_errors
-def debian(suite: str, platforms: str, tag: str, mirror: str | None):
+def debian(suite: str, platforms: str, tag: str, mirror: str | None) -> None:
     """debootstrap --variant=minbase SUITE for each platform, written as an OCI image and loaded into the engine
     under --tag. Needs root, debootstrap (and dpkg-deb for a second platform) and the engine."""
     from buildkit.core.platforms import machine_platform

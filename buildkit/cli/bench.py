@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -19,6 +19,9 @@ from buildkit.plan.config import find_config_file, load_config, read_document
 from buildkit.core.errors import BenchError
 from buildkit.plan.profiles import ServerSpec, get_profile, make_spec
 
+if TYPE_CHECKING:
+    from buildkit.bench.results import BenchReport, RunResult
+
 
 def project_config(config_path: str | None) -> Path | None:
     return find_config_file(config_path, os.environ, Path.cwd())
@@ -28,7 +31,7 @@ def _progress(msg: str) -> None:
     click.echo(msg, err=True)
 
 
-def _run_line(run) -> str:
+def _run_line(run: RunResult) -> str:
     server = []
     if run.predicted_tps is not None:
         server.append(f"gen {run.predicted_tps:.2f} tok/s")
@@ -88,10 +91,13 @@ def _run_line(run) -> str:
               help="buildkit.toml to read (default: ./buildkit.toml, or $LLAMA_BUILDKIT_CONFIG).")
 @click.argument("server_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA-SERVER ARGS...]")
 @handle_errors
-def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, prompt, prompt_file, runs,
-          max_tokens, concurrency, timeout, ignore_eos, thinking, cache_prompt, degradation_threshold, as_json, output,
-          compare_file, compare_image, max_slowdown, attach_lock, lock_entry, lock_path, step_summary, config_path,
-          server_args):
+def bench(url: str | None, image: str | None, model: str | None, model_draft: str | None, profile_name: str | None,
+          gpus: str | None, startup_timeout: float, prompt: str | None, prompt_file: str | None, runs: int,
+          max_tokens: int, concurrency: int, timeout: float, ignore_eos: bool, thinking: bool, cache_prompt: bool,
+          degradation_threshold: float, as_json: bool, output: str | None, compare_file: str | None,
+          compare_image: str | None, max_slowdown: float | None, attach_lock: bool, lock_entry: str | None,
+          lock_path: str | None, step_summary: str | None, config_path: str | None,
+          server_args: tuple[str, ...]) -> None:
     """Measure tokens/s of a llama-server: a running one (--url) or an image started for it (--image).
 
     \b
@@ -105,9 +111,11 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
     """
     # the client, the results and the container come with requests and docker-py: loaded when measuring,
     # not for every `buildkit` command
-    from buildkit.bench.benchmark import (BenchReport, attach_to_lock, compare, docker_client, find_lock_entry,
-                                          format_compare, format_report, invalid_text, load_report, local_image_id,
-                                          run_bench, save_report, served)
+    from buildkit.bench.client import run_bench
+    from buildkit.bench.container import docker_client, local_image_id, served
+    from buildkit.bench.format import compare, format_compare, format_report, invalid_text
+    from buildkit.bench.lockrecord import attach_to_lock, find_lock_entry
+    from buildkit.bench.results import load_report, save_report
     from buildkit.bench.gate import failed_markdown, make_gate
 
     if bool(url) == bool(image):
@@ -177,7 +185,7 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
         else:
             raise BenchError("--attach-lock with --url needs --lock-entry KEY (which build is being measured?)")
 
-    def target_of(s: ServerSpec | None, img_id: str | None) -> dict:
+    def target_of(s: ServerSpec | None, img_id: str | None) -> dict[str, Any]:
         if s is None:
             return {}
         return {"image": s.image, "image_id": img_id, "model": str(s.model),
@@ -190,11 +198,12 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
         shown: dict[str, Any] = {"on_run": lambda r: _progress(_run_line(r)),
                                  "on_invalid": lambda i, why: _progress(f"run {i}: INVALID, left out: {why}")}
         if s is None:
+            assert url is not None  # no --image: --url (checked above)
             return run_bench(url, protocol, **shown)
         with served(s, startup_timeout, log=_progress) as srv:
             return run_bench(srv.url, protocol, target=target_of(s, srv.image_id), **shown)
 
-    new_label = image or url
+    new_label = image or url or ""  # one of them is given (checked above)
     old_label = compare_image or (other.label if other is not None else "")
     try:
         report = measure(spec, image_id)
@@ -233,7 +242,8 @@ def bench(url, image, model, model_draft, profile_name, gpus, startup_timeout, p
             click.echo(format_report(other))
         if compared:
             assert other is not None
-            click.echo(format_compare(other, report, "before" if compare_image else Path(compare_file).name, "now"))
+            before = Path(compare_file).name if compare_file else "before"  # --compare's file, or --compare-image
+            click.echo(format_compare(other, report, before, "now"))
         if gate is not None:
             click.echo(f"gate: {gate.verdict} (new/before {gate.ratio:.3f}x, at most {gate.max_slowdown:g}% slower)")
     if attach_lock and report.runs and not report.invalid:
@@ -263,7 +273,7 @@ def _write_step_summary(path: str, text: str) -> None:
         _progress(f"warning: {problem}")
 
 
-def _plain_markdown(report, doc: dict) -> str:
+def _plain_markdown(report: BenchReport, doc: dict[str, Any]) -> str:
     """--step-summary without a gate: the mean tok/s (and the ratio of a comparison)."""
     mean = (report.summary()["client_tps"] or {}).get("mean")
     ratio = next((r["ratio"] for r in doc.get("compare", {}).get("rows", []) if r["key"] == "client_tps.mean"), None)
@@ -272,9 +282,10 @@ def _plain_markdown(report, doc: dict) -> str:
     return f"## bench\n\n{line}" + (f", {ratio:.3f}x of before" if ratio else "") + "\n"
 
 
-def _fail_after_report(report, protocol, also, unsaved, compare_image, other, gate_problem) -> None:
+def _fail_after_report(report: BenchReport, protocol: Protocol, also: str, unsaved: str, compare_image: str | None,
+                       other: BenchReport | None, gate_problem: str | None) -> None:
     """Exit or raise for what the report says went wrong (it is printed by then)."""
-    from buildkit.bench.benchmark import invalid_text
+    from buildkit.bench.format import invalid_text
 
     if report.interrupted:
         click.echo(f"error: {report.error} ({len(report.runs)} of {protocol.runs} runs done, kept){also}", err=True)

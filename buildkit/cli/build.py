@@ -4,17 +4,25 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, release_option, resolve
+from buildkit.cli.options import (BuildkitCommand, Decorator, config_options, handle_errors, release_option,
+                                  resolve)
 from buildkit.cli.output import echo_published
 from buildkit.cli.signing import sign_key_option, signing_key
 from buildkit.core.errors import ConfigError
 
+if TYPE_CHECKING:
+    from buildkit.core.livedisplay import LiveDisplay
+    from buildkit.plan.config import ResolvedConfig
 
-VERSION_OPTIONS = [
+
+VERSION_OPTIONS: list[Decorator] = [
     release_option("Semver version to publish (X.Y.Z[-pre], a leading v is dropped): the version label "
                    "[image.version], and with --push the release tags."),
     click.option("--bump", type=click.Choice(["patch", "minor", "major"]), default="patch", show_default=True,
@@ -23,7 +31,7 @@ VERSION_OPTIONS = [
 ]
 
 
-def version_options(func):
+def version_options(func: Callable[..., Any]) -> Callable[..., Any]:
     for opt in reversed(VERSION_OPTIONS):
         func = opt(func)
     return func
@@ -58,12 +66,13 @@ def version_options(func):
                                             "test-backend-ops, tag <tag>-tests) for `buildkit gpu-check`.")
 @sign_key_option
 @handle_errors
-def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_only: bool, no_verify: bool,
-          no_load: bool, no_preflight: bool, min_free_gb: float | None, as_json: bool, tests: bool,
-          sign_key: Path | None, **kwargs):
+def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ...], push: bool, print_only: bool,
+          no_verify: bool, no_load: bool, no_preflight: bool, min_free_gb: float | None, as_json: bool, tests: bool,
+          sign_key: Path | None, **kwargs: Any) -> None:
     """Fetch the pinned commit, patch, render, build with buildx, verify and write the lock."""
     from buildkit.flows.buildspec import build_command
-    from buildkit.flows.pipeline import build as run_pipeline, build_options, cache_root, prepare
+    from buildkit.flows.cudacontexts import cache_root
+    from buildkit.flows.pipeline import build as run_pipeline, build_options, prepare
 
     if version:
         from buildkit.plan.tags import normalise_version
@@ -162,7 +171,7 @@ def build(version, bump, force, extra_tags: tuple[str, ...], push: bool, print_o
     click.echo(summary_line(facts))
 
 
-def _display(cfg):
+def _display(cfg: ResolvedConfig) -> AbstractContextManager[LiveDisplay | None]:
     """buildkit's live display (core/livedisplay.py) while the build runs: on a terminal, with --progress auto;
     --progress plain gives buildx's lines, --progress tty buildx's own display."""
     import sys
@@ -172,7 +181,8 @@ def _display(cfg):
     return live_display(sys.stderr.isatty() and cfg.build.progress == "auto")
 
 
-def _build_multi(cfg, *, preflight: bool, min_free_gb: float | None, as_json: bool, **kwargs) -> None:
+def _build_multi(cfg: ResolvedConfig, *, preflight: bool, min_free_gb: float | None, as_json: bool,
+                 **kwargs: Any) -> None:
     """Several platforms: one build each, one OCI index under every tag (flows/multiplatform.py)."""
     from buildkit.flows.multiplatform import build_multi, platform_requests
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
-from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, resolve
+from buildkit.cli.options import FC, BuildkitCommand, config_options, handle_errors, resolve
 
 WHERE = [
     click.option("--dir", "folder", type=click.Path(file_okay=False),
@@ -18,13 +19,13 @@ WHERE = [
 ]
 
 
-def where_options(func):
+def where_options(func: FC) -> FC:
     for opt in reversed(WHERE):
         func = opt(func)
     return func
 
 
-def _check(folder, registry_repo) -> None:
+def _check(folder: str | None, registry_repo: str | None) -> None:
     from buildkit.core.errors import ConfigError
 
     if bool(folder) == bool(registry_repo):
@@ -32,7 +33,7 @@ def _check(folder, registry_repo) -> None:
 
 
 @click.group()
-def ccache():
+def ccache() -> None:
     """Move the ccache of the matrix's variants out of the builder's cache mounts, or back in.
 
     \b
@@ -41,7 +42,8 @@ def ccache():
     """
 
 
-def _carry(direction: str, folder, registry_repo, unit, kwargs) -> None:
+def _carry(direction: str, folder: str | None, registry_repo: str | None, unit: str | None,
+           kwargs: dict[str, Any]) -> None:
     """export or import every variant's ccache: one loop, two directions."""
     from buildkit.engine.ccachestore import export_ccache, import_ccache
     from buildkit.flows.ccache import targets_for
@@ -59,7 +61,7 @@ def _carry(direction: str, folder, registry_repo, unit, kwargs) -> None:
 
 
 def _command(direction: str, help_text: str) -> click.Command:
-    def command(folder, registry_repo, unit, **kwargs):
+    def command(folder: str | None, registry_repo: str | None, unit: str | None, **kwargs: Any) -> None:
         _carry(direction, folder, registry_repo, unit, kwargs)
 
     command.__doc__ = help_text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -12,7 +13,7 @@ from buildkit.core.platforms import default_platform
 
 
 @click.group()
-def ci():
+def ci() -> None:
     """Generate CI configuration that runs buildkit."""
 
 
@@ -71,10 +72,12 @@ def ci():
 @click.option("--force", is_flag=True, help="Overwrite a workflow file that differs.")
 @click.option("--stdout", "to_stdout", is_flag=True, help="Print the workflow instead of writing it.")
 @handle_errors
-def github(out_path, cron, username_secret, password_secret, python_version, install_spec, buildkit_repo,
-           buildkit_ref, runners, plan_runner, layer_cache, bench_runner, bench_model, bench_profile, bench_variant,
-           max_slowdown, bench_runs, bench_max_tokens, gpu_check, sign, no_ccache, no_free_disk, force, to_stdout,
-           **kwargs):
+def github(out_path: str | None, cron: str | None, username_secret: str, password_secret: str, python_version: str,
+           install_spec: str | None, buildkit_repo: str | None, buildkit_ref: str | None, runners: tuple[str, ...],
+           plan_runner: str, layer_cache: str, bench_runner: str | None, bench_model: str | None,
+           bench_profile: str | None, bench_variant: str | None, max_slowdown: float, bench_runs: int | None,
+           bench_max_tokens: int | None, gpu_check: bool, sign: str, no_ccache: bool, no_free_disk: bool, force: bool,
+           to_stdout: bool, **kwargs: Any) -> None:
     """Write the GitHub Actions workflow running the nightly daily and on demand: a plan job, one
     build job per variant and platform, and a job that tags the nightly from their digests.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
@@ -14,7 +15,7 @@ from buildkit.plan.config import KEYS
 @config_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: {key: {value, origin}}.")
 @handle_errors
-def config_cmd(as_json: bool, **kwargs):
+def config_cmd(as_json: bool, **kwargs: Any) -> None:
     """Print the resolved configuration and where each value came from."""
     from buildkit.core.urlcreds import redact_url
 

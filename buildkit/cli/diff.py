@@ -24,7 +24,7 @@ DIFFERENT = 2  # exit code of diff and reproduce when the digests differ
 @click.option("--no-files", is_flag=True, help="Compare manifests, configs and layer digests only.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @handle_errors
-def diff(a: str, b: str, platform: str, no_files: bool, as_json: bool):
+def diff(a: str, b: str, platform: str, no_files: bool, as_json: bool) -> None:
     """Compare two images: A and B are OCI archives or layout folders, local engine images or
     registry references (force one with an oci:, docker: or registry: prefix).
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import click
 
@@ -21,7 +22,7 @@ from buildkit.cli.options import BuildkitCommand, config_options, handle_errors,
               "warning: a build that does not push never contacts it).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: {ok, checks: [{name, status, detail, fix}]}.")
 @handle_errors
-def doctor(min_free_gb: float | None, matrix: bool, offline: bool, push: bool, as_json: bool, **kwargs):
+def doctor(min_free_gb: float | None, matrix: bool, offline: bool, push: bool, as_json: bool, **kwargs: Any) -> None:
     """Check this machine for the configured build: engine and image store, buildx and builder,
     free disk space, registry login for image.name, host NVIDIA driver, cross-platform emulation.
 

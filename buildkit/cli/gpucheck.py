@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import click
 
 from buildkit.cli.options import handle_errors
 from buildkit.core.errors import BuildkitError, LockError
 from buildkit.verify.backendops import parse
-from buildkit.verify.backendverdict import GpuCheck, judge, known_failures, new_failures
+from buildkit.verify.backendverdict import Failing, GpuCheck, judge, known_failures, new_failures
 
 PROGRAM = "/app/test-backend-ops"
 
@@ -36,7 +37,7 @@ def _attach(lock_path: Path, image: str, key: str | None, check: GpuCheck) -> st
         raise LockError(f"no entry of {lock_path} describes {key or image} (entries: {', '.join(builds) or 'none'}); "
                         "name one with --lock-entry")
 
-    def change(data: dict) -> None:
+    def change(data: dict[str, Any]) -> None:
         data["builds"][key]["gpu_check"] = check.to_dict()
     update_lock(lock_path, change)
     return key
@@ -83,7 +84,7 @@ def _save(path: str, text: str, what: str, append: bool = False) -> None:
         click.echo(f"warning: {trouble}", err=True)
 
 
-def _summary(check: GpuCheck, new: tuple | None) -> str:
+def _summary(check: GpuCheck, new: tuple[Failing, ...] | None) -> str:
     rows = ["### gpu-check", "", f"`{check.line()}`", "", "| case | error | known |", "| --- | --- | --- |"]
     rows += [f"| `{f.case}` | {(f.errors[-1] if f.errors else '').replace('|', '/')} | {f.known or 'no'} |"
              for f in check.failing]
@@ -112,8 +113,10 @@ def _summary(check: GpuCheck, new: tuple | None) -> str:
 @click.option("--step-summary", type=click.Path(dir_okay=False), help="Append a Markdown table to this file (CI).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="buildkit.toml to read.")
 @handle_errors
-def gpu_check(image, ops, backend, gpus, log_file, save_log, json_file, compare_file, compare_entry, attach_lock,
-              lock_entry, lock_path, step_summary, config_path):
+def gpu_check(image: str | None, ops: tuple[str, ...], backend: str | None, gpus: str | None, log_file: str | None,
+              save_log: str | None, json_file: str | None, compare_file: str | None, compare_entry: str | None,
+              attach_lock: bool, lock_entry: str | None, lock_path: str | None, step_summary: str | None,
+              config_path: str | None) -> None:
     """Run the fork's test-backend-ops from IMAGE's tests target (`test -b CUDA0`), print one verdict line.
 
     \b
@@ -136,6 +139,7 @@ def gpu_check(image, ops, backend, gpus, log_file, save_log, json_file, compare_
     if log_file:
         text = Path(log_file).read_text(errors="replace")
     else:
+        assert image is not None  # no --log: an IMAGE (checked above)
         click.echo(f"gpu-check {image}: {PROGRAM} {' '.join(backend_ops_args(backend, ops))}", err=True)
         code, text = _run_in_engine(image, backend_ops_args(backend, ops), settings.timeout, gpus or settings.gpus)
     if save_log:

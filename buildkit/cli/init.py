@@ -17,7 +17,7 @@ from buildkit.cli.options import handle_errors
 @click.option("--arch", help="CUDA architecture or cpu, see `buildkit archs` (default: sm_120).")
 @click.option("--force", is_flag=True, help="Write over an existing buildkit.toml.")
 @handle_errors
-def init(fork: str | None, image: str | None, arch: str | None, force: bool):
+def init(fork: str | None, image: str | None, arch: str | None, force: bool) -> None:
     """Write a commented buildkit.toml with the fork's current head pinned, and a patches/ folder."""
     from buildkit.flows.starter import init_project
 

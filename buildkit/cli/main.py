@@ -31,7 +31,7 @@ from buildkit.cli.tags import tags
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, prog_name="buildkit")
-def main():
+def main() -> None:
     """Build a pinned commit of a llama.cpp fork into a tested container image for one CUDA arch.
 
     \b

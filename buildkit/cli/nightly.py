@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -13,13 +14,17 @@ from buildkit.cli.signing import sign_key_option, signing_key
 from buildkit.core.errors import ConfigError
 from buildkit.flows.nightlysummary import PASSED
 
+if TYPE_CHECKING:
+    from buildkit.plan.config import ResolvedConfig
+    from buildkit.release.signkeys import SigningKey
+
 
 class NightlyCommand(BuildkitCommand):
     """Extra arguments reach the command (ctx.args) instead of failing in click's words: `--json FILE`, the
     summary's file before --json became a flag, is then refused in a line that names --summary. The other
     old spelling, `--json=FILE`, is split into that form first (click would say only "does not take a value")."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("context_settings", {})["allow_extra_args"] = True
         super().__init__(*args, **kwargs)
 
@@ -83,7 +88,8 @@ def refuse_leftovers(leftovers: list[str], as_json: bool) -> None:
 @handle_errors
 def nightly(as_json: bool, summary_path: str | None, date: str | None, force: bool, no_verify: bool,
             plan_only: bool, runners: tuple[str, ...], job_unit: str | None, assemble_dir: str | None,
-            bench_gate: str | None, version: str | None, sign_key: Path | None, attest_dir: str | None, **kwargs):
+            bench_gate: str | None, version: str | None, sign_key: Path | None, attest_dir: str | None,
+            **kwargs: Any) -> None:
     """Build and push the matrix for the head of source.branch, unless every variant has it already.
 
     \b
@@ -100,7 +106,8 @@ def nightly(as_json: bool, summary_path: str | None, date: str | None, force: bo
     per unit on its own runner, then --assemble. --plan and --job also write their outputs to
     $GITHUB_OUTPUT when it is set.
     """
-    from buildkit.flows.nightly import run_nightly, write_summaries
+    from buildkit.flows.nightly import run_nightly
+    from buildkit.flows.nightlysummary import write_summaries
 
     refuse_leftovers(click.get_current_context().args, as_json)
     if sum(map(bool, (plan_only, job_unit, assemble_dir))) > 1:
@@ -179,12 +186,13 @@ def _check_bench_gate(folder: Path, gate: str) -> None:
         raise ConfigError(f"--bench-gate {gate!r} is neither none nor a variant of the plan ({', '.join(keys)})")
 
 
-def _ci_step(cfg, as_json, summary_path, plan_only, runners, job_unit, date, force, verify, sign_key=None,
+def _ci_step(cfg: ResolvedConfig, as_json: bool, summary_path: str | None, plan_only: bool, runners: tuple[str, ...],
+             job_unit: str | None, date: str | None, force: bool, verify: bool, sign_key: SigningKey | None = None,
              attest_dir: Path | None = None) -> None:
     """--plan or --job: a JSON document (--json, --summary), one-line outputs to $GITHUB_OUTPUT, a line of text."""
     from buildkit.flows.nightlyjobs import (DEFAULT_RUNNERS, github_outputs, parse_runners, plan_nightly,
                                             plan_summary, run_job, write_github_outputs)
-    from buildkit.flows.nightly import write_summaries
+    from buildkit.flows.nightlysummary import write_summaries
 
     if plan_only:
         plan = plan_nightly(cfg, runners=parse_runners(runners) or dict(DEFAULT_RUNNERS), date=date, force=force)
@@ -197,6 +205,7 @@ def _ci_step(cfg, as_json, summary_path, plan_only, runners, job_unit, date, for
     else:
         from buildkit.flows.nightly import repository_of
 
+        assert job_unit is not None  # --job, the other way here (nightly())
         result = run_job(cfg, job_unit, verify=verify, sign_key=sign_key, attest_dir=attest_dir)
         outputs = {"built": "true" if result.built else "false",  # reference: what the job pushed, to sign
                    "reference": f"{repository_of(cfg).name}@{result.digest}" if result.status == PASSED else ""}

@@ -7,14 +7,22 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, ParamSpec, TypeVar, overload
 
 import click
 
-from buildkit.plan.config import find_config_file, load_config, parse_set_option, unknown_variables
+from buildkit.plan.config import (ResolvedConfig, find_config_file, load_config, parse_set_option,
+                                  unknown_variables)
 from buildkit.core.errors import BuildkitError
 from buildkit.plan.cpulevels import LEVELS as CPU_LEVELS
+
+P = ParamSpec("P")
+R = TypeVar("R")
+FC = TypeVar("FC", bound=Callable[..., Any])
+# what click.option gives: a decorator that adds a parameter and returns the same function
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 # --cpu-level: every level on a line of its own (\b: click keeps the lines as they are)
 CPU_LEVEL_HELP = "CPU instruction sets [build.cpu_level], all by default:\n\n\b\n" + "\n".join(
@@ -55,7 +63,7 @@ _GROUP_OF = {
 class SharedOption(click.Option):
     """An option of config_options: `--help` lists it under its group's heading."""
 
-    def __init__(self, *args, group: str, **kwargs):
+    def __init__(self, *args: Any, group: str, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.group = group
 
@@ -76,12 +84,22 @@ class BuildkitCommand(click.Command):
                     formatter.write_dl(records)
 
 
-def _shared(*decls, **attrs):
+def _shared(*decls: str, **attrs: Any) -> tuple[Decorator, str]:
     dest = next((d for d in decls if not d.startswith("-")), decls[0].split("/")[0].lstrip("-").replace("-", "_"))
     return click.option(*decls, cls=SharedOption, group=_GROUP_OF[dest], **attrs), dest
 
 
-def config_options(func=None, *, only: tuple[str, ...] = (), also: tuple[str, ...] = ()):
+@overload
+def config_options(func: FC, *, only: tuple[str, ...] = (), also: tuple[str, ...] = ()) -> FC: ...
+
+
+@overload
+def config_options(func: None = None, *, only: tuple[str, ...] = (),
+                   also: tuple[str, ...] = ()) -> Callable[[FC], FC]: ...
+
+
+def config_options(func: Callable[..., Any] | None = None, *, only: tuple[str, ...] = (),
+                   also: tuple[str, ...] = ()) -> Callable[..., Any]:
     """The options shared by every command that resolves a build: each one names its config key. Bare, every
     one; with only=(groups...) those groups' options and the named ones of also=(dest...), so a command
     offers no option that does nothing there (`tags` has no --source)."""
@@ -94,7 +112,7 @@ def config_options(func=None, *, only: tuple[str, ...] = (), also: tuple[str, ..
     return func
 
 
-def _o(*decls, **attrs):
+def _o(*decls: str, **attrs: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
     return decls, attrs
 
 
@@ -149,12 +167,12 @@ _SHARED_OPTIONS = [
 ]
 
 
-def release_option(help_text: str, *, required: bool = False):
+def release_option(help_text: str, *, required: bool = False) -> Callable[[Callable[..., R]], Callable[..., R]]:
     """--release X.Y.Z, the version a build is published (or promoted) as, passed on as `version`. A command's
     --version, its name before (`buildkit --version` prints buildkit's own), still works with a warning."""
-    def decorate(func):
+    def decorate(func: Callable[..., R]) -> Callable[..., R]:
         @functools.wraps(func)
-        def wrapper(*args, **kwargs):
+        def wrapper(*args: Any, **kwargs: Any) -> R:
             legacy = kwargs.pop("legacy_version", None)
             if legacy is not None:
                 if kwargs.get("version") not in (None, legacy):
@@ -175,7 +193,7 @@ def release_option(help_text: str, *, required: bool = False):
 _NOTICED: list[bool] = []  # the defaults notice is said once per process
 
 
-def defaults_notice(cfg) -> None:
+def defaults_notice(cfg: ResolvedConfig) -> None:
     """On stderr, once: no buildkit.toml was found (and none was named), so the built-in defaults apply."""
     if cfg.path is not None or _NOTICED:
         return
@@ -192,7 +210,7 @@ def defaults_notice(cfg) -> None:
                "`buildkit init` writes a buildkit.toml", err=True)
 
 
-def resolve(kwargs: dict, *, notice: bool = True):
+def resolve(kwargs: dict[str, Any], *, notice: bool = True) -> ResolvedConfig:
     """Pop the config options out of kwargs and resolve the configuration (saying so on stderr, once,
     when no buildkit.toml was found: notice=False for a command that says it itself)."""
     config_path = kwargs.pop("config_path")
@@ -210,11 +228,11 @@ def resolve(kwargs: dict, *, notice: bool = True):
     return cfg
 
 
-def handle_errors(func):
+def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
     """One line and exit 1 for a BuildkitError; for SIGINT, SIGTERM and SIGHUP (core/interrupts.py) one
     line and 128 + the signal. On every way out, the process groups buildkit started are stopped first."""
     @functools.wraps(func)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         from buildkit.core import children, interrupts
 
         try:
@@ -240,7 +258,7 @@ def handle_errors(func):
     return wrapper
 
 
-def _fail(message: str, code: int, kwargs: dict, answered: bool = False) -> None:
+def _fail(message: str, code: int, kwargs: Mapping[str, Any], answered: bool = False) -> NoReturn:
     """The one error line on stderr; under --json also {"error", "exit_code"} on stdout, where a script
     reading the JSON looks (unless the command printed its own answer, which holds the error)."""
     click.echo(f"error: {message}", err=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, release_option, resolve
@@ -16,7 +18,7 @@ from buildkit.cli.output import echo_published
 @click.option("--step-summary", "step_summary", type=click.Path(dir_okay=False), metavar="FILE",
               help="Append what was promoted to FILE as Markdown (CI: \"$GITHUB_STEP_SUMMARY\").")
 @handle_errors
-def promote(nightly_tag: str, version: str, as_json: bool, step_summary: str | None, **kwargs):
+def promote(nightly_tag: str, version: str, as_json: bool, step_summary: str | None, **kwargs: Any) -> None:
     """Turn a nightly into a release: its digest gets the release tags of --release, nothing is rebuilt."""
     from buildkit.plan.tags import normalise_version
     from buildkit.release.promote import promote as run_promote, promotion_markdown

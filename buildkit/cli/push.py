@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -17,7 +18,7 @@ from buildkit.cli.signing import sign_key_option, signing_key
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @sign_key_option
 @handle_errors
-def push(force: bool, as_json: bool, sign_key: Path | None, **kwargs):
+def push(force: bool, as_json: bool, sign_key: Path | None, **kwargs: Any) -> None:
     """Publish the image of the lock's entry for this variant (built before, still in the engine).
 
     It gets every tag of its version (see `buildkit tags`); the tags are pushed to the registry

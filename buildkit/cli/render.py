@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -17,7 +18,7 @@ METADATA_FILE = "metadata.json"
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Folder to write the Dockerfile and build context into (new or empty).")
 @handle_errors
-def render(out_dir: str, **kwargs):
+def render(out_dir: str, **kwargs: Any) -> None:
     """Fetch, patch and render the Dockerfile and build context without building."""
     from buildkit.flows.buildspec import build_command
     from buildkit.flows.cudacontexts import missing_roots

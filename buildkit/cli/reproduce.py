@@ -41,7 +41,7 @@ from buildkit.core.errors import ConfigError
 @handle_errors
 def reproduce(target: str, build_key: str | None, config_path: str | None, patches: str | None,
               source: str | None, keep: str | None, use_cache: bool, provenance: bool, attest: bool,
-              sign_key: Path | None, as_json: bool):
+              sign_key: Path | None, as_json: bool) -> None:
     """Rebuild TARGET (a buildkit.lock, or an image reference) from its recorded inputs and compare.
 
     \b

@@ -39,8 +39,9 @@ CUDA_LABEL = LABEL_PREFIX + "cuda-version"
               help="buildkit.toml to read (default: ./buildkit.toml, or $LLAMA_BUILDKIT_CONFIG).")
 @click.argument("server_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA-SERVER ARGS...]")
 @handle_errors
-def run(profile_name, image, model, model_draft, gpus, port, bind, name, detach, print_only, output_format,
-        config_path, server_args):
+def run(profile_name: str | None, image: str | None, model: str | None, model_draft: str | None, gpus: str | None,
+        port: int | None, bind: str, name: str, detach: bool, print_only: bool, output_format: str,
+        config_path: str | None, server_args: tuple[str, ...]) -> None:
     """Run an image's llama-server with a runtime profile: prints or executes the docker run command.
 
     \b

@@ -4,10 +4,15 @@ checks an image's signature, its provenance's subject and (with --lock) its inpu
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from buildkit.cli.options import BuildkitCommand, handle_errors
+
+if TYPE_CHECKING:
+    from buildkit.plan.config import ResolvedConfig
+    from buildkit.release.signkeys import SigningKey
 
 sign_key_option = click.option(
     "--sign-key", "sign_key", type=click.Path(path_type=Path), default=None,
@@ -15,7 +20,7 @@ sign_key_option = click.option(
          "file [default: sign.key_file, else LLAMA_BUILDKIT_SIGN_KEY's PEM, else no signing].")
 
 
-def signing_key(cfg, flag: Path | None):
+def signing_key(cfg: ResolvedConfig, flag: Path | None) -> SigningKey | None:
     """The key that signs what this command publishes: --sign-key, else sign.key_file, else the PEM of
     LLAMA_BUILDKIT_SIGN_KEY, else None. Read before anything is built or pushed: a bad key stops first."""
     from buildkit.release.signkeys import load_signing_key
@@ -24,7 +29,7 @@ def signing_key(cfg, flag: Path | None):
 
 
 @click.group()
-def keys():
+def keys() -> None:
     """Signing keys (cosign's key format: ECDSA P-256, PEM)."""
 
 
@@ -32,7 +37,7 @@ def keys():
 @click.option("--out", "out", type=click.Path(path_type=Path), default=Path("cosign.key"), show_default=True,
               help="The private key file (mode 0600); the public key is written beside it as .pub.")
 @handle_errors
-def generate(out: Path):
+def generate(out: Path) -> None:
     """Write a new key pair: the private key (never printed) and its public key (cosign verify --key)."""
     from buildkit.release.signkeys import generate_keys
 
@@ -47,7 +52,7 @@ def generate(out: Path):
 @click.option("--lock", "lock", type=click.Path(path_type=Path), default=None,
               help="A buildkit.lock: the provenance's inputs must be its entry's for this digest.")
 @handle_errors
-def verify_image(ref: str, key: Path, lock: Path | None):
+def verify_image(ref: str, key: Path, lock: Path | None) -> None:
     """Check REF's signature, that its signed provenance's subject is the digest the registry serves, and
     with --lock that its inputs are the lock's; one line per check, exit 1 on any failure."""
     from buildkit.oci.imageref import parse_image_ref

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import click
 
@@ -21,7 +22,7 @@ _SHA = re.compile(r"[0-9a-fA-F]{7,40}")
 @click.option("--json", "as_json", is_flag=True,
               help="Print JSON: {repository, version, commit, variant, immutable, moving, rules}.")
 @handle_errors
-def tags(version: str, as_json: bool, **kwargs):
+def tags(version: str, as_json: bool, **kwargs: Any) -> None:
     """Print the tags a published build of a --release gets, immutable first, then the rules of the tags a
     publish names only then (the build key's, the nightly's). --commit gives the sha- tag's commit."""
     from buildkit.plan.buildplan import make_request

@@ -18,7 +18,7 @@ import pytest
 from buildkit.bench.benchmark import StreamError, endpoint, stream_chat
 from buildkit.oci.credentials import run_helper
 from buildkit.core.errors import RegistryError, SourceError
-from buildkit.source.gitcmd import _group_size
+from buildkit.core.children import group_size as _group_size
 from buildkit.oci.registry import RegistryClient
 from buildkit.source.fetch import fetch_source
 from cliutil import buildkit_env, write_project

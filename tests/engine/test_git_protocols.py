@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from buildkit.core.errors import SourceError
-from buildkit.source.gitcmd import STOP_GRACE, Git, _group_size
+from buildkit.core.children import group_size as _group_size
+from buildkit.source.gitcmd import STOP_GRACE, Git
 from buildkit.source.fetch import export_tree, fetch_source, mirror_dir
 from githttp import prepare_dumb, serve_http
 from gitserver import GitDaemon, commit_all, run_git
