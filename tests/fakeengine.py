@@ -7,13 +7,12 @@ verification, hold the turn), while the engine tests check the real engine does 
 
 from __future__ import annotations
 
-import json
 from contextlib import contextmanager
 from pathlib import Path
 from collections.abc import Callable, Sequence
 
 from buildkit.core.errors import BuildError
-from buildkit.engine.api import ContainerSpec, ContainerState, Engine, EngineError, Finished, ImageInfo
+from buildkit.engine.api import ContainerSpec, ContainerState, Engine, EngineError, Finished, ImageDigests, ImageInfo
 from buildkit.engine.dockerargv import buildx_build_argv, docker_run_argv
 
 
@@ -67,16 +66,14 @@ class FakeEngine(Engine):
             return Finished(code=self.bake_code, seconds=1.0, tty=False)
 
     def bake(self, bake_file, names, session, on_line, *, stream, exclusive=False, write_lock=None) -> Finished:
-        """Writes the metadata file buildx would (a digest per named target)."""
+        """Reports a digest per named target, as the engine's bake does (DockerEngine reads buildx's file)."""
         with self.turn(exclusive, stream):
             self.calls.append(("bake", str(bake_file), tuple(names)))
-            if self.bake_code == 0:
-                session.metadata_file.write_text(json.dumps(
-                    {n: {"containerimage.digest": f"sha256:{n:0>64}"[:71]} for n in names}))
+            made = {n: ImageDigests(f"sha256:{n:0>64}"[:71], "") for n in names} if self.bake_code == 0 else {}
             for line in self.bake_lines:
                 stream.write(line + "\n")
                 on_line(line)
-            return Finished(code=self.bake_code, seconds=1.0, tty=False)
+            return Finished(code=self.bake_code, seconds=1.0, tty=False, images=made)
 
     def build_command(self, spec, session) -> list[str]:
         return buildx_build_argv("fake-docker", spec, session)

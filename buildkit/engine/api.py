@@ -85,11 +85,20 @@ class ContainerState:
 
 
 @dataclass(frozen=True)
+class ImageDigests:
+    """What a build made: its manifest digest (containerimage.digest) and its config's (the image id)."""
+    manifest: str
+    config: str
+
+
+@dataclass(frozen=True)
 class Finished:
-    """How a streamed engine command ended."""
+    """How a streamed engine command ended, and, for a build or a bake that succeeded, what it made: by bake
+    target ("" for a build). The engine reads buildx's metadata file; no caller does."""
     code: int
     seconds: float
     tty: bool
+    images: Mapping[str, ImageDigests] = field(default_factory=dict)
 
 
 class Engine(abc.ABC):

@@ -21,13 +21,13 @@ import json
 import re
 import sys
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from buildkit.core.errors import BuildError
-from buildkit.engine.api import Engine, OutStream, get_engine
+from buildkit.engine.api import Engine, ImageDigests, OutStream, get_engine
 from buildkit.engine.bakefile import oci_dest, target_tags
 from buildkit.engine.buildx import last_error_line
 from buildkit.engine.runner import dockerfile_images
@@ -79,11 +79,12 @@ class _Run:
         self.cache_imports: set[str] = set()
         self.code = -1
         self.seconds = 0.0
+        self.images: Mapping[str, ImageDigests] = {}
 
     def run(self) -> _Run:
         finished = self.engine.bake(self.bake_file, self.names, self.session, self._parse, stream=self.stream,
                                     exclusive=self.exclusive, write_lock=self.lock)
-        self.code, self.seconds = finished.code, finished.seconds
+        self.code, self.seconds, self.images = finished.code, finished.seconds, finished.images
         return self
 
     def _parse(self, line: str) -> None:
@@ -113,24 +114,21 @@ def _describe_failure(step: str, error: str, lines: Iterable[str]) -> str:
     return f"{step} {telling}" + (f" (exit code {code[1]})" if code else "")
 
 
-def _results(metadata_file: Path, names: Iterable[str], document: dict[str, Any], seconds: float, isolated: bool,
+def _results(run: _Run, names: Iterable[str], document: dict[str, Any], isolated: bool,
              engine: Engine, stream: OutStream, lock: threading.Lock) -> dict[str, TargetOutcome]:
     from buildkit.engine.buildx import BuildResult
 
-    try:
-        metadata = json.loads(metadata_file.read_text())
-    except (OSError, ValueError) as exc:
-        raise BuildError(f"buildx bake wrote no readable metadata file {metadata_file}: {exc}") from None
+    seconds = run.seconds
     out = {}
     for name in names:
-        meta = metadata.get(name) or {}
-        digest, config = meta.get("containerimage.digest", ""), meta.get("containerimage.config.digest", "")
+        made = run.images.get(name)
+        digest, config = (made.manifest, made.config) if made is not None else ("", "")
         target = document["target"][name]
         tags = target_tags(target)
         archive = oci_dest(target)
         error = ""
         if not digest and not config:
-            error = f"bake metadata has no image digest for {name}"
+            error = f"the bake reported no image it made for {name}"
         elif archive is not None:
             error = _load(engine, archive, tags, stream, lock)
         if error:
@@ -139,7 +137,7 @@ def _results(metadata_file: Path, names: Iterable[str], document: dict[str, Any]
             archive_field: dict[str, Any] = ({"oci_archive": Path(archive)} if archive and
                                              "oci_archive" in BuildResult.__dataclass_fields__ else {})
             out[name] = TargetOutcome(name, BuildResult(digest=digest, config_digest=config, tags=tags,
-                                                        seconds=seconds, metadata=meta, **archive_field),
+                                                        seconds=seconds, **archive_field),
                                       "", seconds, isolated)
     return out
 
@@ -195,7 +193,7 @@ def _bake(bake_file: Path, names: Sequence[str], options: BuildOptions, work_dir
     metadata.unlink(missing_ok=True)
     first = _Run(bake_file, names, options.session(metadata), stream, lock, engine, exclusive).run()
     if first.code == 0:
-        return _results(metadata, names, document, first.seconds, False, engine, stream, lock)
+        return _results(first, names, document, False, engine, stream, lock)
     if len(names) == 1 or not isolate:
         error = first.errors.get(names[0]) if len(names) == 1 else None
         message = error or last_error_line(list(first.tail))
@@ -232,8 +230,7 @@ def _bake(bake_file: Path, names: Sequence[str], options: BuildOptions, work_dir
             continue
         run = runs[name]
         if run.code == 0:
-            outcomes.update(_results(work_dir / f"bake-metadata-{name}.json", [name], document, run.seconds, True,
-                                     engine, stream, lock))
+            outcomes.update(_results(run, [name], document, True, engine, stream, lock))
         else:
             message = run.errors.get(name) or last_error_line(list(run.tail))
             outcomes[name] = TargetOutcome(name, None, f"build failed: {message}", run.seconds, True)

@@ -17,13 +17,11 @@ Two exporters:
 from __future__ import annotations
 
 import collections
-import json
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from buildkit.core.errors import BuildError
 from buildkit.engine.api import OutStream, get_engine
@@ -59,7 +57,6 @@ class BuildResult:
     config_digest: str  # image id (containerimage.config.digest)
     tags: tuple[str, ...]
     seconds: float
-    metadata: dict[str, Any] = field(default_factory=dict)
     oci_archive: Path | None = None  # the reproducible exporter's archive, when that path was used
     ccache: tuple[int, int] | None = None  # (hits, cacheable calls) of this build's compile, when it ran
     compressed_size: int | None = None  # config + layers of the OCI archive, as a registry stores them
@@ -189,15 +186,10 @@ def run_build(spec: BuildSpec, session: BuildSession, *, stream: OutStream | Non
         if hint:
             raise BuildError(f"docker buildx build failed (exit {code}): {hint}")
         raise BuildError(f"docker buildx build failed (exit {code}): {last_error_line(list(tail))}")
-    metadata_file = session.metadata_file
-    try:
-        metadata = json.loads(metadata_file.read_text()) if metadata_file is not None else None
-    except (OSError, ValueError) as exc:
-        raise BuildError(f"buildx wrote no readable metadata file {metadata_file}: {exc}") from None
-    if not isinstance(metadata, dict):
-        raise BuildError(f"buildx wrote no readable metadata file {metadata_file}")
-    digest = metadata.get("containerimage.digest", "")
-    config_digest = metadata.get("containerimage.config.digest", "")
+    made = finished.images.get("")
+    if made is None:
+        raise BuildError("the build succeeded but the engine reported no image it made")
+    digest, config_digest = made.manifest, made.config
     oci_archive, tags = spec.oci_archive, spec.tags
     if oci_archive is not None:
         digest = _archive_digest(oci_archive, digest)
@@ -205,10 +197,8 @@ def run_build(spec: BuildSpec, session: BuildSession, *, stream: OutStream | Non
             engine.load(oci_archive, tags, stream=stream)
         else:
             tags = ()
-    if not digest and not config_digest:
-        raise BuildError(f"buildx metadata has no image digest (keys: {', '.join(sorted(metadata))})")
     return BuildResult(digest=digest, config_digest=config_digest, tags=tuple(tags), seconds=seconds,
-                       metadata=metadata, oci_archive=oci_archive, ccache=ccache_stats(stats_lines),
+                       oci_archive=oci_archive, ccache=ccache_stats(stats_lines),
                        compressed_size=archive_size(oci_archive), tty=tty)
 
 

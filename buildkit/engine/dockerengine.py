@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from buildkit.core.errors import BuildError, RegistryError
 from buildkit.core.interrupts import signal_of
 from buildkit.engine.api import ContainerSpec, ContainerState, Engine, EngineError, Finished, ImageInfo, OutStream
+from buildkit.engine.buildxmetadata import with_bake_images, with_build_images
 from buildkit.engine.containercreate import create_container, run_to_end
 from buildkit.engine.dockerargv import buildx_bake_argv, buildx_build_argv, docker_run_argv
 from buildkit.engine.specs import BuildSession, BuildSpec, RunSpec
@@ -174,15 +175,15 @@ class DockerEngine(Engine):
               stream: OutStream, tty: bool = False) -> Finished:
         from buildkit.engine.runner import dockerfile_images, stream_command
 
-        return stream_command(self.build_command(spec, session), on_line, stream=stream, exclusive=spec.no_cache,
-                              images=dockerfile_images(spec.dockerfile), tty=tty)
+        return with_build_images(stream_command(self.build_command(spec, session), on_line, stream=stream,
+                                 exclusive=spec.no_cache, images=dockerfile_images(spec.dockerfile), tty=tty), session)
 
     def bake(self, bake_file: Path, names: Sequence[str], session: BuildSession, on_line: Callable[[str], None], *,
              stream: OutStream, exclusive: bool = False, write_lock: threading.Lock | None = None) -> Finished:
         from buildkit.engine.runner import stream_command
 
-        return stream_command(buildx_bake_argv(self.docker, bake_file, names, session), on_line, stream=stream,
-                              exclusive=exclusive, write_lock=write_lock)
+        return with_bake_images(stream_command(buildx_bake_argv(self.docker, bake_file, names, session), on_line,
+                                stream=stream, exclusive=exclusive, write_lock=write_lock), session, names)
 
     def build_command(self, spec: BuildSpec, session: BuildSession) -> list[str]:
         return buildx_build_argv(self.docker, spec, session)

@@ -1,0 +1,60 @@
+"""buildx's metadata file (--metadata-file), read in one place: DockerEngine's build and bake turn it into the
+ImageDigests their Finished carries, so no caller reads buildx's format (and a stand-in engine need not write it)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from buildkit.core.errors import BuildError
+from buildkit.engine.api import Finished, ImageDigests
+from buildkit.engine.specs import BuildSession
+
+
+def _read(path: Path, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise BuildError(f"{what} wrote no readable metadata file {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise BuildError(f"{what} wrote no readable metadata file {path}")
+    return data
+
+
+def _digests(meta: Mapping[str, Any]) -> ImageDigests | None:
+    manifest, config = meta.get("containerimage.digest", ""), meta.get("containerimage.config.digest", "")
+    if not isinstance(manifest, str) or not isinstance(config, str) or not (manifest or config):
+        return None
+    return ImageDigests(manifest, config)
+
+
+def with_build_images(finished: Finished, session: BuildSession) -> Finished:
+    """finished with {"": what a successful `buildx build` made}; BuildError when its file names no image."""
+    if finished.code != 0 or session.metadata_file is None:
+        return finished
+    meta = _read(session.metadata_file, "buildx build")
+    made = _digests(meta)
+    if made is None:
+        raise BuildError(f"buildx build's metadata names no image digest (keys: {', '.join(sorted(meta))})")
+    return replace(finished, images={"": made})
+
+
+def with_bake_images(finished: Finished, session: BuildSession, names: Sequence[str]) -> Finished:
+    """finished with {target: what it made} for the targets of a successful `buildx bake` that name an image
+    (a target missing here is reported by the bake's caller, per target)."""
+    if finished.code != 0 or session.metadata_file is None:
+        return finished
+    meta = _read(session.metadata_file, "buildx bake")
+    made = {}
+    for name in names:
+        target = meta.get(name)
+        digests = _digests(target) if isinstance(target, dict) else None
+        if digests is not None:
+            made[name] = digests
+    return replace(finished, images=made)
+
+
+__all__ = ["with_bake_images", "with_build_images"]
