@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from buildkit.engine.baseimages import resolve_base_images
 from buildkit.engine.ccachestore import CcacheTarget
-from buildkit.flows.pipeline import cache_root
+from buildkit.flows.cudacontexts import cache_root
 from buildkit.plan.buildplan import ccache_id
 from buildkit.plan.matrix import matrix_variants
 

@@ -23,6 +23,7 @@ diskcheck.py, registrycheck.py and platformcheck.py (driver, emulation), on doct
 
 from __future__ import annotations
 
+from typing import Any
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -62,7 +63,7 @@ def variants_of(cfg, matrix: bool = False) -> list[Variant]:
     return [_variant(v.request) for v in matrix_variants(cfg)[0]]
 
 
-def disk_places(info: dict | None, cache: Path) -> list[tuple[str, Path]]:
+def disk_places(info: dict[str, Any] | None, cache: Path) -> list[tuple[str, Path]]:
     places = []
     root = (info or {}).get("DockerRootDir")
     # a remote engine's data root is not on this machine: only a local socket's can be measured
@@ -77,7 +78,7 @@ def run_checks(cfg, *, min_free_gb: float | None = None, matrix: bool = False, o
                cheap_only: bool = False, push: bool = False) -> list[Check]:
     """Every check, in the order of the screen. cheap_only: engine and disk (what `build` runs first).
     push: the build will push, so an unreachable registry fails (else it is a warning)."""
-    from buildkit.flows.pipeline import cache_root
+    from buildkit.flows.cudacontexts import cache_root
 
     if min_free_gb is not None and not 0 <= min_free_gb <= MAX_FREE_GB:  # nan and inf are not
         raise ConfigError(f"--min-free-gb must be a number of GB from 0 to {MAX_FREE_GB:g}, got {min_free_gb:g}")
@@ -127,7 +128,7 @@ def format_checks(checks: Sequence[Check]) -> list[str]:
     return lines
 
 
-def as_json(checks: Sequence[Check]) -> dict:
+def as_json(checks: Sequence[Check]) -> dict[str, Any]:
     return {"ok": not failed(checks), "checks": [asdict(c) for c in checks]}
 
 

@@ -18,7 +18,7 @@ import tempfile
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from buildkit.core.errors import BuildkitError, ConfigError, RegistryError
 from buildkit.core.progress import stage
@@ -39,7 +39,7 @@ from buildkit.plan.tagset import release_tags
 from buildkit.release.artifact import Index
 from buildkit.release.lock import (IndexEntry, LockEntry, PlatformRecord, platform_entry_key, read_lock,
                                    write_index_entry)
-from buildkit.verify.checks import VerifyReport
+from buildkit.verify.report import VerifyReport
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class PlatformBuild:
     prepared: Prepared
     result: BuildResult
     report: VerifyReport
-    packages: dict | None = None  # its Debian packages (flows/debpackages.py), when it was built here
+    packages: dict[str, Any] | None = None  # its Debian packages (flows/debpackages.py), when it was built here
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class MultiResult:
     origin: str = "built"  # or "registry": the registry had this index's build key, nothing was built
     signed: tuple[str, ...] = ()  # the index's signature references, with a signing key
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "image_name": self.image_name, "variant": self.variant, "index_digest": self.index_digest,
             "digest": self.index_digest, "build_key": self.build_key, "tags": list(self.tags),
@@ -241,7 +241,7 @@ def record_index(lock_path: Path, builds: list[PlatformBuild], target: str, imag
     write_index_entry(lock_path, index, entries)
 
 
-def _recorded_packages(lock_path: Path, name: str, digest: str) -> dict | None:
+def _recorded_packages(lock_path: Path, name: str, digest: str) -> dict[str, Any] | None:
     """debian_packages of the lock's entry NAME when it records this manifest digest (else None)."""
     try:
         entry = read_lock(lock_path)["builds"].get(name)

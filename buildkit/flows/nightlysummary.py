@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -26,7 +27,7 @@ class VariantResult:
     changed_tags: list[str] = field(default_factory=list)
     build_seconds: float | None = None
     error: str = ""
-    checks: list[dict] = field(default_factory=list)
+    checks: list[dict[str, Any]] = field(default_factory=list)
     known_from: str | None = None  # where the previous build's commit was read: "lock" or "registry"
     reason: str = ""  # why it was built tonight: "new commit ...", "config changed: cpu_level all -> native", ...
 
@@ -34,7 +35,7 @@ class VariantResult:
     def skipped(self) -> bool:
         return self.status == SKIPPED
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "skipped": self.skipped}
 
 
@@ -50,7 +51,7 @@ class Summary:
     version: str = ""
     changelog: Changelog | None = None
     variants: list[VariantResult] = field(default_factory=list)
-    excluded: list[dict] = field(default_factory=list)
+    excluded: list[dict[str, Any]] = field(default_factory=list)
     error: str = ""
     check_seconds: float = 0.0  # resolving the head and asking the registry
     seconds: float = 0.0  # the whole run
@@ -60,7 +61,7 @@ class Summary:
     def ok(self) -> bool:
         return not self.error and all(v.status != FAILED for v in self.variants)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "repository": self.repository, "url": self.url, "branch": self.branch, "date": self.date,
             "ok": self.ok, "up_to_date": self.up_to_date, "old_commit": self.old_commit,

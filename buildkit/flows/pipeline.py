@@ -18,6 +18,7 @@ and no lock change behind.
 
 from __future__ import annotations
 
+from typing import Any
 import sys
 import shutil
 import tempfile
@@ -66,7 +67,7 @@ class Prepared:
     cuda_root: Path | None  # the build machine's toolkit (nvcc, cuobjdump), provider wheels
     base_images: tuple[BaseImage, ...]
     build_key: str
-    cuda_manifest: dict | None = None  # the wheels of the CUDA root(s), for the inputs and the lock
+    cuda_manifest: dict[str, Any] | None = None  # the wheels of the CUDA root(s), for the inputs and the lock
     # every CUDA root laid out (a cross build: the build machine's and the target's): verify reads the
     # image with the cuobjdump of whichever runs on this machine (an emulated build machine's does not)
     cuda_roots: tuple[Path, ...] = ()
@@ -236,12 +237,14 @@ def from_plan(plan: BuildPlan, sources: tuple[BaseSource, ...]) -> BuildPlan:
     return replace(plan, request=replace(req, devel_image=devel, runtime_image=runtime))
 
 
-def inputs_record(plan: BuildPlan, bases: tuple[BaseImage, ...], cuda_manifest: dict | None) -> dict:
+def inputs_record(plan: BuildPlan, bases: tuple[BaseImage, ...],
+                  cuda_manifest: dict[str, Any] | None) -> dict[str, Any]:
     """Every input of a build that its other labels do not already carry (the inputs label)."""
     return plan_inputs(plan, bases, cuda_manifest, _cpu_host(plan.request)).record()
 
 
-def with_labels(plan: BuildPlan, bases: tuple[BaseImage, ...], cuda_manifest: dict | None, key: str) -> BuildPlan:
+def with_labels(plan: BuildPlan, bases: tuple[BaseImage, ...], cuda_manifest: dict[str, Any] | None,
+                key: str) -> BuildPlan:
     """The plan with every label of its image: its inputs' (BuildInputs.to_labels, the one label writer),
     once the base images and the CUDA root are known, and its build key."""
     inputs = plan_inputs(plan, bases, cuda_manifest, _cpu_host(plan.request))

@@ -261,7 +261,7 @@ class IndexReproduceResult:
                          r.reproduced for _, r in self.platforms) else "a platform's manifest digest differs"))
         return "\n".join(lines)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"reproduced": self.reproduced, "recorded": self.recorded.index_digest, "rebuilt": self.digest,
                 "origin": self.recorded.origin, "warnings": self.warnings,
                 "platforms": [{"platform": p, "reproduced": r.reproduced, "recorded": r.recorded.image_digest,
