@@ -21,6 +21,7 @@ from buildkit.core.paths import cache_dir
 from buildkit.plan.archs import CUDA_RELEASES, parse_cuda_version
 from buildkit.plan.buildplan import BuildRequest
 from buildkit.plan.config import ResolvedConfig
+from buildkit.plan.platforms import Platform
 from buildkit.source.cudaroot import (cuda_root_dir, ensure_cuda_root, is_complete, planned_manifest, read_manifest,
                                       runtime_subset)
 from buildkit.source.cudawheels import toolkit_releases
@@ -138,7 +139,7 @@ def cuda_contexts(request: BuildRequest, cfg: ResolvedConfig, *, lay_out: bool =
 
     index = PackageIndex(cache_root(cfg))
 
-    def root_of(cpu) -> tuple[Path, dict[str, Any] | None]:
+    def root_of(cpu: Platform) -> tuple[Path, dict[str, Any] | None]:
         if lay_out:
             laid = ensure_cuda_root(cuda_version, cache_root(cfg), with_cublas=cfg.base.cublas, arch=cpu.processor,
                                     index=index)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -143,7 +144,7 @@ def _md(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def write_summaries(summary: Summary, summary_path: str | None, env=None) -> list[str]:
+def write_summaries(summary: Summary, summary_path: str | None, env: Mapping[str, str] | None = None) -> list[str]:
     """JSON to summary_path (`nightly --summary`; --json prints it, the caller does that), Markdown appended
     to $GITHUB_STEP_SUMMARY. Returns a line for each that could not be written, saying where it was kept."""
     from buildkit.core.savefile import write_or_keep
