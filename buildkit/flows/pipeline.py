@@ -18,7 +18,7 @@ and no lock change behind.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 import sys
 import shutil
 import tempfile
@@ -28,7 +28,7 @@ from pathlib import Path
 from collections.abc import Iterator
 
 from buildkit import __version__
-from buildkit.engine.api import get_engine
+from buildkit.engine.api import OutStream, get_engine
 from buildkit.engine.baseimages import BaseSource, check_base_platforms, resolve_base_images
 from buildkit.plan.buildkey import key_of
 from buildkit.engine.buildx import BuildOptions, BuildResult, check_buildx, image_store
@@ -49,6 +49,9 @@ from buildkit.plan.render import RenderResult, render_dockerfile, templates_sha2
 from buildkit.plan.tags import build_key_tag
 from buildkit.source.cpuvariants import declared_variants
 from buildkit.source.cudasource import long_double_uses
+
+if TYPE_CHECKING:
+    from buildkit.flows.buildunit import UnitResult
 from buildkit.source.fetch import SourceInfo, export_tree, fetch_source, mirror_dir
 from buildkit.source.sourcetree import clear_around, sync_tree
 from buildkit.core.filelock import try_lock
@@ -312,7 +315,7 @@ def last_build_seconds(cfg: ResolvedConfig, request: BuildRequest) -> float | No
     return float(seconds) if isinstance(seconds, (int, float)) and seconds > 0 else None
 
 
-def check_build_machine(request: BuildRequest, stream=None, *, warn: bool = True) -> None:
+def check_build_machine(request: BuildRequest, stream: OutStream | None = None, *, warn: bool = True) -> None:
     """Stop a cross build planned for another build machine (unless its emulation is asked for, and a
     binfmt_misc handler can run that machine's programs); say so when the compile will be emulated, and when
     the CPU level's -march needs a newer GCC than the base may have (cpulevels.gcc_line)."""
@@ -334,7 +337,8 @@ def check_build_machine(request: BuildRequest, stream=None, *, warn: bool = True
 
 
 def build(cfg: ResolvedConfig, *, extra_tags: tuple[str, ...] = (), verify: bool = True,
-          work_dir: Path | None = None, stream=None, no_cache: bool = False, tests: bool = False):
+          work_dir: Path | None = None, stream: OutStream | None = None, no_cache: bool = False,
+          tests: bool = False) -> UnitResult:
     """Prepare, then the build unit's flow (flows/buildunit.py): build, verify, write the lock.
     no_cache: build from a clean state (buildx --no-cache), as build.no_cache does. tests: then the
     tests target from the same context (flows/testsimage.py). A UnitResult."""
