@@ -18,11 +18,11 @@ import tempfile
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from buildkit.core.errors import BuildkitError, ConfigError, RegistryError
 from buildkit.core.progress import stage
-from buildkit.engine.api import get_engine
+from buildkit.engine.api import OutStream, get_engine
 from buildkit.engine.buildx import BuildResult, check_buildx
 from buildkit.flows.buildunit import UnitOptions, run_unit
 from buildkit.flows.debpackages import debian_packages
@@ -34,6 +34,10 @@ from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.matrix import with_values
 from buildkit.plan.platforms import parse_platforms
 from buildkit.release.signkeys import SigningKey
+
+if TYPE_CHECKING:
+    from buildkit.flows.matrix import IndexBuild
+    from buildkit.oci.registry import RegistryClient
 from buildkit.plan.tags import build_key_tag, check_tag, next_version, parse_version, platform_suffix
 from buildkit.plan.tagset import release_tags
 from buildkit.release.artifact import Index
@@ -77,10 +81,14 @@ class MultiResult:
         }
 
 
-def index_platforms(index) -> list[PlatformBuild]:
+def index_platforms(index: IndexBuild) -> list[PlatformBuild]:
     """The platforms of a baked multi-platform variant (flows/matrix.IndexBuild) as PlatformBuilds."""
-    return [PlatformBuild(u.variant.request.platform, u.prepared, u.outcome.result,
-                          u.report or VerifyReport(image="", checks=())) for u in index.units]
+    out = []
+    for u in index.units:  # an index is made (index.ok) only of platforms that were built
+        assert u.prepared is not None and u.outcome is not None and u.outcome.result is not None
+        out.append(PlatformBuild(u.variant.request.platform, u.prepared, u.outcome.result,
+                                 u.report or VerifyReport(image="", checks=())))
+    return out
 
 
 def platform_requests(cfg: ResolvedConfig) -> list[tuple[str, ResolvedConfig, BuildRequest]]:
@@ -106,7 +114,7 @@ def _key_tag_only(prepared: Prepared) -> Prepared:
 
 
 def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None = None, bump: str = "patch",
-                force: bool = False, verify: bool = True, load: bool = True, stream=None,
+                force: bool = False, verify: bool = True, load: bool = True, stream: OutStream | None = None,
                 extra_tags: tuple[str, ...] = (), sign_key: SigningKey | None = None) -> MultiResult:
     from buildkit.flows.publishing import with_version
     from buildkit.oci.registry import client_for
@@ -202,7 +210,7 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
                            signed=signed)
 
 
-def _published_platforms(client, repo: str, digest: str,
+def _published_platforms(client: RegistryClient, repo: str, digest: str,
                          prepared: list[tuple[str, Prepared]]) -> list[PlatformBuild]:
     """The platforms of an index the registry has (found by its build-key tag), as builds of
     nothing: each platform's manifest digest, read from the index, in its order."""
