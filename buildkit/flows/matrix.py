@@ -85,7 +85,8 @@ def matrix_document(variants: Sequence[Variant], prepared: dict[str, Prepared], 
     return bake_document(targets)
 
 
-def verify_variant(prepared: Prepared, outcome: TargetOutcome) -> tuple[VerifyReport | None, str]:
+# prepared: a Prepared (Any: tests/unit/test_engine_seam.py passes a class with its plan and CUDA roots only)
+def verify_variant(prepared: Any, outcome: TargetOutcome) -> tuple[VerifyReport | None, str]:
     """(report, error): the build unit's verify stage alone (flows/buildunit.py); a failed image loses its tags."""
     from buildkit.flows.buildunit import UnitOptions, attempt_unit
 

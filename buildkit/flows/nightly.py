@@ -41,11 +41,17 @@ from typing import TYPE_CHECKING, Any
 import semver
 
 from buildkit.plan.matrix import Variant, matrix_variants
-from buildkit.flows.nightlysummary import FAILED, PASSED, SKIPPED, Summary, VariantResult, write_summaries  # noqa: F401
-from buildkit.flows.nightlyprevious import (Previous, is_current, nightly_tag, old_commit_of,  # noqa: F401
-                                            one_per_key, previous_builds, read_nightly_record, stale_variants,
-                                            update_nightly_record)
-from buildkit.source.changelog import Changelog, Commit  # noqa: F401  (Commit: part of the summary's API)
+# the nightly's API, re-exported explicitly (`X as X`: strict mypy's no_implicit_reexport)
+from buildkit.flows.nightlysummary import (FAILED as FAILED, PASSED as PASSED, SKIPPED as SKIPPED,
+                                           Summary as Summary, VariantResult as VariantResult,
+                                           write_summaries as write_summaries)
+from buildkit.flows.nightlyprevious import (Previous as Previous, is_current as is_current,
+                                            nightly_tag as nightly_tag, old_commit_of as old_commit_of,
+                                            one_per_key as one_per_key, previous_builds as previous_builds,
+                                            read_nightly_record as read_nightly_record,
+                                            stale_variants as stale_variants,
+                                            update_nightly_record as update_nightly_record)
+from buildkit.source.changelog import Changelog, Commit as Commit  # (Commit: part of the summary's API)
 from buildkit.plan.config import ResolvedConfig
 from buildkit.core.errors import BuildkitError, ConfigError, PatchError, RegistryError, SourceError
 from buildkit.oci.imageref import ImageRef, parse_image_ref

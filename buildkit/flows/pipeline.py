@@ -18,7 +18,7 @@ and no lock change behind.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 import sys
 import shutil
 import tempfile
@@ -35,7 +35,7 @@ from buildkit.engine.buildx import BuildOptions, BuildResult, check_buildx, imag
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.cpulevels import gcc_line
 from buildkit.verify.cpuhost import host_cpu_id
-from buildkit.flows.cudacontexts import cache_root, check_cuda_available, cuda_contexts
+from buildkit.flows.cudacontexts import cache_root as cache_root, check_cuda_available, cuda_contexts  # (cli uses it)
 from buildkit.core.errors import BuildkitError, ConfigError
 from buildkit.release.lock import LockEntry
 from buildkit.core.paths import bundled_patches_dir
@@ -49,9 +49,6 @@ from buildkit.plan.render import RenderResult, render_dockerfile, templates_sha2
 from buildkit.plan.tags import build_key_tag
 from buildkit.source.cpuvariants import declared_variants
 from buildkit.source.cudasource import long_double_uses
-
-if TYPE_CHECKING:
-    from buildkit.flows.buildunit import UnitResult
 from buildkit.source.fetch import SourceInfo, export_tree, fetch_source, mirror_dir
 from buildkit.source.sourcetree import clear_around, sync_tree
 from buildkit.core.filelock import try_lock
@@ -338,7 +335,7 @@ def check_build_machine(request: BuildRequest, stream: OutStream | None = None, 
 
 def build(cfg: ResolvedConfig, *, extra_tags: tuple[str, ...] = (), verify: bool = True,
           work_dir: Path | None = None, stream: OutStream | None = None, no_cache: bool = False,
-          tests: bool = False) -> UnitResult:
+          tests: bool = False) -> Any:  # a UnitResult: Any until cli/build.py narrows its result (BuildResult | None)
     """Prepare, then the build unit's flow (flows/buildunit.py): build, verify, write the lock.
     no_cache: build from a clean state (buildx --no-cache), as build.no_cache does. tests: then the
     tests target from the same context (flows/testsimage.py). A UnitResult."""

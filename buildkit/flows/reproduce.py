@@ -44,7 +44,7 @@ from buildkit.oci.ocilayout import OciArchive, open_image
 from buildkit.plan.inputs import INPUTS, cuda_wheel_hashes
 from buildkit.source.patches import load_patch_queue
 from buildkit.flows.buildspec import build_spec
-from buildkit.flows.pipeline import Prepared, patch_dir, prepare
+from buildkit.flows.pipeline import patch_dir, prepare
 from buildkit.flows.record import IndexRecorded, Recorded
 from buildkit.oci.imageref import name_of
 from buildkit.plan.buildplan import clean_ccache_id, make_request
@@ -138,7 +138,7 @@ def check_inputs(rec: Recorded, cfg: ResolvedConfig, stream: OutStream | None = 
     return warnings
 
 
-def _dockerfile_hashes(prepared: Prepared) -> set[str]:
+def _dockerfile_hashes(prepared: Any) -> set[str]:  # a Prepared, or _check_prepared's
     """The rendered Dockerfile's sha256 as rendered, and as the recorded build's would read: a clean rebuild
     (CCACHE_RECACHE, a ccache mount of its own: pipeline.prepare's ccache_recache) differs from a warm build's
     Dockerfile in those two only, which are no input of the image."""
@@ -152,7 +152,9 @@ def _dockerfile_hashes(prepared: Prepared) -> set[str]:
     return hashes
 
 
-def _check_prepared(rec: Recorded, prepared: Prepared, cuda_hashes: list[str] | None) -> list[str]:
+# prepared: a Prepared (Any: tests/unit/test_reproduce_unit.py passes a namespace of its source, plan, rendered,
+# build_key)
+def _check_prepared(rec: Recorded, prepared: Any, cuda_hashes: list[str] | None) -> list[str]:
     i = rec.inputs
     warnings = []
     source, plan = prepared.source, prepared.plan
