@@ -147,6 +147,7 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
 
     with _display(cfg):
         built = run_pipeline(cfg, extra_tags=extra_tags, verify=not no_verify, tests=tests)
+    assert built.result is not None  # run_unit raises when the build fails; the result is the build's
     facts = summary(built.prepared.plan.request.variant, built.result.seconds,
                     get_engine().image_size(built.result.tags[0]) if built.result.tags else None,
                     built.result.compressed_size,

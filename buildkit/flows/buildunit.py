@@ -37,7 +37,7 @@ from buildkit.flows.signpublished import signer_for
 from buildkit.release.artifact import Image, Published, Signer
 from buildkit.release.publish import local_image, publish, tag_locally
 from buildkit.release.signkeys import SigningKey
-from buildkit.verify.checks import VerifyReport
+from buildkit.verify.report import VerifyReport
 from buildkit.verify.gate import FailedVerification, verified_or_removed
 
 # How a verified unit reaches the registry (Publication.how):

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from buildkit.engine.baseimages import resolve_base_images
 from buildkit.engine.ccachestore import CcacheTarget
-from buildkit.flows.pipeline import cache_root
+from buildkit.flows.cudacontexts import cache_root
 from buildkit.plan.buildplan import ccache_id
+from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.matrix import matrix_variants
 
 
-def targets_for(cfg, unit: str | None = None) -> list[CcacheTarget]:
+def targets_for(cfg: ResolvedConfig, unit: str | None = None) -> list[CcacheTarget]:
     """One per distinct variant of the nightly matrix; with unit, that unit's only (a CI job's)."""
     out: dict[str, CcacheTarget] = {}
     variants = matrix_variants(cfg)[0]

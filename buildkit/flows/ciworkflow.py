@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +48,7 @@ from buildkit.core.platforms import default_platform
 from buildkit.core.boundedread import MiB, read_regular
 from buildkit.core.wholefile import write_whole
 from buildkit.flows.nightlyjobs import DEFAULT_RUNNERS
+from buildkit.plan.matrix import Variant
 
 TEMPLATE = "ci/github-nightly.yml.j2"
 DEFAULT_PATH = Path(".github/workflows/buildkit-nightly.yml")
@@ -190,7 +191,7 @@ def config_in_repo(config: Path, cwd: Path) -> str:
     return Path(rel).as_posix()
 
 
-def cache_budget(variants, layer_cache: str, *, ccache: bool = True) -> tuple[float, str]:
+def cache_budget(variants: Sequence[Variant], layer_cache: str, *, ccache: bool = True) -> tuple[float, str]:
     """(GB the matrix's units put in the GitHub cache, the sum written out); ConfigError over 10 GB."""
     kinds = ["cuda" if v.request.arch.is_cuda else "cpu" for v in variants]
     per = {k: (CCACHE_GB[k] if ccache else 0.0) + (GHA_LAYERS_GB[k] if layer_cache == "gha" else 0.0)
@@ -285,8 +286,9 @@ def render_workflow(options: WorkflowOptions, directory: Path | None = None) -> 
 def yaml_value(value: str | list[str]) -> str:
     """A value as YAML (the template's `yaml` filter): a double-quoted scalar, or a flow sequence of them,
     made by PyYAML's serializer, so `x: y`, `~`, `!!binary x`, `>` or `#` stay the text they are."""
-    return yaml.safe_dump(value, default_style='"', default_flow_style=True, width=float("inf"),
-                          allow_unicode=True).rstrip("\n")
+    text: str = yaml.safe_dump(value, default_style='"', default_flow_style=True, width=float("inf"),
+                               allow_unicode=True)
+    return text.rstrip("\n")
 
 
 def check_read_back(text: str, options: WorkflowOptions, install: str, bench_labels: list[str]) -> None:

@@ -10,6 +10,7 @@ downloads no wheel and gives the same manifest, hence the same build key.
 
 from __future__ import annotations
 
+from typing import Any
 import hashlib
 import re
 import sys
@@ -20,12 +21,13 @@ from buildkit.core.paths import cache_dir
 from buildkit.plan.archs import CUDA_RELEASES, parse_cuda_version
 from buildkit.plan.buildplan import BuildRequest
 from buildkit.plan.config import ResolvedConfig
+from buildkit.plan.platforms import Platform
 from buildkit.source.cudaroot import (cuda_root_dir, ensure_cuda_root, is_complete, planned_manifest, read_manifest,
                                       runtime_subset)
 from buildkit.source.cudawheels import toolkit_releases
 from buildkit.source.pyindex import IndexUnreachable, PackageIndex
 
-Contexts = tuple[Path | None, dict | None, tuple[tuple[str, Path], ...]]
+Contexts = tuple[Path | None, dict[str, Any] | None, tuple[tuple[str, Path], ...]]
 
 
 def cache_root(cfg: ResolvedConfig) -> Path:
@@ -101,7 +103,7 @@ def check_nvidia_tag(request: BuildRequest, cfg: ResolvedConfig) -> None:
                     "--cuda or build.cuda_version")
 
 
-def cuda_manifest(root: Path | None) -> dict | None:
+def cuda_manifest(root: Path | None) -> dict[str, Any] | None:
     """The wheels a provider-wheels root was laid out from; a user-given root has none."""
     if root is None:
         return None
@@ -137,7 +139,7 @@ def cuda_contexts(request: BuildRequest, cfg: ResolvedConfig, *, lay_out: bool =
 
     index = PackageIndex(cache_root(cfg))
 
-    def root_of(cpu) -> tuple[Path, dict | None]:
+    def root_of(cpu: Platform) -> tuple[Path, dict[str, Any] | None]:
         if lay_out:
             laid = ensure_cuda_root(cuda_version, cache_root(cfg), with_cublas=cfg.base.cublas, arch=cpu.processor,
                                     index=index)

@@ -123,6 +123,7 @@ def _run(argv: Sequence[str], what: str) -> str:
         proc = children.start(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     except OSError as exc:
         raise BaseImageError(f"{what}: {exc}") from None
+    out: str
     try:
         out, _ = proc.communicate()
     finally:

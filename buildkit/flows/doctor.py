@@ -23,6 +23,7 @@ diskcheck.py, registrycheck.py and platformcheck.py (driver, emulation), on doct
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -35,17 +36,21 @@ from buildkit.flows.enginecheck import check_buildx_and_builder, check_engine, e
 from buildkit.flows.platformcheck import check_driver, check_emulation, judge_cross_cuda
 from buildkit.flows.registrycheck import check_registry
 
+if TYPE_CHECKING:
+    from buildkit.plan.buildplan import BuildRequest
+    from buildkit.plan.config import ResolvedConfig
+
 MAX_FREE_GB = 1e6  # a petabyte
 
 
-def _variant(req) -> Variant:
+def _variant(req: BuildRequest) -> Variant:
     from buildkit.plan.archs import parse_cuda_version
 
     cuda = parse_cuda_version(req.cuda_version) if req.cuda_version else None
     return Variant(req.variant, cuda, req.arch.name, req.platform, req.build_platform, req.provider)
 
 
-def variants_of(cfg, matrix: bool = False) -> list[Variant]:
+def variants_of(cfg: ResolvedConfig, matrix: bool = False) -> list[Variant]:
     """The variant of the configured build, or (matrix) every variant of the nightly matrix."""
     from buildkit.plan.buildplan import make_request
 
@@ -62,7 +67,7 @@ def variants_of(cfg, matrix: bool = False) -> list[Variant]:
     return [_variant(v.request) for v in matrix_variants(cfg)[0]]
 
 
-def disk_places(info: dict | None, cache: Path) -> list[tuple[str, Path]]:
+def disk_places(info: dict[str, Any] | None, cache: Path) -> list[tuple[str, Path]]:
     places = []
     root = (info or {}).get("DockerRootDir")
     # a remote engine's data root is not on this machine: only a local socket's can be measured
@@ -73,11 +78,11 @@ def disk_places(info: dict | None, cache: Path) -> list[tuple[str, Path]]:
     return places
 
 
-def run_checks(cfg, *, min_free_gb: float | None = None, matrix: bool = False, offline: bool = False,
+def run_checks(cfg: ResolvedConfig, *, min_free_gb: float | None = None, matrix: bool = False, offline: bool = False,
                cheap_only: bool = False, push: bool = False) -> list[Check]:
     """Every check, in the order of the screen. cheap_only: engine and disk (what `build` runs first).
     push: the build will push, so an unreachable registry fails (else it is a warning)."""
-    from buildkit.flows.pipeline import cache_root
+    from buildkit.flows.cudacontexts import cache_root
 
     if min_free_gb is not None and not 0 <= min_free_gb <= MAX_FREE_GB:  # nan and inf are not
         raise ConfigError(f"--min-free-gb must be a number of GB from 0 to {MAX_FREE_GB:g}, got {min_free_gb:g}")
@@ -127,7 +132,7 @@ def format_checks(checks: Sequence[Check]) -> list[str]:
     return lines
 
 
-def as_json(checks: Sequence[Check]) -> dict:
+def as_json(checks: Sequence[Check]) -> dict[str, Any]:
     return {"ok": not failed(checks), "checks": [asdict(c) for c in checks]}
 
 
@@ -137,7 +142,7 @@ def refusal(check: Check) -> BuildError:
                       "skip with --no-preflight)")
 
 
-def preflight(cfg, *, min_free_gb: float | None = None, matrix: bool = False,
+def preflight(cfg: ResolvedConfig, *, min_free_gb: float | None = None, matrix: bool = False,
               echo: Callable[[str], None] | None = None, defer_disk: bool = False) -> Check | None:
     """`build`'s first step: engine and disk. A failure stops the build with its fix in one line.
     defer_disk: a short disk is returned instead, for a caller that may find nothing to build (`build

@@ -30,7 +30,7 @@ class Variant:
     provider: str = "nvidia"  # where its CUDA comes from: nvidia (devel image) | wheels | cpu
 
 
-def run_tool(argv: Sequence[str], timeout: float = 30) -> subprocess.CompletedProcess | None:
+def run_tool(argv: Sequence[str], timeout: float = 30) -> subprocess.CompletedProcess[str] | None:
     try:
         return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired):

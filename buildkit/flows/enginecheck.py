@@ -3,6 +3,7 @@ buildx plugin's version and the builder buildkit will use (with its platforms)."
 
 from __future__ import annotations
 
+from typing import Any
 import json
 import os
 from collections.abc import Iterable
@@ -14,7 +15,7 @@ from buildkit.flows.doctorcheck import FAIL, OK, WARN, Check, version_tuple
 MIN_ENGINE = (23, 0)  # BuildKit as the default builder, `docker buildx` integration
 
 
-def engine_info() -> tuple[dict | None, str]:
+def engine_info() -> tuple[dict[str, Any] | None, str]:
     """(docker info as a dict, "") when the engine answers, else (None, why)."""
     from buildkit.engine.api import EngineError, get_engine
 
@@ -24,7 +25,7 @@ def engine_info() -> tuple[dict | None, str]:
         return None, str(exc)
 
 
-def check_engine(info: dict | None, why: str) -> Check:
+def check_engine(info: dict[str, Any] | None, why: str) -> Check:
     if info is None:
         where = os.environ.get("DOCKER_HOST") or "the default socket (or the current docker context)"
         return Check("engine", FAIL, f"no Docker engine at {where}: {why}",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import Any, TYPE_CHECKING, cast
 
 from buildkit.engine.bake import TargetOutcome, run_bake
 from buildkit.oci.imageref import tag_of
@@ -19,10 +19,11 @@ from buildkit.engine.bakefile import bake_document, bake_target, write_bake_file
 from buildkit.plan.matrix import Variant
 
 if TYPE_CHECKING:
+    from buildkit.engine.api import OutStream
     from buildkit.engine.buildx import BuildOptions, BuildResult
     from buildkit.flows.buildunit import UnitOptions, UnitResult
     from buildkit.flows.pipeline import Prepared
-    from buildkit.verify.checks import VerifyReport
+    from buildkit.verify.report import VerifyReport
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,8 @@ class VariantBuild:
         return not self.error
 
 
-def prepare_matrix(variants: Sequence[Variant], work_dir: Path, *, stop_on: tuple[type[BaseException], ...] = ()):
+def prepare_matrix(variants: Sequence[Variant], work_dir: Path, *, stop_on: tuple[type[BaseException], ...] = (),
+                   ) -> tuple[dict[str, Prepared], dict[str, str]]:
     """Fetch, patch and render every variant into work_dir/<target>/context.
 
     Returns ({key: Prepared}, {key: error}); an exception of a type in stop_on is raised instead
@@ -47,7 +49,8 @@ def prepare_matrix(variants: Sequence[Variant], work_dir: Path, *, stop_on: tupl
     from buildkit.core.errors import BuildkitError
     from buildkit.flows.pipeline import prepare
 
-    prepared, errors = {}, {}
+    prepared: dict[str, Prepared] = {}
+    errors: dict[str, str] = {}
     for variant in variants:
         try:
             prepared[variant.unit] = prepare(variant.cfg, work_dir / variant.target_name / "context")
@@ -63,7 +66,8 @@ def local_name(variant: Variant) -> str:
     return f"{variant.key}-{variant.request.platform.replace('/', '-')}" if variant.platform_split else variant.key
 
 
-def matrix_document(variants: Sequence[Variant], prepared: dict, options: BuildOptions, work_dir: Path) -> dict:
+def matrix_document(variants: Sequence[Variant], prepared: dict[str, Prepared], options: BuildOptions,
+                    work_dir: Path) -> dict[str, Any]:
     """The bake document for the prepared variants. Local tags are <image>:<variant> and
     sha-<7>-<variant>, the variant including a non-server target, so targets never share a tag."""
     from buildkit.flows.buildspec import build_spec
@@ -81,7 +85,8 @@ def matrix_document(variants: Sequence[Variant], prepared: dict, options: BuildO
     return bake_document(targets)
 
 
-def verify_variant(prepared, outcome: TargetOutcome):
+# prepared: a Prepared (Any: tests/unit/test_engine_seam.py passes a class with its plan and CUDA roots only)
+def verify_variant(prepared: Any, outcome: TargetOutcome) -> tuple[VerifyReport | None, str]:
     """(report, error): the build unit's verify stage alone (flows/buildunit.py); a failed image loses its tags."""
     from buildkit.flows.buildunit import UnitOptions, attempt_unit
 
@@ -91,7 +96,7 @@ def verify_variant(prepared, outcome: TargetOutcome):
 
 
 def build_matrix(variants: Sequence[Variant], options: BuildOptions, work_dir: Path, *, verify: bool = True,
-                 stream=None, stop_on: tuple[type, ...] = (),
+                 stream: OutStream | None = None, stop_on: tuple[type[BaseException], ...] = (),
                  finish: Callable[[Variant, Prepared], UnitOptions] | None = None,
                  ) -> tuple[list[VariantBuild], Path | None]:
     """Prepare every variant, bake them all, then each built unit through the build unit's flow
@@ -193,7 +198,8 @@ def assemble_indexes(builds: Sequence[VariantBuild], work_dir: Path, *, load: bo
 
 
 def bake_locked(variants: Sequence[Variant], options: BuildOptions, work_dir: Path, lock_path: Path, *,
-                verify: bool = True, stream=None) -> tuple[list[VariantBuild], list[IndexBuild], Path | None]:
+                verify: bool = True, stream: OutStream | None = None,
+                ) -> tuple[list[VariantBuild], list[IndexBuild], Path | None]:
     """`buildkit bake`: build_matrix, each single-platform unit locked by the build unit's flow once
     verified; then one index per multi-platform variant, locked with its platforms' entries."""
     from buildkit.flows.buildunit import UnitOptions

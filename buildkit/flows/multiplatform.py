@@ -18,11 +18,11 @@ import tempfile
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, Any, cast
 
 from buildkit.core.errors import BuildkitError, ConfigError, RegistryError
 from buildkit.core.progress import stage
-from buildkit.engine.api import get_engine
+from buildkit.engine.api import OutStream, get_engine
 from buildkit.engine.buildx import BuildResult, check_buildx
 from buildkit.flows.buildunit import UnitOptions, run_unit
 from buildkit.flows.debpackages import debian_packages
@@ -34,12 +34,16 @@ from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.matrix import with_values
 from buildkit.plan.platforms import parse_platforms
 from buildkit.release.signkeys import SigningKey
+
+if TYPE_CHECKING:
+    from buildkit.flows.matrix import IndexBuild
+    from buildkit.oci.registry import RegistryClient
 from buildkit.plan.tags import build_key_tag, check_tag, next_version, parse_version, platform_suffix
 from buildkit.plan.tagset import release_tags
 from buildkit.release.artifact import Index
 from buildkit.release.lock import (IndexEntry, LockEntry, PlatformRecord, platform_entry_key, read_lock,
                                    write_index_entry)
-from buildkit.verify.checks import VerifyReport
+from buildkit.verify.report import VerifyReport
 
 
 @dataclass(frozen=True)
@@ -48,7 +52,7 @@ class PlatformBuild:
     prepared: Prepared
     result: BuildResult
     report: VerifyReport
-    packages: dict | None = None  # its Debian packages (flows/debpackages.py), when it was built here
+    packages: dict[str, Any] | None = None  # its Debian packages (flows/debpackages.py), when it was built here
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,7 @@ class MultiResult:
     origin: str = "built"  # or "registry": the registry had this index's build key, nothing was built
     signed: tuple[str, ...] = ()  # the index's signature references, with a signing key
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "image_name": self.image_name, "variant": self.variant, "index_digest": self.index_digest,
             "digest": self.index_digest, "build_key": self.build_key, "tags": list(self.tags),
@@ -77,10 +81,14 @@ class MultiResult:
         }
 
 
-def index_platforms(index) -> list[PlatformBuild]:
+def index_platforms(index: IndexBuild) -> list[PlatformBuild]:
     """The platforms of a baked multi-platform variant (flows/matrix.IndexBuild) as PlatformBuilds."""
-    return [PlatformBuild(u.variant.request.platform, u.prepared, u.outcome.result,
-                          u.report or VerifyReport(image="", checks=())) for u in index.units]
+    out = []
+    for u in index.units:  # an index is made (index.ok) only of platforms that were built
+        assert u.prepared is not None and u.outcome is not None and u.outcome.result is not None
+        out.append(PlatformBuild(u.variant.request.platform, u.prepared, u.outcome.result,
+                                 u.report or VerifyReport(image="", checks=())))
+    return out
 
 
 def platform_requests(cfg: ResolvedConfig) -> list[tuple[str, ResolvedConfig, BuildRequest]]:
@@ -106,7 +114,7 @@ def _key_tag_only(prepared: Prepared) -> Prepared:
 
 
 def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None = None, bump: str = "patch",
-                force: bool = False, verify: bool = True, load: bool = True, stream=None,
+                force: bool = False, verify: bool = True, load: bool = True, stream: OutStream | None = None,
                 extra_tags: tuple[str, ...] = (), sign_key: SigningKey | None = None) -> MultiResult:
     from buildkit.flows.publishing import with_version
     from buildkit.oci.registry import client_for
@@ -202,7 +210,7 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
                            signed=signed)
 
 
-def _published_platforms(client, repo: str, digest: str,
+def _published_platforms(client: RegistryClient, repo: str, digest: str,
                          prepared: list[tuple[str, Prepared]]) -> list[PlatformBuild]:
     """The platforms of an index the registry has (found by its build-key tag), as builds of
     nothing: each platform's manifest digest, read from the index, in its order."""
@@ -241,7 +249,7 @@ def record_index(lock_path: Path, builds: list[PlatformBuild], target: str, imag
     write_index_entry(lock_path, index, entries)
 
 
-def _recorded_packages(lock_path: Path, name: str, digest: str) -> dict | None:
+def _recorded_packages(lock_path: Path, name: str, digest: str) -> dict[str, Any] | None:
     """debian_packages of the lock's entry NAME when it records this manifest digest (else None)."""
     try:
         entry = read_lock(lock_path)["builds"].get(name)

@@ -36,24 +36,36 @@ import tempfile
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import semver
 
 from buildkit.plan.matrix import Variant, matrix_variants
-from buildkit.flows.nightlysummary import FAILED, PASSED, SKIPPED, Summary, VariantResult, write_summaries  # noqa: F401
-from buildkit.flows.nightlyprevious import (Previous, is_current, nightly_tag, old_commit_of,  # noqa: F401
-                                            one_per_key, previous_builds, read_nightly_record, stale_variants,
-                                            update_nightly_record)
-from buildkit.source.changelog import Changelog, Commit  # noqa: F401  (Commit: part of the summary's API)
+# the nightly's API, re-exported explicitly (`X as X`: strict mypy's no_implicit_reexport)
+from buildkit.flows.nightlysummary import (FAILED as FAILED, PASSED as PASSED, SKIPPED as SKIPPED,
+                                           Summary as Summary, VariantResult as VariantResult,
+                                           write_summaries as write_summaries)
+from buildkit.flows.nightlyprevious import (Previous as Previous, is_current as is_current,
+                                            nightly_tag as nightly_tag, old_commit_of as old_commit_of,
+                                            one_per_key as one_per_key, previous_builds as previous_builds,
+                                            read_nightly_record as read_nightly_record,
+                                            stale_variants as stale_variants,
+                                            update_nightly_record as update_nightly_record)
+from buildkit.source.changelog import Changelog, Commit as Commit  # (Commit: part of the summary's API)
 from buildkit.plan.config import ResolvedConfig
 from buildkit.core.errors import BuildkitError, ConfigError, PatchError, RegistryError, SourceError
 from buildkit.oci.imageref import ImageRef, parse_image_ref
 from buildkit.source.patches import load_patch_queue
-from buildkit.oci.registry import client_for
+from buildkit.oci.registry import RegistryClient, client_for
 from buildkit.release.signkeys import SigningKey
 from buildkit.plan.tags import TagSet, next_version, parse_version
 from buildkit.plan.tagset import release_tags
 from buildkit.core.urlcreds import UrlAuth, redact_text, split_credentials
+
+if TYPE_CHECKING:
+    from buildkit.engine.api import OutStream
+    from buildkit.flows.matrix import IndexBuild
+    from buildkit.flows.pipeline import Prepared
 
 # The no-op path (ls-remote, lock, one HEAD per variant) imports only what it needs: the build
 # path's modules (pipeline, publish, bake's runner, the source stage) are imported where they are
@@ -164,14 +176,14 @@ def today() -> str:
     return _dt.datetime.now(_dt.UTC).strftime("%Y%m%d")
 
 
-def _result_for(variant: Variant, status: str, **fields) -> VariantResult:
+def _result_for(variant: Variant, status: str, **fields: Any) -> VariantResult:
     req = variant.request
     return VariantResult(variant=variant.key, arch=req.arch.name, cuda_version=req.cuda_version, target=req.target,
                          status=status, **fields)
 
 
 def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = False, verify: bool = True,
-                stream=None, sign_key: SigningKey | None = None) -> Summary:
+                stream: OutStream | None = None, sign_key: SigningKey | None = None) -> Summary:
     """One nightly run; failures of the night are in the summary (Summary.ok), not raised."""
     start = time.monotonic()
     stream = sys.stderr if stream is None else stream
@@ -223,24 +235,28 @@ def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = F
     return summary
 
 
-def _build_and_publish(cfg, client, repository, summary: Summary, variants, todo, previous, head, patch_set,
-                       lock_path, *, verify: bool, stream, sign_key: SigningKey | None = None) -> None:
+def _build_and_publish(cfg: ResolvedConfig, client: RegistryClient, repository: ImageRef, summary: Summary,
+                       variants: list[Variant], todo: list[Variant], previous: dict[str, Previous | None], head: str,
+                       patch_set: str, lock_path: Path, *, verify: bool, stream: OutStream,
+                       sign_key: SigningKey | None = None) -> None:
     from buildkit.flows.buildunit import LOADED, Publication, UnitOptions
     from buildkit.flows.matrix import assemble_indexes, build_matrix
     from buildkit.source.changelog import changelog
-    from buildkit.flows.pipeline import build_options, cache_root
+    from buildkit.flows.cudacontexts import cache_root
+    from buildkit.flows.pipeline import build_options
 
     todo_keys = {v.key for v in todo}
     results: dict[str, VariantResult] = {}
     for v in variants:
         if v.key not in todo_keys:
             p = previous[v.key]
+            assert p is not None  # not built tonight: its previous build is current (stale_variants)
             results[v.key] = _result_for(v, SKIPPED, previous_commit=p.commit, commit=p.commit, digest=p.digest,
                                          version=p.version or "", tags=[nightly_tag(v.key)],
                                          known_from=p.known_from)
     to_build = [v.with_values("nightly", source__commit=head, image__version=summary.version) for v in todo]
 
-    def publication(v: Variant, _) -> UnitOptions:  # a platform of several goes with its index, below
+    def publication(v: Variant, _: Prepared) -> UnitOptions:  # a platform of several goes with its index, below
         return UnitOptions() if v.platform_split else UnitOptions(lock_path=lock_path, lock_first=False, publish=(
             Publication(client, repository, nightly_tags(summary.version, head, v.key), summary.version, how=LOADED,
                         sign_key=sign_key)))
@@ -290,7 +306,8 @@ def _build_and_publish(cfg, client, repository, summary: Summary, variants, todo
     summary.variants = [results[v.key] for v in one_per_key(variants)]
 
 
-def _publish_index(client, repository, summary: Summary, index, p: Previous | None, head: str, patch_set: str,
+def _publish_index(client: RegistryClient, repository: ImageRef, summary: Summary, index: IndexBuild,
+                   p: Previous | None, head: str, patch_set: str,
                    lock_path: Path, sign_key: SigningKey | None = None) -> VariantResult:
     """A baked multi-platform variant: its index (each platform's manifest by digest, then the index)
     under the nightly tags; the lock gets the index and each platform's entry."""

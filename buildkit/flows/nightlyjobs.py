@@ -21,6 +21,8 @@ on the runners.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 import json
 import re
 import sys
@@ -32,15 +34,21 @@ from buildkit.core.errors import BuildkitError, ConfigError, PatchError
 from buildkit.core.platforms import ARCHES
 from buildkit.flows.nightlyplan import (Excluded, JobResult, NightlyPlan, PlannedPrevious, PlannedUnit,
                                         PlannedVariant)
-from buildkit.flows.nightly import (FAILED, PASSED, SKIPPED, Summary, VariantResult, ls_remote_head, nightly_tag,
-                                    nightly_tags, nightly_version, normalise_url, old_commit_of, one_per_key,
-                                    patch_dir, previous_builds, repository_of, stale_variants, today)
-from buildkit.oci.registry import client_for
+from buildkit.flows.nightly import (ls_remote_head, nightly_tags, nightly_version, normalise_url, patch_dir,
+                                    repository_of, today)
+from buildkit.flows.nightlyprevious import nightly_tag, old_commit_of, one_per_key, previous_builds, stale_variants
+from buildkit.flows.nightlysummary import FAILED, PASSED, SKIPPED, Summary, VariantResult
+from buildkit.oci.registry import RegistryClient, client_for
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.matrix import Variant, bake_target_name, matrix_variants
 from buildkit.core.urlcreds import split_credentials
 from buildkit.release.artifact import Published
 from buildkit.release.signkeys import SigningKey
+
+if TYPE_CHECKING:
+    from buildkit.engine.api import OutStream
+    from buildkit.flows.pipeline import Prepared
+    from buildkit.oci.imageref import ImageRef
 
 PLAN_FILE = "plan.json"
 # GitHub-hosted runner labels and the CPU of their machines; self-hosted runners carry X64 / ARM64 (the catalogue's)
@@ -148,7 +156,7 @@ def plan_summary(plan: NightlyPlan) -> Summary:
     return summary
 
 
-def _result(entry: PlannedVariant, status: str, **fields) -> VariantResult:
+def _result(entry: PlannedVariant, status: str, **fields: Any) -> VariantResult:
     return VariantResult(variant=entry.variant, arch=entry.arch, cuda_version=entry.cuda_version,
                          target=entry.target, status=status, reason=entry.reason, **fields)
 
@@ -159,7 +167,7 @@ def github_outputs(plan: NightlyPlan) -> dict[str, str]:
             "matrix": json.dumps(plan.to_dict()["matrix"], separators=(",", ":"))}
 
 
-def write_github_outputs(outputs: dict[str, str], env=None) -> list[str]:
+def write_github_outputs(outputs: dict[str, str], env: Mapping[str, str] | None = None) -> list[str]:
     """NAME=VALUE lines appended to $GITHUB_OUTPUT when set; a line for a file that could not be written."""
     import os
 
@@ -182,7 +190,7 @@ def find_unit(cfg: ResolvedConfig, unit: str) -> Variant:
     raise ConfigError(f"--job {unit!r} is not a unit of the matrix ({', '.join(unit_id(v) for v in variants)})")
 
 
-def run_job(cfg: ResolvedConfig, unit: str, *, verify: bool = True, stream=None,
+def run_job(cfg: ResolvedConfig, unit: str, *, verify: bool = True, stream: OutStream | None = None,
             sign_key: SigningKey | None = None, attest_dir: Path | None = None) -> JobResult:
     """Build, verify and push one unit (source.commit and image.version: the plan's) by digest under
     its build-key tag, signed with sign_key; attest_dir: the predicates of the pushed image for `cosign attest`
@@ -190,8 +198,8 @@ def run_job(cfg: ResolvedConfig, unit: str, *, verify: bool = True, stream=None,
     return JobResult(**_run_job(cfg, unit, verify=verify, stream=stream, sign_key=sign_key, attest_dir=attest_dir))
 
 
-def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream, sign_key: SigningKey | None,
-             attest_dir: Path | None = None) -> dict:
+def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream: OutStream | None, sign_key: SigningKey | None,
+             attest_dir: Path | None = None) -> dict[str, Any]:
     from buildkit.flows.buildunit import BY_DIGEST, Publication, UnitOptions
     from buildkit.flows.matrix import build_matrix
     from buildkit.flows.pipeline import build_options
@@ -207,7 +215,8 @@ def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream, sign_key: 
     out = {"id": unit_id(v), "unit": v.unit, "variant": v.key, "platform": v.request.platform, "commit": commit,
            "version": version, "status": FAILED, "built": False, "digest": "", "build_key": "", "tag": "",
            "build_seconds": None, "checks": (), "error": ""}
-    def by_digest(_, prepared) -> UnitOptions:  # under its build-key tag, which may be replaced: the same inputs
+    # under its build-key tag, which may be replaced: the same inputs
+    def by_digest(_: Variant, prepared: Prepared) -> UnitOptions:
         tags = TagSet((), ()).plus(build_key_tag(prepared.build_key, v.key), "build_key", immutable=True)
         return UnitOptions(publish=Publication(client, repository, tags, version, how=BY_DIGEST, force=True,
                                                sign_key=sign_key))
@@ -246,7 +255,7 @@ def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream, sign_key: 
 
 def read_results(folder: Path) -> tuple[NightlyPlan, dict[str, JobResult]]:
     """(the plan, {unit id: job result}) from the folder the workflow downloaded its artifacts into."""
-    def load(path: Path) -> dict:
+    def load(path: Path) -> dict[str, Any]:
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
@@ -313,8 +322,8 @@ def _prev(entry: PlannedVariant) -> str | None:
     return entry.previous.commit if entry.previous else None
 
 
-def _tag_variant(client, repository, plan: NightlyPlan, entry: PlannedVariant, units: list[PlannedUnit],
-                 got: list[JobResult], sign_key: SigningKey | None = None) -> Published:
+def _tag_variant(client: RegistryClient, repository: ImageRef, plan: NightlyPlan, entry: PlannedVariant,
+                 units: list[PlannedUnit], got: list[JobResult], sign_key: SigningKey | None = None) -> Published:
     """A single-platform unit's digest gets the nightly tags (its job signed it); several platforms get an
     index over their manifests first (under its own build-key tag, last), signed here."""
     from buildkit.flows.signpublished import index_signer

@@ -56,40 +56,40 @@ class Previous:
     inputs: BuildInputs | None = field(default=None, repr=False)  # what it was built with; None: unreadable
     unread: str = ""  # why inputs is None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """What the plan and the summary say of it (the inputs stay out)."""
         return {"commit": self.commit, "patch_set": self.patch_set, "digest": self.digest, "version": self.version,
                 "known_from": self.known_from}
 
 
-def _lock_of(lock_path: Path) -> dict:
+def _lock_of(lock_path: Path) -> dict[str, Any]:
     try:
         return read_lock(lock_path)
     except LockError:
         return {}
 
 
-def read_nightly_record(lock_path: Path, url: str, branch: str) -> dict:
+def read_nightly_record(lock_path: Path, url: str, branch: str) -> dict[str, Any]:
     """The lock's nightly record, if it is about this repository and branch and has the shape nightly
     writes; anything else is no record (the registry's labels are asked instead, and it is rewritten)."""
     return _record_of(_lock_of(lock_path), url, branch)
 
 
-def _record_of(lock: dict, url: str, branch: str) -> dict:
+def _record_of(lock: dict[str, Any], url: str, branch: str) -> dict[str, Any]:
     record = lock.get(NIGHTLY_RECORD) or {}
     return record if _ours(record, url, branch) else {}
 
 
-def _ours(record: dict, url: str, branch: str) -> bool:
+def _ours(record: dict[str, Any], url: str, branch: str) -> bool:
     variants = record.get("variants", {})
     return record.get("url") == url and record.get("branch") == branch and isinstance(variants, dict) and all(
         isinstance(v, dict) and all(isinstance(v.get(k), (str, type(None))) for k in RECORD_FIELDS)
         for v in variants.values())
 
 
-def update_nightly_record(lock_path: Path, url: str, branch: str, key: str, entry: dict) -> None:
+def update_nightly_record(lock_path: Path, url: str, branch: str, key: str, entry: dict[str, Any]) -> None:
     """Set the record of one variant (atomically, under the lock's writer lock)."""
-    def change(data: dict) -> None:
+    def change(data: dict[str, Any]) -> None:
         record = data.get(NIGHTLY_RECORD) or {}
         if not _ours(record, url, branch):
             record = {"url": url, "branch": branch, "variants": {}}
@@ -99,7 +99,7 @@ def update_nightly_record(lock_path: Path, url: str, branch: str, key: str, entr
     update_lock(lock_path, change)
 
 
-def lock_inputs(lock: dict, digest: str, platform: str) -> BuildInputs | None:
+def lock_inputs(lock: dict[str, Any], digest: str, platform: str) -> BuildInputs | None:
     """The inputs of the lock's entry for the image at digest (a multi-platform index: its entry of
     platform, else its first); None when the lock has no readable entry of it."""
     builds, indexes = lock.get("builds") or {}, lock.get("indexes") or {}
@@ -117,8 +117,8 @@ def lock_inputs(lock: dict, digest: str, platform: str) -> BuildInputs | None:
         return None
 
 
-def last_built(client: RegistryClient, repo: str, variant: Variant, record: dict | None,
-               lock: dict) -> Previous | None:
+def last_built(client: RegistryClient, repo: str, variant: Variant, record: dict[str, Any] | None,
+               lock: dict[str, Any]) -> Previous | None:
     """What nightly-<key> in the registry was built from; None when there is no such image."""
     info = client.head_manifest(repo, nightly_tag(variant.key))
     if info is None:

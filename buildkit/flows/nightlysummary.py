@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -26,7 +28,7 @@ class VariantResult:
     changed_tags: list[str] = field(default_factory=list)
     build_seconds: float | None = None
     error: str = ""
-    checks: list[dict] = field(default_factory=list)
+    checks: list[dict[str, Any]] = field(default_factory=list)
     known_from: str | None = None  # where the previous build's commit was read: "lock" or "registry"
     reason: str = ""  # why it was built tonight: "new commit ...", "config changed: cpu_level all -> native", ...
 
@@ -34,7 +36,7 @@ class VariantResult:
     def skipped(self) -> bool:
         return self.status == SKIPPED
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "skipped": self.skipped}
 
 
@@ -50,7 +52,7 @@ class Summary:
     version: str = ""
     changelog: Changelog | None = None
     variants: list[VariantResult] = field(default_factory=list)
-    excluded: list[dict] = field(default_factory=list)
+    excluded: list[dict[str, Any]] = field(default_factory=list)
     error: str = ""
     check_seconds: float = 0.0  # resolving the head and asking the registry
     seconds: float = 0.0  # the whole run
@@ -60,7 +62,7 @@ class Summary:
     def ok(self) -> bool:
         return not self.error and all(v.status != FAILED for v in self.variants)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "repository": self.repository, "url": self.url, "branch": self.branch, "date": self.date,
             "ok": self.ok, "up_to_date": self.up_to_date, "old_commit": self.old_commit,
@@ -142,7 +144,7 @@ def _md(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def write_summaries(summary: Summary, summary_path: str | None, env=None) -> list[str]:
+def write_summaries(summary: Summary, summary_path: str | None, env: Mapping[str, str] | None = None) -> list[str]:
     """JSON to summary_path (`nightly --summary`; --json prints it, the caller does that), Markdown appended
     to $GITHUB_STEP_SUMMARY. Returns a line for each that could not be written, saying where it was kept."""
     from buildkit.core.savefile import write_or_keep

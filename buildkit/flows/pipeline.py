@@ -18,6 +18,7 @@ and no lock change behind.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
 import sys
 import shutil
 import tempfile
@@ -27,16 +28,19 @@ from pathlib import Path
 from collections.abc import Iterator
 
 from buildkit import __version__
-from buildkit.engine.api import get_engine
+from buildkit.engine.api import OutStream, get_engine
 from buildkit.engine.baseimages import BaseSource, check_base_platforms, resolve_base_images
 from buildkit.plan.buildkey import key_of
 from buildkit.engine.buildx import BuildOptions, BuildResult, check_buildx, image_store
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.cpulevels import gcc_line
 from buildkit.verify.cpuhost import host_cpu_id
-from buildkit.flows.cudacontexts import cache_root, check_cuda_available, cuda_contexts
+from buildkit.flows.cudacontexts import cache_root as cache_root, check_cuda_available, cuda_contexts  # (cli uses it)
 from buildkit.core.errors import BuildkitError, ConfigError
 from buildkit.release.lock import LockEntry
+
+if TYPE_CHECKING:  # buildunit builds on this module
+    from buildkit.flows.buildunit import UnitResult
 from buildkit.core.paths import bundled_patches_dir
 from buildkit.source.patches import PatchQueue, apply_patches, load_patch_queue
 from buildkit.core.progress import stage
@@ -66,7 +70,7 @@ class Prepared:
     cuda_root: Path | None  # the build machine's toolkit (nvcc, cuobjdump), provider wheels
     base_images: tuple[BaseImage, ...]
     build_key: str
-    cuda_manifest: dict | None = None  # the wheels of the CUDA root(s), for the inputs and the lock
+    cuda_manifest: dict[str, Any] | None = None  # the wheels of the CUDA root(s), for the inputs and the lock
     # every CUDA root laid out (a cross build: the build machine's and the target's): verify reads the
     # image with the cuobjdump of whichever runs on this machine (an emulated build machine's does not)
     cuda_roots: tuple[Path, ...] = ()
@@ -236,12 +240,14 @@ def from_plan(plan: BuildPlan, sources: tuple[BaseSource, ...]) -> BuildPlan:
     return replace(plan, request=replace(req, devel_image=devel, runtime_image=runtime))
 
 
-def inputs_record(plan: BuildPlan, bases: tuple[BaseImage, ...], cuda_manifest: dict | None) -> dict:
+def inputs_record(plan: BuildPlan, bases: tuple[BaseImage, ...],
+                  cuda_manifest: dict[str, Any] | None) -> dict[str, Any]:
     """Every input of a build that its other labels do not already carry (the inputs label)."""
     return plan_inputs(plan, bases, cuda_manifest, _cpu_host(plan.request)).record()
 
 
-def with_labels(plan: BuildPlan, bases: tuple[BaseImage, ...], cuda_manifest: dict | None, key: str) -> BuildPlan:
+def with_labels(plan: BuildPlan, bases: tuple[BaseImage, ...], cuda_manifest: dict[str, Any] | None,
+                key: str) -> BuildPlan:
     """The plan with every label of its image: its inputs' (BuildInputs.to_labels, the one label writer),
     once the base images and the CUDA root are known, and its build key."""
     inputs = plan_inputs(plan, bases, cuda_manifest, _cpu_host(plan.request))
@@ -309,7 +315,7 @@ def last_build_seconds(cfg: ResolvedConfig, request: BuildRequest) -> float | No
     return float(seconds) if isinstance(seconds, (int, float)) and seconds > 0 else None
 
 
-def check_build_machine(request: BuildRequest, stream=None, *, warn: bool = True) -> None:
+def check_build_machine(request: BuildRequest, stream: OutStream | None = None, *, warn: bool = True) -> None:
     """Stop a cross build planned for another build machine (unless its emulation is asked for, and a
     binfmt_misc handler can run that machine's programs); say so when the compile will be emulated, and when
     the CPU level's -march needs a newer GCC than the base may have (cpulevels.gcc_line)."""
@@ -331,7 +337,8 @@ def check_build_machine(request: BuildRequest, stream=None, *, warn: bool = True
 
 
 def build(cfg: ResolvedConfig, *, extra_tags: tuple[str, ...] = (), verify: bool = True,
-          work_dir: Path | None = None, stream=None, no_cache: bool = False, tests: bool = False):
+          work_dir: Path | None = None, stream: OutStream | None = None, no_cache: bool = False,
+          tests: bool = False) -> UnitResult:
     """Prepare, then the build unit's flow (flows/buildunit.py): build, verify, write the lock.
     no_cache: build from a clean state (buildx --no-cache), as build.no_cache does. tests: then the
     tests target from the same context (flows/testsimage.py). A UnitResult."""

@@ -10,13 +10,13 @@ from dataclasses import replace
 from typing import cast
 
 from buildkit.core.errors import ConfigError, LockError, RegistryError
-from buildkit.engine.api import get_engine
+from buildkit.engine.api import OutStream, get_engine
 from buildkit.engine.buildx import BuildResult, check_buildx
 from buildkit.flows.buildunit import RELEASE, Publication, UnitOptions, run_unit
 from buildkit.flows.pipeline import Prepared, build_options, lock_entry, prepared_context, with_labels
 from buildkit.oci.imageref import ImageRef, tag_of
 from buildkit.oci.registry import RegistryClient, client_for
-from buildkit.plan.buildplan import make_plan, make_request
+from buildkit.plan.buildplan import BuildPlan, make_plan, make_request
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.tags import check_tag, next_version, parse_version
 from buildkit.plan.tagset import release_tags
@@ -30,7 +30,7 @@ from buildkit.release.signkeys import SigningKey
 
 
 def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str = "patch",
-                   force: bool = False, verify: bool = True, stream=None, load: bool = True,
+                   force: bool = False, verify: bool = True, stream: OutStream | None = None, load: bool = True,
                    extra_tags: tuple[str, ...] = (),
                    before_build: Callable[[], None] | None = None,
                    sign_key: SigningKey | None = None) -> PublishResult:
@@ -104,7 +104,7 @@ def _found_signer(prepared: Prepared, key: SigningKey) -> Signer:
     return sign
 
 
-def push_local(cfg: ResolvedConfig, *, force: bool = False, stream=None,
+def push_local(cfg: ResolvedConfig, *, force: bool = False, stream: OutStream | None = None,
                sign_key: SigningKey | None = None) -> PublishResult:
     """`buildkit push`: publish the image of the lock's entry for this variant, already in the engine."""
     request = make_request(cfg)
@@ -138,7 +138,7 @@ def push_local(cfg: ResolvedConfig, *, force: bool = False, stream=None,
                          origin="registry" if reused is not None else "engine", build_key=key, signed=done.signed)
 
 
-def with_version(prepared: Prepared, version: str):
+def with_version(prepared: Prepared, version: str) -> BuildPlan:
     """The plan again with the publication's version (its label); the build key is unchanged."""
     plan = prepared.plan
     # (a plan's tags are all <image>:<tag>: tag_of finds each one's tag)

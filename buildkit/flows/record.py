@@ -6,6 +6,7 @@ record adds where it came from, what it produced and where the original can be r
 
 from __future__ import annotations
 
+from typing import Any
 import json
 from collections.abc import Mapping
 from contextlib import ExitStack
@@ -34,8 +35,8 @@ class Recorded:
     originals: tuple[str, ...] = ()  # where the recorded image can be read: image specs for open_image
     dockerfile_sha256: str = ""
     build_key: str = ""
-    labels: dict = field(default_factory=dict)
-    debian_packages: dict = field(default_factory=dict)  # the lock's record of them: what reproduce pins
+    labels: dict[str, Any] = field(default_factory=dict)
+    debian_packages: dict[str, Any] = field(default_factory=dict)  # the lock's record of them: what reproduce pins
 
 
 def _exact(inputs: BuildInputs, where: str) -> BuildInputs:
@@ -55,7 +56,7 @@ def from_labels(labels: Mapping[str, str], where: str, *, image_digest: str, ori
                     build_key=labels.get(BUILD_KEY_LABEL, ""), labels=dict(labels))
 
 
-def select_entry(builds: Mapping[str, dict], key: str | None, path: Path) -> tuple[str, dict]:
+def select_entry(builds: Mapping[str, dict[str, Any]], key: str | None, path: Path) -> tuple[str, dict[str, Any]]:
     if key:
         if key not in builds:
             raise ReproduceError(f"{path} has no build {key!r}; it has: {', '.join(builds) or 'none'}")
@@ -77,7 +78,7 @@ class IndexRecorded:
     platforms: tuple[tuple[str, Recorded], ...]  # (platform, its record)
 
 
-def _index_of(data: dict, key: str | None) -> str | None:
+def _index_of(data: dict[str, Any], key: str | None) -> str | None:
     """The indexes[] key a reproduce of this lock means: the one named, or the only build recorded
     when that is one multi-platform build (its platforms' entries are part of it)."""
     indexes = data.get("indexes") or {}
@@ -90,7 +91,7 @@ def _index_of(data: dict, key: str | None) -> str | None:
     return name if set(data["builds"]) <= members else None
 
 
-def from_lock_index(path: Path, data: dict, name: str) -> IndexRecorded:
+def from_lock_index(path: Path, data: dict[str, Any], name: str) -> IndexRecorded:
     index = data["indexes"][name]
     where = f"lock {path} ({name})"
     platforms = []

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from buildkit.core.errors import BuildkitError
 from buildkit.flows.doctorcheck import FAIL, OK, WARN, Check
 
 
-def check_registry(image_name: str, *, env=None, timeout: float = 10, push: bool = False) -> Check:
+def check_registry(image_name: str, *, env: Mapping[str, str] | None = None, timeout: float = 10,
+                   push: bool = False) -> Check:
     """The registry of image.name answers and lets the stored credentials read the repository.
     Unreachable, it is a warning unless push (`doctor --push`, a check for `build --push`): a build
     without --push never contacts it. Wrong credentials fail either way."""

@@ -39,7 +39,7 @@ from buildkit.engine.buildx import BuildOptions, check_buildx, run_build
 from buildkit.plan.config import ResolvedConfig, load_config
 from buildkit.core.errors import BuildkitError, ReproduceError
 from buildkit.oci.imagediff import ImageDiff, diff_images
-from buildkit.engine.api import get_engine
+from buildkit.engine.api import OutStream, get_engine
 from buildkit.oci.ocilayout import OciArchive, open_image
 from buildkit.plan.inputs import INPUTS, cuda_wheel_hashes
 from buildkit.source.patches import load_patch_queue
@@ -110,7 +110,7 @@ def overrides_for(rec: Recorded, source: str | None = None, patches: str | None 
     return o
 
 
-def check_inputs(rec: Recorded, cfg: ResolvedConfig, stream=None) -> list[str]:
+def check_inputs(rec: Recorded, cfg: ResolvedConfig, stream: OutStream | None = None) -> list[str]:
     """Compare what is here with the record before any work; errors stop, warnings are returned
     (and written to stream as they are found, so a warning is seen even when an error follows)."""
     i = rec.inputs
@@ -138,7 +138,7 @@ def check_inputs(rec: Recorded, cfg: ResolvedConfig, stream=None) -> list[str]:
     return warnings
 
 
-def _dockerfile_hashes(prepared) -> set[str]:
+def _dockerfile_hashes(prepared: Any) -> set[str]:  # a Prepared, or _check_prepared's
     """The rendered Dockerfile's sha256 as rendered, and as the recorded build's would read: a clean rebuild
     (CCACHE_RECACHE, a ccache mount of its own: pipeline.prepare's ccache_recache) differs from a warm build's
     Dockerfile in those two only, which are no input of the image."""
@@ -152,7 +152,9 @@ def _dockerfile_hashes(prepared) -> set[str]:
     return hashes
 
 
-def _check_prepared(rec: Recorded, prepared, cuda_hashes: list[str] | None) -> list[str]:
+# prepared: a Prepared (Any: tests/unit/test_reproduce_unit.py passes a namespace of its source, plan, rendered,
+# build_key)
+def _check_prepared(rec: Recorded, prepared: Any, cuda_hashes: list[str] | None) -> list[str]:
     i = rec.inputs
     warnings = []
     source, plan = prepared.source, prepared.plan
@@ -182,7 +184,8 @@ def _check_prepared(rec: Recorded, prepared, cuda_hashes: list[str] | None) -> l
 
 def reproduce(rec: Recorded, *, config_path: Path | None = None, env: Mapping[str, str] | None = None,
               source: str | None = None, patches: str | None = None, keep: Path | None = None,
-              use_cache: bool = False, provenance: bool = False, compare: bool = True, stream=None) -> ReproduceResult:
+              use_cache: bool = False, provenance: bool = False, compare: bool = True,
+              stream: OutStream | None = None) -> ReproduceResult:
     """Rebuild rec with its inputs into an OCI archive and compare manifest digests."""
     env = os.environ if env is None else env
     cfg = load_config(config_path, env, overrides_for(rec, source, patches))
@@ -261,7 +264,7 @@ class IndexReproduceResult:
                          r.reproduced for _, r in self.platforms) else "a platform's manifest digest differs"))
         return "\n".join(lines)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"reproduced": self.reproduced, "recorded": self.recorded.index_digest, "rebuilt": self.digest,
                 "origin": self.recorded.origin, "warnings": self.warnings,
                 "platforms": [{"platform": p, "reproduced": r.reproduced, "recorded": r.recorded.image_digest,
@@ -269,7 +272,7 @@ class IndexReproduceResult:
                               for p, r in self.platforms]}
 
 
-def reproduce_index(rec: IndexRecorded, *, keep: Path | None = None, **kwargs) -> IndexReproduceResult:
+def reproduce_index(rec: IndexRecorded, *, keep: Path | None = None, **kwargs: Any) -> IndexReproduceResult:
     """Rebuild every platform of a recorded multi-platform build (reproduce, one by one), then
     assemble their index (oci/ociindex.py) and compare it with the recorded index digest."""
     from buildkit.oci.ociindex import index_digest_of

@@ -9,6 +9,7 @@ force) is one error line and leaves the folder as it was.
 
 from __future__ import annotations
 
+from typing import Any
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +40,7 @@ class Initialised:
     cmake_args_source: str = ""
 
 
-def _chosen(url: str, branch: str, commit: str, image: str, arch_name: str) -> dict:
+def _chosen(url: str, branch: str, commit: str, image: str, arch_name: str) -> dict[str, Any]:
     arch = get_arch(arch_name)  # an unknown arch: one line naming the choices
     cuda = KEY_BY_NAME["build.cuda_version"].default
     default_variant = target_variant(variant(arch, cuda), KEY_BY_NAME["build.target"].default)
@@ -48,7 +49,7 @@ def _chosen(url: str, branch: str, commit: str, image: str, arch_name: str) -> d
             "build.arch": arch.name, "matrix.archs": [arch.name]}
 
 
-def _text(path: Path, chosen: dict, notes: dict) -> str:
+def _text(path: Path, chosen: dict[str, Any], notes: dict[str, Any]) -> str:
     """The file's text, checked the way every command reads it (schema, then the build request)."""
     text = starter_toml(chosen, notes)
     document = ConfigDocument(path, tomllib.loads(text))

@@ -11,9 +11,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from buildkit.engine.buildx import BuildOptions, BuildResult, run_build
 from buildkit.flows.buildspec import build_spec
+
+if TYPE_CHECKING:
+    from buildkit.engine.api import OutStream
+    from buildkit.flows.pipeline import Prepared
 
 TESTS_TARGET = "tests"
 TESTS_LABEL = "org.llama-buildkit.tests-of"  # the image (manifest digest, else image id) it was made with
@@ -27,7 +32,8 @@ def tests_tag(image_tag: str) -> str:
     return f"{name}:{tag}-tests"
 
 
-def build_tests_image(prepared, options: BuildOptions, image: BuildResult, work_dir: Path, *, stream=None) -> str:
+def build_tests_image(prepared: Prepared, options: BuildOptions, image: BuildResult, work_dir: Path, *,
+                      stream: OutStream | None = None) -> str:
     """Build and load the tests target of prepared's context; its tag."""
     tag = tests_tag(image.tags[0])
     spec = build_spec(prepared.plan, prepared.rendered, options, work_dir / "tests-metadata.json")

@@ -24,6 +24,7 @@ from unittest import mock
 import docker
 import pytest
 
+from buildkit.flows.buildunit import UnitResult
 from buildkit.core.progress import ccache_stats
 from forkrepo import _git, make_fork_repo
 from cliutil import buildkit_env, write_project
@@ -42,6 +43,12 @@ PATCH = """--- a/common/common.cpp
  #include "build-info.h"
 """
 
+
+
+def digest_of(unit: UnitResult) -> str:
+    """The digest of a build that succeeded (pipeline.build raises when it does not)."""
+    assert unit.result is not None
+    return unit.result.digest
 
 def buildkit(project: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "buildkit.cli", *args], cwd=project, env=env,
@@ -224,8 +231,8 @@ def variants(project, first, fork, tmp_path_factory):
     patch = project["root"] / "patches" / "0001-code.patch"
     patch.write_text(PATCH)
     try:
-        out["patch"] = build(config(project, **{"image.name": IMAGE + "-patch",
-                                                "lock.path": str(templates / "lock0")})).result.digest
+        out["patch"] = digest_of(build(config(project, **{"image.name": IMAGE + "-patch",
+                                                          "lock.path": str(templates / "lock0")})))
     finally:
         patch.unlink()
     for path in (ROOT / "templates").glob("*.j2"):
@@ -237,11 +244,11 @@ def variants(project, first, fork, tmp_path_factory):
     import buildkit.plan.render as render
 
     with mock.patch.object(render, "templates_dir", lambda: templates):  # the name render reads (core/paths.py's)
-        out["template"] = build(config(project, **{"image.name": IMAGE + "-template",
-                                                   "lock.path": str(templates / "lock")})).result.digest
+        out["template"] = digest_of(build(config(project, **{"image.name": IMAGE + "-template",
+                                                             "lock.path": str(templates / "lock")})))
     later = later_commit(fork["path"])
-    out["commit"] = build(config(project, **{"image.name": IMAGE + "-commit", "source.commit": later,
-                                              "lock.path": str(templates / "lock2")})).result.digest
+    out["commit"] = digest_of(build(config(project, **{"image.name": IMAGE + "-commit", "source.commit": later,
+                                                        "lock.path": str(templates / "lock2")})))
     out["commit lock"] = templates / "lock2"
     return out
 
@@ -318,5 +325,5 @@ def test_the_cuda_variant_is_reproduced_bit_for_bit(project, tmp_path_factory, t
     env = dict(project["env"], LLAMA_BUILDKIT_CACHE_DIR=cache)
     proc = buildkit(project["root"], env, "reproduce", str(lock))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
-    assert "reproduced" in proc.stdout and built.result.digest in proc.stdout
+    assert "reproduced" in proc.stdout and digest_of(built) in proc.stdout
 
