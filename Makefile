@@ -10,7 +10,7 @@
 PYTHON ?= python3
 PYTEST ?= $(PYTHON) -m pytest
 
-.PHONY: setup engine install tools example test test-unit test-engine test-e2e bench dist clean-cache
+.PHONY: setup engine install tools example test test-unit test-engine test-e2e clean-engine-tier bench dist clean-cache
 
 setup: engine install tools
 
@@ -58,6 +58,17 @@ test-engine:
 # build and the seed's build under QEMU (both depend on binfmt_misc), beside them.
 test-e2e:
 	$(PYTEST) -q -ra -n 2 --dist loadgroup --durations=10 tests/e2e
+
+# Before the e2e tier on a machine with little disk (CI, .ci/run; CI machines have had 7 GB free): the images
+# the engine tier made and BuildKit's cache (about 10 GB) go; the bases of tests/images.py (debootstrap takes
+# minutes) and the e2e tier's own llama-server image stay.
+KEPT_IMAGES = ^buildkit-test/(debian|debian-multiarch|debian-multiarch-configured|busybox|llama-server):
+
+clean-engine-tier:
+	docker image ls --format '{{.Repository}}:{{.Tag}}' | grep -v ':<none>$$' | grep -Ev '$(KEPT_IMAGES)' \
+	  | xargs -r docker image rm > /dev/null
+	docker builder prune --all --force > /dev/null
+	@df -h / | tail -n 1
 
 bench:
 	$(PYTHON) bench/fetch_bytes.py

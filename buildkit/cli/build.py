@@ -59,7 +59,8 @@ def version_options(func: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--no-preflight", is_flag=True,
               help="Skip the engine and disk checks run before anything else (`buildkit doctor` has them all).")
 @click.option("--min-free-gb", type=float, default=None,
-              help="Free disk space the preflight check asks for (default: 25 GB for CUDA, 4 GB for cpu).")
+              help="Free disk space the preflight check asks for, in GB (default: build.min_free_gb, else an estimate "
+                   "by variant kind: 4 for cpu, 16 for CUDA from wheels, 25 from NVIDIA's images).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the result as JSON on stdout (progress and buildx's output stay on stderr).")
 @click.option("--tests", is_flag=True, help="Also build the tests target (the image plus the fork's "

@@ -14,8 +14,8 @@ from buildkit.cli.options import BuildkitCommand, config_options, handle_errors,
 @click.command(cls=BuildkitCommand)
 @config_options
 @click.option("--min-free-gb", type=float, default=None,
-              help="Free disk space the build needs, in GB (default: by variant kind, 25 for CUDA, 4 for cpu, "
-                   "more for a matrix).")
+              help="Free disk space the build needs, in GB (default: build.min_free_gb, else an estimate by variant "
+                   "kind: 4 for cpu, 16 for CUDA from wheels, 25 from NVIDIA's images, more for a matrix).")
 @click.option("--matrix", is_flag=True, help="Check for the whole nightly matrix, not only the configured variant.")
 @click.option("--offline", is_flag=True, help="Do not contact the registry of image.name.")
 @click.option("--push", is_flag=True, help="Check for `build --push`: an unreachable registry fails (without it, a "

@@ -6,7 +6,7 @@ Each check gives one line: ok, warn or fail, what was found, and for warn/fail t
              archive's bytes, so digests are reproducible; the classic store does not);
 * buildx   — the buildx plugin's version, and the builder buildkit will use;
 * disk     — free space where the engine keeps images and where buildkit keeps its caches,
-             against what the chosen variants need (REQUIRED_GB, or --min-free-gb);
+             against what the chosen variants need (REQUIRED_GB, or build.min_free_gb, or --min-free-gb);
 * registry — the registry of image.name answers and accepts the `docker login` credentials
              (unreachable: a warning, a failure only with push, i.e. `doctor --push`);
 * driver   — with `nvidia-smi`: the host driver against the CUDA version's minimum, and the GPU
@@ -86,6 +86,9 @@ def run_checks(cfg: ResolvedConfig, *, min_free_gb: float | None = None, matrix:
 
     if min_free_gb is not None and not 0 <= min_free_gb <= MAX_FREE_GB:  # nan and inf are not
         raise ConfigError(f"--min-free-gb must be a number of GB from 0 to {MAX_FREE_GB:g}, got {min_free_gb:g}")
+    if not -1 <= cfg.build.min_free_gb <= MAX_FREE_GB:
+        raise ConfigError(f"build.min_free_gb must be a number of GB from 0 to {MAX_FREE_GB:g}, or -1 for the "
+                          f"estimate, got {cfg.build.min_free_gb}")
     checks: list[Check] = []
     try:
         variants = variants_of(cfg, matrix)
@@ -93,9 +96,13 @@ def run_checks(cfg: ResolvedConfig, *, min_free_gb: float | None = None, matrix:
         return [Check("config", FAIL, str(exc), "fix the setting named (see `buildkit config`)")]
     info, why = engine_info()
     checks.append(check_engine(info, why))
-    need = min_free_gb if min_free_gb is not None else required_gb(variants)
-    kinds = "+".join(sorted({disk_kind(v) for v in variants}))
-    origin = "--min-free-gb" if min_free_gb is not None else f"{len(variants)} {kinds} variant(s)"
+    if min_free_gb is not None:
+        need, origin = min_free_gb, "--min-free-gb"
+    elif cfg.build.min_free_gb >= 0:
+        need, origin = float(cfg.build.min_free_gb), "build.min_free_gb"
+    else:
+        kinds = "+".join(sorted({disk_kind(v) for v in variants}))
+        need, origin = required_gb(variants), f"{len(variants)} {kinds} variant(s)"
     checks.append(check_disk(disk_places(info, cache_root(cfg)), need, origin))
     if cheap_only:
         return checks

@@ -105,6 +105,10 @@ class BuildOptions:
         (), "buildx --cache-from entries ({variant}: each build's variant and platform, cpu-amd64)")
     cache_to: tuple[str, ...] = setting(
         (), "buildx --cache-to entries ({variant}: each build's variant and platform, cpu-amd64)")
+    min_free_gb: int = setting(
+        -1, "free disk space (GB) the build's preflight and `buildkit doctor` ask for; -1 = the estimate by variant "
+        "kind, made for llama.cpp's whole tree (a cpu build 4 GB, CUDA from wheels 16 GB, CUDA from NVIDIA's images "
+        "25 GB); set it lower for a small fork. --min-free-gb overrides it for one command")
 
 
 @dataclass(frozen=True)

@@ -137,6 +137,26 @@ def test_build_stops_before_fetching_when_the_engine_is_unreachable(tmp_path, do
 
 
 @pytest.mark.docker
+def test_the_disk_figure_comes_from_build_min_free_gb_else_the_estimate(tmp_path, docker_engine):
+    root = project(tmp_path, "localhost:1/x")
+    estimate = by_name(doctor(root, "--offline", env_extra={"LLAMA_BUILDKIT_BUILD_MIN_FREE_GB": "-1"}))["disk"]
+    assert f"need {required_gb([CPU]):g} GB (1 cpu variant(s))" in estimate["detail"], estimate
+    with (root / "buildkit.toml").open("a") as toml:
+        toml.write("min_free_gb = 1000000\n")  # in [build], the file's last table
+    proc = subprocess.run([sys.executable, "-m", "buildkit.cli", "doctor", "--json", "--offline"], cwd=root,
+                          env={k: v for k, v in buildkit_env().items() if k != "LLAMA_BUILDKIT_BUILD_MIN_FREE_GB"}
+                          | {"LLAMA_BUILDKIT_CACHE_DIR": str(root / "cache")}, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 1
+    disk = by_name(proc)["disk"]
+    assert disk["status"] == FAIL and "need 1e+06 GB (build.min_free_gb)" in disk["detail"], disk
+    assert by_name(doctor(root, "--offline", "--min-free-gb", "0"))["disk"]["status"] == OK  # the option wins
+    bad = doctor(root, "--offline", env_extra={"LLAMA_BUILDKIT_BUILD_MIN_FREE_GB": "-5"})
+    assert bad.returncode != 0 and "build.min_free_gb must be" in bad.stdout + bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+@pytest.mark.docker
 def test_doctor_fails_when_disk_space_is_short(tmp_path, docker_engine):
     root = project(tmp_path, "localhost:1/x")
     # a threshold above what this disk has
