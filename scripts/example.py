@@ -35,6 +35,9 @@ def main() -> int:
     argv = [sys.executable, "-m", "buildkit.cli", "build", "--arch", "sm_120", "--provider", "wheels",
             "--os-image", base, "--source", str(repo), "--commit", commit, "--image", "tiny-fork",
             "--set", "base.cublas=false", "--lock", str(work / "buildkit.lock"),
+            # the preflight's default disk figure is for llama.cpp's whole tree (16 GB); the example fork's build,
+            # the CUDA wheels included, took about 3 GB here
+            "--set", "build.min_free_gb=4",
             "--patches", str(patches)]  # the example fork's own (empty) queue: patches/ is the seed fork's
     print("+ buildkit " + shlex.join(argv[3:]), flush=True)
     proc = subprocess.run(argv, cwd=ROOT)
