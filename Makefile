@@ -66,7 +66,7 @@ KEPT_IMAGES = ^buildkit-test/(debian|debian-multiarch|debian-multiarch-configure
 
 clean-engine-tier:
 	docker image ls --format '{{.Repository}}:{{.Tag}}' | grep -v ':<none>$$' | grep -Ev '$(KEPT_IMAGES)' \
-	  | xargs -r docker image rm > /dev/null
+	  | xargs -r docker image rm --force > /dev/null || echo 'clean-engine-tier: some images stayed'
 	docker builder prune --all --force > /dev/null
 	@df -h / | tail -n 1
 
