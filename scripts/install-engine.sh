@@ -59,15 +59,17 @@ start_dockerd() {
   mkdir -p /etc/docker
   # BuildKit's cache is collected past 10 GB, least recently used first: the tests' clean rebuilds (`reproduce`
   # runs with --no-cache) each leave another 0.7-1 GB apt layer that nothing uses again, and CI machines have
-  # had 7 GB free. Without a limit the engine tier's cache grew to 15 GB.
-  if [ -f /etc/docker/daemon.json ] && ! grep -q defaultKeepStorage /etc/docker/daemon.json; then
+  # had 7 GB free. Without a limit the engine tier's cache grew to 15 GB. One rule: moby's default rules
+  # (defaultKeepStorage alone) keep only 1.4 GB of cache mounts and contexts, which would empty the ccache
+  # mount and the CUDA contexts that the tests' second builds count on.
+  if [ -f /etc/docker/daemon.json ] && ! grep -q keepStorage /etc/docker/daemon.json; then
     log "/etc/docker/daemon.json is yours and left as it is; the tests' engine also sets builder.gc (see this script)"
   fi
   if [ ! -f /etc/docker/daemon.json ]; then
     cat >/etc/docker/daemon.json <<'EOF'
 {
   "features": {"containerd-snapshotter": true},
-  "builder": {"gc": {"enabled": true, "defaultKeepStorage": "10GB"}}
+  "builder": {"gc": {"enabled": true, "policy": [{"keepStorage": "10GB", "all": true}]}}
 }
 EOF
   fi
