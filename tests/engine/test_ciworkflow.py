@@ -272,7 +272,12 @@ BIG_CUDA = ('[matrix]\narchs = ["sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "s
      "runner 'ubuntu-24.04-arm' is a arm64 machine; it cannot build the amd64 units"),
     (BIG_CUDA, ("--image", "ghcr.io/acme/x", "--layer-cache", "gha"), "13.2 GB of the GitHub cache's 10 GB"),
     ("", ("--image", "ghcr.io/acme/x", "--arch", "sm_120"), "--arch: the workflow runs with buildkit.toml"),
-], ids=["no-config", "no-image", "docker-library", "token-elsewhere", "wrong-runner", "over-budget", "flag"])
+    # this machine's cache folder and disk figure (LLAMA_BUILDKIT_BUILD_MIN_FREE_GB, from tests/cliutil.py) are no
+    # reason to refuse; a build input is
+    ("", ("--image", "ghcr.io/acme/x", "--cache-dir", "/tmp/c", "--set", "build.jobs=2"),
+     "error: --set build.jobs: the workflow runs with buildkit.toml"),
+], ids=["no-config", "no-image", "docker-library", "token-elsewhere", "wrong-runner", "over-budget", "flag",
+        "set-beside-this-machines"])
 def test_a_workflow_that_could_not_work_is_refused_in_one_line_and_nothing_is_written(tmp_path, toml, args,
                                                                                          message):
     if toml is not None:
