@@ -10,9 +10,11 @@ a host file).
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 from buildkit.core.wholefile import NotAFile as NotAFile  # re-exported: the readers catch it from here
 from buildkit.core.wholefile import kind_of
@@ -75,3 +77,12 @@ def read_tree_file(tree: Path | str, relative: str, limit: int = TREE_FILE_LIMIT
         return read_regular(real, limit)
     except (NotAFile, TooLarge) as exc:
         raise type(exc)(str(exc).replace(real, where, 1)) from None
+
+
+def read_json_object(path: Path | str, limit: int) -> dict[str, Any]:
+    """The JSON object in path, read as read_regular reads (OSError as it raises); ValueError when the text is
+    not JSON, or is JSON but not an object. Callers turn both into their own one-line error."""
+    data = json.loads(read_regular(path, limit))
+    if not isinstance(data, dict):
+        raise ValueError(f"not a JSON object but {type(data).__name__}")
+    return data

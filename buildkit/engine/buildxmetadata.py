@@ -3,25 +3,24 @@ ImageDigests their Finished carries, so no caller reads buildx's format (and a s
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from buildkit.core.boundedread import MiB, read_json_object
 from buildkit.core.errors import BuildError
 from buildkit.engine.api import Finished, ImageDigests
 from buildkit.engine.specs import BuildSession
 
+METADATA_LIMIT = 16 * MiB  # a bake of every matrix target writes a few KB
+
 
 def _read(path: Path, what: str) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
+        return read_json_object(path, METADATA_LIMIT)
     except (OSError, ValueError) as exc:
         raise BuildError(f"{what} wrote no readable metadata file {path}: {exc}") from None
-    if not isinstance(data, dict):
-        raise BuildError(f"{what} wrote no readable metadata file {path}")
-    return data
 
 
 def _digests(meta: Mapping[str, Any]) -> ImageDigests | None:

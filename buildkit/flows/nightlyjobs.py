@@ -30,6 +30,7 @@ import tempfile
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from buildkit.core.boundedread import MiB, read_json_object
 from buildkit.core.errors import BuildkitError, ConfigError, PatchError
 from buildkit.core.platforms import ARCHES
 from buildkit.flows.nightlyplan import (Excluded, JobResult, NightlyPlan, PlannedPrevious, PlannedUnit,
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from buildkit.oci.imageref import ImageRef
 
 PLAN_FILE = "plan.json"
+RESULT_LIMIT = 16 * MiB  # the plan and a job's result: a few KB each
 # GitHub-hosted runner labels and the CPU of their machines; self-hosted runners carry X64 / ARM64 (the catalogue's)
 HOSTED_RUNNERS = {label: p.docker for p in ARCHES.values() for label in p.github_runners}
 ARCH_LABELS = {p.github_arch: p.docker for p in ARCHES.values()}
@@ -257,12 +259,9 @@ def read_results(folder: Path) -> tuple[NightlyPlan, dict[str, JobResult]]:
     """(the plan, {unit id: job result}) from the folder the workflow downloaded its artifacts into."""
     def load(path: Path) -> dict[str, Any]:
         try:
-            data = json.loads(path.read_text())
+            return read_json_object(path, RESULT_LIMIT)
         except (OSError, ValueError) as exc:
             raise ConfigError(f"--assemble: cannot read {path}: {exc}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"--assemble: {path} is not a JSON object")
-        return data
 
     if not (folder / PLAN_FILE).is_file():
         raise ConfigError(f"--assemble {folder}: no {PLAN_FILE} (the plan job's artifact) in it")

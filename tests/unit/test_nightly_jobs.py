@@ -5,6 +5,7 @@ which the engine test of the generated workflow relies on."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -97,6 +98,13 @@ def test_assemble_reads_the_plan_and_the_jobs_results(tmp_path):
     assert [u.runner for u in plan.units] == ["ubuntu-latest"] and plan.variants[0].previous is not None
     (tmp_path / "broken.json").write_text("{")
     with pytest.raises(ConfigError, match="cannot read"):
+        read_results(tmp_path)
+    (tmp_path / "broken.json").write_text("[1]")  # JSON, but no object: one line, not a traceback later
+    with pytest.raises(ConfigError, match="broken.json: not a JSON object but list"):
+        read_results(tmp_path)
+    (tmp_path / "broken.json").unlink()
+    os.mkfifo(tmp_path / "fifo.json")  # a downloaded artifact is read as a file, never waited on
+    with pytest.raises(ConfigError, match="cannot read .*fifo.json"):
         read_results(tmp_path)
 
 
