@@ -12,6 +12,7 @@ from buildkit.core.boundedread import MiB, read_json_object
 from buildkit.core.errors import BuildError
 from buildkit.engine.api import Finished, ImageDigests
 from buildkit.engine.specs import BuildSession
+from buildkit.oci.digest import Digest
 
 METADATA_LIMIT = 16 * MiB  # a bake of every matrix target writes a few KB
 
@@ -23,11 +24,12 @@ def _read(path: Path, what: str) -> dict[str, Any]:
         raise BuildError(f"{what} wrote no readable metadata file {path}: {exc}") from None
 
 
-def _digests(meta: Mapping[str, Any]) -> ImageDigests | None:
+def _digests(meta: Mapping[str, Any], where: str) -> ImageDigests | None:
+    """The two digests, each checked (oci/digest.py) before anything names a file or a tag with it."""
     manifest, config = meta.get("containerimage.digest", ""), meta.get("containerimage.config.digest", "")
-    if not isinstance(manifest, str) or not isinstance(config, str) or not (manifest or config):
+    if not (manifest or config):
         return None
-    return ImageDigests(manifest, config)
+    return ImageDigests(*(str(Digest.parse(d, where, BuildError)) if d else "" for d in (manifest, config)))
 
 
 def with_build_images(finished: Finished, session: BuildSession) -> Finished:
@@ -35,7 +37,7 @@ def with_build_images(finished: Finished, session: BuildSession) -> Finished:
     if finished.code != 0 or session.metadata_file is None:
         return finished
     meta = _read(session.metadata_file, "buildx build")
-    made = _digests(meta)
+    made = _digests(meta, f"{session.metadata_file}")
     if made is None:
         raise BuildError(f"buildx build's metadata names no image digest (keys: {', '.join(sorted(meta))})")
     return replace(finished, images={"": made})
@@ -50,7 +52,7 @@ def with_bake_images(finished: Finished, session: BuildSession, names: Sequence[
     made = {}
     for name in names:
         target = meta.get(name)
-        digests = _digests(target) if isinstance(target, dict) else None
+        digests = _digests(target, f"{session.metadata_file}: {name}") if isinstance(target, dict) else None
         if digests is not None:
             made[name] = digests
     return replace(finished, images=made)
