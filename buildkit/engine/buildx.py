@@ -31,6 +31,7 @@ from buildkit.engine.runner import wants_tty
 from buildkit.engine.specs import BuildSession, BuildSpec
 from buildkit.plan.aptpins import REFUSED
 from buildkit.plan.cpulevels import LEVELS, fallback
+from buildkit.source.cudasource import ITERATORS_CUB_DROPPED
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,18 @@ KNOWN_FAILURES = (
     (re.compile(r"(?:bad|unknown) value [‘'](\w[\w-]*)[’'] for [‘']-march=?[’']"),
      "the build stage's GCC does not know the -march of the cpu level (znver4 needs GCC 13 or newer): use a base "
      "with a newer GCC (Ubuntu 24.04, the default, or Debian 13), or another --cpu-level"),
+    # a CCCL iterator that CUDA 13.3+'s <cub/cub.cuh> no longer brings (source/cudasource.py finds the plain
+    # uses before the build; this is for the ones it cannot see, e.g. behind a macro)
+    (re.compile(r'namespace "cuda" has no member "(?:make_)?(?:' + "|".join(ITERATORS_CUB_DROPPED) + r')"'
+                r'|incomplete type "cuda::(?:__\d+::)?(?:' + "|".join(ITERATORS_CUB_DROPPED) + r')"'),
+     "from CUDA 13.3 on, <cub/cub.cuh> no longer includes <cuda/iterator> (ggml-org/ggml#1624): add "
+     "`#include <cuda/iterator>` to the file with a patch in the patch queue, or build with --cuda 13.2"),
 )
+# nvcc's and GCC's error lines (file(line): error: ..., file:line:col: error: ...), and the build step's
+# marker of a failed compile (templates/_build.j2), after which the compiler's own output comes
+_COMPILER_ERROR = re.compile(r"(?:\(\d+\)|:\d+(?::\d+)?): (?:fatal )?error: ")
+COMPILE_FAILED = "the compile failed; the compiler's output from the first failure on"
+_LOG_PREFIX = re.compile(r"^(?:#\d+ )?\d+\.\d+ ")  # buildx's "#19 50.69 " or its summary's "50.69 "
 
 
 _APT_ERROR = re.compile(r"(?:^|\s)E: ")
@@ -109,6 +121,19 @@ def known_failure(lines: Sequence[str]) -> str | None:
     for pattern, hint in KNOWN_FAILURES:
         if any(pattern.search(line) for line in lines):
             return hint
+    return None
+
+
+def first_compile_error(lines: Sequence[str]) -> str | None:
+    """The compiler's first error line after the build step's failed-compile marker, without buildx's
+    prefix and with the build folder's ../src/ left out: `ggml/src/ggml-cuda/argsort.cu(48): error: ...`."""
+    after = False
+    for line in lines:
+        text = _LOG_PREFIX.sub("", line.strip())
+        if COMPILE_FAILED in text:
+            after = True
+        elif after and _COMPILER_ERROR.search(text):
+            return text.removeprefix("../src/").removeprefix("/src/")
     return None
 
 
@@ -154,6 +179,7 @@ def run_build(spec: BuildSpec, session: BuildSession, *, stream: OutStream | Non
     hints: list[str] = []
 
     refused: list[str] = []
+    compile_lines: list[str] = []  # from the build step's failed-compile marker on
 
     def on_line(clean: str) -> None:
         tail.append(clean)
@@ -162,6 +188,8 @@ def run_build(spec: BuildSpec, session: BuildSession, *, stream: OutStream | Non
         # error lines, and apt's (E: Unable to locate package gcc-14), whose known causes have a hint
         if ("error" in clean or _APT_ERROR.search(clean)) and len(hints) < 200:
             hints.append(clean)
+        if (COMPILE_FAILED in clean or compile_lines) and len(compile_lines) < 400:
+            compile_lines.append(clean)
         if "Hits:" in clean or "cache hit" in clean or "cache miss" in clean:
             stats_lines.append(clean)
         status = meter.feed(clean)
@@ -183,6 +211,10 @@ def run_build(spec: BuildSpec, session: BuildSession, *, stream: OutStream | Non
         if refused:
             raise BuildError(refused[0])
         hint = known_failure(hints)
+        compile_error = first_compile_error(compile_lines)
+        if compile_error:
+            raise BuildError(f"the compile failed: {compile_error}"
+                             + (f"; {hint}" if hint else " (the compiler's output is above)"))
         if hint:
             raise BuildError(f"docker buildx build failed (exit {code}): {hint}")
         raise BuildError(f"docker buildx build failed (exit {code}): {last_error_line(list(tail))}")

@@ -36,7 +36,7 @@ from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.cpulevels import gcc_line
 from buildkit.verify.cpuhost import host_cpu_id
 from buildkit.flows.cudacontexts import cache_root as cache_root, check_cuda_available, cuda_contexts  # (cli uses it)
-from buildkit.core.errors import BuildkitError, ConfigError
+from buildkit.core.errors import BuildkitError, ConfigError, SourceError
 from buildkit.release.lock import LockEntry
 
 if TYPE_CHECKING:  # buildunit builds on this module
@@ -48,10 +48,11 @@ from buildkit.plan.buildplan import BuildPlan, BuildRequest, SourceFacts, clean_
 from buildkit.plan.inputs import BaseImage, BuildInputs, plan_inputs
 from buildkit.plan.platforms import engine_platform, judge_build_machine, long_double_differs
 from buildkit.plan.aptpins import AptPins
+from buildkit.plan.archs import parse_cuda_version
 from buildkit.plan.render import RenderResult, render_dockerfile, templates_sha256, write_context
 from buildkit.plan.tags import build_key_tag
 from buildkit.source.cpuvariants import declared_variants
-from buildkit.source.cudasource import long_double_uses
+from buildkit.source.cudasource import CUB_DROPPED_ITERATORS_FROM, cub_dropped_iterator_uses, long_double_uses
 from buildkit.source.fetch import SourceInfo, export_tree, fetch_source, mirror_dir
 from buildkit.source.sourcetree import clear_around, sync_tree
 from buildkit.core.filelock import try_lock
@@ -184,9 +185,25 @@ def base_platforms(request: BuildRequest) -> tuple[tuple[str, ...], str]:
 
 
 def check_cuda_sources(request: BuildRequest, tree: Path) -> None:
-    """A cross CUDA build whose build machine folds long double in another format than the target:
-    any use of long double in the tree's CUDA sources stops the build before it starts."""
-    if not (request.arch.is_cuda and request.cross and long_double_differs(request.build_platform, request.platform)):
+    """What nvcc would stop at, found in the tree's CUDA sources before the build starts (the compile of
+    the real tree takes most of an hour): an iterator that this CUDA's <cub/cub.cuh> no longer includes;
+    and, for a cross build whose build machine folds long double in another format than the target, any
+    use of long double."""
+    if not request.arch.is_cuda:
+        return
+    if request.cuda_version and parse_cuda_version(request.cuda_version) >= CUB_DROPPED_ITERATORS_FROM:
+        dropped = cub_dropped_iterator_uses(tree)
+        if dropped:
+            where = ", ".join(f"{path}:{line} {name}" for path, line, name in dropped[:3])
+            first = ".".join(map(str, CUB_DROPPED_ITERATORS_FROM))
+            before = f"{CUB_DROPPED_ITERATORS_FROM[0]}.{CUB_DROPPED_ITERATORS_FROM[1] - 1}"
+            raise SourceError(
+                f"{len(dropped)} CUDA source(s) use a CCCL iterator without including its header ({where}"
+                f"{' ...' if len(dropped) > 3 else ''}): from CUDA {first} on, <cub/cub.cuh> no longer includes "
+                f"<cuda/iterator>, and nvcc {request.cuda_version} stops there (ggml-org/ggml#1624); add "
+                f"`#include <cuda/iterator>` to those files with a patch in the patch queue, or build with "
+                f"--cuda {before}")
+    if not (request.cross and long_double_differs(request.build_platform, request.platform)):
         return
     uses = long_double_uses(tree)
     if uses:

@@ -51,3 +51,17 @@ def test_the_compile_log_keeps_its_last_step_and_its_ccache_statistics(real_serv
     assert re.search(rf"^#{step} [\d.]+ \[(\d+)/\1\] Linking CXX executable bin/llama-server$", out, re.M), out[-3000:]
     assert re.search(rf"^#{step} [\d.]+ compile: \d+ compiler warning lines, left out of this log$", out, re.M)
     assert re.search(r"^summary: \S+ built in .*; ccache \d+% \(\d+/[1-9]\d* compiler calls\)", out, re.M), out[-3000:]
+
+
+def test_the_real_trees_cuda_sources_pass_the_cub_iterator_check():
+    """No false refusal on real llama.cpp (source/cudasource.py): upstream's argsort.cu and top-k.cu use
+    cuda::make_strided_iterator and cuda::discard_iterator and include <cuda/iterator> (0c1e570), which the
+    DFlash fork's head does not (tests/unit/test_cccl_iterators.py has that shape)."""
+    from buildkit.source.cudasource import _DROPPED_USE, cub_dropped_iterator_uses
+    from realserver import test_cache_dir
+    from realsource import ensure_llama_cpp_tree
+
+    tree = ensure_llama_cpp_tree(test_cache_dir())
+    argsort = (tree / "ggml/src/ggml-cuda/argsort.cu").read_text()
+    assert _DROPPED_USE.search(argsort), "the tree no longer uses a dropped iterator: the check proves nothing here"
+    assert cub_dropped_iterator_uses(tree) == []
