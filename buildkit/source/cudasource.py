@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import posixpath
 import re
 from pathlib import Path
 
@@ -84,10 +85,9 @@ def _reaches(tree: Path, relative: str, wanted: str, seen: set[str]) -> bool:
             if name in ("cuda/iterator", f"cuda/__iterator/{wanted}.h") or name.startswith("thrust/"):
                 return True
             continue
-        here = Path(relative).parent
-        for base in (here.as_posix(), *_HEADER_DIRS):
-            candidate = (Path(base) / name).as_posix() if base not in ("", ".") else name
-            if ".." in Path(candidate).parts or not (tree / candidate).is_file():
+        for base in (posixpath.dirname(relative), *_HEADER_DIRS):
+            candidate = posixpath.normpath(posixpath.join(base, name))
+            if candidate.startswith("../") or candidate.startswith("/") or not (tree / candidate).is_file():
                 continue
             if _reaches(tree, candidate, wanted, seen):
                 return True

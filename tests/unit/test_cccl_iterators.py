@@ -80,8 +80,13 @@ def test_the_header_reached_through_the_trees_own_headers_counts(tmp_path):
     (tmp_path / "ggml/include/iters.h").write_text("#include <cuda/iterator>\n")
     # argsort.cuh -> "iters.h", found under ggml/include: both files reach <cuda/iterator>
     assert cub_dropped_iterator_uses(tree(tmp_path, header='#pragma once\n#include "iters.h"\n')) == []
+    # a header of the folder above, reached with ../ (ggml-cuda/vendors/... style paths)
+    (tmp_path / "ggml/include/iters.h").unlink()
+    (tmp_path / "ggml/src/iters.cuh").write_text("#include <cuda/iterator>\n")
+    tree(tmp_path, header='#pragma once\n#include "../iters.cuh"\n')
+    assert cub_dropped_iterator_uses(tmp_path) == []
     # the wrong header of the family is not enough
-    (tmp_path / "ggml/include/iters.h").write_text("#include <cuda/__iterator/counting_iterator.h>\n")
+    (tmp_path / "ggml/src/iters.cuh").write_text("#include <cuda/__iterator/counting_iterator.h>\n")
     assert len(cub_dropped_iterator_uses(tmp_path)) == 2
 
 
