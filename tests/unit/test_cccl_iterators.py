@@ -3,7 +3,7 @@ build (source/cudasource.py, flows/pipeline.check_cuda_sources), and a compile t
 one line naming the compiler's first error (engine/buildx.py).
 
 The DFlash fork's head (1c4788192) is such a tree: with CUDA 13.5 its argsort.cu stopped nvcc 50 s into the
-compile, and its top-k.cu would have stopped it about four fifths in (docs/bench-runs/2026-12-05-cuda-current.txt).
+compile, and once that was fixed its top-k.cu would have, 5 minutes in (docs/bench-runs/2026-12-05-cuda-current.txt).
 The trees here have the shape of those two files; tests/e2e/test_e2e_real_source.py checks that upstream's
 tree (whose argsort.cu includes <cuda/iterator>) is not refused."""
 
