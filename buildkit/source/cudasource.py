@@ -71,28 +71,30 @@ _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
 _HEADER_DIRS = ("", "ggml/include", "ggml/src", "include")  # where a quoted include may be found, besides its file's
 
 
-def _reaches(tree: Path, relative: str, wanted: str, seen: set[str]) -> bool:
-    """Whether the file, or a header of the tree it includes with quotes (followed once each), includes
-    <cuda/iterator>, <cuda/__iterator/WANTED.h> or any Thrust header (which may bring it)."""
-    if relative in seen:
-        return False
-    seen.add(relative)
-    text = _read(tree, relative)
-    if text is None:
-        return False
-    for m in _INCLUDE.finditer(_COMMENTS.sub(" ", text)):
-        kind, name = m.group(1), m.group(2).strip()
-        if kind == "<":
-            if name in ("cuda/iterator", f"cuda/__iterator/{wanted}.h") or name.startswith("thrust/"):
-                return True
+def _reaches(tree: Path, relative: str, wanted: str) -> bool:
+    """Whether the file, or a header of the tree it includes with quotes (each read once, however deep),
+    includes <cuda/iterator>, <cuda/__iterator/WANTED.h> or any Thrust header (which may bring it)."""
+    seen = {relative}
+    pending = [relative]
+    while pending:
+        current = pending.pop()
+        text = _read(tree, current)
+        if text is None:
             continue
-        for base in (posixpath.dirname(relative), *_HEADER_DIRS):
-            candidate = posixpath.normpath(posixpath.join(base, name))
-            if candidate.startswith("../") or candidate.startswith("/") or not (tree / candidate).is_file():
+        for m in _INCLUDE.finditer(_COMMENTS.sub(" ", text)):
+            kind, name = m.group(1), m.group(2).strip()
+            if kind == "<":
+                if name in ("cuda/iterator", f"cuda/__iterator/{wanted}.h") or name.startswith("thrust/"):
+                    return True
                 continue
-            if _reaches(tree, candidate, wanted, seen):
-                return True
-            break
+            for base in (posixpath.dirname(current), *_HEADER_DIRS):
+                candidate = posixpath.normpath(posixpath.join(base, name))
+                if candidate.startswith("../") or candidate.startswith("/") or not (tree / candidate).is_file():
+                    continue
+                if candidate not in seen:
+                    seen.add(candidate)
+                    pending.append(candidate)
+                break
     return False
 
 
@@ -106,7 +108,7 @@ def cub_dropped_iterator_uses(tree: Path) -> list[tuple[str, int, str]]:
         if text is None:
             continue
         for m in _DROPPED_USE.finditer(_code(text)):
-            if not _reaches(tree, relative, m.group(1), set()):
+            if not _reaches(tree, relative, m.group(1)):
                 name = m.group(0).replace(" ", "")
                 uses.append((relative, text.count("\n", 0, m.start()) + 1, name))
                 break

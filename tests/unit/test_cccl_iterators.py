@@ -85,6 +85,13 @@ def test_the_header_reached_through_the_trees_own_headers_counts(tmp_path):
     (tmp_path / "ggml/src/iters.cuh").write_text("#include <cuda/iterator>\n")
     tree(tmp_path, header='#pragma once\n#include "../iters.cuh"\n')
     assert cub_dropped_iterator_uses(tmp_path) == []
+    # a chain of 3,000 headers, each including the next, the last the header: read to the end, no recursion
+    chain = tmp_path / "ggml/src/chain"
+    chain.mkdir()
+    for i in range(3000):
+        (chain / f"h{i}.cuh").write_text(f'#include "h{i + 1}.cuh"\n' if i < 2999 else "#include <cuda/iterator>\n")
+    (tmp_path / "ggml/src/iters.cuh").write_text('#include "chain/h0.cuh"\n')
+    assert cub_dropped_iterator_uses(tmp_path) == []
     # the wrong header of the family is not enough
     (tmp_path / "ggml/src/iters.cuh").write_text("#include <cuda/__iterator/counting_iterator.h>\n")
     assert len(cub_dropped_iterator_uses(tmp_path)) == 2
