@@ -1,6 +1,6 @@
 """Bench: the real tree built for today's CUDA, one `buildkit build` per ARCH:CUDA pair, as a user runs it.
 
-Each pair gets its own project folder (buildkit.toml written from the arguments, nothing else) and runs
+Each pair gets its own project folder (buildkit.toml written from the arguments as `buildkit init` writes one) and runs
 `buildkit build` there, end to end: fetch, patch, render, build, verify, lock. It prints, per pair, the
 wall time, buildkit's own summary line (compile time, image size, ccache hits), the verify line that
 reads the architectures inside libggml-cuda.so with cuobjdump, and the CUDA wheels the lock pinned. The
@@ -36,16 +36,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 def project_toml(tree: str, commit: str, arch: str, cuda: str, cpu_level: str, os_image: str, name: str,
                  patch_dir: str) -> str:
-    """buildkit.toml for one pair: strings quoted by json.dumps (a TOML basic string is JSON's)."""
-    q = json.dumps
-    return "\n".join([
-        "schema_version = 1", "",
-        "[source]", f"url = {q(tree)}", f"commit = {q(commit)}", f"patch_dir = {q(patch_dir)}", "",
-        "[image]", f"name = {q(name)}", 'version = "0.1.0"', "",
-        "[build]", f"arch = {q(arch)}", f"cuda_version = {q(cuda)}", 'target = "server"',
-        f"cpu_level = {q(cpu_level)}", "",
-        "[base]", 'provider = "wheels"', f"os_image = {q(os_image)}", "",
-    ])
+    """buildkit.toml for one pair, written as `buildkit init` writes one (plan/starter.py)."""
+    from buildkit.plan.starter import starter_toml
+
+    return starter_toml({"source.url": tree, "source.commit": commit, "source.patch_dir": patch_dir,
+                         "image.name": name, "image.version": "0.1.0", "build.arch": arch,
+                         "build.cuda_version": cuda, "build.target": "server", "build.cpu_level": cpu_level,
+                         "base.provider": "wheels", "base.os_image": os_image})
 
 
 def cpu_level_for(arch: str, args: argparse.Namespace) -> str:
