@@ -31,7 +31,7 @@ from buildkit.engine.runner import wants_tty
 from buildkit.engine.specs import BuildSession, BuildSpec
 from buildkit.plan.aptpins import REFUSED
 from buildkit.plan.cpulevels import LEVELS, fallback
-from buildkit.source.cudasource import ITERATORS_CUB_DROPPED
+from buildkit.source.cudasource import CUB_DROPPED_ITERATORS_FROM as _FROM, ITERATORS_CUB_DROPPED
 
 
 @dataclass(frozen=True)
@@ -101,8 +101,9 @@ KNOWN_FAILURES = (
     # uses before the build; this is for the ones it cannot see, e.g. behind a macro)
     (re.compile(r'namespace "cuda" has no member "(?:make_)?(?:' + "|".join(ITERATORS_CUB_DROPPED) + r')"'
                 r'|incomplete type "cuda::(?:__\d+::)?(?:' + "|".join(ITERATORS_CUB_DROPPED) + r')"'),
-     "from CUDA 13.3 on, <cub/cub.cuh> no longer includes <cuda/iterator> (ggml-org/ggml#1624): add "
-     "`#include <cuda/iterator>` to the file with a patch in the patch queue, or build with --cuda 13.2"),
+     f"from CUDA {_FROM[0]}.{_FROM[1]} on, <cub/cub.cuh> no longer includes <cuda/iterator> (ggml-org/ggml#1624): "
+     f"add `#include <cuda/iterator>` to the file with a patch in the patch queue, or build with --cuda "
+     f"{_FROM[0]}.{_FROM[1] - 1}"),
 )
 # nvcc's and GCC's error lines (file(line): error: ..., file:line:col: error: ...), and the build step's
 # marker of a failed compile (templates/_build.j2), after which the compiler's own output comes
