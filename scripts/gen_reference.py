@@ -33,7 +33,7 @@ GROUPS: dict[str, list[str]] = {
     "build": ["build", "render", "base", "reproduce", "diff"],
     "publish": ["push", "tags", "promote", "keys", "verify-image"],
     "nightly": ["nightly", "bake", "ccache", "ci"],
-    "run": ["run", "bench", "gpu-check"],
+    "run": ["run", "bench", "gpu-check", "workload-check"],
 }
 
 

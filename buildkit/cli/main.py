@@ -27,6 +27,7 @@ from buildkit.cli.reproduce import reproduce
 from buildkit.cli.run import run
 from buildkit.cli.signing import keys, verify_image
 from buildkit.cli.tags import tags
+from buildkit.cli.workloadcheck import workload_check
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -48,7 +49,7 @@ def main() -> None:
 
 # In the order `buildkit --help` listed them before the split (click sorts them by name anyway).
 for command in (init, archs, config_cmd, render, build, push, tags, nightly, promote, bake, ci, bench, run, reproduce,
-                diff, doctor, ccache, gpu_check, base, keys, verify_image):
+                diff, doctor, ccache, gpu_check, workload_check, base, keys, verify_image):
     main.add_command(command)
 
 
