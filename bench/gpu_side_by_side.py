@@ -11,9 +11,11 @@ the GPU host in ONE device call (docs/gpu-runs/2026-12-05-cpu-workload/PROCEDURE
            buildkit.gpu.libplan exactly as `gpu_run.py run` does.
 3. rounds  --rounds N: each round starts both servers one after the other with the same model and
            arguments (the order alternates: image first in even rounds, native first in odd ones), runs
-           buildkit's bench protocol (buildkit.bench.client.run_bench) against each, and stops it.
+           buildkit's bench protocol (buildkit.bench.client.run_bench) against each, and stops it; in two
+           modes when --model-draft is given: the target alone (plain) and with the drafter (dflash).
 4. ratio   image / native of the median generation (predicted_tps) and prompt (prompt_tps) tokens/s over
-           every run of every round; the goal is >= --goal (0.98). Exit 0 when both meet it, 4 when not.
+           every run of every round, per mode; the goal is >= --goal (0.98). Exit 0 when all meet it, 4 when
+           not.
 
 Writes side_by_side.json and both servers' logs to --out. Stdlib plus the carried repository (buildkit
 imported from it, no pip install).
@@ -30,7 +32,6 @@ import subprocess
 import sys
 import tarfile
 import time
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -38,6 +39,8 @@ sys.path.insert(0, str(REPO))
 
 from buildkit.bench.client import run_bench  # noqa: E402
 from buildkit.bench.protocol import Protocol  # noqa: E402
+from buildkit.bench.workload import draft_only  # noqa: E402
+from buildkit.gpu.localserver import LocalServers  # noqa: E402
 
 # the fork's CLAUDE.md at 1c4788192 (its "## Build" block), CUDA architectures left to --cuda-arch
 FORK_FLAGS = ("-DGGML_CUDA=ON", "-DGGML_NATIVE=ON", "-DGGML_CUDA_FA=ON", "-DGGML_CUDA_FA_ALL_QUANTS=ON")
@@ -97,50 +100,47 @@ def image_server(args, work: Path) -> tuple[Path, dict[str, str], Path]:
     if missing:
         raise SystemExit(f"image: libraries not found: {', '.join(missing)}")
     farm = libplan.link_farm(choices, work / "libs")
-    env = dict(os.environ, LD_LIBRARY_PATH=str(farm))
     cwd = folder / "app" / "lib" if (folder / "app" / "lib").is_dir() else folder / "app"
-    return libplan.roots_of(folder)[0], env, cwd
-
-
-def healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/health", timeout=2) as resp:
-            return resp.status == 200
-    except OSError:
-        return False
-
-
-def one_side(name: str, exe: Path, env: dict[str, str], cwd: Path, args, out: Path, round_no: int) -> dict:
-    url = f"http://127.0.0.1:{args.port}"
-    argv = [str(exe), "-m", str(Path(args.model).resolve()), "-ngl", "99", "--host", "127.0.0.1",
-            "--port", str(args.port), *args.server_args]
-    log_path = out / f"{name}-round{round_no}.log"
-    say(f"[round {round_no}] {name}: $ {' '.join(argv)}")
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env)
-    try:
-        deadline = time.monotonic() + args.startup_timeout
-        while not healthy(url):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"{name}: no /health 200 (exit {proc.poll()}); see {log_path}")
-            time.sleep(0.5)
-        report = run_bench(url, Protocol(runs=args.runs, max_tokens=args.max_tokens).check())
-        doc = report.to_dict()
-        if doc.get("error"):
-            raise SystemExit(f"{name}: bench failed: {doc['error']}")
-        return doc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    return libplan.roots_of(folder)[0], {"LD_LIBRARY_PATH": str(farm)}, cwd
 
 
 def median_of(docs: list[dict], key: str) -> float | None:
     values = [r[key] for d in docs for r in d.get("runs", []) if r.get(key)]
     return statistics.median(values) if values else None
+
+
+def rounds(sides: dict[str, LocalServers], modes: dict[str, tuple[list[str], bool]], n_rounds: int,
+           protocol: Protocol, goal: float) -> dict:
+    """Alternating rounds (the order flips every round) of every mode on every side, the bench protocol against
+    each server; the ratio image/native of the median generation and prompt tokens/s, per mode."""
+    names = list(sides)
+    reports: dict[str, dict[str, list[dict]]] = {m: {n: [] for n in names} for m in modes}
+    for r in range(n_rounds):
+        for mode, (server_args, draft) in modes.items():
+            for name in (names if r % 2 == 0 else list(reversed(names))):
+                with sides[name].serve(f"{name} {mode} round{r}", server_args, draft=draft) as url:
+                    report = run_bench(url, protocol).to_dict()
+                if report.get("error"):
+                    raise SystemExit(f"{name} {mode}: bench failed: {report['error']}")
+                reports[mode][name].append(report)
+                runs = report.get("runs", [])
+                say(f"[round {r}] {mode} {name}: " + ", ".join(f"{x.get('predicted_tps') or 0:.1f}" for x in runs)
+                    + " gen tok/s")
+    result: dict = {"rounds": n_rounds, "runs": protocol.runs, "max_tokens": protocol.max_tokens, "goal": goal,
+                    "modes": {}, "reports": reports}
+    ok = True
+    for mode in modes:
+        entry: dict = {"args": modes[mode][0], "draft": modes[mode][1]}
+        for key, what in (("predicted_tps", "generation"), ("prompt_tps", "prompt")):
+            img, nat = median_of(reports[mode]["image"], key), median_of(reports[mode]["native"], key)
+            ratio = img / nat if img and nat else None
+            entry[key] = {"image": img, "native": nat, "ratio": ratio}
+            ok = ok and ratio is not None and ratio >= goal
+            say(f"{mode} {what} tok/s median: image {img} native {nat} ratio "
+                f"{ratio if ratio is None else round(ratio, 4)}")
+        result["modes"][mode] = entry
+    result["meets_goal"] = ok
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--source", required=True, help="the fork's tree at the image's commit: folder or tar")
     p.add_argument("--bundle", help="bundle of the image (scripts/gpu_run.py extract); not needed with --build-only")
     p.add_argument("--model", help="GGUF model both servers load")
+    p.add_argument("--model-draft", help="draft model: also compare the DFlash mode (the arguments after --, "
+                                         "with the drafter) besides the target alone")
     p.add_argument("--work", default="/tmp/side-by-side", help="build and unpack folder (default: %(default)s)")
     p.add_argument("--out", default=os.environ.get("OUT", "side-by-side-out"))
     p.add_argument("--cuda-arch", default="90", help="CMAKE_CUDA_ARCHITECTURES (H200: 90)")
@@ -161,7 +163,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--runs", type=int, default=3, help="bench runs per server per round")
     p.add_argument("--max-tokens", type=int, default=400)
-    p.add_argument("--port", type=int, default=8091)
     p.add_argument("--startup-timeout", type=float, default=180.0)
     p.add_argument("--goal", type=float, default=0.98)
     args = p.parse_args(ours)
@@ -175,27 +176,21 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.bundle and args.model):
         p.error("--bundle and --model are needed unless --build-only")
     image_exe, image_env, image_cwd = image_server(args, work)
-    sides = {"image": (image_exe, image_env, image_cwd), "native": (native, dict(os.environ), native.parent)}
-    reports: dict[str, list[dict]] = {"image": [], "native": []}
-    for r in range(args.rounds):
-        for name in (("image", "native") if r % 2 == 0 else ("native", "image")):
-            reports[name].append(one_side(name, *sides[name], args, out, r))
-    result: dict = {"server_args": server_args, "model": args.model, "rounds": args.rounds, "runs": args.runs,
-                    "goal": args.goal, "reports": reports}
-    ok = True
-    for key, what in (("predicted_tps", "generation"), ("prompt_tps", "prompt")):
-        img, nat = median_of(reports["image"], key), median_of(reports["native"], key)
-        ratio = img / nat if img and nat else None
-        result[f"{key}_ratio"] = ratio
-        result[f"{key}_median"] = {"image": img, "native": nat}
-        ok = ok and ratio is not None and ratio >= args.goal
-        say(f"{what} tok/s median: image {img} native {nat} ratio {ratio if ratio is None else round(ratio, 4)}")
-    result["meets_goal"] = ok
+    model = Path(args.model).resolve()
+    draft = Path(args.model_draft).resolve() if args.model_draft else None
+    common = {"model": model, "draft": draft, "extra": ("-ngl", "99"), "startup_timeout": args.startup_timeout}
+    sides = {"image": LocalServers(exe=image_exe, env=image_env, cwd=image_cwd, logs=out / "logs", **common),
+             "native": LocalServers(exe=native, cwd=native.parent, logs=out / "logs", **common)}
+    modes = {"plain": (draft_only(server_args), False)}
+    if draft is not None:
+        modes["dflash"] = (server_args, True)
+    result = rounds(sides, modes, args.rounds, Protocol(runs=args.runs, max_tokens=args.max_tokens).check(), args.goal)
+    result["model"], result["model_draft"] = str(model), str(draft) if draft else None
     tmp = out / ".side_by_side.json.tmp"
     tmp.write_text(json.dumps(result, indent=2) + "\n")
     os.replace(tmp, out / "side_by_side.json")
-    say(f"goal >= {args.goal}: {'met' if ok else 'NOT met'} ({out / 'side_by_side.json'})")
-    return 0 if ok else 4
+    say(f"goal >= {args.goal}: {'met' if result['meets_goal'] else 'NOT met'} ({out / 'side_by_side.json'})")
+    return 0 if result["meets_goal"] else 4
 
 
 if __name__ == "__main__":

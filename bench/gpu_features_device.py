@@ -1,0 +1,334 @@
+#!/usr/bin/env python3
+"""Issue 46 on the lent GPU, in ONE device call: the fork's own features from buildkit's image, and the image
+side by side with a native build of the same commit (docs/gpu-runs/2026-12-06-h100/PROCEDURE.md says how to
+prepare and call it).
+
+Phases, in order, each skipped with a line when the call's time (--deadline seconds) would not cover it:
+
+  build     (in the background from the start) the fork's tree natively with its own recommended flags
+            (bench/gpu_side_by_side.py's FORK_FLAGS, GGML_CUDA_FA_ALL_QUANTS=ON among them), llama-server only
+  models    scripts/fork_models.py: tiny and medium random pairs, medium accepting pairs (--noise 0 and --noise)
+  lossless  (image) tiny and medium, f16 and turbo4 KV, random and accepting weights: bench/workload.py
+  kv        (image) top-1 agreement of turbo4, turbo3, turbo2, q8_0 with f16, medium random
+  pairs     (image) which K/V cache type pairs run with flash attention, at what tokens/s (no FA_ALL_QUANTS)
+  accept    (image) acceptance and speed with the accepting pairs, 3 x 800 tokens (after the build: no load)
+  sbs       image vs native, alternating rounds, plain and dflash (bench/gpu_side_by_side.py's rounds)
+  pairs-n   (native) the same pairs with GGML_CUDA_FA_ALL_QUANTS=ON
+
+Everything goes under OUT/run/ and is packed at the end into OUT/gpu46-run.tar.xz (the device sends back at most
+8 files); OUT/summary.txt has every verdict line (also printed last).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from buildkit.bench.greedy import complete  # noqa: E402
+from buildkit.bench.protocol import Protocol  # noqa: E402
+from buildkit.bench.workload import Setup, draft_only, run_checks  # noqa: E402
+from buildkit.core.errors import BuildkitError  # noqa: E402
+from buildkit.gpu.localserver import LocalServers  # noqa: E402
+from gpu_side_by_side import COMMON_FLAGS, FORK_FLAGS, rounds, source_tree  # noqa: E402
+
+# the seed's [profiles.dflash] args (buildkit.toml), the context cut to what these models hold
+DFLASH = ["--spec-type", "dflash", "--n-gpu-layers-draft", "99", "--ctx-size", "4096", "--ctx-size-draft", "256",
+          "--batch-size", "256", "--ubatch-size", "64", "--parallel", "1", "--flash-attn", "on", "--jinja",
+          "--chat-template-kwargs", '{"enable_thinking": false}']
+TURBO4 = ["-ctk", "turbo4", "-ctv", "turbo4"]
+KV_TYPES = ("turbo4", "turbo3", "turbo2", "q8_0")
+PAIRS = (("f16", "f16"), ("q8_0", "q8_0"), ("q4_0", "q4_0"), ("q8_0", "f16"), ("f16", "q8_0"), ("q4_0", "q8_0"),
+         ("turbo4", "turbo4"), ("turbo3", "turbo3"), ("turbo2", "turbo2"), ("turbo3_tcq", "turbo3_tcq"),
+         ("turbo4", "f16"), ("q8_0", "turbo4"), ("turbo4", "q8_0"))
+
+START = time.monotonic()
+LINES: list[str] = []
+
+
+def say(msg: str) -> None:
+    print(f"[{time.monotonic() - START:6.1f}s] {msg}", flush=True)
+
+
+def verdict(line: str) -> None:
+    LINES.append(line)
+    say(line)
+
+
+class Run:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.out = Path(args.out).resolve() / "run"
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.work = Path(args.work).resolve()
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.models = self.work / "models"
+        self.results: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        self.build: subprocess.Popen[bytes] | None = None
+        self.native: Path | None = None
+
+    def left(self) -> float:
+        return self.args.deadline - (time.monotonic() - START)
+
+    def save(self) -> None:
+        (self.out / "results.json").write_text(json.dumps(self.results, indent=2, default=str) + "\n")
+
+    def phase(self, name: str, need: float, fn: Callable[[], Any]) -> Any:
+        if name in self.args.skip:
+            verdict(f"{name}: skipped (--skip)")
+            return None
+        if self.left() < need:
+            verdict(f"{name}: skipped, {self.left():.0f} s left of the call, it needs about {need:.0f} s")
+            self.results[name] = {"skipped": f"{self.left():.0f} s left"}
+            self.save()
+            return None
+        say(f"== {name} ({self.left():.0f} s left)")
+        started = time.monotonic()
+        try:
+            result = fn()
+        except (BuildkitError, OSError, SystemExit, subprocess.SubprocessError) as exc:
+            verdict(f"{name}: ERROR {exc}")
+            self.results[name] = {"error": str(exc), "traceback": traceback.format_exc()[-3000:]}
+            result = None
+        else:
+            self.results[name] = result
+        self.results.setdefault("seconds", {})[name] = round(time.monotonic() - started, 1)
+        self.save()
+        return result
+
+    # ---------------------------------------------------------------- servers
+    def image(self, model: str, draft: str | None, logs: str) -> LocalServers:
+        from gpu_side_by_side import image_server
+
+        if not hasattr(self, "_image"):
+            ns = argparse.Namespace(bundle=self.args.bundle, cuda_from="auto")
+            self._image = (Path(self.args.image_exe), {}, Path(self.args.image_exe).parent) if self.args.image_exe \
+                else image_server(ns, self.work)
+        exe, env, cwd = self._image
+        return LocalServers(exe=exe, env=env, cwd=cwd, model=self.models / model,
+                            draft=self.models / draft if draft else None, logs=self.out / logs,
+                            extra=("-ngl", self.args.ngl), startup_timeout=120)
+
+    def native_servers(self, model: str, draft: str | None, logs: str) -> LocalServers:
+        assert self.native is not None
+        return LocalServers(exe=self.native, cwd=self.native.parent, model=self.models / model,
+                            draft=self.models / draft if draft else None, logs=self.out / logs,
+                            extra=("-ngl", self.args.ngl), startup_timeout=120)
+
+    # ---------------------------------------------------------------- phases
+    def start_build(self) -> dict[str, Any]:
+        if self.args.native_exe:
+            self.native = Path(self.args.native_exe).resolve()
+            return {"reused": str(self.native)}
+        tree = source_tree(Path(self.args.source).resolve(), self.work)
+        build = self.work / "build-native"
+        flags = [*FORK_FLAGS, f"-DCMAKE_CUDA_ARCHITECTURES={self.args.cuda_arch}", *COMMON_FLAGS,
+                 "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_WEBUI=OFF", "-DLLAMA_OPENSSL=OFF"]
+        script = (f"cmake -S {tree} -B {build} -G Ninja {' '.join(flags)} && "
+                  f"nice -n 10 cmake --build {build} --target llama-server -j {self.args.jobs}")
+        log = open(self.out / "native-build.log", "wb")  # noqa: SIM115 - the build outlives this function
+        self.build = subprocess.Popen(["bash", "-c", script], stdout=log, stderr=subprocess.STDOUT,
+                                      start_new_session=True)
+        self.build_started = time.monotonic()
+        return {"flags": flags, "jobs": self.args.jobs}
+
+    def wait_build(self, reserve: float) -> bool:
+        if self.native is not None:
+            return True
+        if self.build is None:
+            return False
+        while self.build.poll() is None and self.left() > reserve:
+            time.sleep(2)
+        if self.build.poll() is None:
+            verdict(f"native build: still running with {self.left():.0f} s left; left running (a warm machine "
+                    "keeps it for the next call)")
+            return False
+        took = time.monotonic() - self.build_started
+        exe = self.work / "build-native" / "bin" / "llama-server"
+        ok = self.build.returncode == 0 and exe.is_file()
+        verdict(f"native build: {'done' if ok else 'FAILED'} in {took:.0f} s (exit {self.build.returncode})")
+        self.results["native_build"] = {"seconds": round(took, 1), "exit": self.build.returncode}
+        shutil.copy(self.work / "build-native" / ".ninja_log", self.out / "native.ninja_log") if (
+            self.work / "build-native" / ".ninja_log").is_file() else None
+        self.native = exe if ok else None
+        return ok
+
+    def write_models(self) -> dict[str, Any]:
+        self.models.mkdir(parents=True, exist_ok=True)
+        made = {}
+        for extra in (["--size", "tiny"], ["--size", "medium"], ["--size", "medium", "--kind", "accepting"],
+                      ["--size", "medium", "--kind", "accepting", "--noise", str(self.args.noise)],
+                      ["--size", "tiny", "--kind", "accepting", "--noise", str(self.args.noise)]):
+            if "medium" in extra and "medium" in self.args.skip_sizes:
+                continue
+            argv = [sys.executable, str(REPO / "scripts" / "fork_models.py"), "--out", str(self.models), *extra]
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+            if done.returncode:
+                raise BuildkitError(f"fork_models {' '.join(extra)}: {done.stderr.strip()[-500:]}")
+            made[" ".join(extra)] = done.stdout.split()
+        return made
+
+    def lossless(self) -> dict[str, Any]:
+        noisy = f"accepting-noise{self.args.noise:g}"
+        configs = [("tiny random", "tiny", "f16"), ("tiny random", "tiny", "turbo4"),
+                   ("medium random", "medium", "f16"), ("medium random", "medium", "turbo4"),
+                   (f"medium {noisy}", f"medium-{noisy}", "f16"), (f"medium {noisy}", f"medium-{noisy}", "turbo4")]
+        out = {}
+        for label, suffix, kv in configs:
+            if "medium" in suffix and "medium" in self.args.skip_sizes:
+                continue
+            if self.left() < 60:
+                verdict(f"lossless {label} {kv}: skipped, {self.left():.0f} s left")
+                continue
+            servers = self.image(f"qwen35-{suffix}.gguf", f"dflash-draft-{suffix}.gguf", "lossless")
+            spec = DFLASH + (TURBO4 if kv == "turbo4" else [])
+            setup = Setup(f"{label} {kv}", tuple(spec), draft_only(spec))
+            report = run_checks(servers, [setup], checks=["lossless"], protocol=Protocol(),
+                                n_predict=self.args.n_predict, log=say)
+            for line in report.lines():
+                verdict(line)
+            out[setup.label] = report.to_dict()
+        return out
+
+    def kv(self) -> dict[str, Any]:
+        size = "tiny" if "medium" in self.args.skip_sizes else "medium"
+        servers = self.image(f"qwen35-{size}.gguf", None, "kv")
+        base = ("--flash-attn", "on", "--ctx-size", "4096")
+        report = run_checks(servers, [Setup(f"{size} random", base, base)], checks=["kv"], kv_types=KV_TYPES,
+                            protocol=Protocol(), log=say)
+        for line in report.lines():
+            verdict(line)
+        return report.to_dict()
+
+    def pairs(self, which: str) -> dict[str, Any]:
+        size = "tiny" if "medium" in self.args.skip_sizes else "medium"
+        make = self.image if which == "image" else self.native_servers
+        servers = make(f"qwen35-{size}.gguf", None, f"pairs-{which}")
+        rows = {}
+        for k, v in PAIRS:
+            try:
+                with servers.serve(f"{k}-{v}", ["--flash-attn", "on", "--ctx-size", "4096", "-ctk", k, "-ctv", v],
+                                   draft=False) as url:
+                    complete(url, "The quick brown fox", 16)  # warm-up
+                    done = complete(url, "The quick brown fox", 128)
+                rows[f"{k}/{v}"] = {"ok": True, "tps": done.predicted_tps}
+            except BuildkitError as exc:
+                rows[f"{k}/{v}"] = {"ok": False, "error": str(exc)[-400:]}
+        line = f"pairs {which}: " + ", ".join(
+            f"{p} {r['tps']:.0f}" if r["ok"] and r["tps"] else f"{p} FAIL" for p, r in rows.items())
+        verdict(line + " (gen tok/s)")
+        return rows
+
+    def accept(self) -> dict[str, Any]:
+        out = {}
+        for suffix, kv in (("medium-accepting", "f16"), (f"medium-accepting-noise{self.args.noise:g}", "f16"),
+                           (f"medium-accepting-noise{self.args.noise:g}", "turbo4")):
+            if "medium" in self.args.skip_sizes:
+                suffix = suffix.replace("medium", "tiny")
+                if suffix == "tiny-accepting":
+                    continue
+            if self.left() < 45:
+                verdict(f"acceptance {suffix} {kv}: skipped, {self.left():.0f} s left")
+                continue
+            servers = self.image(f"qwen35-{suffix}.gguf", f"dflash-draft-{suffix}.gguf", "accept")
+            spec = DFLASH + (TURBO4 if kv == "turbo4" else [])
+            setup = Setup(f"{suffix} {kv}", tuple(spec), draft_only(spec))
+            report = run_checks(servers, [setup], checks=["acceptance"], log=say,
+                                protocol=Protocol(runs=self.args.runs, max_tokens=self.args.max_tokens).check())
+            for line in report.lines():
+                verdict(line)
+            out[setup.label] = report.to_dict()
+        return out
+
+    def sbs(self) -> dict[str, Any]:
+        suffix = f"{'tiny' if 'medium' in self.args.skip_sizes else 'medium'}-accepting-noise{self.args.noise:g}"
+        sides = {"image": self.image(f"qwen35-{suffix}.gguf", f"dflash-draft-{suffix}.gguf", "sbs"),
+                 "native": self.native_servers(f"qwen35-{suffix}.gguf", f"dflash-draft-{suffix}.gguf", "sbs")}
+        modes = {"plain": (list(draft_only(DFLASH)), False), "dflash": (DFLASH, True)}
+        result = rounds(sides, modes, self.args.rounds, Protocol(runs=2, max_tokens=400).check(), 0.98)
+        for mode, entry in result["modes"].items():
+            g, p = entry["predicted_tps"], entry["prompt_tps"]
+            verdict(f"side by side {mode}: generation image/native {_ratio(g)}, prompt {_ratio(p)} (goal >= 0.98)")
+        return result
+
+
+def _ratio(entry: dict[str, Any]) -> str:
+    r = entry.get("ratio")
+    return "n/a" if r is None else f"{r:.3f} ({entry['image']:.1f} / {entry['native']:.1f} tok/s)"
+
+
+def facts() -> dict[str, Any]:
+    out: dict[str, Any] = {"python": sys.version.split()[0], "cpus": os.cpu_count()}
+    for argv in (["nvidia-smi", "--query-gpu=name,driver_version,memory.total,compute_cap", "--format=csv,noheader"],
+                 ["nvcc", "--version"], ["cmake", "--version"]):
+        try:
+            out[argv[0]] = subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout.strip()[-300:]
+        except (OSError, subprocess.SubprocessError) as exc:
+            out[argv[0]] = f"not run: {exc}"
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--bundle", help="the image's bundle (scripts/gpu_run.py extract)")
+    p.add_argument("--image-exe", help="instead of --bundle: a llama-server binary standing in for the image")
+    p.add_argument("--source", help="the fork's tree (tar.xz) for the native build")
+    p.add_argument("--native-exe", help="a native llama-server already built (no build)")
+    p.add_argument("--out", default=os.environ.get("OUT", "gpu46-out"))
+    p.add_argument("--work", default="/tmp/gpu46")
+    p.add_argument("--deadline", type=float, default=560.0, help="seconds this call may take in all")
+    p.add_argument("--jobs", type=int, default=12, help="native build jobs")
+    p.add_argument("--cuda-arch", default="90")
+    p.add_argument("--ngl", default="99")
+    p.add_argument("--noise", type=float, default=0.5, help="the accepting pair's partial-acceptance noise")
+    p.add_argument("--n-predict", type=int, default=128)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--max-tokens", type=int, default=800)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--skip", action="append", default=[], help="phase to skip (repeatable)")
+    p.add_argument("--skip-sizes", action="append", default=[], help="medium: tiny models only (a CPU rehearsal)")
+    args = p.parse_args(argv)
+    if not (args.bundle or args.image_exe):
+        p.error("--bundle or --image-exe")
+    run = Run(args)
+    run.results["facts"] = facts()
+    say(json.dumps(run.results["facts"]))
+    if "build" not in args.skip and (args.source or args.native_exe):
+        run.phase("build", 0, run.start_build)
+    run.phase("models", 60, run.write_models)
+    run.phase("lossless", 90, run.lossless)
+    run.phase("kv", 60, run.kv)
+    run.phase("pairs", 45, lambda: run.pairs("image"))
+    run.wait_build(reserve=150)
+    run.phase("accept", 60, run.accept)
+    if run.native is not None:
+        run.phase("sbs", 60, run.sbs)
+        run.phase("pairs-native", 40, lambda: run.pairs("native"))
+    else:
+        verdict("side by side: not run (no native build)")
+    run.results["lines"] = LINES
+    run.save()
+    out = Path(args.out).resolve()
+    (out / "summary.txt").write_text("\n".join(LINES) + "\n")
+    with tarfile.open(out / "gpu46-run.tar.xz", "w:xz", preset=6) as tar:
+        tar.add(run.out, arcname="run")
+    shutil.rmtree(run.out, ignore_errors=True)
+    say("summary:\n" + "\n".join(LINES))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
