@@ -95,6 +95,7 @@ def image_server(args, work: Path) -> tuple[Path, dict[str, str], Path]:
     say(f"image: {manifest['image'].get('manifest_digest')} "
         f"flags {manifest['image'].get('labels', {}).get('org.llama-buildkit.flags', '?')}")
     host = libplan.HostDirs()
+    host.cuda = list(getattr(args, "cuda_dir", None) or []) + host.cuda
     choices = libplan.plan(folder, host, cuda_from=args.cuda_from)
     missing = [c.soname for c in choices if c.path is None]
     if missing:
