@@ -341,13 +341,38 @@ class Run:
 
     def lossless_native(self) -> dict[str, Any]:
         size = "tiny" if "medium" in self.args.skip_sizes else "medium"
-        servers = self.native_servers(f"qwen35-{size}.gguf", f"dflash-draft-{size}.gguf", "lossless-native")
-        setup = Setup(f"native {size} random f16", tuple(DFLASH), draft_only(DFLASH))
-        report = run_checks(servers, [setup], checks=["lossless"], protocol=Protocol(), n_predict=self.args.n_predict,
-                            log=say)
-        for line in report.lines():
-            verdict(line)
-        return report.to_dict()
+        out = {}
+        for label, suffix, kv in ((f"{size} random", size, "f16"), (f"{size} random", size, "turbo4"),
+                                  (self.noisy(size), self.noisy(size), "f16"),
+                                  (f"{size}-accepting", f"{size}-accepting", "f16")):
+            if self.left() < 30 or (kv == "turbo4" and size == "tiny"):
+                continue
+            servers = self.native_servers(f"qwen35-{suffix}.gguf", f"dflash-draft-{suffix}.gguf", "lossless-native")
+            spec = DFLASH + (TURBO4 if kv == "turbo4" else [])
+            setup = Setup(f"native {label} {kv}", tuple(spec), draft_only(spec))
+            report = run_checks(servers, [setup], checks=["lossless"], protocol=Protocol(),
+                                n_predict=self.args.n_predict, log=say)
+            for line in report.lines():
+                verdict(line)
+            out[setup.label] = report.to_dict()
+        return out
+
+    def accept_both(self) -> dict[str, Any]:
+        """Acceptance and speed of the image and the native build side by side (a patch's cost shows here)."""
+        size = "tiny" if "medium" in self.args.skip_sizes else "medium"
+        out = {}
+        for suffix in (f"{size}-accepting", self.noisy(size)):
+            for which, make in (("image", self.image), ("native", self.native_servers)):
+                if self.left() < 25:
+                    continue
+                servers = make(f"qwen35-{suffix}.gguf", f"dflash-draft-{suffix}.gguf", f"accept-{which}")
+                setup = Setup(f"{which} {suffix} f16", tuple(DFLASH), draft_only(DFLASH))
+                report = run_checks(servers, [setup], checks=["acceptance"], log=say,
+                                    protocol=Protocol(runs=self.args.runs, max_tokens=self.args.max_tokens).check())
+                for line in report.lines():
+                    verdict(line)
+                out[setup.label] = report.to_dict()
+        return out
 
     def sbs(self) -> dict[str, Any]:
         suffix = f"{'tiny' if 'medium' in self.args.skip_sizes else 'medium'}-accepting"  # drafts accepted: its speed
@@ -428,6 +453,7 @@ def main(argv: list[str] | None = None) -> int:
         run.phase("pairs-native", 40, lambda: run.pairs("native"))
         run.phase("lossless-native", 40, run.lossless_native)
         run.phase("evidence-native", 30, lambda: run.evidence("native"))
+        run.phase("accept-both", 40, run.accept_both)
     else:
         verdict("side by side: not run (no native build)")
     run.results["lines"] = LINES
