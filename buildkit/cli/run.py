@@ -58,7 +58,7 @@ def run(profile_name: str | None, image: str | None, model: str | None, model_dr
         raise ConfigError("--detach and --bind are docker run's; a Kubernetes manifest has neither")
     spec = make_spec(image=image, model=model, model_draft=model_draft, profile=profile,
                      extra_args=tuple(server_args), gpus=gpus, host_port=port, bind=bind, name=name,
-                     check_files=not k8s)
+                     check_files=not print_only)
     if k8s:
         click.echo(kubernetes_manifest(spec, gpus_given=gpus is not None))
         return
