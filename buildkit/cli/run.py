@@ -13,7 +13,10 @@ from buildkit.core.errors import ConfigError
 from buildkit.plan.config import read_document
 from buildkit.plan.inputs import LABEL_PREFIX
 from buildkit.plan.k8s import gpu_count, manifest_text, object_name, pinned_image
+from buildkit.core.ggufheader import read_header
+from buildkit.plan.llamaargs import parse_server_args
 from buildkit.plan.profiles import ServerSpec, get_profile, make_spec
+from buildkit.plan.vram import GiB, Estimate, estimate
 
 CUDA_LABEL = LABEL_PREFIX + "cuda-version"
 
@@ -35,13 +38,16 @@ CUDA_LABEL = LABEL_PREFIX + "cuda-version"
               help="With --print: docker (the docker run command) or k8s (a Kubernetes Deployment and Service as "
                    "JSON for kubectl apply -f: the image by digest, the nvidia.com/gpu limit, the model files from "
                    "the PersistentVolumeClaim NAME-models, probes on /health; --name names the objects).")
+@click.option("--gpu-memory", "gpu_memory", type=float, default=None,
+              help="The GPU's memory in GiB, to hold the estimate of what the server takes against (default: "
+                   "nvidia-smi's memory.total here).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="buildkit.toml to read (default: ./buildkit.toml, or $LLAMA_BUILDKIT_CONFIG).")
 @click.argument("server_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA-SERVER ARGS...]")
 @handle_errors
 def run(profile_name: str | None, image: str | None, model: str | None, model_draft: str | None, gpus: str | None,
         port: int | None, bind: str, name: str, detach: bool, print_only: bool, output_format: str,
-        config_path: str | None, server_args: tuple[str, ...]) -> None:
+        gpu_memory: float | None, config_path: str | None, server_args: tuple[str, ...]) -> None:
     """Run an image's llama-server with a runtime profile: prints or executes the docker run command.
 
     \b
@@ -70,6 +76,8 @@ def run(profile_name: str | None, image: str | None, model: str | None, model_dr
     if print_only:
         click.echo(command)
         return
+    if spec.gpus:
+        say_gpu_memory(spec, gpu_memory)
     click.echo(f"+ {command}", err=True)
     sys.exit(get_engine().attach(container))
 
@@ -85,3 +93,34 @@ def kubernetes_manifest(spec: ServerSpec, *, gpus_given: bool) -> str:
         gpus = 1
     return manifest_text(spec, image=pinned_image(spec.image, info.repo_digests if info else ()),
                          name=object_name(spec.name, spec.profile), gpus=gpus)
+
+
+def gpu_estimate(spec: ServerSpec) -> Estimate:
+    """What llama-server with spec's arguments takes of the GPU, from its models' GGUF headers."""
+    target = read_header(spec.model)
+    draft = read_header(spec.model_draft) if spec.model_draft else None
+    return estimate(target, parse_server_args(spec.args), draft)
+
+
+def gpu_bytes(given_gib: float | None) -> int | None:
+    if given_gib is not None:
+        if given_gib <= 0:
+            raise ConfigError(f"--gpu-memory must be more than 0 GiB, got {given_gib:g}")
+        return int(given_gib * GiB)
+    from buildkit.flows.platformcheck import gpu_memory_bytes
+
+    return gpu_memory_bytes()
+
+
+def say_gpu_memory(spec: ServerSpec, given_gib: float | None) -> None:
+    """The estimate on stderr, one line a component, and a warning before the server starts when the sum is
+    over the GPU's memory."""
+    found = gpu_estimate(spec)
+    memory = gpu_bytes(given_gib)
+    click.echo("buildkit: GPU memory, estimated from the models' GGUF headers:", err=True)
+    for line in found.lines(memory):
+        click.echo(line, err=True)
+    if memory is not None and found.total > memory:
+        click.echo(f"warning: the estimate ({found.total / GiB:.2f} GiB) is over the GPU's memory ({memory / GiB:.2f} "
+                   "GiB): expect the server to fail to load; lower --ctx-size, quantize the KV cache "
+                   "(-ctk q8_0 -ctv q8_0, or turbo4 on the DFlash fork), or offload fewer layers", err=True)

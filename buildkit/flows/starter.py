@@ -87,8 +87,8 @@ def init_project(folder: Path, *, fork: str | None = None, image: str | None = N
     proposal = fork_proposal(url, commit, auth=auth, timeout=timeout)
     flags = proposal.flags if proposal else ()
     if proposal is not None and flags:
-        said = " ".join([f"Proposed by `buildkit init` from the fork's {proposal.source}: the CUDA flags its build notes "
-                         "recommend (they reach the CMake line and the lock's build key).", *proposal.notes()])
+        said = " ".join([f"Proposed by `buildkit init` from the fork's {proposal.source}: the CUDA flags its build "
+                         "notes recommend (they reach the CMake line and the lock's build key).", *proposal.notes()])
         if fork_flags:
             chosen["build.cmake_args"] = list(flags)
             notes["build.cmake_args"] = said + " To leave them out, set cmake_args = []."

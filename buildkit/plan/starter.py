@@ -132,7 +132,7 @@ def _dflash_profile(cuda: bool, where: str) -> list[str]:
              '# model = "models/target.gguf"',
              '# model_draft = "models/dflash-draft.gguf"',
              "args = ["]
-    pairs = []
+    pairs: list[list[str]] = []
     for arg in args:
         if arg.startswith("-") and not (pairs and pairs[-1][-1] == "--chat-template-kwargs"):
             pairs.append([arg])
