@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from pathlib import Path
 
 import click
 
@@ -15,7 +16,8 @@ from buildkit.plan.inputs import LABEL_PREFIX
 from buildkit.plan.k8s import gpu_count, manifest_text, object_name, pinned_image
 from buildkit.core.ggufheader import read_header
 from buildkit.plan.llamaargs import parse_server_args
-from buildkit.plan.profiles import ServerSpec, get_profile, make_spec
+from buildkit.plan.olares import MANIFEST_VERSIONS, ManifestVersion
+from buildkit.plan.profiles import Profile, ServerSpec, get_profile, make_spec
 from buildkit.plan.vram import GiB, Estimate, estimate
 
 CUDA_LABEL = LABEL_PREFIX + "cuda-version"
@@ -34,10 +36,24 @@ CUDA_LABEL = LABEL_PREFIX + "cuda-version"
 @click.option("--name", default="", help="Container name (with --format k8s: the Deployment's and Service's).")
 @click.option("--detach", "-d", is_flag=True, help="Run in the background (docker run --detach).")
 @click.option("--print", "print_only", is_flag=True, help="Print the docker run command instead of running it.")
-@click.option("--format", "output_format", type=click.Choice(["docker", "k8s"]), default="docker", show_default=True,
+@click.option("--format", "output_format", type=click.Choice(["docker", "k8s", "olares"]), default="docker",
+              show_default=True,
               help="With --print: docker (the docker run command) or k8s (a Kubernetes Deployment and Service as "
                    "JSON for kubectl apply -f: the image by digest, the nvidia.com/gpu limit, the model files from "
-                   "the PersistentVolumeClaim NAME-models, probes on /health; --name names the objects).")
+                   "the PersistentVolumeClaim NAME-models, probes on /health; --name names the objects). olares, "
+                   "with --out DIR: an Olares Application Chart in DIR/NAME/, its GPU memory from the models' GGUF "
+                   "headers (--name: the app's name).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="--format olares: the folder the app's chart folder is written into.")
+@click.option("--olares-manifest", type=click.Choice(MANIFEST_VERSIONS), default=MANIFEST_VERSIONS[0],
+              show_default=True, help="--format olares: OlaresManifest.yaml's version (0.12.0 with apiVersion v3 and "
+                                      "spec.accelerator; 0.11.0 with v2 and spec.requiredGpu).")
+@click.option("--owner", "owners", multiple=True,
+              help="--format olares: a GitHub user who may update the app in the market (the owners file), "
+                   "repeatable.")
+@click.option("--models-folder", default="",
+              help="--format olares: the folder under Olares' app-common folder that holds the model files "
+                   "(default: huggingface/NAME).")
 @click.option("--gpu-memory", "gpu_memory", type=float, default=None,
               help="The GPU's memory in GiB, to hold the estimate of what the server takes against (default: "
                    "nvidia-smi's memory.total here).")
@@ -47,6 +63,7 @@ CUDA_LABEL = LABEL_PREFIX + "cuda-version"
 @handle_errors
 def run(profile_name: str | None, image: str | None, model: str | None, model_draft: str | None, gpus: str | None,
         port: int | None, bind: str, name: str, detach: bool, print_only: bool, output_format: str,
+        out_dir: Path | None, olares_manifest: ManifestVersion, owners: tuple[str, ...], models_folder: str,
         gpu_memory: float | None, config_path: str | None, server_args: tuple[str, ...]) -> None:
     """Run an image's llama-server with a runtime profile: prints or executes the docker run command.
 
@@ -58,6 +75,14 @@ def run(profile_name: str | None, image: str | None, model: str | None, model_dr
     if port is not None and not 0 < port < 65536:
         raise ConfigError(f"--port must be between 1 and 65535, got {port}")
     k8s = output_format == "k8s"
+    if output_format == "olares":
+        if out_dir is None:
+            raise ConfigError("--format olares writes a chart: add --out DIR")
+        olares_app(profile_name, image, model, model_draft, profile, tuple(server_args), name, out_dir,
+                   olares_manifest, owners, models_folder, gpu_memory)
+        return
+    if out_dir is not None or owners or models_folder:
+        raise ConfigError("--out, --owner and --models-folder are --format olares's")
     if k8s and not print_only:
         raise ConfigError("--format k8s prints a manifest (buildkit applies nothing): add --print")
     if k8s and (detach or bind):
@@ -93,6 +118,31 @@ def kubernetes_manifest(spec: ServerSpec, *, gpus_given: bool) -> str:
         gpus = 1
     return manifest_text(spec, image=pinned_image(spec.image, info.repo_digests if info else ()),
                          name=object_name(spec.name, spec.profile), gpus=gpus)
+
+
+def olares_app(profile_name: str | None, image: str | None, model: str | None, model_draft: str | None,
+               profile: Profile | None, server_args: tuple[str, ...], name: str, out_dir: Path,
+               manifest_version: ManifestVersion, owners: tuple[str, ...], models_folder: str,
+               gpu_memory: float | None) -> None:
+    """Write the app's chart; the model files are read here for their GGUF headers (sizing)."""
+    from buildkit.flows.olaresapp import write_app
+
+    spec = make_spec(image=image, model=model, model_draft=model_draft, profile=profile, extra_args=server_args)
+    limit = gpu_bytes(gpu_memory)
+    done = write_app(spec, out_dir, name=name, owners=owners, manifest_version=manifest_version, gpu_limit=limit,
+                     models_folder=models_folder)
+    click.echo(f"wrote {done.folder}/: the Olares app {done.app.name} (OlaresManifest.yaml {manifest_version}, "
+               f"the Helm chart, owners, i18n) for {done.app.image}")
+    click.echo("GPU memory, estimated from the models' GGUF headers (requiredGPUMemory):")
+    for line in done.estimate.lines(limit):
+        click.echo(line)
+    if limit is not None and done.estimate.total > limit:
+        click.echo(f"warning: the estimate ({done.estimate.total / GiB:.2f} GiB) is over the GPU's memory "
+                   f"({limit / GiB:.2f} GiB): Olares will not place the app on this GPU", err=True)
+    click.echo(f"models: copy {spec.model.name}" + (f" and {spec.model_draft.name}" if spec.model_draft else "")
+               + " into the app-common folder named by values.yaml's models.folder on the Olares host")
+    if not owners:
+        click.echo("owners is empty: add your GitHub name before a market pull request (--owner NAME)")
 
 
 def gpu_estimate(spec: ServerSpec) -> Estimate:

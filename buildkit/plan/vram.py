@@ -179,6 +179,17 @@ def weights_on_gpu(header: GgufHeader, gpu_layers: int | None) -> tuple[int, dic
     return sum(by_type.values()), dict(by_type), shape_layers - min(start, shape_layers), shape_layers
 
 
+def host_bytes(header: GgufHeader, gpu_layers: int | None) -> int:
+    """The bytes of the weights that stay in host memory (the input layer, the layers not offloaded)."""
+    start, output = offloaded(int(header.key("block_count", 0)), gpu_layers)
+    total = 0
+    for t in header.tensors:
+        layer = _LAYER.match(t.name)
+        on_gpu = int(layer.group(1)) >= start if layer else output and not t.name.startswith(INPUT_TENSORS)
+        total += 0 if on_gpu else t.nbytes
+    return total
+
+
 def _weights_text(by_type: dict[str, int], on_gpu: int, n_layer: int) -> str:
     """"q4_K 12.10, q6_K 3.90, f32 0.02 GiB; 64 of 64 layers": the largest three types, the rest together."""
     top = sorted(by_type.items(), key=lambda kv: -kv[1])
