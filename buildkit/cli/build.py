@@ -73,7 +73,7 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
     """Fetch the pinned commit, patch, render, build with buildx, verify and write the lock."""
     from buildkit.flows.buildspec import build_command
     from buildkit.flows.cudacontexts import cache_root
-    from buildkit.flows.pipeline import build as run_pipeline, build_options, prepare
+    from buildkit.flows.pipeline import build as run_pipeline, build_options
 
     if version:
         from buildkit.plan.tags import normalise_version

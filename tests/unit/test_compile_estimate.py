@@ -47,12 +47,15 @@ def test_by_kind_the_estimate_holds_where_a_linear_one_was_several_times_low():
     total, cuda = len(build), sum(1 for _, k, _ in build if k == "cuda")
     assert (total, cuda) == (488, 231)
     end = build[-1][0]
-    kinds, weighted, linear = [], [], []
+    kinds: list = []
+    weighted, linear = [], []
     for finished, (at, kind, _) in enumerate(build, 1):
         kinds.append(kind)
         if 0.02 * total <= finished <= 0.5 * total:
             actual = end - at
-            weighted.append(left_by_kind(kinds, total, finished, cuda, at) / actual)
+            left = left_by_kind(kinds, total, finished, cuda, at)
+            assert left is not None
+            weighted.append(left / actual)
             linear.append(at * (total - finished) / finished / actual)
     worst = {name: math.exp(max(abs(math.log(r)) for r in ratios)) for name, ratios in
              (("weighted", weighted), ("linear", linear))}
@@ -80,7 +83,7 @@ def test_the_meter_reads_ninja_lines_says_its_source_and_keeps_the_curve():
     total, cuda = len(build), sum(1 for _, k, _ in build if k == "cuda")
     now = [0.0]
     meter = CompileMeter(cuda_objects=cuda, clock=lambda: now[0])
-    texts = []
+    texts: list[str] = []
     for finished, (at, kind, output) in enumerate(build, 1):
         now[0] = 5.0 + at
         text = meter.feed(status_line(finished, total, kind, output))
@@ -94,6 +97,7 @@ def test_the_meter_reads_ninja_lines_says_its_source_and_keeps_the_curve():
     # the next build of the same tree: the last build's objects make the figure
     now[0] = 0.0
     second = CompileMeter(cuda_objects=cuda, last_curve=again, clock=lambda: now[0])
+    text = ""
     for finished, (at, kind, output) in enumerate(build[:50], 1):
         now[0] = at
         text = second.feed(status_line(finished, total, kind, output)) or text
