@@ -10,7 +10,7 @@ import click
 
 from buildkit.cli.bench import project_config
 from buildkit.cli.options import handle_errors
-from buildkit.core.errors import ConfigError
+from buildkit.core.errors import ConfigError, ModelError
 from buildkit.plan.config import read_document
 from buildkit.plan.inputs import LABEL_PREFIX
 from buildkit.plan.k8s import gpu_count, manifest_text, object_name, pinned_image
@@ -165,8 +165,12 @@ def gpu_bytes(given_gib: float | None) -> int | None:
 def say_gpu_memory(spec: ServerSpec, given_gib: float | None) -> None:
     """The estimate on stderr, one line a component, and a warning before the server starts when the sum is
     over the GPU's memory."""
-    found = gpu_estimate(spec)
     memory = gpu_bytes(given_gib)
+    try:
+        found = gpu_estimate(spec)
+    except ModelError as exc:  # the server judges its files itself: no estimate is no reason not to start it
+        click.echo(f"buildkit: GPU memory not estimated: {exc}", err=True)
+        return
     click.echo("buildkit: GPU memory, estimated from the models' GGUF headers:", err=True)
     for line in found.lines(memory):
         click.echo(line, err=True)

@@ -221,3 +221,18 @@ def test_run_warns_before_starting_a_server_that_does_not_fit(tmp_path, models, 
     assert "GPU memory, estimated from the models' GGUF headers" in out
     warning = out.index("warning: the estimate")
     assert warning < out.index("+ fake-docker run") and engine.calls[-1][0] == "attach", out
+
+
+def test_run_starts_a_server_whose_model_is_not_a_gguf_it_can_read(tmp_path, monkeypatch):
+    """No estimate is no reason not to start: one line says why, and the server starts."""
+    from fakeengine import FakeEngine
+
+    from buildkit.engine.api import use_engine
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    engine = FakeEngine()
+    with use_engine(engine):
+        result = CliRunner().invoke(main, ["run", "--image", "x", "--model", "m.gguf", "--gpus", "all"])
+    assert result.exit_code == 0, result.output
+    assert "GPU memory not estimated:" in result.output and engine.calls[-1][0] == "attach"
