@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shlex
 import sys
 from pathlib import Path
@@ -78,8 +79,8 @@ def run(profile_name: str | None, image: str | None, model: str | None, model_dr
     if output_format == "olares":
         if out_dir is None:
             raise ConfigError("--format olares writes a chart: add --out DIR")
-        olares_app(profile_name, image, model, model_draft, profile, tuple(server_args), name, out_dir,
-                   olares_manifest, owners, models_folder, gpu_memory)
+        olares_app(image, model, model_draft, profile, tuple(server_args), name, out_dir, olares_manifest, owners,
+                   models_folder, gpu_memory)
         return
     if out_dir is not None or owners or models_folder:
         raise ConfigError("--out, --owner and --models-folder are --format olares's")
@@ -120,10 +121,9 @@ def kubernetes_manifest(spec: ServerSpec, *, gpus_given: bool) -> str:
                          name=object_name(spec.name, spec.profile), gpus=gpus)
 
 
-def olares_app(profile_name: str | None, image: str | None, model: str | None, model_draft: str | None,
-               profile: Profile | None, server_args: tuple[str, ...], name: str, out_dir: Path,
-               manifest_version: ManifestVersion, owners: tuple[str, ...], models_folder: str,
-               gpu_memory: float | None) -> None:
+def olares_app(image: str | None, model: str | None, model_draft: str | None, profile: Profile | None,
+               server_args: tuple[str, ...], name: str, out_dir: Path, manifest_version: ManifestVersion,
+               owners: tuple[str, ...], models_folder: str, gpu_memory: float | None) -> None:
     """Write the app's chart; the model files are read here for their GGUF headers (sizing)."""
     from buildkit.flows.olaresapp import write_app
 
@@ -154,7 +154,7 @@ def gpu_estimate(spec: ServerSpec) -> Estimate:
 
 def gpu_bytes(given_gib: float | None) -> int | None:
     if given_gib is not None:
-        if given_gib <= 0:
+        if not math.isfinite(given_gib) or given_gib <= 0:
             raise ConfigError(f"--gpu-memory must be more than 0 GiB, got {given_gib:g}")
         return int(given_gib * GiB)
     from buildkit.flows.platformcheck import gpu_memory_bytes
