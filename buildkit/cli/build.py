@@ -46,8 +46,8 @@ def version_options(func: Callable[..., Any]) -> Callable[..., Any]:
               help="Publish to the registry in image.name: skip the build if the registry has its build key, "
                    "else build, verify and push every tag (see `buildkit tags`).")
 @click.option("--print", "print_only", is_flag=True,
-              help="Print the exact buildx command instead of building (rendered into a temporary folder, "
-                   "removed again; `buildkit render --out DIR` keeps one).")
+              help="Print the exact buildx command instead of building (rendered into buildkit's build folder, "
+                   "its Dockerfile removed again; `buildkit render --out DIR` keeps one).")
 @click.option("--no-verify", is_flag=True, help="Skip the smoke checks on the built image.")
 @click.option("--no-cache", "no_cache", is_flag=True, default=None,
               help="Run every build step again, none from the layer cache (buildx --no-cache). The compile "
@@ -73,7 +73,7 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
     """Fetch the pinned commit, patch, render, build with buildx, verify and write the lock."""
     from buildkit.flows.buildspec import build_command
     from buildkit.flows.cudacontexts import cache_root
-    from buildkit.flows.pipeline import build as run_pipeline, build_options, prepare
+    from buildkit.flows.pipeline import build as run_pipeline, build_options
 
     if version:
         from buildkit.plan.tags import normalise_version
@@ -98,14 +98,15 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
                             load=not no_load, extra_tags=extra_tags, preflight=not no_preflight,
                             min_free_gb=min_free_gb, as_json=as_json, sign_key=key)
     if print_only:
-        import tempfile
+        from buildkit.flows.pipeline import prepared_context
 
-        # rendered into a temporary folder in the cache (a source tree can be large for /tmp), removed
-        # again: `buildkit render --out DIR` keeps one
+        # rendered into the source's kept build folder (its tree synced: only the files that changed are
+        # written, so a warm --print takes seconds less than an export), the Dockerfile removed again;
+        # a folder another build holds means a temporary one. `buildkit render --out DIR` keeps one.
         cache_root(cfg).mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix="print-", dir=cache_root(cfg)) as tmp:
-            prepared = prepare(cfg, Path(tmp) / "context", extra_tags=extra_tags, lay_out=False)
-            argv = build_command(prepared.plan, prepared.rendered, build_options(cfg), Path(tmp) / "metadata.json")
+        with prepared_context(cfg, extra_tags=extra_tags, lay_out=False) as prepared:
+            metadata = prepared.rendered.context_dir.parent / "metadata.json"
+            argv = build_command(prepared.plan, prepared.rendered, build_options(cfg), metadata)
             if as_json:
                 plan = prepared.plan
                 click.echo(json.dumps({"argv": argv, "variant": plan.request.variant, "build_key": prepared.build_key,
@@ -113,8 +114,8 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
                                        "cmake_args": list(plan.cmake_args), "labels": dict(plan.labels)}, indent=2))
             else:
                 click.echo(shlex.join(argv))
-        click.echo("(its context was rendered into a temporary folder, now removed; `buildkit render --out DIR` "
-                   "writes one to build from)", err=True)
+        click.echo("(its Dockerfile was rendered into buildkit's build folder and removed again; `buildkit render "
+                   "--out DIR` writes a context to build from)", err=True)
         return
     short_disk = None
     if not no_preflight:

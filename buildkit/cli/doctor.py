@@ -24,7 +24,8 @@ from buildkit.cli.options import BuildkitCommand, config_options, handle_errors,
 @handle_errors
 def doctor(min_free_gb: float | None, matrix: bool, offline: bool, push: bool, as_json: bool, **kwargs: Any) -> None:
     """Check this machine for the configured build: engine and image store, buildx and builder,
-    free disk space, registry login for image.name, host NVIDIA driver, cross-platform emulation.
+    free disk space, registry login for image.name, the base images (in the engine or their registry), host
+    NVIDIA driver, cross-platform emulation.
 
     \b
     Each line is ok, warn or fail, with the fix. The exit code is 1 when any check fails.

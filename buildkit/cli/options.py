@@ -250,12 +250,22 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
             _fail(redact_text(str(exc)), 1, kwargs, answered=exc.answered)  # a URL's credentials, never
         except KeyboardInterrupt as exc:
             _fail(interrupts.describe(exc), interrupts.exit_code(exc), kwargs)
+        except BrokenPipeError:
+            _closed_pipe()
         except OSError as exc:  # the system's own (a full disk, a read-only folder) where no stage said more
             from buildkit.core.urlcreds import redact_text
 
             where = f"{exc.filename}: " if exc.filename else ""
             _fail(redact_text(" ".join(f"{where}{exc.strerror or exc}".split())), 1, kwargs)
     return wrapper
+
+
+def _closed_pipe() -> NoReturn:
+    """The reader of stdout went away (`buildkit config | head`): end quietly, as a program killed by SIGPIPE
+    does (141), with stdout pointed at /dev/null so that Python's own flush at exit finds no pipe either."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(128 + 13)
 
 
 def _fail(message: str, code: int, kwargs: Mapping[str, Any], answered: bool = False) -> NoReturn:

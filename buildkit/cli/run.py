@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import math
 import shlex
 import sys
+from pathlib import Path
 
 import click
 
 from buildkit.cli.bench import project_config
 from buildkit.cli.options import handle_errors
-from buildkit.core.errors import ConfigError
+from buildkit.core.errors import ConfigError, ModelError
 from buildkit.plan.config import read_document
 from buildkit.plan.inputs import LABEL_PREFIX
 from buildkit.plan.k8s import gpu_count, manifest_text, object_name, pinned_image
-from buildkit.plan.profiles import ServerSpec, get_profile, make_spec
+from buildkit.core.ggufheader import read_header
+from buildkit.plan.llamaargs import parse_server_args
+from buildkit.plan.olares import MANIFEST_VERSIONS, ManifestVersion
+from buildkit.plan.profiles import Profile, ServerSpec, get_profile, make_spec
+from buildkit.plan.vram import GiB, Estimate, estimate
 
 CUDA_LABEL = LABEL_PREFIX + "cuda-version"
 
@@ -31,17 +37,35 @@ CUDA_LABEL = LABEL_PREFIX + "cuda-version"
 @click.option("--name", default="", help="Container name (with --format k8s: the Deployment's and Service's).")
 @click.option("--detach", "-d", is_flag=True, help="Run in the background (docker run --detach).")
 @click.option("--print", "print_only", is_flag=True, help="Print the docker run command instead of running it.")
-@click.option("--format", "output_format", type=click.Choice(["docker", "k8s"]), default="docker", show_default=True,
+@click.option("--format", "output_format", type=click.Choice(["docker", "k8s", "olares"]), default="docker",
+              show_default=True,
               help="With --print: docker (the docker run command) or k8s (a Kubernetes Deployment and Service as "
                    "JSON for kubectl apply -f: the image by digest, the nvidia.com/gpu limit, the model files from "
-                   "the PersistentVolumeClaim NAME-models, probes on /health; --name names the objects).")
+                   "the PersistentVolumeClaim NAME-models, probes on /health; --name names the objects). olares, "
+                   "with --out DIR: an Olares Application Chart in DIR/NAME/, its GPU memory from the models' GGUF "
+                   "headers (--name: the app's name).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="--format olares: the folder the app's chart folder is written into.")
+@click.option("--olares-manifest", type=click.Choice(MANIFEST_VERSIONS), default=MANIFEST_VERSIONS[0],
+              show_default=True, help="--format olares: OlaresManifest.yaml's version (0.12.0 with apiVersion v3 and "
+                                      "spec.accelerator; 0.11.0 with v2 and spec.requiredGpu).")
+@click.option("--owner", "owners", multiple=True,
+              help="--format olares: a GitHub user who may update the app in the market (the owners file), "
+                   "repeatable.")
+@click.option("--models-folder", default="",
+              help="--format olares: the folder under Olares' app-common folder that holds the model files "
+                   "(default: huggingface/NAME).")
+@click.option("--gpu-memory", "gpu_memory", type=float, default=None,
+              help="The GPU's memory in GiB, to hold the estimate of what the server takes against (default: "
+                   "nvidia-smi's memory.total here).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="buildkit.toml to read (default: ./buildkit.toml, or $LLAMA_BUILDKIT_CONFIG).")
 @click.argument("server_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA-SERVER ARGS...]")
 @handle_errors
 def run(profile_name: str | None, image: str | None, model: str | None, model_draft: str | None, gpus: str | None,
         port: int | None, bind: str, name: str, detach: bool, print_only: bool, output_format: str,
-        config_path: str | None, server_args: tuple[str, ...]) -> None:
+        out_dir: Path | None, olares_manifest: ManifestVersion, owners: tuple[str, ...], models_folder: str,
+        gpu_memory: float | None, config_path: str | None, server_args: tuple[str, ...]) -> None:
     """Run an image's llama-server with a runtime profile: prints or executes the docker run command.
 
     \b
@@ -52,13 +76,21 @@ def run(profile_name: str | None, image: str | None, model: str | None, model_dr
     if port is not None and not 0 < port < 65536:
         raise ConfigError(f"--port must be between 1 and 65535, got {port}")
     k8s = output_format == "k8s"
+    if output_format == "olares":
+        if out_dir is None:
+            raise ConfigError("--format olares writes a chart: add --out DIR")
+        olares_app(image, model, model_draft, profile, tuple(server_args), name, out_dir, olares_manifest, owners,
+                   models_folder, gpu_memory)
+        return
+    if out_dir is not None or owners or models_folder:
+        raise ConfigError("--out, --owner and --models-folder are --format olares's")
     if k8s and not print_only:
         raise ConfigError("--format k8s prints a manifest (buildkit applies nothing): add --print")
     if k8s and (detach or bind):
         raise ConfigError("--detach and --bind are docker run's; a Kubernetes manifest has neither")
     spec = make_spec(image=image, model=model, model_draft=model_draft, profile=profile,
                      extra_args=tuple(server_args), gpus=gpus, host_port=port, bind=bind, name=name,
-                     check_files=not k8s)
+                     check_files=not print_only)
     if k8s:
         click.echo(kubernetes_manifest(spec, gpus_given=gpus is not None))
         return
@@ -70,6 +102,8 @@ def run(profile_name: str | None, image: str | None, model: str | None, model_dr
     if print_only:
         click.echo(command)
         return
+    if spec.gpus:
+        say_gpu_memory(spec, gpu_memory)
     click.echo(f"+ {command}", err=True)
     sys.exit(get_engine().attach(container))
 
@@ -85,3 +119,62 @@ def kubernetes_manifest(spec: ServerSpec, *, gpus_given: bool) -> str:
         gpus = 1
     return manifest_text(spec, image=pinned_image(spec.image, info.repo_digests if info else ()),
                          name=object_name(spec.name, spec.profile), gpus=gpus)
+
+
+def olares_app(image: str | None, model: str | None, model_draft: str | None, profile: Profile | None,
+               server_args: tuple[str, ...], name: str, out_dir: Path, manifest_version: ManifestVersion,
+               owners: tuple[str, ...], models_folder: str, gpu_memory: float | None) -> None:
+    """Write the app's chart; the model files are read here for their GGUF headers (sizing)."""
+    from buildkit.flows.olaresapp import write_app
+
+    spec = make_spec(image=image, model=model, model_draft=model_draft, profile=profile, extra_args=server_args)
+    limit = gpu_bytes(gpu_memory)
+    done = write_app(spec, out_dir, name=name, owners=owners, manifest_version=manifest_version, gpu_limit=limit,
+                     models_folder=models_folder)
+    click.echo(f"wrote {done.folder}/: the Olares app {done.app.name} (OlaresManifest.yaml {manifest_version}, "
+               f"the Helm chart, owners, i18n) for {done.app.image}")
+    click.echo("GPU memory, estimated from the models' GGUF headers (requiredGPUMemory):")
+    for line in done.estimate.lines(limit):
+        click.echo(line)
+    if limit is not None and done.estimate.total > limit:
+        click.echo(f"warning: the estimate ({done.estimate.total / GiB:.2f} GiB) is over the GPU's memory "
+                   f"({limit / GiB:.2f} GiB): Olares will not place the app on this GPU", err=True)
+    click.echo(f"models: copy {spec.model.name}" + (f" and {spec.model_draft.name}" if spec.model_draft else "")
+               + " into the app-common folder named by values.yaml's models.folder on the Olares host")
+    if not owners:
+        click.echo("owners is empty: add your GitHub name before a market pull request (--owner NAME)")
+
+
+def gpu_estimate(spec: ServerSpec) -> Estimate:
+    """What llama-server with spec's arguments takes of the GPU, from its models' GGUF headers."""
+    target = read_header(spec.model)
+    draft = read_header(spec.model_draft) if spec.model_draft else None
+    return estimate(target, parse_server_args(spec.args), draft)
+
+
+def gpu_bytes(given_gib: float | None) -> int | None:
+    if given_gib is not None:
+        if not math.isfinite(given_gib) or given_gib <= 0:
+            raise ConfigError(f"--gpu-memory must be more than 0 GiB, got {given_gib:g}")
+        return int(given_gib * GiB)
+    from buildkit.flows.platformcheck import gpu_memory_bytes
+
+    return gpu_memory_bytes()
+
+
+def say_gpu_memory(spec: ServerSpec, given_gib: float | None) -> None:
+    """The estimate on stderr, one line a component, and a warning before the server starts when the sum is
+    over the GPU's memory."""
+    memory = gpu_bytes(given_gib)
+    try:
+        found = gpu_estimate(spec)
+    except ModelError as exc:  # the server judges its files itself: no estimate is no reason not to start it
+        click.echo(f"buildkit: GPU memory not estimated: {exc}", err=True)
+        return
+    click.echo("buildkit: GPU memory, estimated from the models' GGUF headers:", err=True)
+    for line in found.lines(memory):
+        click.echo(line, err=True)
+    if memory is not None and found.total > memory:
+        click.echo(f"warning: the estimate ({found.total / GiB:.2f} GiB) is over the GPU's memory ({memory / GiB:.2f} "
+                   "GiB): expect the server to fail to load; lower --ctx-size, quantize the KV cache "
+                   "(-ctk q8_0 -ctv q8_0, or turbo4 on the DFlash fork), or offload fewer layers", err=True)

@@ -39,11 +39,15 @@ def keys() -> None:
 @handle_errors
 def generate(out: Path) -> None:
     """Write a new key pair: the private key (never printed) and its public key (cosign verify --key)."""
-    from buildkit.release.signkeys import generate_keys
+    from buildkit.plan.config import KEY_BY_NAME
+    from buildkit.plan.starter import toml_value
+    from buildkit.release.signkeys import KEY_ENV, generate_keys
 
     public = out.with_suffix(".pub")
     generate_keys(out, public)
-    click.echo(f"wrote {out} (private, 0600; sign with sign.key or LLAMA_BUILDKIT_SIGN_KEY) and {public}")
+    setting = KEY_BY_NAME["sign.key_file"]
+    click.echo(f"wrote {out} (private, 0600; sign with it: {setting.name} = {toml_value(str(out))} in buildkit.toml, "
+               f"{setting.env_var}, --sign-key, or its PEM in {KEY_ENV}) and {public}")
 
 
 @click.command("verify-image", cls=BuildkitCommand)

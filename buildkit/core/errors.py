@@ -75,3 +75,7 @@ class BenchError(BuildkitError):
 
 class BaseImageError(BuildkitError):
     """A base image is neither in the engine nor to be had from its registry."""
+
+
+class ModelError(BuildkitError):
+    """A model file (GGUF) that cannot be read or sized."""

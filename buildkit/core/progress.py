@@ -4,9 +4,11 @@
   when it ends, for fetch, patch, render, build, verify and push.
 * During the compile, the step counter in buildx's output (Ninja's `[193/459]`, or `[ 42%]` from
   CMake's Makefiles) becomes a line `buildkit: compile 42% after 3m10s, about 4m20s left` at most
-  every STATUS_EVERY seconds (or on a 10-point step); the estimate is the last build's time for this
-  variant from the lock when there is one, else a linear extrapolation; the compile's own pace wins
-  when it is far ahead of the last build's (a warm ccache after a cold build: `estimate`). When buildx draws its own TTY
+  every STATUS_EVERY seconds (or on a 10-point step); the estimate (core/compilework.py) is, for a Ninja
+  compile, the last build's per-object times when the cache holds them, else its objects weighted by
+  kind (CUDA against C/C++) when the tree's CUDA objects were counted; else the last build's time for
+  this variant from the lock, else a linear extrapolation; the compile's own pace wins when it is far
+  ahead of the last build's (a warm ccache after a cold build: `estimate`). When buildx draws its own TTY
   display, the status goes into the terminal title instead, so it does not tear the display.
 * On a terminal with build.progress auto, core/livedisplay.py draws all of it in place instead (the
   stage lines still print above it).
@@ -25,6 +27,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TextIO
+
+from buildkit.core.compilework import CompileCurve, EdgeKind, left_by_curve, left_by_kind, ninja_edge
 
 STATUS_EVERY = 30.0  # seconds between two compile status lines
 OWN_PACE_FROM = 10  # percent of the compile seen before its own pace may overrule the last build's time
@@ -144,6 +148,8 @@ class CompileMeter:
     Times count from the start of the buildx run (what the lock's build_seconds measures); the
     linear extrapolation counts from the first counter line (the compile's own start)."""
     last_seconds: float | None = None  # the lock's last build time of this variant
+    last_curve: CompileCurve | None = None  # the last compile's per-object times (the cache's)
+    cuda_objects: int | None = None  # the CUDA objects this compile will build (counted in the tree)
     every: float = STATUS_EVERY
     clock: object = time.monotonic
     start: float = field(default=0.0)
@@ -151,19 +157,37 @@ class CompileMeter:
     compile_start: float | None = None
     _shown_at: float = -1e9
     _shown_percent: int = -100
+    kinds: list[EdgeKind] = field(default_factory=list)  # the kind of each Ninja edge, in the order they started
+    finished: int = 0
+    total: int = 0
+    finish_times: list[float] = field(default_factory=list)  # seconds since the compile's start, per object
+
+    def curve(self) -> CompileCurve | None:
+        """This compile's per-object times, when its counter reached the end (for the next build's estimate)."""
+        if self.total and len(self.finish_times) == self.total:
+            return CompileCurve(self.total, tuple(self.finish_times))
+        return None
 
     def __post_init__(self) -> None:
         self.start = self.clock()  # type: ignore[operator]
 
     def feed(self, line: str) -> str | None:
         """A status text when this line moves the compile on enough to say so, else None."""
-        percent = compile_percent(strip_ansi(line))
+        clean = strip_ansi(line)
+        percent = compile_percent(clean)
         if percent is None:
             return None
         now = self.clock()  # type: ignore[operator]
         if self.compile_start is None:
             self.compile_start = now
         self.percent = percent
+        edge = ninja_edge(clean)
+        if edge is not None:
+            done, self.total, kind = edge
+            self.kinds.append(kind)
+            if done > self.finished:
+                self.finish_times += [now - self.compile_start] * (done - len(self.finish_times))
+                self.finished = done
         if percent == self._shown_percent:
             return None
         if now - self._shown_at < self.every and percent - self._shown_percent < 10 and percent != 100:
@@ -179,6 +203,9 @@ class CompileMeter:
         if percent >= 100:
             return text
         compile_elapsed = now - (self.compile_start or now)
+        by_objects = self.by_objects(compile_elapsed)
+        if by_objects is not None:
+            return text + f", about {duration(by_objects[0])} left ({by_objects[1]})"
         left, source = estimate(percent, elapsed, self.last_seconds, compile_elapsed)
         if left is None:
             pass
@@ -189,6 +216,19 @@ class CompileMeter:
         else:
             text += f", about {duration(left)} left (extrapolated)"
         return text
+
+
+    def by_objects(self, compile_elapsed: float) -> tuple[float, str] | None:
+        """Seconds left and where the figure comes from, by the compile's objects (compilework.py)."""
+        if self.last_curve is not None:
+            left = left_by_curve(self.last_curve, self.total, self.finished, compile_elapsed)
+            if left is not None:
+                return left, "the last build's objects"
+        if self.cuda_objects:
+            left = left_by_kind(self.kinds, self.total, self.finished, self.cuda_objects, compile_elapsed)
+            if left is not None:
+                return left, f"objects by kind, {self.cuda_objects} CUDA"
+        return None
 
 
 class Stages:

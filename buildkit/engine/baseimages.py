@@ -172,11 +172,17 @@ def layout_digests(layout: Path) -> list[str]:
         return []
 
 
+# How a machine that cannot pull a base image gets one: said by the build's refusal and by doctor's warning.
+OFFLINE_BASE_HINT = ("load it (docker load -i FILE, or docker import); or make a Debian base here, `buildkit base "
+                     "debian --tag local/debian:bookworm`, and build on it with `--os-image local/debian:bookworm`, "
+                     "adding `--provider wheels` for a CUDA arch (the CUDA toolkit from NVIDIA's PyPI wheels instead "
+                     "of NVIDIA's devel and runtime images; --os-image alone changes only a cpu build); or name it "
+                     "under a mirror registry you can reach (--devel-image, --runtime-image)")
+
+
 def _missing(ref: str, why: str) -> BaseImageError:
-    return BaseImageError(
-        f"base image {ref} is not in the engine and its registry cannot provide it ({why}); "
-        f"load it (docker load -i FILE, or docker import), choose one you have (--os-image, "
-        f"--devel-image, --runtime-image), or name it under a mirror registry you can reach")
+    return BaseImageError(f"base image {ref} is not in the engine and its registry cannot provide it ({why}); "
+                          + OFFLINE_BASE_HINT)
 
 
 def resolve_base_images(refs: list[str], cache: Path | None = None, *, ask_registry: bool = True,

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from buildkit.core.compilework import CompileCurve
 from buildkit.core.errors import BuildError
 from buildkit.engine.api import OutStream, get_engine
 from buildkit.engine.dockerengine import MIN_BUILDX as MIN_BUILDX  # re-exported
@@ -62,6 +63,7 @@ class BuildResult:
     ccache: tuple[int, int] | None = None  # (hits, cacheable calls) of this build's compile, when it ran
     compressed_size: int | None = None  # config + layers of the OCI archive, as a registry stores them
     tty: bool = False  # buildx drew its TTY display (its step logs, and so ccache's figures, are not kept)
+    compile_curve: CompileCurve | None = None  # when each object finished (a Ninja compile seen to its end)
 
 
 def check_buildx() -> tuple[int, int, int]:
@@ -150,7 +152,8 @@ def last_error_line(lines: Sequence[str]) -> str:
 
 
 def run_build(spec: BuildSpec, session: BuildSession, *, stream: OutStream | None = None,
-              last_seconds: float | None = None) -> BuildResult:
+              last_seconds: float | None = None, last_curve: CompileCurve | None = None,
+              cuda_objects: int | None = None) -> BuildResult:
     """Build spec, streaming buildx's output to `stream` (stderr by default). With spec.oci_archive (the
     reproducible exporter), the digest is the archive's manifest digest and, with spec.load, the archive
     is loaded into the engine under the tags.
@@ -172,7 +175,7 @@ def run_build(spec: BuildSpec, session: BuildSession, *, stream: OutStream | Non
     engine = get_engine()
     tail: collections.deque[str] = collections.deque(maxlen=40)
     stats_lines: list[str] = []
-    meter = CompileMeter(last_seconds=last_seconds)
+    meter = CompileMeter(last_seconds=last_seconds, last_curve=last_curve, cuda_objects=cuda_objects)
     tty = wants_tty(session.progress, stream)
     if display is not None:
         display.state.meter = meter
@@ -232,7 +235,7 @@ def run_build(spec: BuildSpec, session: BuildSession, *, stream: OutStream | Non
             tags = ()
     return BuildResult(digest=digest, config_digest=config_digest, tags=tuple(tags), seconds=seconds,
                        oci_archive=oci_archive, ccache=ccache_stats(stats_lines),
-                       compressed_size=archive_size(oci_archive), tty=tty)
+                       compressed_size=archive_size(oci_archive), tty=tty, compile_curve=meter.curve())
 
 
 def _archive_digest(archive: Path, reported: str) -> str:

@@ -27,7 +27,9 @@ from buildkit.engine.api import get_engine
 from buildkit.engine.buildx import BuildOptions, BuildResult, run_build
 from buildkit.flows.buildspec import build_spec
 from buildkit.flows.debpackages import debian_packages
+from buildkit.flows.compiletimes import compile_curve_path, read_compile_curve, save_compile_curve
 from buildkit.flows.pipeline import Prepared, build_options, check_build_machine, last_build_seconds, lock_entry
+from buildkit.source.cudasource import cuda_object_count
 from buildkit.oci.imageref import ImageRef
 from buildkit.oci.registry import RegistryClient
 from buildkit.plan.config import ResolvedConfig
@@ -185,9 +187,17 @@ def _build(run: _Run, cfg: ResolvedConfig | None) -> BuildResult:
     check_build_machine(prepared.plan.request, options.stream)
     metadata = prepared.rendered.context_dir.parent / "metadata.json"
     spec = build_spec(prepared.plan, prepared.rendered, build, metadata)
-    last = last_build_seconds(cfg, prepared.plan.request)
-    with run.step("build", f"{prepared.plan.request.variant}" + (f", last build took {last:.0f}s" if last else "")):
-        return run_build(spec, build.session(metadata), stream=options.stream, last_seconds=last)
+    request = prepared.plan.request
+    last = last_build_seconds(cfg, request)
+    curves = compile_curve_path(cfg, request)
+    cuda = cuda_object_count(prepared.rendered.context_dir / "src", prepared.plan.cmake_args) \
+        if request.arch.is_cuda else None
+    with run.step("build", f"{request.variant}" + (f", last build took {last:.0f}s" if last else "")):
+        result = run_build(spec, build.session(metadata), stream=options.stream, last_seconds=last,
+                           last_curve=read_compile_curve(curves), cuda_objects=cuda)
+    if result.compile_curve is not None:
+        save_compile_curve(curves, result.compile_curve)
+    return result
 
 
 def _publish(target: Publication, result: BuildResult, options: UnitOptions, signer: Signer | None,

@@ -9,6 +9,8 @@ Each check gives one line: ok, warn or fail, what was found, and for warn/fail t
              against what the chosen variants need (REQUIRED_GB, or build.min_free_gb, or --min-free-gb);
 * registry — the registry of image.name answers and accepts the `docker login` credentials
              (unreachable: a warning, a failure only with push, i.e. `doctor --push`);
+* bases    — every base image of the build is in the engine or its registry answers for it (a warning:
+             the build would stop at its start; the fix is the offline path);
 * driver   — with `nvidia-smi`: the host driver against the CUDA version's minimum, and the GPU
              against the arch the image is built for;
 * emulation — a platform other than the host's needs a binfmt_misc handler (QEMU) or a builder
@@ -30,6 +32,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from buildkit.core.errors import BuildError, BuildkitError, ConfigError
+from buildkit.flows.basecheck import check_bases
 from buildkit.flows.diskcheck import check_disk, disk_kind, required_gb
 from buildkit.flows.doctorcheck import FAIL, OK, WARN, Check, Variant
 from buildkit.flows.enginecheck import check_buildx_and_builder, check_engine, engine_info
@@ -65,6 +68,19 @@ def variants_of(cfg: ResolvedConfig, matrix: bool = False) -> list[Variant]:
     from buildkit.plan.matrix import matrix_variants
 
     return [_variant(v.request) for v in matrix_variants(cfg)[0]]
+
+
+def base_refs(cfg: ResolvedConfig, matrix: bool = False) -> list[str]:
+    """The base images the configured build (or every variant of the matrix) starts from."""
+    from buildkit.plan.buildplan import make_request
+
+    if matrix:
+        from buildkit.plan.matrix import matrix_variants
+
+        requests = [v.request for v in matrix_variants(cfg)[0]]
+    else:
+        requests = [make_request(cfg)]
+    return list(dict.fromkeys(ref for r in requests for ref in (r.devel_image, r.runtime_image)))
 
 
 def disk_places(info: dict[str, Any] | None, cache: Path) -> list[tuple[str, Path]]:
@@ -115,6 +131,7 @@ def run_checks(cfg: ResolvedConfig, *, min_free_gb: float | None = None, matrix:
         checks.append(Check("registry", OK, "not contacted (--offline)"))
     else:
         checks.append(check_registry(cfg.image.name, push=push))
+    checks.append(check_bases(base_refs(cfg, matrix), offline=offline))
     checks.append(check_driver(variants))
     checks.append(check_emulation(variants, builder_platforms))
     cross_cuda = judge_cross_cuda(variants)

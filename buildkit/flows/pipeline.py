@@ -296,24 +296,26 @@ def kept_context_dir(cfg: ResolvedConfig) -> Path:
 
 @contextmanager
 def prepared_context(cfg: ResolvedConfig, *, request: BuildRequest | None = None, extra_tags: tuple[str, ...] = (),
-                     work_dir: Path | None = None, ccache_recache: bool = False) -> Iterator[Prepared]:
+                     work_dir: Path | None = None, ccache_recache: bool = False,
+                     lay_out: bool = True) -> Iterator[Prepared]:
     """A rendered build context that lives as long as the with-block.
 
     Without work_dir it is the source's kept folder (kept_context_dir), so the next build of the same
     source writes and sends only the files that changed (sourcetree.py); the rest of that folder (the
     Dockerfile, buildx's metadata, the OCI archive) is removed when the block ends. A build of the same
     source that holds that folder now (another process, or another platform of this build) gets a
-    temporary folder instead, as work_dir does."""
+    temporary folder instead, as work_dir does. lay_out=False: as prepare's (--print)."""
     with ExitStack() as stack:
         kept = kept_context_dir(cfg) if work_dir is None else None
         if kept is not None and stack.enter_context(try_lock(kept.with_name(kept.name + ".lock"))):
             stack.callback(clear_around, kept / "context" / "src")
             stack.callback(clear_around, kept / "context")  # buildx's metadata, the OCI archive
             yield prepare(cfg, kept / "context", extra_tags=extra_tags, request=request, in_place=True,
-                          ccache_recache=ccache_recache)
+                          ccache_recache=ccache_recache, lay_out=lay_out)
             return
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="buildkit-context-", dir=work_dir))
-        yield prepare(cfg, Path(tmp) / "context", extra_tags=extra_tags, request=request, ccache_recache=ccache_recache)
+        yield prepare(cfg, Path(tmp) / "context", extra_tags=extra_tags, request=request, ccache_recache=ccache_recache,
+                      lay_out=lay_out)
 
 
 def last_build_seconds(cfg: ResolvedConfig, request: BuildRequest) -> float | None:

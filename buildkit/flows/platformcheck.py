@@ -81,6 +81,17 @@ def check_driver(variants: Sequence[Variant]) -> Check:
     return judge_driver(parse_nvidia_smi(proc.stdout), variants)
 
 
+def gpu_memory_bytes() -> int | None:
+    """The smallest GPU's memory here (`nvidia-smi --query-gpu=memory.total`); None without nvidia-smi or a GPU."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    proc = run_tool(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"])
+    if proc is None or proc.returncode != 0:
+        return None
+    sizes = [int(line.strip()) for line in proc.stdout.splitlines() if line.strip().isdigit()]
+    return min(sizes) << 20 if sizes else None
+
+
 def binfmt_handlers(root: Path = BINFMT_DIR) -> list[str] | None:
     """The enabled binfmt_misc handlers (verify/binfmt.py parses them); None when binfmt_misc is not mounted."""
     if not (root / "register").exists():

@@ -21,7 +21,7 @@ from buildkit.flows.nightly import ls_remote_default, normalise_url
 from buildkit.plan.archs import get_arch
 from buildkit.plan.buildplan import make_request
 from buildkit.plan.config import CONFIG_FILE, KEY_BY_NAME, ConfigDocument, load_config
-from buildkit.plan.starter import starter_toml
+from buildkit.plan.starter import starter_toml, toml_value
 from buildkit.plan.tags import check_repository, target_variant, variant
 from buildkit.source.buildnotes import fork_proposal
 
@@ -36,8 +36,12 @@ class Initialised:
     image: str
     arch: str
     credentials_dropped: bool
-    cmake_args: tuple[str, ...] = ()   # proposed from the fork's build notes
+    cmake_args: tuple[str, ...] = ()   # proposed from the fork's build notes (set, unless declined)
     cmake_args_source: str = ""
+    cmake_args_notes: tuple[str, ...] = ()  # the measured cost of each proposed flag that has one
+    cmake_args_declined: bool = False       # --no-fork-flags: written commented out
+    dflash: str = ""                         # where the fork shows DFlash: the dflash profile was written
+    local_image: str = ""                    # what `buildkit build` tags locally (image:variant)
 
 
 def _chosen(url: str, branch: str, commit: str, image: str, arch_name: str) -> dict[str, Any]:
@@ -49,16 +53,16 @@ def _chosen(url: str, branch: str, commit: str, image: str, arch_name: str) -> d
             "build.arch": arch.name, "matrix.archs": [arch.name]}
 
 
-def _text(path: Path, chosen: dict[str, Any], notes: dict[str, Any]) -> str:
+def _text(path: Path, chosen: dict[str, Any], notes: dict[str, Any], dflash: str = "") -> str:
     """The file's text, checked the way every command reads it (schema, then the build request)."""
-    text = starter_toml(chosen, notes)
+    text = starter_toml(chosen, notes, dflash)
     document = ConfigDocument(path, tomllib.loads(text))
     make_request(load_config(document, env={}, overrides={}, cwd=path.parent))
     return text
 
 
 def init_project(folder: Path, *, fork: str | None = None, image: str | None = None, arch: str | None = None,
-                 force: bool = False, timeout: float = 120) -> Initialised:
+                 force: bool = False, fork_flags: bool = True, timeout: float = 120) -> Initialised:
     folder = Path(folder).resolve()
     config = folder / CONFIG_FILE
     patches = folder / "patches"
@@ -81,11 +85,18 @@ def init_project(folder: Path, *, fork: str | None = None, image: str | None = N
                               "commit (a full 40-hex SHA)."}
     chosen = _chosen(url, branch, commit, image, arch)
     proposal = fork_proposal(url, commit, auth=auth, timeout=timeout)
-    if proposal is not None:
-        chosen["build.cmake_args"] = list(proposal.flags)
-        notes["build.cmake_args"] = (f"Proposed by `buildkit init` from the fork's {proposal.source}: the CUDA flags "
-                                     "its build notes recommend (they reach the CMake line and the lock's build key).")
-    text = _text(config, chosen, notes)
+    flags = proposal.flags if proposal else ()
+    if proposal is not None and flags:
+        said = " ".join([f"Proposed by `buildkit init` from the fork's {proposal.source}: the CUDA flags its build "
+                         "notes recommend (they reach the CMake line and the lock's build key).", *proposal.notes()])
+        if fork_flags:
+            chosen["build.cmake_args"] = list(flags)
+            notes["build.cmake_args"] = said + " To leave them out, set cmake_args = []."
+        else:
+            notes["build.cmake_args"] = (said + f" Left out (--no-fork-flags); to take them: cmake_args = "
+                                         f"{toml_value(list(flags))}.")
+    dflash = proposal.dflash if proposal else ""
+    text = _text(config, chosen, notes, dflash)
     try:
         patches.mkdir(exist_ok=True)
         write_whole(config, text)
@@ -93,5 +104,6 @@ def init_project(folder: Path, *, fork: str | None = None, image: str | None = N
         raise ConfigError(f"cannot write {config}: {exc.strerror or exc}") from None
     return Initialised(config=config, patches=patches, url=url, branch=branch, commit=commit, image=image,
                        arch=chosen["build.arch"], credentials_dropped=auth is not None,
-                       cmake_args=proposal.flags if proposal else (),
-                       cmake_args_source=proposal.source if proposal else "")
+                       cmake_args=flags, cmake_args_source=proposal.source if proposal else "",
+                       cmake_args_notes=proposal.notes() if proposal else (), cmake_args_declined=not fork_flags,
+                       dflash=dflash, local_image=f"{image}:{chosen['image.default_variant']}")

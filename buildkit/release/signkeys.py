@@ -74,7 +74,7 @@ def _private_from_pem(pem: bytes, origin: str) -> SigningKey:
 
 
 def load_signing_key(path: Path | None, env: Mapping[str, str] | None = None) -> SigningKey | None:
-    """The configured signing key: the file named (sign.key), else LLAMA_BUILDKIT_SIGN_KEY, else None."""
+    """The configured signing key: the file named (sign.key_file), else LLAMA_BUILDKIT_SIGN_KEY, else None."""
     env = os.environ if env is None else env
     if path is not None:
         return _private_from_pem(_read(path, "signing key"), str(path))

@@ -1,9 +1,13 @@
-"""The CUDA CMake flags a fork's own build notes recommend (issue 37: GGML_CUDA_FA_ALL_QUANTS per fork).
+"""What a fork's own tree says about building and serving it: the CUDA CMake flags its build notes recommend
+(issue 37: GGML_CUDA_FA_ALL_QUANTS per fork), and whether it is a DFlash fork (issue 50 item 4).
 
 `buildkit init` reads the notes of the pinned commit (CLAUDE.md, README.md, docs/build.md: bounded,
 regular files only) and proposes the `-DGGML_CUDA_*=VALUE` flags they give on a CMake line as
-`build.cmake_args`, with a comment naming the file and line. The flags then reach the build the way
-every build.cmake_args entry does: the Dockerfile's CMake line and the lock's build key.
+`build.cmake_args`, with a comment naming the file and line and, for a flag whose cost was measured
+(FLAG_NOTES), that cost; `--no-fork-flags` leaves them out. The flags then reach the build the way
+every build.cmake_args entry does: the Dockerfile's CMake line and the lock's build key. A fork whose
+sources hold a DFlash drafter (a `dflash` file under src/ or common/) or whose notes run `--spec-type
+dflash` gets the `dflash` runtime profile.
 
 Flags buildkit sets itself (GGML_CUDA, GGML_CUDA_NO_VMM: build.no_vmm) are never proposed. Reading is
 one shallow fetch of the commit without blobs over 256 KiB; a fork that cannot be read that way gets
@@ -27,18 +31,56 @@ _FLAG = re.compile(r"-D(GGML_CUDA_[A-Z0-9_]+)=([A-Za-z0-9_.;-]+)")
 _OURS = {"GGML_CUDA_NO_VMM"}  # build.no_vmm decides it
 
 
+SOURCE_FOLDERS = ("src", "common")  # where a DFlash fork's drafter lives (src/models/dflash_draft.cpp)
+_DFLASH_RUN = re.compile(r"--spec-type[= ]+dflash\b")
+
+
+@dataclass(frozen=True)
+class FlagNote:
+    """What a proposed flag costs and gives, as measured: init says it beside the flag."""
+
+    gives: str                 # what the flag does for the user
+    compile_cost: str          # the measured compile cost
+    measured_in: str           # the repository file that holds the measurement
+    gpu_effect: str = ""       # its measured effect on the GPU ("" = not measured yet)
+
+    def text(self) -> str:
+        gpu = self.gpu_effect or "its effect on the GPU is not measured yet"
+        return f"{self.gives}; {self.compile_cost}, {gpu} (buildkit's {self.measured_in})."
+
+
+# The flags whose cost was measured. The GPU figure of FA_ALL_QUANTS goes into gpu_effect when it is measured.
+FLAG_NOTES = {
+    "GGML_CUDA_FA_ALL_QUANTS": FlagNote(
+        gives="flash-attention kernels for every K/V cache type pair (48 more objects), needed only for mixed "
+              "non-turbo pairs such as -ctk q8_0 -ctv f16; same-type and TurboQuant pairs compile without it",
+        compile_cost="+18% compile time (1,469 of 8,143 compile seconds of the fork's sm_90 build)",
+        measured_in="docs/gpu-runs/2026-12-05-h200/README.md"),
+}
+
+
 @dataclass(frozen=True)
 class Proposal:
-    flags: tuple[str, ...]   # -DNAME=VALUE, first mention of each name wins
-    source: str              # "CLAUDE.md line 12" (the first flag's)
+    flags: tuple[str, ...] = ()  # -DNAME=VALUE, first mention of each name wins
+    source: str = ""             # "CLAUDE.md line 12" (the first flag's)
+    dflash: str = ""             # where the tree shows DFlash ("src/models/dflash_draft.cpp"); "" = not a DFlash fork
+
+    def notes(self) -> tuple[str, ...]:
+        """The measured cost of each proposed flag that has one."""
+        return tuple(f"{flag}: {FLAG_NOTES[name].text()}" for flag in self.flags
+                     if (name := flag[2:].split("=", 1)[0]) in FLAG_NOTES)
 
 
-def proposed_flags(notes: dict[str, str]) -> Proposal | None:
-    """The CUDA flags on CMake lines of the notes ({path: text}, read in NOTE_FILES order)."""
+def proposed_flags(notes: dict[str, str], paths: tuple[str, ...] = ()) -> Proposal | None:
+    """The CUDA flags on CMake lines of the notes ({path: text}, read in NOTE_FILES order), and whether the
+    tree (paths: its files under SOURCE_FOLDERS) or the notes show DFlash; None when there is neither."""
     seen: dict[str, str] = {}
     first = ""
+    dflash = next((p for p in paths if "dflash" in p.rsplit("/", 1)[-1].lower()), "")
     for path in NOTE_FILES:
         for number, line in _commands(notes.get(path, "")):
+            if not dflash and _DFLASH_RUN.search(line):
+                dflash = f"{path} line {number}"
             if "cmake" not in line.lower():
                 continue
             for name, value in _FLAG.findall(line):
@@ -46,7 +88,7 @@ def proposed_flags(notes: dict[str, str]) -> Proposal | None:
                     continue
                 seen[name] = f"-D{name}={value}"
                 first = first or f"{path} line {number}"
-    return Proposal(tuple(seen.values()), first) if seen else None
+    return Proposal(tuple(seen.values()), first, dflash) if seen or dflash else None
 
 
 def _commands(text: str) -> list[tuple[int, str]]:
@@ -88,6 +130,15 @@ def read_notes(git: Git, commit: str) -> dict[str, str]:
     return found
 
 
+def source_paths(git: Git, commit: str) -> tuple[str, ...]:
+    """The file paths under SOURCE_FOLDERS at commit (the trees a blob-filtered fetch brings)."""
+    try:
+        listing = git.run("ls-tree", "-r", "--name-only", commit, "--", *SOURCE_FOLDERS, what="ls-tree of the sources")
+    except GitFailed:
+        return ()
+    return tuple(line for line in listing.splitlines() if line)
+
+
 def fork_proposal(url: str, commit: str, auth: UrlAuth | None = None, timeout: float = 120) -> Proposal | None:
     """Fetch commit (depth 1, blobs up to MAX_NOTE_BYTES) into a temporary repository and propose
     from its notes; None when the fork says nothing or cannot be fetched that way."""
@@ -98,6 +149,6 @@ def fork_proposal(url: str, commit: str, auth: UrlAuth | None = None, timeout: f
             git.run("init", "--bare", "--quiet", str(git_dir), what="init of a notes repository")
             git.run("fetch", "--quiet", "--no-tags", "--depth", "1", f"--filter=blob:limit={MAX_NOTE_BYTES}",
                     "--", url, commit, what="fetch of the fork's build notes")
-            return proposed_flags(read_notes(git, commit))
+            return proposed_flags(read_notes(git, commit), source_paths(git, commit))
         except (GitFailed, SourceError):
             return None

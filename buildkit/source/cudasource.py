@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from buildkit.core.boundedread import NotAFile, Outside, TooLarge, read_tree_file
@@ -113,3 +114,33 @@ def cub_dropped_iterator_uses(tree: Path) -> list[tuple[str, int, str]]:
                 uses.append((relative, text.count("\n", 0, m.start()) + 1, name))
                 break
     return uses
+
+
+CUDA_DIR = "ggml/src/ggml-cuda"
+INSTANCE_PREFIXES = ("fattn-tile", "fattn-mma", "mmq", "mmf")  # compiled whatever the flags
+
+
+def cuda_object_count(tree: Path, cmake_args: Sequence[str]) -> int | None:
+    """How many CUDA objects ggml-cuda's CMakeLists.txt compiles (the compile estimate's weight): every
+    `*.cu` of ggml/src/ggml-cuda, the template instances it always globs, and the flash-attention vector
+    instances: all of them with GGML_CUDA_FA_ALL_QUANTS, else the same-type K/V pairs and the TurboQuant
+    ones (the fork's list; upstream's is its same-type pairs). None when the tree has no ggml-cuda."""
+    folder = tree / CUDA_DIR
+    if not folder.is_dir():
+        return None
+    all_quants = any(arg.split("=", 1)[0] == "-DGGML_CUDA_FA_ALL_QUANTS"
+                     and arg.split("=", 1)[-1].upper() in ("ON", "1", "TRUE", "YES") for arg in cmake_args)
+
+    def compiled(name: str) -> bool:
+        if name.startswith(INSTANCE_PREFIXES):
+            return True
+        if not name.startswith("fattn-vec"):
+            return False
+        pair = name.removeprefix("fattn-vec-instance-").removesuffix(".cu")
+        k_type, _, v_type = pair.partition("-")
+        return all_quants or k_type == v_type or "turbo" in pair
+
+    instances = folder / "template-instances"
+    top = sum(1 for p in folder.glob("*.cu") if p.is_file())
+    return top + (sum(1 for p in instances.glob("*.cu") if p.is_file() and compiled(p.name))
+                  if instances.is_dir() else 0)

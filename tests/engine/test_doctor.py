@@ -90,18 +90,22 @@ def by_name(proc: subprocess.CompletedProcess) -> dict[str, dict]:
     return {c["name"]: c for c in data["checks"]}
 
 
-def project(root: Path, image: str, arch: str = "cpu") -> Path:
+def project(root: Path, image: str, arch: str = "cpu", os_image: str = "") -> Path:
     root.mkdir(parents=True, exist_ok=True)
-    (root / "buildkit.toml").write_text(f'schema_version = 1\n[image]\nname = "{image}"\n[build]\narch = "{arch}"\n')
+    base = f'[base]\nos_image = "{os_image}"\n' if os_image else ""
+    (root / "buildkit.toml").write_text(f'schema_version = 1\n[image]\nname = "{image}"\n[build]\narch = "{arch}"\n'
+                                        + base)
     return root
 
 
 @pytest.mark.docker
 def test_doctor_passes_on_this_machine(tmp_path, docker_engine, registry_plain):
-    proc = doctor(project(tmp_path, f"{registry_plain.host}/team/doctor"))
+    from images import DEBIAN_IMAGE as DEBIAN
+
+    proc = doctor(project(tmp_path, f"{registry_plain.host}/team/doctor", os_image=DEBIAN))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     checks = by_name(proc)
-    assert set(checks) == {"engine", "buildx", "disk", "registry", "driver", "emulation"}
+    assert set(checks) == {"engine", "buildx", "disk", "registry", "bases", "driver", "emulation"}
     assert all(c["status"] == OK for c in checks.values()), checks
     assert "containerd image store" in checks["engine"]["detail"]
     # the text form: one line per check
@@ -109,8 +113,19 @@ def test_doctor_passes_on_this_machine(tmp_path, docker_engine, registry_plain):
     env["LLAMA_BUILDKIT_CACHE_DIR"] = str(tmp_path / "cache")
     text = subprocess.run([sys.executable, "-m", "buildkit.cli", "doctor"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300).stdout.splitlines()
-    assert [line.split()[:2] for line in text] == [["ok", n] for n in
-                                                    ("engine", "buildx", "disk", "registry", "driver", "emulation")]
+    assert [line.split()[:2] for line in text] == [["ok", n] for n in ("engine", "buildx", "disk", "registry",
+                                                                         "bases", "driver", "emulation")]
+
+
+@pytest.mark.docker
+def test_doctor_warns_when_a_base_image_cannot_be_had(tmp_path, docker_engine, registry_plain):
+    """The default docker.io bases where docker.io cannot be reached: doctor said all ok, and the build then
+    stopped at its start. A name under a registry that refuses connections stands for it here."""
+    proc = doctor(project(tmp_path, f"{registry_plain.host}/team/doctor", os_image="127.0.0.1:1/none/debian:12"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    bases = by_name(proc)["bases"]
+    assert bases["status"] == "warn" and "127.0.0.1:1/none/debian:12" in bases["detail"]
+    assert "buildkit base debian" in bases["fix"] and "--provider wheels" in bases["fix"]
 
 
 @pytest.mark.docker

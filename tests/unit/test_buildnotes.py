@@ -80,3 +80,77 @@ def test_a_fork_without_notes_gets_no_proposal(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "build.cmake_args =" not in proc.stdout
     assert tomllib.loads((work / "buildkit.toml").read_text())["build"].get("cmake_args") is None
+
+
+# ----------------------------------------------------------------------------- issue 50 item 4: a DFlash fork
+
+DRAFTER = "// the DFlash drafter's graph\n"
+
+
+@pytest.fixture(scope="module")
+def dflash_fork(tmp_path_factory) -> Path:
+    repo = tmp_path_factory.mktemp("fork") / "dflash-fork"
+    make_fork_repo(repo, ROOT / "examples" / "tiny-fork",
+                   fork_files={"CLAUDE.md": CLAUDE_MD, "src/models/dflash_draft.cpp": DRAFTER})
+    return repo
+
+
+def test_a_dflash_fork_gets_the_dflash_profile_and_the_flag_said_with_its_cost(tmp_path, dflash_fork):
+    from buildkit.plan.profiles import get_profile
+    from buildkit.plan.starter import DFLASH_PROFILE
+
+    proc = run_cli(tmp_path, "init", "--fork", str(dflash_fork), "--arch", "sm_120")
+    assert proc.returncode == 0, proc.stderr
+    assert "[profiles.dflash]: the fork is a DFlash fork (src/models/dflash_draft.cpp)" in proc.stdout
+    assert "+18% compile time" in proc.stdout and "--no-fork-flags" in proc.stdout
+    config = tmp_path / "buildkit.toml"
+    document = tomllib.loads(config.read_text())
+    assert document["profiles"]["dflash"] == DFLASH_PROFILE
+    profile = get_profile(ConfigDocument(config, document), "dflash")
+    assert profile.needs_draft and profile.args[:2] == ("--spec-type", "dflash")
+    printed = run_cli(tmp_path, "run", "--profile", "dflash", "--image", "buun-llama-cpp:cuda13.1-sm120",
+                      "--model", "target.gguf", "--model-draft", "dflash-draft.gguf", "--print")
+    assert printed.returncode == 0 and "--spec-type dflash" in printed.stdout, printed.stderr
+
+
+def test_the_proposed_flag_is_easy_to_decline(tmp_path, dflash_fork):
+    proc = run_cli(tmp_path, "init", "--fork", str(dflash_fork), "--arch", "sm_120", "--no-fork-flags")
+    assert proc.returncode == 0, proc.stderr
+    assert "proposed, left out (--no-fork-flags): -DGGML_CUDA_FA_ALL_QUANTS=ON" in proc.stdout
+    text = (tmp_path / "buildkit.toml").read_text()
+    assert tomllib.loads(text)["build"].get("cmake_args") is None
+    assert 'to take them: cmake_args = ["-DGGML_CUDA_FA_ALL_QUANTS=ON"]' in " ".join(
+        line.lstrip("# ") for line in text.splitlines())
+
+
+def test_the_seeds_dflash_profile_is_the_one_init_writes():
+    from buildkit.plan.starter import DFLASH_PROFILE
+
+    assert tomllib.loads((ROOT / "buildkit.toml").read_text())["profiles"]["dflash"] == DFLASH_PROFILE
+
+
+def test_a_cpu_arch_gets_the_dflash_profile_without_gpu_arguments():
+    from buildkit.plan.starter import starter_toml
+
+    profile = tomllib.loads(starter_toml({"build.arch": "cpu"}, dflash="CLAUDE.md line 3"))["profiles"]["dflash"]
+    assert "gpus" not in profile and not any("gpu-layers" in a for a in profile["args"])
+
+
+@pytest.mark.parametrize("dflash", ["", "src/models/dflash_draft.cpp"])
+def test_every_page_the_generated_file_points_at_exists(dflash):
+    """The comments of the generated buildkit.toml name buildkit's pages (docs/bench.md#runtime-profiles, the
+    measurement of a proposed flag): each file exists and each #anchor is one of its headings."""
+    import re
+
+    from buildkit.plan.starter import starter_toml
+    from buildkit.source.buildnotes import Proposal
+    from test_reference_pages import slug
+
+    notes = {"build.cmake_args": " ".join(Proposal(("-DGGML_CUDA_FA_ALL_QUANTS=ON",), "CLAUDE.md line 6").notes())}
+    text = " ".join(line.lstrip("# ") for line in starter_toml({"build.arch": "sm_120"}, notes, dflash).splitlines())
+    pointers = set(re.findall(r"(?<![\w/])((?:[\w.-]+/)*[\w.-]+\.md)(?:#([\w-]+))?", text))
+    assert {p for p, _ in pointers} >= {"docs/bench.md", "docs/gpu-runs/2026-12-05-h200/README.md"}, pointers
+    for page, anchor in pointers:
+        assert (ROOT / page).is_file(), page
+        if anchor:
+            assert anchor in {slug(h) for h in re.findall(r"^#+ (.+)$", (ROOT / page).read_text(), re.M)}, anchor

@@ -131,3 +131,22 @@ def test_a_command_that_printed_its_own_json_answer_gets_no_second_document():
     assert mine.exit_code == 1 and json.loads(mine.stdout) == {"error": "cut", "runs": [1]}
     theirs = CliRunner().invoke(cmd, ["--json"])  # not answered: the CLI adds its own document
     assert theirs.stdout.count("\n") == 2 and json.loads(theirs.stdout.splitlines()[-1])["error"] == "cut"
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path):
+    """`buildkit config | head`: the reader is gone before buildkit writes; buildkit ends as a program that
+    SIGPIPE ended does (141), with nothing on stderr (it printed 'error: Broken pipe')."""
+    import subprocess
+    import sys
+
+    from cliutil import ROOT, cli_env
+
+    (tmp_path / "buildkit.toml").write_text("schema_version = 1\n")
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # no reader at all, before buildkit starts: its first write fails, every time
+    try:
+        done = subprocess.run([sys.executable, "-m", "buildkit.cli", "config"], cwd=tmp_path, env=cli_env(),
+                              stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write_end)
+    assert done.returncode == 141 and done.stderr == "", (done.returncode, done.stderr, str(ROOT))

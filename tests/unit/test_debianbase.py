@@ -105,3 +105,32 @@ def test_the_work_folder_is_removed_only_after_the_mounts_inside_it_are_gone(tmp
     finally:
         subprocess.run(["umount", str(inside)], capture_output=True)
     assert not work.exists()
+
+
+# ------------------------------------------------------- issue 50 item 5: an unreachable base, said with the way out
+
+def test_a_base_no_one_can_provide_names_the_whole_offline_path():
+    """The build's refusal names what a CUDA arch needs besides --os-image (--provider wheels), and how to make
+    a base here; doctor's bases check warns with the same (it said all ok while docker.io was out of reach)."""
+    from fakeengine import FakeEngine
+
+    from buildkit.core.errors import BaseImageError
+    from buildkit.engine.api import ImageInfo, use_engine
+    from buildkit.engine.baseimages import resolve_base_images
+    from buildkit.flows.basecheck import check_bases
+    from buildkit.flows.doctorcheck import OK, WARN
+
+    gone = "127.0.0.1:1/nobody/cuda:13.1.0-devel-ubuntu24.04"  # a registry that refuses connections
+    engine = FakeEngine()
+    engine.images["local/debian:bookworm"] = ImageInfo(id="sha256:" + "2" * 64)
+    with use_engine(engine):
+        with pytest.raises(BaseImageError) as caught:
+            resolve_base_images([gone])
+        said = str(caught.value)
+        assert "--provider wheels" in said and "--os-image" in said and "buildkit base debian" in said
+        check = check_bases([gone, "local/debian:bookworm"])
+        assert check.status == WARN and gone in check.detail and "local/debian" not in check.detail
+        assert "--provider wheels" in check.fix and "buildkit base debian" in check.fix
+        assert check_bases(["local/debian:bookworm"]).status == OK
+        offline = check_bases([gone], offline=True)
+        assert offline.status == WARN and "its registry was not asked" in offline.detail

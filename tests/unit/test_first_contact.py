@@ -250,6 +250,8 @@ def test_render_out_prints_a_command_that_stays_inside_out(monkeypatch, tmp_path
 
 
 def test_print_leaves_no_folder_behind(monkeypatch, tmp_path):
+    """--print leaves nothing but what a build leaves: the source's kept build folder with its tree (issue 50
+    item 8: a warm --print syncs that tree instead of exporting it afresh), no Dockerfile, no temporary folder."""
     from buildkit.cli.main import main
     from buildkit.flows import pipeline
 
@@ -261,7 +263,10 @@ def test_print_leaves_no_folder_behind(monkeypatch, tmp_path):
                                 catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("docker buildx build ")
-    assert list(cache.rglob("*")) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["cache"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"] and sorted(p.name for p in cache.iterdir()) == [
+        "contexts"]
+    (kept,) = [p for p in (cache / "contexts").iterdir() if p.is_dir()]
+    assert [p.name for p in kept.iterdir()] == ["context"] and [p.name for p in (kept / "context").iterdir()] == ["src"]
 
 
 def test_init_writes_a_server_profile_that_run_starts(tmp_path, local_fork):

@@ -213,11 +213,20 @@ def test_cli_run_print(project, monkeypatch):
     assert f"{(project / 'draft.gguf').resolve()}:/models/draft/draft.gguf:ro" in argv
 
 
+def test_cli_run_print_needs_no_model_file_on_this_host(project, monkeypatch):
+    """--print only prints (the command is run where the files are): a model not here is no error."""
+    monkeypatch.chdir(project)
+    result = CliRunner().invoke(main, ["run", "--image", "buun:sm120", "--model", "/srv/models/elsewhere.gguf",
+                                       "--print"])
+    assert result.exit_code == 0, result.output
+    assert "/srv/models/elsewhere.gguf:/models/elsewhere.gguf:ro" in shlex.split(result.output.strip())
+
+
 @pytest.mark.parametrize("args,message", [
     (["run", "--profile", "dflash", "--image", "x", "--print"],
      "error: profile 'dflash' needs a draft model: pass --model-draft FILE or set model_draft = in"),
     (["run", "--profile", "nope", "--image", "x", "--print"], "error: unknown profile 'nope'"),
-    (["run", "--image", "x", "--model", "missing.gguf", "--print"], "error: model file /"),
+    (["run", "--image", "x", "--model", "missing.gguf"], "error: model file /"),
     (["run", "--image", "x", "--model", "draft.gguf", "--port", "0", "--print"], "error: --port must be between"),
     (["bench"], "error: give either --url (a running server) or --image (buildkit starts it)"),
     (["bench", "--url", "http://127.0.0.1:1", "--image", "x"], "error: give either --url"),

@@ -37,6 +37,24 @@ def test_the_key_comes_from_the_variable_and_no_message_holds_its_text(tmp_path)
     assert KEY_ENV in str(caught.value) and "A" * 16 not in str(caught.value) and "PRIVATE" not in str(caught.value)
 
 
+def test_keys_generate_names_the_settings_as_they_are(tmp_path):
+    """Its message names sign.key_file and its variable (it said sign.key, which buildkit.toml refuses)."""
+    import re
+
+    from click.testing import CliRunner
+
+    from buildkit.cli.main import main
+    from buildkit.plan.config import KEY_BY_NAME, KEYS
+
+    result = CliRunner().invoke(main, ["keys", "generate", "--out", str(tmp_path / "k.key")])
+    assert result.exit_code == 0, result.output
+    named = re.findall(r"\bsign\.[a-z_]+", result.output)
+    assert named == ["sign.key_file"] and all(name in KEY_BY_NAME for name in named)
+    variables = set(re.findall(r"LLAMA_BUILDKIT_[A-Z_]+", result.output))
+    assert variables == {KEY_BY_NAME["sign.key_file"].env_var, KEY_ENV}
+    assert variables <= {k.env_var for k in KEYS} | {KEY_ENV}
+
+
 def test_dsse_pae_is_the_specifications():
     # the DSSE protocol's own example (secure-systems-lab/dsse, protocol.md)
     assert cf.pae("http://example.com/HelloWorld", b"hello world") == \

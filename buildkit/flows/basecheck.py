@@ -1,0 +1,32 @@
+"""doctor's check of the base images the configured build starts from: each is in the engine, or its registry
+answers for it (5 s at most). A base that is neither makes the build stop at its start: doctor warns, with the
+way an offline machine gets one (engine/baseimages.py OFFLINE_BASE_HINT)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from buildkit.engine.api import get_engine
+from buildkit.engine.baseimages import OFFLINE_BASE_HINT, local_digest, registry_digest
+from buildkit.flows.doctorcheck import OK, WARN, Check
+
+TIMEOUT = 5  # seconds a registry is given, as the build gives it for an image the engine has
+
+
+def check_bases(refs: Sequence[str], *, offline: bool = False) -> Check:
+    engine = get_engine()
+    wanted = list(dict.fromkeys(refs))
+    missing: list[str] = []
+    for ref in wanted:
+        if local_digest(engine, ref):
+            continue
+        if offline:
+            missing.append(f"{ref} (not in the engine; --offline: its registry was not asked)")
+            continue
+        digest, why = registry_digest(ref, timeout=TIMEOUT)
+        if not digest:
+            missing.append(f"{ref} (not in the engine, and {why})")
+    if not missing:
+        return Check("bases", OK, f"{', '.join(wanted)}: in the engine or its registry")
+    return Check("bases", WARN, "a build cannot start from " + "; ".join(missing),
+                 OFFLINE_BASE_HINT.replace("load it", "load each", 1).replace("name it", "name each", 1))
