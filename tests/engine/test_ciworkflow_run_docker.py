@@ -191,3 +191,5 @@ def test_the_generated_jobs_run_in_order_against_the_loopback_registry(workflow_
     assert "up to date" in markdown and f"| `{UNITS[1]}` | skipped" in markdown
     jobs = (plan, *builds, assemble, again)
     print("job wall times here (s): " + ", ".join(f"{j.name} {j.seconds:.1f}" for j in jobs))
+    print("of which the pip install of buildkit (s): " + ", ".join(
+        f"{j.name} {j.step('Install buildkit').seconds:.1f}" for j in jobs if j.step("Install buildkit").ran))
