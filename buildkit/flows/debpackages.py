@@ -31,7 +31,7 @@ from buildkit.engine.api import get_engine
 from buildkit.engine.buildx import BuildOptions, BuildResult
 from buildkit.engine.specs import BuildSpec
 from buildkit.oci.ocilayout import open_image
-from buildkit.plan.aptpins import keyed_packages, package_versions
+from buildkit.plan.aptpins import keyed_packages
 from buildkit.release.sbom import STATUS_LIMIT, DebPackage, OsRelease, image_contents, installed, os_release
 from buildkit.flows.pipeline import Prepared
 
@@ -50,10 +50,6 @@ class StagePackages:
 def stage_packages(packages: list[DebPackage], release: OsRelease) -> StagePackages:
     keyed = keyed_packages((p.name, p.architecture, p.version) for p in packages)
     return StagePackages({k: t[2] for k, t in keyed.items()}, {k: t[1] for k, t in keyed.items()}, release)
-
-
-def versions(packages: list[DebPackage]) -> dict[str, str]:
-    return package_versions((p.name, p.architecture, p.version) for p in packages)
 
 
 def runtime_packages(result: BuildResult, platform: str) -> StagePackages:

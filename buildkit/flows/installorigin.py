@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import buildkit
-from buildkit.core.errors import ConfigError
+from buildkit.core.errors import ConfigError, SourceError
 from buildkit.core.giturls import local_path, loopback_host
 from buildkit.core.urlcreds import clean_url, redact_url
 from buildkit.source.gitcmd import Git, GitFailed
@@ -86,8 +86,11 @@ def checkout_facts(folder: Path, commit: str = "") -> Checkout | None:
         names = run("remote").split()
         remotes = []
         for name in sorted(names, key=lambda n: (n != upstream, n != "origin", n)):
-            url = clean_url(run("remote", "get-url", name))
-            remotes.append(Remote(name, url, name in holding))
+            raw = run("remote", "get-url", name)
+            try:
+                remotes.append(Remote(name, clean_url(raw), name in holding))
+            except SourceError:  # a URL git may take but no runner's pip would: named, never chosen
+                remotes.append(Remote(name, redact_url(raw), False))
     except (GitFailed, OSError):
         return None
     return Checkout(f"the checkout {folder}", commit, tuple(remotes), dirty)
@@ -132,7 +135,7 @@ def _recorded() -> Checkout | None:
         remotes = tuple(Remote(str(r["name"]), clean_url(str(r["url"])), bool(r["has_commit"]))
                         for r in data.get("remotes") or [])
         commit = str(data["commit"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, SourceError):
         return None
     if not COMMIT.fullmatch(commit):
         return None
