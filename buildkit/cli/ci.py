@@ -30,12 +30,13 @@ def ci() -> None:
               help="Name of the secret holding the registry password or token.")
 @click.option("--python", "python_version", default="3.11", show_default=True, help="Python for the runner.")
 @click.option("--install", "install_spec", default=None,
-              help="What pip installs on the runner, verbatim [default: git+URL@REF, see --buildkit-repo].")
+              help="What pip installs on the runner, verbatim [default: git+URL@COMMIT, see --buildkit-repo].")
 @click.option("--buildkit-repo", default=None, metavar="URL",
-              help="Git repository of buildkit for the runner's pip install [default: the one this buildkit was "
-                   "installed from with pip install git+URL@REF].")
+              help="Git repository of buildkit for the runner's pip install [default: where the running buildkit "
+                   "came from: the remote of its checkout that holds its commit, the git URL pip installed it "
+                   "from, or the origin its wheel recorded; refused when that is only a folder on this machine].")
 @click.option("--buildkit-ref", default=None, metavar="REF",
-              help="Tag or commit of --buildkit-repo [default: v<this version>, or the installed commit].")
+              help="Branch, tag or commit to install [default: the running buildkit's commit].")
 @click.option("--runner", "runners", multiple=True, metavar="ARCH=LABELS",
               help="runs-on label(s) of the build jobs for the units compiled on ARCH (amd64 or arm64), "
                    "repeatable; refused when a label names another CPU or a unit's CPU has none "
@@ -89,9 +90,11 @@ def github(out_path: str | None, cron: str | None, username_secret: str, passwor
     that cannot build a unit of the matrix, caches over GitHub's 10 GB.
     """
     from buildkit.core.errors import ConfigError
+    from buildkit.core.giturls import local_path
+    from buildkit.core.urlcreds import redact_url
     from buildkit.flows.ciworkflow import (DEFAULT_CRON, DEFAULT_PATH, WorkflowOptions, cache_budget, check_cron,
-                                           config_in_repo, install_spec as default_install, render_workflow,
-                                           write_workflow)
+                                           config_in_repo, render_workflow, write_workflow)
+    from buildkit.flows.installorigin import install_spec as default_install
     from buildkit.flows.nightly import repository_of
     from buildkit.flows.nightlyjobs import DEFAULT_RUNNERS, check_runners, parse_runners
     from buildkit.plan.matrix import matrix_variants
@@ -107,6 +110,9 @@ def github(out_path: str | None, cron: str | None, username_secret: str, passwor
     if cfg.path is None:
         raise ConfigError("no buildkit.toml here (or --config FILE): the workflow runs the nightly of a "
                           "configuration in this repository; write one with `buildkit init`")
+    if local_path(cfg.source.url, cfg.path.parent) is not None:
+        raise ConfigError(f"source.url {redact_url(cfg.source.url)} is a folder on this machine: the workflow's "
+                          "runners fetch the fork, and cannot reach it; push the fork and set source.url to its URL")
     check_cron(cron or DEFAULT_CRON)
     repository = repository_of(cfg)
     if cfg.origins["image.name"] == "default" or repository.name.startswith("docker.io/library/"):
@@ -124,10 +130,15 @@ def github(out_path: str | None, cron: str | None, username_secret: str, passwor
         raise ConfigError("--bench-model, --bench-profile, --bench-runs, --bench-max-tokens and --gpu-check go "
                           "with --bench-runner")
     cache_budget(variants, layer_cache, ccache=not no_ccache)
+    notes: tuple[str, ...] = ()
+    if install_spec:
+        install = install_spec
+    else:  # the commit that is running, from where a runner reaches it (flows/installorigin.py)
+        install, notes = default_install(buildkit_repo, buildkit_ref)
     options = WorkflowOptions(registry=repository.registry, cron=cron or DEFAULT_CRON,
                               username_secret=username_secret, password_secret=password_secret,
                               python_version=python_version,
-                              install=install_spec or default_install(buildkit_repo, buildkit_ref),
+                              install=install,
                               runners=tuple(sorted(by_arch.items())), plan_runner=plan_runner,
                               layer_cache=layer_cache,
                               cache_ref=repository.name if layer_cache == "registry" else "",
@@ -140,6 +151,8 @@ def github(out_path: str | None, cron: str | None, username_secret: str, passwor
         options = replace(options, image=cfg.image.name)
     options = replace(options, config=config_in_repo(cfg.path, Path.cwd()))
     text = render_workflow(options)
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
     if to_stdout:
         click.echo(text, nl=False)
         return

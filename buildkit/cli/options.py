@@ -72,7 +72,10 @@ class BuildkitCommand(click.Command):
     """A command whose `--help` shows its own options first, then the shared ones by group."""
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        own = [r for p in self.get_params(ctx) if not isinstance(p, SharedOption) and (r := p.get_help_record(ctx))]
+        # options only: click 8.5 gives an argument a help record too (its name), which click's own layout
+        # leaves out of "Options:" and 8.4 never made; the usage line names the arguments
+        own = [r for p in self.get_params(ctx) if isinstance(p, click.Option) and not isinstance(p, SharedOption)
+               and (r := p.get_help_record(ctx))]
         if own:
             with formatter.section("Options"):
                 formatter.write_dl(own)

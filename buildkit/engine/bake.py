@@ -21,6 +21,7 @@ import json
 import re
 import sys
 import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,7 +119,7 @@ def _results(run: _Run, names: Iterable[str], document: dict[str, Any], isolated
              engine: Engine, stream: OutStream, lock: threading.Lock) -> dict[str, TargetOutcome]:
     from buildkit.engine.buildx import BuildResult
 
-    seconds = run.seconds
+    seconds, finished_at = run.seconds, time.time()
     out = {}
     for name in names:
         made = run.images.get(name)
@@ -137,7 +138,7 @@ def _results(run: _Run, names: Iterable[str], document: dict[str, Any], isolated
             archive_field: dict[str, Any] = ({"oci_archive": Path(archive)} if archive and
                                              "oci_archive" in BuildResult.__dataclass_fields__ else {})
             out[name] = TargetOutcome(name, BuildResult(digest=digest, config_digest=config, tags=tags,
-                                                        seconds=seconds, **archive_field),
+                                                        seconds=seconds, finished_at=finished_at, **archive_field),
                                       "", seconds, isolated)
     return out
 

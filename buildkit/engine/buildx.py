@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import re
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -64,6 +65,7 @@ class BuildResult:
     compressed_size: int | None = None  # config + layers of the OCI archive, as a registry stores them
     tty: bool = False  # buildx drew its TTY display (its step logs, and so ccache's figures, are not kept)
     compile_curve: CompileCurve | None = None  # when each object finished (a Ninja compile seen to its end)
+    finished_at: float = 0.0  # when the build ended (Unix time; it began `seconds` before): the provenance's times
 
 
 def check_buildx() -> tuple[int, int, int]:
@@ -206,7 +208,7 @@ def run_build(spec: BuildSpec, session: BuildSession, *, stream: OutStream | Non
                 stream.write(f"buildkit: {status}\n")
 
     finished = engine.build(spec, session, on_line, stream=stream, tty=tty)
-    code, seconds = finished.code, finished.seconds
+    code, seconds, finished_at = finished.code, finished.seconds, time.time()
     if tty:
         from buildkit.core.progress import strip_ansi
 
@@ -235,7 +237,8 @@ def run_build(spec: BuildSpec, session: BuildSession, *, stream: OutStream | Non
             tags = ()
     return BuildResult(digest=digest, config_digest=config_digest, tags=tuple(tags), seconds=seconds,
                        oci_archive=oci_archive, ccache=ccache_stats(stats_lines),
-                       compressed_size=archive_size(oci_archive), tty=tty, compile_curve=meter.curve())
+                       compressed_size=archive_size(oci_archive), tty=tty, compile_curve=meter.curve(),
+                       finished_at=finished_at)
 
 
 def _archive_digest(archive: Path, reported: str) -> str:

@@ -162,8 +162,10 @@ def _run(run: _Run, cfg: ResolvedConfig | None, built: BuildResult | None) -> No
         return
     target = options.publish
     signer = None
-    if target.sign_key is not None:
-        signer = signer_for(replace(lock_entry(prepared, result), version=target.version), target.sign_key)
+    if target.sign_key is not None:  # the signed provenance lists the build stage's packages: read them first
+        packages = packages or debian_packages(prepared, result, options.build or _options(cfg))
+        signer = signer_for(replace(lock_entry(prepared, result), version=target.version, debian_packages=packages),
+                            target.sign_key)
     with run.step("publish"):
         run.published, result = _publish(target, result, options, signer, prepared.plan.request.platform)
     run.result = result

@@ -11,8 +11,8 @@ The workflow (see flows/nightlyjobs.py for the three steps of buildkit it runs):
   registry, and gives the matrix of units (variant x platform) to build; with none, the run ends.
 * build, one job per unit (`strategy.matrix` from the plan's output, fail-fast off), each on a
   runner of the CPU it compiles on (--runner ARCH=LABELS): install buildkit from its git
-  repository (`pip install git+URL@REF`: not on PyPI; by default the URL and commit this buildkit
-  was installed from, see install_spec), free disk space, restore the unit's ccache
+  repository (`pip install git+URL@COMMIT`: not on PyPI; by default the URL and commit of the running
+  buildkit, flows/installorigin.py), free disk space, restore the unit's ccache
   (actions/cache, key unit + commit, falling back to the unit's last entry) into the builder,
   `buildkit nightly --job UNIT` (build, verify, push by digest under the build-key tag), and only
   when it built: save the ccache and delete the entry it replaces (one entry per unit).
@@ -31,10 +31,9 @@ layer cache in the registry (`<image>:buildcache-<unit>`, mode=max), outside tha
 
 from __future__ import annotations
 
-import json
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +46,7 @@ from buildkit.core.paths import templates_dir
 from buildkit.core.platforms import default_platform
 from buildkit.core.boundedread import MiB, read_regular
 from buildkit.core.wholefile import write_whole
+from buildkit.flows.installorigin import install_spec
 from buildkit.flows.nightlyjobs import DEFAULT_RUNNERS
 from buildkit.plan.matrix import Variant
 
@@ -154,34 +154,6 @@ def check_cron(cron: str) -> str:
     return " ".join(fields)
 
 
-def install_spec(repo: str | None = None, ref: str | None = None,
-                 read_direct_url: Callable[[], str | None] | None = None) -> str:
-    """What the runner's `pip install` gets: git+REPO@REF when given; else the git URL and commit
-    this buildkit was installed from (pip's direct_url.json, PEP 610); else ConfigError."""
-    if repo:
-        url = repo if repo.startswith("git+") else f"git+{repo}"
-        return f"{url}@{ref or 'v' + __version__}"
-    text = (read_direct_url or _direct_url)()
-    try:
-        data = json.loads(text) if text else {}
-    except ValueError:
-        data = {}
-    vcs = data.get("vcs_info") or {}
-    if vcs.get("vcs") == "git" and data.get("url") and not str(data["url"]).startswith("file:"):
-        return f"git+{data['url']}@{ref or vcs.get('commit_id') or vcs.get('requested_revision')}"
-    raise ConfigError("this buildkit was not installed from a git URL, so the workflow cannot install the same "
-                      "one; pass --buildkit-repo URL [--buildkit-ref TAG] (the package is not on PyPI)")
-
-
-def _direct_url() -> str | None:
-    from importlib import metadata
-
-    try:
-        return metadata.distribution("llama-buildkit").read_text("direct_url.json")
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def config_in_repo(config: Path, cwd: Path) -> str:
     """buildkit.toml's path as the workflow (run at the repository root) names it: relative to cwd."""
     rel = os.path.relpath(config.resolve(), cwd.resolve())
@@ -258,7 +230,7 @@ def render_workflow(options: WorkflowOptions, directory: Path | None = None) -> 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(directory or templates_dir())),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
     env.filters["yaml"] = yaml_value
-    install = options.install or install_spec()
+    install = options.install or install_spec()[0]
 
     def secret_ref(name: str) -> str:
         return "${{ secrets." + name + " }}"

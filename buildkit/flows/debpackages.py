@@ -11,33 +11,48 @@ of the runtime image with its version, as the stages' own dpkg databases say (no
   read only through the image or a cache mount; a second export keeps the image's bytes as they are.)
 
 {"build": {package: version}, "runtime": {...}}: a package of several architectures is package:arch
-(plan/aptpins.py package_versions), which `reproduce` pins (plan/aptpins.py pins_from_record).
+(plan/aptpins.py package_versions), which `reproduce` pins (plan/aptpins.py pins_from_record); besides,
+"architectures" (the same keys, each package's dpkg architecture) and "os" (each stage's os-release ID and
+VERSION_ID, read from the build stage's export and the image's layers): the provenance lists the build stage's
+packages with them (release/provenance.py), and the SBOM's purls carry the runtime's vendor and distro.
 """
 
 from __future__ import annotations
 
 import tempfile
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from buildkit.core.boundedread import read_regular
+from buildkit.core.boundedread import MiB, read_regular
 from buildkit.core.errors import BuildError
 from buildkit.engine.api import get_engine
 from buildkit.engine.buildx import BuildOptions, BuildResult
 from buildkit.engine.specs import BuildSpec
 from buildkit.oci.ocilayout import open_image
-from buildkit.plan.aptpins import package_versions
-from buildkit.release.sbom import STATUS_LIMIT, DebPackage, image_packages, installed
+from buildkit.plan.aptpins import keyed_packages
+from buildkit.release.sbom import STATUS_LIMIT, DebPackage, OsRelease, image_contents, installed, os_release
 from buildkit.flows.pipeline import Prepared
 
 BUILD_PACKAGES_TARGET = "build-packages"  # templates/_devel.j2
 
 
-def versions(packages: list[DebPackage]) -> dict[str, str]:
-    return package_versions((p.name, p.architecture, p.version) for p in packages)
+@dataclass(frozen=True)
+class StagePackages:
+    """One stage's packages as the lock records them: {key: version}, {key: architecture} (keys: aptpins.py's
+    keyed_packages), and its os-release."""
+    versions: dict[str, str]
+    architectures: dict[str, str]
+    os: OsRelease
 
 
-def runtime_packages(result: BuildResult, platform: str) -> dict[str, str]:
+def stage_packages(packages: list[DebPackage], release: OsRelease) -> StagePackages:
+    keyed = keyed_packages((p.name, p.architecture, p.version) for p in packages)
+    return StagePackages({k: t[2] for k, t in keyed.items()}, {k: t[1] for k, t in keyed.items()}, release)
+
+
+def runtime_packages(result: BuildResult, platform: str) -> StagePackages:
     """The runtime image's packages: from the build's OCI archive, else from the engine's image."""
     with ExitStack() as stack:
         if result.oci_archive is not None and result.oci_archive.is_file():
@@ -47,36 +62,53 @@ def runtime_packages(result: BuildResult, platform: str) -> dict[str, str]:
         else:
             raise BuildError("the built image is neither in an archive nor in the engine: its Debian packages "
                              "cannot be read")
-        return versions(image_packages(open_image(spec, stack, platform=platform, engine=get_engine())))
+        return stage_packages(*image_contents(open_image(spec, stack, platform=platform, engine=get_engine())))
 
 
-def build_stage_packages(prepared: Prepared, options: BuildOptions) -> dict[str, str]:
-    """The build stage's packages: its dpkg status, exported by the target build-packages."""
+# The export's Dockerfile is the build's with the stage's os-release copied beside its dpkg status: the same
+# stages (cache hits), a different export only; the image's Dockerfile and the template's hash are unchanged.
+STATUS_COPY = "COPY --from=build-os /var/lib/dpkg/status /build-packages/status\n"
+OS_RELEASE_COPY = "COPY --from=build-os /usr/lib/os-releas[e] /build-packages/\n"  # (a wildcard: may match none)
+
+
+def build_stage_packages(prepared: Prepared, options: BuildOptions) -> StagePackages:
+    """The build stage's packages: its dpkg status (and os-release), exported by the target build-packages."""
     plan, rendered = prepared.plan, prepared.rendered
     with tempfile.TemporaryDirectory(prefix="buildkit-build-packages-") as tmp:
-        spec = BuildSpec(context=rendered.context_dir, dockerfile=rendered.dockerfile, platform=plan.request.platform,
+        dockerfile = Path(tmp) / "Dockerfile"
+        text = read_regular(rendered.dockerfile, STATUS_LIMIT).decode()
+        dockerfile.write_text(text.replace(STATUS_COPY, STATUS_COPY + OS_RELEASE_COPY, 1))
+        spec = BuildSpec(context=rendered.context_dir, dockerfile=dockerfile, platform=plan.request.platform,
                          target=BUILD_PACKAGES_TARGET,
                          build_args=(("SOURCE_DATE_EPOCH", str(plan.source_date_epoch)),),
                          named_contexts=tuple((name, str(path)) for name, path in rendered.named_contexts),
                          # the build's own cache sources: where its apt step came from (a remote builder's, say)
                          cache_from=tuple(e.replace("{variant}", plan.request.cache_name) for e in options.cache_from),
-                         provenance=False, outputs=(f"type=local,dest={tmp}",))
+                         provenance=False, outputs=(f"type=local,dest={Path(tmp) / 'out'}",))
         tail: list[str] = []
         finished = get_engine().build(spec, options.session(None), lambda line: tail.append(line) if line.strip()
                                       else None, stream=_Quiet(), tty=False)
-        status = Path(tmp) / "build-packages" / "status"
+        status = Path(tmp) / "out" / "build-packages" / "status"
         if finished.code != 0 or not status.is_file():
             last = next((t for t in reversed(tail) if "ERROR" in t), tail[-1] if tail else "no output")
             raise BuildError(f"the build stage's Debian packages could not be read (target "
                              f"{BUILD_PACKAGES_TARGET}, exit {finished.code}): {last.strip()[:300]}")
         text = read_regular(status, STATUS_LIMIT).decode("utf-8", "replace")
-    return versions(installed([text]))
+        release_file = status.parent / "os-release"
+        release = (os_release(read_regular(release_file, MiB).decode("utf-8", "replace"))
+                   if release_file.is_file() and not release_file.is_symlink() else OsRelease())
+    return stage_packages(installed([text]), release)
 
 
-def debian_packages(prepared: Prepared, result: BuildResult, options: BuildOptions) -> dict[str, dict[str, str]]:
-    """The lock entry's debian_packages: the build stage's and the runtime image's."""
-    return {"build": build_stage_packages(prepared, options),
-            "runtime": runtime_packages(result, prepared.plan.request.platform)}
+def debian_packages(prepared: Prepared, result: BuildResult, options: BuildOptions) -> dict[str, Any]:
+    """The lock entry's debian_packages: the build stage's and the runtime image's versions (what `reproduce`
+    pins), their architectures and os-release (what the provenance and the SBOM say besides)."""
+    stages = {"build": build_stage_packages(prepared, options),
+              "runtime": runtime_packages(result, prepared.plan.request.platform)}
+    record: dict[str, Any] = {name: stage.versions for name, stage in stages.items()}
+    record["architectures"] = {name: stage.architectures for name, stage in stages.items()}
+    record["os"] = {name: {"id": stage.os.id, "version_id": stage.os.version_id} for name, stage in stages.items()}
+    return record
 
 
 class _Quiet:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import sys
 import shutil
 import tempfile
+from datetime import UTC, datetime
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -286,7 +287,20 @@ def lock_entry(prepared: Prepared, result: BuildResult) -> LockEntry:
         cmake_archs=req.arch.cmake_archs, image_name=req.image_name, build_key=prepared.build_key,
         image_digest=result.digest, image_id=image_id, tags=result.tags, labels=dict(plan.labels),
         exporter="oci" if result.oci_archive is not None else "load", build_seconds=round(result.seconds, 1),
+        patch_sha256=prepared.patches.digests, build_started=build_times(result)[0],
+        build_finished=build_times(result)[1],
     )
+
+
+def build_times(result: BuildResult) -> tuple[str, str]:
+    """The lock's build_started and build_finished of a build that ran here ("" for an image it did not build)."""
+    if not result.finished_at:
+        return "", ""
+    return rfc3339(result.finished_at - result.seconds), rfc3339(result.finished_at)
+
+
+def rfc3339(unix: float) -> str:
+    return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def kept_context_dir(cfg: ResolvedConfig) -> Path:

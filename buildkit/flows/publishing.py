@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import cast
 
 from buildkit.core.errors import ConfigError, LockError, RegistryError
@@ -83,13 +85,29 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
                                                   build=build_opts, stream=stream), cfg=cfg)
             origin = "built"
         else:  # the engine's image with this build key: pushed as it is, its lock entry once published
-            held = BuildResult(digest=local.id, config_digest=local.id, tags=tuple(local.tags), seconds=0.0)
+            seconds, finished_at = built_before(lock_path, key)  # its build's times, for the provenance
+            held = BuildResult(digest=local.id, config_digest=local.id, tags=tuple(local.tags), seconds=seconds,
+                               finished_at=finished_at)
             unit = run_unit(prepared, UnitOptions(verify=False, lock_path=lock_path, lock_first=False,
                                                   publish=publication, stream=stream), built=held)
             origin = "engine"
         assert unit.published is not None
         return PublishResult(repository.name, version, unit.published.digest, tags.all, unit.published.added,
                              origin=origin, build_key=key, signed=unit.published.signed)
+
+
+def built_before(lock_path: Path, key: str) -> tuple[float, float]:
+    """(seconds, finished_at) of the build the lock recorded with this build key (the engine's image of a
+    `buildkit build` that a later `build --push` pushes); (0, 0) when it recorded none."""
+    for entry in read_lock(lock_path)["builds"].values():
+        if isinstance(entry, dict) and entry.get("build_key") == key and entry.get("build_finished"):
+            try:
+                started, finished = (datetime.strptime(str(entry.get(name)), "%Y-%m-%dT%H:%M:%SZ")
+                                     .replace(tzinfo=UTC).timestamp() for name in ("build_started", "build_finished"))
+            except ValueError:
+                continue
+            return finished - started, finished
+    return 0.0, 0.0
 
 
 def _found_signer(prepared: Prepared, key: SigningKey) -> Signer:

@@ -38,13 +38,13 @@ class Signed:
     written: tuple[str, ...]  # the .sig and .att references
 
 
-def signer_for(entry: LockEntry, key: SigningKey, *, started_on: str = "") -> Signer:
+def signer_for(entry: LockEntry, key: SigningKey) -> Signer:
     """What release/publish.publish() calls once the registry holds the image: signs its digest and attaches
     the SLSA provenance of entry's inputs and the SBOM of the pushed image's own layers."""
 
     def sign(client: RegistryClient, repository: ImageRef, digest: str) -> tuple[str, ...]:
         name = f"{repository.registry}/{repository.repository}"
-        statement, document = _statements(entry, digest, name, started_on)
+        statement, document = _statements(entry, digest, name)
         attestations = [Attestation(provenance.PREDICATE_TYPE, statement),
                         Attestation(sbom.PREDICATE_TYPE, sbom.sbom_statement(document, digest, name))]
         return tuple(sign_image(client, repository.repository, digest, key, attestations))
@@ -52,15 +52,15 @@ def signer_for(entry: LockEntry, key: SigningKey, *, started_on: str = "") -> Si
     return sign
 
 
-def _statements(entry: LockEntry, digest: str, name: str, started_on: str = "") -> tuple[bytes, bytes]:
+def _statements(entry: LockEntry, digest: str, name: str) -> tuple[bytes, bytes]:
     """(the provenance statement, the SBOM document) of the image name@digest built as entry says; the SBOM
-    is read from the pushed image's own layers."""
-    run = provenance.RunDetails(str(uuid.uuid4()), started_on or _now(), _now())
-    statement = provenance.provenance_statement(entry, digest, name, run)
+    is read from the pushed image's own layers. The provenance's times are the build's, as the lock entry
+    carries them into a later push (none for an image this lock did not see built: never the signing time)."""
+    statement = provenance.provenance_statement(entry, digest, name, provenance.run_details(entry, str(uuid.uuid4())))
     with ExitStack() as stack:
         image = open_image(f"registry:{name}@{digest}", stack, platform=entry.platform)
-        packages = sbom.image_packages(image)
-    return statement, sbom.sbom_document(packages, entry_dict(entry), image_name=name)
+        packages, release = sbom.image_contents(image)
+    return statement, sbom.sbom_document(packages, entry_dict(entry), release=release, image_name=name)
 
 
 def write_predicates(entry: LockEntry, digest: str, name: str, folder: Path) -> tuple[Path, Path]:
@@ -88,7 +88,10 @@ def index_signer(key: SigningKey, *, commit: str, version: str, entries: Sequenc
             written += signer_for(entry, key)(client, repository, entry.image_digest)
         platforms = index_manifests(client, repository.repository, digest)
         name = f"{repository.registry}/{repository.repository}"
-        run = provenance.RunDetails(str(uuid.uuid4()), _now(), _now())
+        # the index is assembled, not built: its images' builds' times where this run has them
+        started = min((e.build_started for e in entries if e.build_started), default="")
+        finished = max((e.build_finished for e in entries if e.build_finished), default="")
+        run = provenance.RunDetails(str(uuid.uuid4()), started, finished)
         statement = provenance.index_provenance_statement(name, digest, platforms, commit=commit, version=version,
                                                           run=run)
         written += sign_image(client, repository.repository, digest, key,
@@ -110,7 +113,7 @@ def index_manifests(client: RegistryClient, repo: str, digest: str) -> list[tupl
             for d in listed]
 
 
-def sign_entry(lock_path: Path, entry_key: str, key: SigningKey, *, started_on: str = "") -> Signed:
+def sign_entry(lock_path: Path, entry_key: str, key: SigningKey) -> Signed:
     """Sign the digest lock_path's entry entry_key was pushed at, with its provenance and SBOM attached."""
     data = read_lock(lock_path).get("builds", {}).get(entry_key)
     if not isinstance(data, dict):
@@ -121,7 +124,7 @@ def sign_entry(lock_path: Path, entry_key: str, key: SigningKey, *, started_on: 
     ref = parse_image_ref(entry.pushed[0])
     name = f"{ref.registry}/{ref.repository}"
     with client_for(ref.registry) as client:
-        written = signer_for(entry, key, started_on=started_on)(client, ref, entry.image_digest)
+        written = signer_for(entry, key)(client, ref, entry.image_digest)
     return Signed(f"{name}@{entry.image_digest}", written)
 
 

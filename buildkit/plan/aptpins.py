@@ -63,14 +63,20 @@ def check_apt_snapshot(value: str) -> str:
                       "or YYYYMMDDTHHMMSSZ (UTC), e.g. 2026-11-01 or 20261101T120000Z")
 
 
-def package_versions(packages: Iterable[tuple[str, str, str]]) -> dict[str, str]:
-    """{package: version} of (name, architecture, version) triples, as the lock records them: a name
-    installed for several architectures (a cross build's libc6 and libc6:arm64) is name:arch for each."""
+def keyed_packages(packages: Iterable[tuple[str, str, str]]) -> dict[str, tuple[str, str, str]]:
+    """(name, architecture, version) triples by the key the lock records each under: the name, or for a name
+    installed for several architectures (a cross build's libc6 and libc6:arm64) name:arch for each."""
     items = sorted(set(packages))
     archs: dict[str, set[str]] = {}
     for name, arch, _ in items:
         archs.setdefault(name, set()).add(arch)
-    return {(f"{name}:{arch}" if len(archs[name]) > 1 and arch else name): version for name, arch, version in items}
+    return {(f"{name}:{arch}" if len(archs[name]) > 1 and arch else name): (name, arch, version)
+            for name, arch, version in items}
+
+
+def package_versions(packages: Iterable[tuple[str, str, str]]) -> dict[str, str]:
+    """{package: version} of (name, architecture, version) triples, as the lock records them (keyed_packages)."""
+    return {key: triple[2] for key, triple in keyed_packages(packages).items()}
 
 
 def pins_from_record(record: Mapping[str, object] | None, where: str) -> AptPins | None:

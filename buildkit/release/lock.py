@@ -80,8 +80,16 @@ class LockEntry:
     build_seconds: float = 0.0  # wall time of the buildx run (the next build's estimate)
     # every Debian package of the build stage and of the runtime image with its version ({"build": {pkg:
     # version}, "runtime": {...}}, flows/debpackages.py); known after the apt steps, so in no build key.
-    # `reproduce` installs these versions (plan/aptpins.py). None: a lock written before it, or not read
+    # `reproduce` installs these versions (plan/aptpins.py); "architectures" ({"build": {pkg: arch}, ...}) and
+    # "os" ({"build": {"id", "version_id"}, ...}) say the rest the provenance lists. None: a lock written
+    # before it, or not read
     debian_packages: dict[str, Any] | None = None
+    # each patch file's sha256 (hex), in the order of `patches` (patch_set_sha256 is the queue's as one)
+    patch_sha256: tuple[str, ...] = ()
+    # when the buildx run began and ended (RFC 3339, UTC): the provenance's startedOn and finishedOn, also when
+    # a later `push` signs it; "" for a lock written before them, or an image pushed without a build here
+    build_started: str = ""
+    build_finished: str = ""
 
     @property
     def key(self) -> str:
@@ -338,4 +346,10 @@ def entry_dict(entry: LockEntry) -> dict[str, Any]:
     for name in ("gpu_check", "debian_packages"):  # (absent until known: an older lock is written back the same)
         if data.get(name) is None:
             data.pop(name, None)
+    for name in LATER_FIELDS:
+        if data.get(name) in ("", ()):
+            data.pop(name, None)
     return data
+
+
+LATER_FIELDS = ("patch_sha256", "build_started", "build_finished")  # absent while empty (older locks, as above)

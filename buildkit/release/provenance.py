@@ -4,8 +4,10 @@ project's own model and validator) whose subject is the pushed digest.
 Generated from the input declarations, not written again by hand: every input a lock entry holds
 (plan/inputs.py's inputs declared `lock`) is a parameter of the predicate, in its lock form: the request's
 own choices under externalParameters, what buildkit decided under internalParameters; the inputs that are
-artifacts are resolvedDependencies besides (the fork as git+URL@commit, the patch set, the template, each
-base image by digest, each CUDA wheel by sha256). docs/provenance.md documents the buildType.
+artifacts are resolvedDependencies besides (the fork as git+URL@commit, a local one git+file:///path@commit; the
+patch set and each patch with its own sha256; the template; each base image by digest; each CUDA wheel by
+sha256; each Debian package of the build stage by purl, with its version and architecture).
+docs/provenance.md documents the buildType and each field.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from in_toto_attestation.v1.statement import STATEMENT_TYPE_URI as STATEMENT_TYP
 from in_toto_attestation.v1.statement import Statement
 
 import buildkit
+from buildkit.core.giturls import vcs_uri
 from buildkit.plan.inputs import INPUTS
 from buildkit.release.lock import LockEntry, entry_dict
+from buildkit.release.sbom import DebPackage, OsRelease, deb_purl
 
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
 BUILD_TYPE = "https://github.com/llama-buildkit/buildkit/buildtypes/image/v1"
@@ -42,17 +46,28 @@ def lock_input_names() -> tuple[str, ...]:
 @dataclass(frozen=True)
 class RunDetails:
     invocation_id: str
-    started_on: str  # RFC 3339
-    finished_on: str
+    started_on: str  # RFC 3339: when the build began and ended (the lock's build_started, build_finished); ""
+    finished_on: str  # where not known, and then left out
     builder_commit: str = ""
 
 
+def run_details(entry: LockEntry, invocation_id: str) -> RunDetails:
+    """The run of entry's build: its times as the lock carries them (into a later push too); "" (left out of the
+    statement) where the lock has none, never the signing time."""
+    return RunDetails(invocation_id, entry.build_started, entry.build_finished)
+
+
 def _dependencies(data: Mapping[str, Any]) -> list[ResourceDescriptor]:
-    deps = [ResourceDescriptor(uri=f"git+{data['source_url']}@{data['commit']}", digest={"sha1": data["commit"]},
-                               name="llama.cpp fork")]
+    deps = [ResourceDescriptor(uri=vcs_uri(str(data["source_url"]), str(data["commit"])),
+                               digest={"sha1": data["commit"]}, name="llama.cpp fork")]
     if data.get("patch_set_sha256"):
         deps.append(ResourceDescriptor(name="patch set", digest={"sha256": data["patch_set_sha256"]},
                                        annotations={"patches": list(data.get("patches") or [])}))
+    digests = list(data.get("patch_sha256") or [])
+    for position, (name, digest) in enumerate(zip(data.get("patches") or [], digests, strict=False), start=1):
+        deps.append(ResourceDescriptor(name=str(name), digest={"sha256": str(digest)},
+                                       annotations={"kind": "patch", "position": position}))
+    deps += build_stage_packages(data.get("debian_packages"))
     if data.get("template_sha256"):
         deps.append(ResourceDescriptor(name=f"template {data.get('template', '')}".strip(),
                                        digest={"sha256": data["template_sha256"]}))
@@ -67,6 +82,30 @@ def _dependencies(data: Mapping[str, Any]) -> list[ResourceDescriptor]:
         deps.append(ResourceDescriptor(name=str(name), uri=str(wheel.get("url", "")),
                                        digest={"sha256": str(wheel["sha256"])}))
     return deps
+
+
+def build_stage_packages(record: Any) -> list[ResourceDescriptor]:
+    """The build stage's Debian packages of a lock entry's debian_packages, each with its purl (name, version,
+    architecture, the stage's vendor and distro): the compilers and libraries the binaries were built with."""
+    if not isinstance(record, Mapping) or not isinstance(record.get("build"), Mapping):
+        return []
+    archs = (record.get("architectures") or {}).get("build") or {}
+    found = (record.get("os") or {}).get("build") or {}
+    release = OsRelease(str(found.get("id") or ""), str(found.get("version_id") or ""))
+    out = []
+    for key, version in sorted(record["build"].items()):
+        package = DebPackage(str(key).split(":")[0], str(version), str(archs.get(key) or ""))
+        out.append(ResourceDescriptor(name=package.name, uri=deb_purl(package, release).to_string(),
+                                      annotations={"kind": "build-stage package", "version": package.version,
+                                                   "architecture": package.architecture}))
+    return out
+
+
+def run_metadata(run: RunDetails) -> dict[str, str]:
+    """runDetails.metadata: the invocation, and the build's times where they are known (never made up)."""
+    metadata = {"invocationId": run.invocation_id}
+    metadata.update({k: v for k, v in (("startedOn", run.started_on), ("finishedOn", run.finished_on)) if v})
+    return metadata
 
 
 def provenance_statement(entry: LockEntry, digest: str, image_name: str, run: RunDetails) -> bytes:
@@ -86,9 +125,7 @@ def provenance_statement(entry: LockEntry, digest: str, image_name: str, run: Ru
             "internalParameters": internal,
             "resolvedDependencies": [json_format.MessageToDict(d.pb) for d in _dependencies(data)],
         },
-        "runDetails": {"builder": builder,
-                       "metadata": {"invocationId": run.invocation_id, "startedOn": run.started_on,
-                                    "finishedOn": run.finished_on}},
+        "runDetails": {"builder": builder, "metadata": run_metadata(run)},
     }
     algorithm, _, hexpart = digest.partition(":")
     subject = ResourceDescriptor(name=image_name, digest={algorithm: hexpart})
@@ -115,9 +152,7 @@ def index_provenance_statement(image_name: str, digest: str, platforms: Sequence
     predicate = _plain({
         "buildDefinition": {"buildType": INDEX_BUILD_TYPE, "externalParameters": external,
                             "resolvedDependencies": [json_format.MessageToDict(d.pb) for d in deps]},
-        "runDetails": {"builder": builder,
-                       "metadata": {"invocationId": run.invocation_id, "startedOn": run.started_on,
-                                    "finishedOn": run.finished_on}},
+        "runDetails": {"builder": builder, "metadata": run_metadata(run)},
     })
     algorithm, _, hexpart = digest.partition(":")
     subject = ResourceDescriptor(name=image_name, digest={algorithm: hexpart})

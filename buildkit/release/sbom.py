@@ -3,15 +3,18 @@ CycloneDX project's own model, serializer and schema validator) and checked agai
 
 What it lists: every Debian package the image's own dpkg database says is installed (read from its
 layers, var/lib/dpkg/status and a distroless status.d, through oci/rootfs.py: no engine, no container),
-with name, version, architecture and purl `pkg:deb/<vendor>/<name>@<version>?arch=<arch>`; the CUDA wheels
+with name, version, architecture and purl `pkg:deb/<vendor>/<name>@<version>?arch=<arch>&distro=<id>-<version>`
+(vendor and distro from the image's own os-release); the CUDA wheels
 of a wheels-provider build, with their sha256; and llama.cpp itself (the fork's URL, its commit, the patch
-set). Predicate type of its attestation: https://cyclonedx.org/bom (cosign's `--type cyclonedx`).
+set). metadata.tools names buildkit and cyclonedx-python-lib. Predicate type of its attestation:
+https://cyclonedx.org/bom (cosign's `--type cyclonedx`).
 """
 
 from __future__ import annotations
 
 import json
 import tempfile
+from importlib import metadata
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +28,7 @@ from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
 
+import buildkit
 from buildkit.core.boundedread import MiB, read_regular
 from buildkit.core.errors import ImageSourceError
 from buildkit.oci.ocilayout import Image
@@ -34,6 +38,7 @@ PREDICATE_TYPE = "https://cyclonedx.org/bom"
 STATUS = "var/lib/dpkg/status"
 STATUS_D = "var/lib/dpkg/status.d/"
 STATUS_LIMIT = 64 * MiB
+OS_RELEASE = ("usr/lib/os-release", "etc/os-release")  # (etc/os-release is a symlink to the first in Debian)
 
 
 @dataclass(frozen=True)
@@ -72,24 +77,63 @@ def installed(status_texts: list[str]) -> list[DebPackage]:
     return sorted(found, key=lambda d: (d.name, d.architecture, d.version))
 
 
+@dataclass(frozen=True)
+class OsRelease:
+    """An image's os-release (ID, VERSION_ID): the vendor and the distro= qualifier of its Debian purls."""
+    id: str = ""
+    version_id: str = ""
+
+    @property
+    def vendor(self) -> str:
+        return self.id or "debian"
+
+    @property
+    def distro(self) -> str:  # debian-12, ubuntu-24.04: as syft and grype write it
+        return f"{self.id}-{self.version_id}" if self.id and self.version_id else ""
+
+
+def os_release(text: str) -> OsRelease:
+    """ID and VERSION_ID of an os-release file (shell-like KEY=value lines, values maybe quoted)."""
+    values = {}
+    for line in text.splitlines():
+        key, eq, value = line.strip().partition("=")
+        if eq and key in ("ID", "VERSION_ID"):
+            values[key] = value.strip().strip("\"'")
+    return OsRelease(values.get("ID", ""), values.get("VERSION_ID", ""))
+
+
 def image_packages(image: Image) -> list[DebPackage]:
     """The Debian packages installed in image, from its own dpkg database (its layers, applied)."""
+    return image_contents(image)[0]
+
+
+def image_contents(image: Image) -> tuple[list[DebPackage], OsRelease]:
+    """The Debian packages installed in image (its own dpkg database) and its os-release, from its layers."""
     with tempfile.TemporaryDirectory(prefix="buildkit-sbom-") as tmp:
         root = Path(tmp) / "root"
-        apply_layers(image, root, include=lambda rel: rel == STATUS or rel.startswith(STATUS_D))
+        apply_layers(image, root, include=lambda rel: rel in (STATUS, *OS_RELEASE) or rel.startswith(STATUS_D))
         files = [root / STATUS] if (root / STATUS).is_file() else []
         if (root / STATUS_D).is_dir():
             files += sorted(p for p in (root / STATUS_D).iterdir() if p.is_file())
+        found = next((root / rel for rel in OS_RELEASE if (root / rel).is_file() and not (root / rel).is_symlink()),
+                     None)
         try:
-            return installed([read_regular(f, STATUS_LIMIT).decode("utf-8", "replace") for f in files])
+            packages = installed([read_regular(f, STATUS_LIMIT).decode("utf-8", "replace") for f in files])
+            release = os_release(read_regular(found, MiB).decode("utf-8", "replace")) if found else OsRelease()
         except OSError as exc:
             raise ImageSourceError(f"{image.source}: cannot read its dpkg status: {exc}") from None
+        return packages, release
 
 
-def _deb_component(pkg: DebPackage, vendor: str) -> Component:
-    purl = PackageURL(type="deb", namespace=vendor, name=pkg.name, version=pkg.version,
-                      qualifiers={"arch": pkg.architecture} if pkg.architecture else None)
-    return Component(name=pkg.name, version=pkg.version, type=ComponentType.LIBRARY, purl=purl,
+def deb_purl(pkg: DebPackage, release: OsRelease) -> PackageURL:
+    """pkg:deb/<vendor>/<name>@<version>?arch=<arch>&distro=<id>-<version_id> (what is known of it)."""
+    qualifiers = {k: v for k, v in (("arch", pkg.architecture), ("distro", release.distro)) if v}
+    return PackageURL(type="deb", namespace=release.vendor, name=pkg.name, version=pkg.version,
+                      qualifiers=qualifiers or None)
+
+
+def _deb_component(pkg: DebPackage, release: OsRelease) -> Component:
+    return Component(name=pkg.name, version=pkg.version, type=ComponentType.LIBRARY, purl=deb_purl(pkg, release),
                      bom_ref=f"deb:{pkg.name}:{pkg.architecture}:{pkg.version}")
 
 
@@ -111,14 +155,20 @@ def _llama_component(lock: Mapping[str, Any]) -> Component:
                                                             url=XsUri(str(lock["source_url"])))])
 
 
-def sbom_document(packages: list[DebPackage], lock: Mapping[str, Any] | None, *, vendor: str = "debian",
-                  image_name: str = "image") -> bytes:
-    """The CycloneDX 1.6 JSON of packages and, from a lock entry (entry_dict), llama.cpp and its CUDA wheels;
-    ImageSourceError when the library's schema validation finds it invalid."""
+def sbom_document(packages: list[DebPackage], lock: Mapping[str, Any] | None, *,
+                  release: OsRelease = OsRelease(), image_name: str = "image") -> bytes:
+    """The CycloneDX 1.6 JSON of packages (purls of release's vendor and distro) and, from a lock entry
+    (entry_dict), llama.cpp and its CUDA wheels; the tools that made it (buildkit, cyclonedx-python-lib) in
+    metadata.tools. ImageSourceError when the library's schema validation finds it invalid."""
     bom = Bom()
     bom.metadata.component = root = Component(name=image_name, type=ComponentType.CONTAINER, bom_ref="image")
+    bom.metadata.tools.components.add(Component(type=ComponentType.APPLICATION, name="llama-buildkit",
+                                                version=buildkit.__version__, group="llama-buildkit"))
+    bom.metadata.tools.components.add(Component(type=ComponentType.LIBRARY, group="CycloneDX",
+                                                name="cyclonedx-python-lib", version=metadata.version(
+                                                    "cyclonedx-python-lib")))
     for pkg in packages:
-        bom.components.add(_deb_component(pkg, vendor))
+        bom.components.add(_deb_component(pkg, release))
     if lock is not None:
         bom.components.add(_llama_component(lock))
         for wheel in (lock.get("cuda_root") or {}).get("wheels") or []:

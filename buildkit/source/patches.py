@@ -43,13 +43,14 @@ class PatchQueue:
     files: tuple[Path, ...]
     sha256: str
     names: tuple[str, ...]  # each patch's path relative to the folder, as the hash covers it
+    digests: tuple[str, ...] = ()  # each patch file's own sha256 (hex), in the same order (the provenance's)
 
 
 def load_patch_queue(directory: Path | None, *, required: bool = False) -> PatchQueue:
     """The queue in directory (series order, else by name). None, or a folder that does not exist when
     it is not required (the default source.patch_dir), is an empty queue; PatchError otherwise."""
     if directory is None or not (required or Path(directory).exists()):
-        return PatchQueue(directory=Path(directory or "."), files=(), sha256=_queue_hash((), ()), names=())
+        return PatchQueue(directory=Path(directory or "."), files=(), sha256=_queue_hash((), ())[0], names=())
     directory = Path(directory)
     if not directory.is_dir():
         what = "does not exist" if not directory.exists() else "is not a folder"
@@ -62,7 +63,8 @@ def load_patch_queue(directory: Path | None, *, required: bool = False) -> Patch
         entries = [(p.name, str(directory)) for p in sorted(directory.glob("*.patch"))]
     files = tuple(_inside(directory, entry, where) for entry, where in entries)
     names = tuple(posixpath.normpath(entry) for entry, _ in entries)
-    return PatchQueue(directory=directory, files=files, sha256=_queue_hash(files, names), names=names)
+    sha256, digests = _queue_hash(files, names)
+    return PatchQueue(directory=directory, files=files, sha256=sha256, names=names, digests=digests)
 
 
 def apply_patches(queue: PatchQueue, tree_dir: Path) -> None:
@@ -127,15 +129,18 @@ def _read(path: Path) -> bytes:
         raise PatchError(f"patch {path}: cannot read it: {exc.strerror or exc}") from None
 
 
-def _queue_hash(files: tuple[Path, ...], names: tuple[str, ...]) -> str:
-    """Over each patch's path relative to the folder and its bytes (for a flat folder, the name: the
-    hash of a flat queue is the one it had when only names were hashed)."""
+def _queue_hash(files: tuple[Path, ...], names: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """(the queue's hash, each patch's own sha256). The queue's is over each patch's path relative to the folder
+    and its bytes (for a flat folder, the name: the hash of a flat queue is the one it had when only names were
+    hashed); a patch's own is over its bytes alone, as `sha256sum` gives it."""
     digest = hashlib.sha256(_HASH_DOMAIN)
+    each = []
     for path, name in zip(files, names, strict=True):
         content = _read(path)
         digest.update(f"{name}\0{len(content)}\0".encode())
         digest.update(content)
-    return digest.hexdigest()
+        each.append(hashlib.sha256(content).hexdigest())
+    return digest.hexdigest(), tuple(each)
 
 
 def _patch_text(path: Path) -> bytes:

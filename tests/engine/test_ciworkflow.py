@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from buildkit import __version__
-from buildkit.flows.ciworkflow import WorkflowOptions, check_cron, install_spec, render_workflow
+from buildkit.flows.ciworkflow import WorkflowOptions, check_cron, render_workflow
+from buildkit.flows.installorigin import install_spec
 from buildkit.core.errors import ConfigError
 from buildkit.plan.render import templates_sha256
 from cliutil import cli_env
@@ -42,6 +42,8 @@ def test_ci_github_writes_a_valid_workflow(tmp_path):
     (tmp_path / "buildkit.toml").write_text('schema_version = 1\n[image]\nname = "registry.example.com/team/llama"\n')
     proc = run_cli(tmp_path, "--cron", "30 2 * * *")
     assert proc.returncode == 0, proc.stderr
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip()
     path = tmp_path / ".github" / "workflows" / "buildkit-nightly.yml"
     text = path.read_text()
     doc = yaml.safe_load(text)
@@ -80,7 +82,7 @@ def test_ci_github_writes_a_valid_workflow(tmp_path):
                                               "username": "${{ secrets.REGISTRY_USERNAME }}",
                                               "password": "${{ secrets.REGISTRY_PASSWORD }}"}
         install = next(s for n, s in steps_by_name(doc, job).items() if n.startswith("Install buildkit"))["run"]
-        assert install == f'python -m pip install "git+{REPO}@v{__version__}"'  # from git: not on PyPI
+        assert install == f'python -m pip install "git+{REPO}@{head}"'  # from git (not on PyPI), the running commit
     assert "s3cret-value-never-written" not in text  # references only, never values
     # unchanged on a second run; a hand-edited file is not overwritten without --force
     again = run_cli(tmp_path, "--cron", "30 2 * * *")
@@ -146,15 +148,18 @@ def test_good_cron_expressions_pass():
         assert check_cron(cron) == cron
 
 
-def test_install_spec_is_the_git_url_and_commit_buildkit_was_installed_from():
-    vcs = '{"url": "https://github.com/acme/llama-buildkit", "vcs_info": {"vcs": "git", "commit_id": "abc123"}}'
-    assert install_spec(read_direct_url=lambda: vcs) == "git+https://github.com/acme/llama-buildkit@abc123"
-    assert install_spec(REPO, "v9.9.9") == f"git+{REPO}@v9.9.9"
-    assert install_spec(REPO) == f"git+{REPO}@v{__version__}"
-    with pytest.raises(ConfigError, match="--buildkit-repo"):  # an editable checkout, or a wheel
-        install_spec(read_direct_url=lambda: '{"url": "file:///src", "dir_info": {"editable": true}}')
-    with pytest.raises(ConfigError, match="--buildkit-repo"):
-        install_spec(read_direct_url=lambda: None)
+def test_buildkit_repo_without_a_ref_pins_the_running_commit():
+    """Issue 47: --buildkit-repo alone pinned @v<version>, a tag the project never made; now the commit that
+    runs (this checkout's HEAD), and --buildkit-ref as given. A folder is no repository a runner reaches."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip()
+    assert install_spec(REPO, "v9.9.9") == (f"git+{REPO}@v9.9.9", ())
+    assert install_spec(REPO) == (f"git+{REPO}@{head}", ())
+    assert install_spec("https://tok:secret@example.com/b.git", "main")[0] == "git+https://example.com/b.git@main"
+    with pytest.raises(ConfigError, match="a folder on this machine"):
+        install_spec("/srv/buildkit", "main")
+    spec, notes = install_spec("http://127.0.0.1:9/b.git", "main")
+    assert spec == "git+http://127.0.0.1:9/b.git@main" and "loopback" in notes[0]
 
 
 def test_image_and_config_path_reach_every_job_and_arm64_units_get_an_arm64_runner(tmp_path):

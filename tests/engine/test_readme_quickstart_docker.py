@@ -40,7 +40,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from cliutil import buildkit_env
+from cliutil import buildkit_env, write_project
 from forkrepo import make_fork_repo
 from gitserver import run_git
 from githttp import serve_http
@@ -203,7 +203,7 @@ def assert_fresh_install(env: dict[str, str]) -> None:
 
 
 @pytest.mark.docker
-def test_install_from_a_wheel_as_written(tmp_path, served, fork, debian_base_image):
+def test_install_from_a_wheel_as_written(tmp_path, served, fork, debian_base_image, registry_plain):
     cmds = readme_commands()
     env = fresh_env(tmp_path / "home")
     script = "\n".join(cmds["venv"]) + "\n" + install_lines(cmds["wheel"], served)
@@ -215,6 +215,27 @@ def test_install_from_a_wheel_as_written(tmp_path, served, fork, debian_base_ima
     ok(sh(f"buildkit render --arch cpu --out out --source {fork['url']} --commit {fork['commit']} "
           f"--os-image {debian_base_image}", project, activated(env), timeout=600))
     assert "FROM " in (project / "out" / "Dockerfile").read_text()
+
+    # Issue 47: with only what the wheel's dependencies installed (no test extras: kubernetes-validate had
+    # brought jsonschema in, which the SBOM's validation needs), a signed `build --push` of the example fork to
+    # the loopback registry, then `verify-image` of what it pushed against its lock
+    user = activated(env)
+    listed = json.loads(ok(sh("python -m pip list --format json", Path(env["HOME"]), user)).stdout)
+    names = {p["name"].lower() for p in listed}
+    assert not names & {"pytest", "kubernetes-validate", "mypy"}, sorted(names)
+    ok(sh("buildkit keys generate --out cosign.key", project, user))
+    signed = write_project(tmp_path / "signed", source={"url": fork["url"], "commit": fork["commit"]},
+                           image={"name": f"{registry_plain.host}/wheel/tiny", "default_variant": "cpu"},
+                           build={"arch": "cpu", "jobs": 2, "progress": "plain"},
+                           base={"os_image": debian_base_image}, sign={"key_file": str(project / "cosign.key")})
+    try:
+        pushed = json.loads(ok(sh("buildkit build --push --json", signed, user, timeout=1200)).stdout)
+        assert len(pushed["signed"]) == 2, pushed  # the .sig and the .att
+        checked = ok(sh(f"buildkit verify-image {registry_plain.host}/wheel/tiny:0.1.0-cpu --key "
+                        f"{project / 'cosign.pub'} --lock buildkit.lock", signed, user))
+        assert checked.stdout.count("ok  ") == 4, checked.stdout
+    finally:
+        subprocess.run(["docker", "image", "rm", f"{registry_plain.host}/wheel/tiny:0.1.0-cpu"], capture_output=True)
 
 
 # --------------------------------------------------------------------------- the quickstart

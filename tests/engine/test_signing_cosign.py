@@ -247,6 +247,49 @@ def test_build_push_signs_what_it_publishes_before_its_moving_tags(signed, regis
     subprocess.run(["docker", "image", "rm", local, f"{host}/signing/plain:0.1.0-cpu"], capture_output=True)
 
 
+def test_a_later_push_signs_the_builds_own_times_and_its_build_stage(signed, registry_plain, debian_base_image,
+                                                                     tmp_path, tmp_path_factory):
+    """Issue 47 item 5: `buildkit build`, then `build --push` of the engine's image with a key. The provenance's
+    startedOn and finishedOn are the build's, as its lock entry recorded them (they were the signing time, both
+    the same); its resolved dependencies hold every Debian package of the build stage with its version and
+    architecture, as the lock has them, and the local fork as git+file://."""
+    from forkrepo import make_fork_repo
+    from test_publish_docker import ROOT, buildkit, make_project, ok, spy_env
+
+    from buildkit.release.signing import attested_statement
+    from buildkit.release.signkeys import load_public_key
+
+    upstream = tmp_path_factory.mktemp("later-upstream") / "tiny-fork"
+    _, commit = make_fork_repo(upstream, ROOT / "examples" / "tiny-fork")
+    env, _ = spy_env(tmp_path)
+    project = make_project(tmp_path / "later", {"path": upstream, "commit": commit}, registry_plain.host,
+                           debian_base_image, "signing/later")
+    ok(buildkit(project, env, "build"))
+    built = json.loads((project / "buildkit.lock").read_text())["builds"]["cpu/server"]
+    assert built["build_started"] <= built["build_finished"]
+    env["LLAMA_BUILDKIT_SIGN_KEY"] = (signed["work"] / "cosign.key").read_text()
+    result = json.loads(ok(buildkit(project, env, "build", "--push", "--json")).stdout)
+    assert result["origin"] == "engine", result  # pushed, not built again
+    lock = json.loads((project / "buildkit.lock").read_text())["builds"]["cpu/server"]
+    with RegistryClient(registry_plain.host) as client:
+        statement = attested_statement(client, "signing/later", result["digest"],
+                                       load_public_key(signed["work"] / "cosign.pub"), PREDICATE_TYPE)
+    metadata = statement["predicate"]["runDetails"]["metadata"]
+    assert (metadata["startedOn"], metadata["finishedOn"]) == (built["build_started"], built["build_finished"]) == (
+        lock["build_started"], lock["build_finished"])
+    deps = statement["predicate"]["buildDefinition"]["resolvedDependencies"]
+    listed = {(d["name"], d["annotations"]["version"], d["annotations"]["architecture"]) for d in deps
+              if (d.get("annotations") or {}).get("kind") == "build-stage package"}
+    record = lock["debian_packages"]
+    assert listed == {(k.split(":")[0], v, record["architectures"]["build"][k]) for k, v in record["build"].items()}
+    assert {"gcc", "cmake", "ninja-build"} <= {name for name, _, _ in listed} and len(listed) > 100
+    assert record["os"]["build"] == {"id": "debian", "version_id": "12"}
+    assert all("distro=debian-12" in d["uri"] for d in deps if d.get("uri", "").startswith("pkg:deb/"))
+    fork, = (d for d in deps if d["name"] == "llama.cpp fork")
+    assert fork["uri"] == f"git+file://{upstream}@{commit}"
+    subprocess.run(["docker", "image", "rm", f"{registry_plain.host}/signing/later:0.1.0-cpu"], capture_output=True)
+
+
 def test_the_keyless_forms_predicates_are_what_cosign_attests(signed, tmp_path):
     """`nightly --job --attest-dir` (the workflow's keyless form) writes the predicates cosign attaches with the
     job's identity. Offline there is no OIDC identity, so cosign attests them here with a key: the

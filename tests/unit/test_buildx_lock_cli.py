@@ -1,7 +1,9 @@
 """Pure parts of the build stage (argv, version parsing), the lock file, and the CLI's no-Docker commands."""
 
+import contextlib
 import json
 import os
+import tempfile
 import stat
 from dataclasses import replace
 from pathlib import Path
@@ -145,7 +147,8 @@ def test_unreadable_lock_is_one_error(tmp_path):
 def run_cli(*args, env=None, cwd=None):
     runner = CliRunner()
     env = {k: None for k in os.environ if k.startswith("LLAMA_BUILDKIT_")} | (env or {})
-    with runner.isolated_filesystem(temp_dir=cwd):
+    # a folder of its own, as click's isolated_filesystem gave (deprecated in click 8.5)
+    with tempfile.TemporaryDirectory(dir=cwd) as where, contextlib.chdir(where):
         return runner.invoke(main, list(args), env=env, catch_exceptions=False)
 
 

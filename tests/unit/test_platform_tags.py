@@ -1,6 +1,8 @@
 """An arm64-only build never shares a tag, a build-key tag or a lock key with the amd64 one (issue 40): the plain
 name is the default platform's (or a multi-platform index's), another single platform's is suffixed (cpu-arm64),
 as llama.cpp's and ollama's images have it. Older locks keep an arm64 build under cpu/server: read only for arm64."""
+import contextlib
+import tempfile
 from dataclasses import replace
 
 from test_buildx_lock_cli import entry
@@ -63,7 +65,7 @@ def test_cli_tags_name_the_arm64_platform(tmp_path):
     commit = "905483277823858fdec17ff5c3750451cb1b7cdc"
     out = {}
     for platform in ("linux/amd64", "linux/arm64"):
-        with CliRunner().isolated_filesystem(temp_dir=tmp_path):
+        with tempfile.TemporaryDirectory(dir=tmp_path) as where, contextlib.chdir(where):
             result = CliRunner().invoke(main, ["tags", "--release", "1.2.3", "--commit", commit, "--arch", "cpu",
                                                "--platform", platform], env=env, catch_exceptions=False)
         out[platform] = [line.split()[0].split(":", 1)[1] for line in result.stdout.splitlines()

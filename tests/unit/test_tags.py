@@ -1,3 +1,5 @@
+import contextlib
+
 import pytest
 
 from buildkit.core.errors import ConfigError
@@ -103,7 +105,7 @@ def test_cli_tags_for_the_full_target(tmp_path):
     from buildkit.cli.main import main
 
     env = {k: None for k in __import__("os").environ if k.startswith("LLAMA_BUILDKIT_")}
-    with CliRunner().isolated_filesystem(temp_dir=tmp_path):
+    with contextlib.chdir(tmp_path):
         out = CliRunner().invoke(main, ["tags", "--release", "1.2.3", "--commit", C, "--target", "full"],
                                  env=env, catch_exceptions=False).stdout  # stderr: the defaults notice
     lines = [line.split()[0].split(":", 1)[1] for line in out.splitlines() if not line.startswith("#")]
