@@ -33,6 +33,8 @@ from buildkit.release.signing import Attestation, envelope_statement, layer_veri
 from buildkit.release.signkeys import SigningKey
 
 MAX_READ = 64  # referrer manifests a reader opens
+BUNDLE_SIGNATURE = "a sigstore bundle"  # cosign 3's
+OCI11_SIGNATURE = "cosign 2's OCI 1.1 signature"  # `cosign verify --experimental-oci11`
 _KNOWN = (sb.BUNDLE_MEDIA_TYPE, sb.SIGNATURE_ARTIFACT)
 
 
@@ -98,8 +100,12 @@ class ReferrerFindings:
     """What the referrers of a digest hold that a key signed."""
 
     route: str  # how they were listed: "the referrers API" or "the referrers tag sha256-…"
-    signed: bool  # a signature of the digest (cosign 3's bundle, or cosign 2's OCI 1.1 manifest)
+    signatures: tuple[str, ...]  # the kinds of signature of the digest found: BUNDLE_SIGNATURE, OCI11_SIGNATURE
     statements: tuple[dict[str, Any], ...]  # the attested statements whose subject is the digest
+
+    @property
+    def signed(self) -> bool:
+        return bool(self.signatures)
 
 
 def _listed(client: RegistryClient, repo: str, digest: str) -> tuple[list[Referrer], str]:
@@ -126,27 +132,29 @@ def find_referrers(client: RegistryClient, repo: str, digest: str, key: ec.Ellip
     entries, route = _listed(client, repo, digest)
     # the types asked for first: a registry's list of many others does not push them past MAX_READ
     entries.sort(key=lambda r: r.artifact_type not in _KNOWN)
-    signed = False
+    signatures: set[str] = set()
     statements: list[dict[str, Any]] = []
     for entry in entries[:MAX_READ]:
-        body = client.get_manifest(repo, entry.digest)[0]  # checked against the digest listed
-        try:
+        try:  # checked against the digest listed; one that is gone or is no manifest is not a referrer
+            body = client.get_manifest(repo, entry.digest)[0]
             facts = manifest_facts(body, f"registry {client.host}: {repo}@{entry.digest[:19]}")
         except RegistryError:
             continue
         if facts.subject != digest:
             continue  # listed for this digest, but not a referrer of it
         if facts.artifact_type == sb.SIGNATURE_ARTIFACT:
-            signed |= _signature_verifies(client, repo, digest, key, facts)
+            if _signature_verifies(client, repo, digest, key, facts):
+                signatures.add(OCI11_SIGNATURE)
         elif facts.artifact_type == sb.BUNDLE_MEDIA_TYPE:
             statement = _bundle_statement(client, repo, key, facts)
             if statement is None or not _subject_is(statement, digest):
                 continue
             if statement.get("predicateType") == sb.SIGN_PREDICATE_TYPE:
-                signed = True
+                signatures.add(BUNDLE_SIGNATURE)
             else:
                 statements.append(statement)
-    return ReferrerFindings(route, signed, tuple(statements))
+    return ReferrerFindings(route, tuple(k for k in (BUNDLE_SIGNATURE, OCI11_SIGNATURE) if k in signatures),
+                            tuple(statements))
 
 
 def _one_layer(facts: ManifestFacts, media_type: str) -> dict[str, Any] | None:

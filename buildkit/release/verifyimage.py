@@ -67,8 +67,7 @@ def verify_image(client: RegistryClient, ref_text: str, key_path: Path, lock_pat
     try:  # where cosign 3 looks (release/referrersigning.py); cosign's tags are where cosign 2 looks
         referred = find_referrers(client, ref.repository, digest, key)
     except BuildkitError as exc:
-        referred = ReferrerFindings(f"the referrers ({exc})", False, ())
-    bundle = f"a sigstore bundle through {referred.route}"
+        referred = ReferrerFindings(f"the referrers ({exc})", (), ())
     places, why = [], ""
     try:
         check_signature(client, ref.repository, digest, key)
@@ -76,7 +75,7 @@ def verify_image(client: RegistryClient, ref_text: str, key_path: Path, lock_pat
     except BuildkitError as exc:
         why = str(exc)
     if referred.signed:
-        places.append(bundle)
+        places.append(f"{' and '.join(referred.signatures)} through {referred.route}")
     checks.append(Check("signature", True, f"{digest} is signed by {key_path} ({'; '.join(places)})") if places
                   else Check("signature", False, f"{why}, nor through {referred.route}"))
     statement: dict[str, Any] | None = None
@@ -89,7 +88,7 @@ def verify_image(client: RegistryClient, ref_text: str, key_path: Path, lock_pat
     provenances = [s for s in referred.statements if s.get("predicateType") == PREDICATE_TYPE]
     if provenances:
         statement = statement or provenances[0]
-        places.append(bundle)
+        places.append(f"a sigstore bundle through {referred.route}")
     checks.append(Check("provenance", True, f"a signed SLSA provenance v1 of {digest} ({'; '.join(places)})")
                   if statement is not None else Check("provenance", False, f"{why}, nor through {referred.route}"))
     if lock_path is not None:

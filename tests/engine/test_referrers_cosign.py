@@ -132,7 +132,8 @@ def test_cosign_verifies_the_referrers_alone(kind, registries, work, cli):
     done = cli("verify-image", f"{host}/{REPO}@{digest}", "--key", str(work / "cosign.pub"))
     assert done.returncode == 0, done.stdout + done.stderr
     route = "the referrers API" if kind != "distribution" else f"the referrers tag {fallback_tag(digest)}"
-    assert f"a sigstore bundle through {route}" in done.stdout and "cosign's tag" not in done.stdout, done.stdout
+    assert f"a sigstore bundle and cosign 2's OCI 1.1 signature through {route})" in done.stdout, done.stdout
+    assert f"(a sigstore bundle through {route})" in done.stdout and "cosign's tag" not in done.stdout  # provenance
 
 
 def test_sign_image_writes_both_and_each_cosign_finds_its_own(registries, work, cli, tmp_path):
@@ -158,7 +159,7 @@ def test_sign_image_writes_both_and_each_cosign_finds_its_own(registries, work, 
     assert done.returncode == 0, done.stdout + done.stderr
     signature = next(line for line in done.stdout.splitlines() if line.startswith("ok  signature"))
     assert f"cosign's tag {cf.tag_for(digest, 'sig')}" in signature
-    assert "a sigstore bundle through the referrers API" in signature
+    assert "a sigstore bundle and cosign 2's OCI 1.1 signature through the referrers API" in signature
 
 
 def test_a_referrers_tag_keeps_what_cosign_attached_there(registries, work):
