@@ -55,20 +55,21 @@ def commit_now(repo: Path) -> str:
                           check=True).stdout.strip()
 
 
-@pytest.mark.timeout(1800)  # two platforms built twice, the second time with nothing cached and apt's downloads
-def test_an_index_built_here_reproduces_on_an_empty_engine(tmp_path, multiarch_base_image):
+@pytest.mark.timeout(3600)  # two platforms built twice, the second time with nothing cached and apt's downloads
+def test_an_index_built_here_reproduces_on_an_empty_engine(tmp_path, multiarch_base_image, registry_plain):
     fork = tmp_path / "fork"
     make_fork_repo(fork, ROOT / "examples" / "tiny-fork")
     touch_base(multiarch_base_image, tmp_path / "touch")
     time.sleep(2)  # SOURCE_DATE_EPOCH (seconds) after the cache record
     commit = commit_now(fork)
     project = write_project(tmp_path / "project", source={"url": fork, "commit": commit},
-                            image={"name": "buildkit-test/elsewhere", "default_variant": "cpu"},
+                            image={"name": f"{registry_plain.host}/elsewhere/tiny", "default_variant": "cpu"},
                             build={"arch": "cpu", "jobs": 2, "progress": "plain", "platform": ",".join(PLATFORMS)},
                             base={"os_image": multiarch_base_image})
     env = buildkit_env()
     env["LLAMA_BUILDKIT_CACHE_DIR"] = str(tmp_path / "cache")
-    built = json.loads(ok(buildkit(project, env, "build", "--json")).stdout)
+    built = json.loads(ok(buildkit(project, env, "build", "--push", "--json")).stdout)  # (a two-platform index
+    # is loaded into the engine by its push)
     index = json.loads((project / "buildkit.lock").read_text())["indexes"]["cpu/server"]
     per_platform = {p["platform"]: p["manifest_digest"] for p in index["platforms"]}
     assert built["index_digest"] == index["index_digest"] and list(per_platform) == list(PLATFORMS)
@@ -87,7 +88,8 @@ def test_an_index_built_here_reproduces_on_an_empty_engine(tmp_path, multiarch_b
                 assert proxy.requests, "the second engine's apt steps fetched nothing through the proxy"
     finally:
         mine = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", "--filter",
-                               "reference=buildkit-test/elsewhere"], capture_output=True, text=True).stdout.split()
+                               f"reference={registry_plain.host}/elsewhere/tiny"], capture_output=True,
+                              text=True).stdout.split()
         subprocess.run(["docker", "image", "rm", *mine], capture_output=True)  # only the tags this test made
     assert proc.returncode in (0, 2), proc.stdout[-2000:] + proc.stderr[-3000:]
     reproduced = json.loads(proc.stdout)
