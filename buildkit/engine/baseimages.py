@@ -276,7 +276,8 @@ def image_configs(layout: Path, digest: str, depth: int = 0) -> list[dict[str, A
     document = _layout_document(layout, digest)
     if isinstance(document.get("manifests"), list):
         return [config for entry in document["manifests"] if depth < 4 and isinstance(entry, dict)
-                and (entry.get("annotations") or {}).get("vnd.docker.reference.type") != "attestation-manifest"
+                and not (isinstance(entry.get("annotations"), dict)
+                         and entry["annotations"].get("vnd.docker.reference.type") == "attestation-manifest")
                 for config in image_configs(layout, str(entry.get("digest")), depth + 1)]
     config = document.get("config")
     return [_layout_document(layout, config.get("digest"))] if isinstance(config, dict) else []
@@ -285,8 +286,10 @@ def image_configs(layout: Path, digest: str, depth: int = 0) -> list[dict[str, A
 def undated_history(config: dict[str, Any]) -> int:
     """How many of an image's layers and history entries BuildKit would date itself: entries without a
     `created` time, and layers that no history entry stands for."""
-    history = [h for h in config.get("history") or [] if isinstance(h, dict)]
-    diffs = (config.get("rootfs") or {}).get("diff_ids") or []
+    listed, rootfs = config.get("history"), config.get("rootfs")
+    history = [h for h in listed if isinstance(h, dict)] if isinstance(listed, list) else []
+    diffs = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
+    diffs = diffs if isinstance(diffs, list) else []
     with_layer = sum(1 for h in history if not h.get("empty_layer"))
     undated = sum(1 for h in history if not isinstance(h.get("created"), str) or not h["created"])
     return undated + max(0, len(diffs) - with_layer)

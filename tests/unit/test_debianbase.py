@@ -140,6 +140,8 @@ def test_a_base_without_history_times_is_refused_in_one_line(tmp_path):
     assert undated_history({"history": [], "rootfs": {"diff_ids": ["sha256:" + "1" * 64] * 2}}) == 2
     assert undated_history({"history": [{"created": "2025-01-01T00:00:00Z"}, {"created": "x", "empty_layer": True}],
                             "rootfs": {"diff_ids": ["sha256:" + "1" * 64]}}) == 0
+    for junk in ({"history": 3, "rootfs": []}, {"history": {"a": 1}, "rootfs": {"diff_ids": "x"}}, {}):
+        assert undated_history(junk) == 0  # a configuration that is no image's: nothing to date, no traceback
     layout = tmp_path / "dated"
     index = json.loads((layout / "index.json").read_text())
     manifest_path = layout / "blobs/sha256" / index["manifests"][0]["digest"].split(":")[1]
