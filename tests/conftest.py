@@ -31,6 +31,7 @@ BINFMT_MODULES = {"test_emulated_build_machine_docker.py", "test_e2e_cross.py", 
 # engine, about 230 s, last; the Makefile says --no-loadscope-reorder.) The other groups follow in
 # collection order.
 LONG_GROUPS = ("binfmt",                         # ~450: the cross builds, multi-platform reproduce
+               "test_reproduce_elsewhere_docker.py",  # an index built, then reproduced on a second, empty engine
                "test_reproduce_docker.py",       # ~400: clean builds and their reproductions, CUDA too
                "test_remote_builder_docker.py",  # ~230: a second engine, built on from a registry cache
                "test_build_docker.py",           # ~200: the CUDA archs, cpu, build.user

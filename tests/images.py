@@ -16,7 +16,8 @@ Nothing can be pulled on the test machines, so the images builds start FROM are 
 * ``buildkit-test/busybox:latest``: the static busybox of the host (package busybox-static) and its
   applet links, for tiny cases.
 
-Both are skipped when the image already exists. A Dockerfile ``FROM`` either works with
+Both are skipped when the image already exists (a Debian one made by an older `buildkit base debian`, whose history
+has no created time, is made again: buildkit refuses it as a base). A Dockerfile ``FROM`` either works with
 ``docker buildx build`` on the docker driver without any pull (the engine's image store is used).
 
 Run as a script (root, Docker engine running): ``python -m tests.images [--force] [debian|busybox ...]``.
@@ -33,14 +34,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-DEBIAN_IMAGE = "buildkit-test/debian:bookworm"
-BUSYBOX_IMAGE = "buildkit-test/busybox:latest"
-MULTIARCH_IMAGE = "buildkit-test/debian-multiarch:bookworm"
+# LLAMA_BUILDKIT_TEST_IMAGE_PREFIX names them under another repository prefix: a checkout whose bases must differ
+# from those an engine shared with other runs holds (made by another buildkit) makes its own beside them
+PREFIX = os.environ.get("LLAMA_BUILDKIT_TEST_IMAGE_PREFIX") or "buildkit-test"
+DEBIAN_IMAGE = f"{PREFIX}/debian:bookworm"
+BUSYBOX_IMAGE = f"{PREFIX}/busybox:latest"
+MULTIARCH_IMAGE = f"{PREFIX}/debian-multiarch:bookworm"
 # the same, with its arm64 half configured (debootstrap's second stage, run under QEMU): an emulated arm64
 # build stage runs apt in it (the unpack-only half has no users, no configured keyring for apt)
-CONFIGURED_MULTIARCH_IMAGE = "buildkit-test/debian-multiarch-configured:bookworm"
+CONFIGURED_MULTIARCH_IMAGE = f"{PREFIX}/debian-multiarch-configured:bookworm"
 # Debian 13: GCC 14, natively and as a cross compiler (tests/e2e/test_e2e_cross.py)
-TRIXIE_MULTIARCH_IMAGE = "buildkit-test/debian-multiarch:trixie"
+TRIXIE_MULTIARCH_IMAGE = f"{PREFIX}/debian-multiarch:trixie"
 FOREIGN_ARCH = "arm64"
 DEBIAN_SUITE = "bookworm"
 
@@ -74,6 +78,22 @@ def image_exists(ref: str) -> bool:
     r = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", ref],
                        capture_output=True, text=True)
     return r.returncode == 0
+
+
+def undated(ref: str) -> bool:
+    """Whether an image of the engine has a history entry without a created time: a base made by an older
+    `buildkit base debian`, which buildkit now refuses (engine/baseimages.check_base_history), so it is made
+    again."""
+    import docker
+
+    try:
+        return any(not entry.get("Created") for entry in docker.from_env().api.history(ref))
+    except docker.errors.APIError:
+        return False
+
+
+def _current(ref: str) -> bool:
+    return image_exists(ref) and not undated(ref)
 
 
 def _making(ref: str):
@@ -141,10 +161,10 @@ def _need_debootstrap(ref: str) -> None:
 def ensure_debian_image(ref: str = DEBIAN_IMAGE, *, force: bool = False, suite: str = DEBIAN_SUITE) -> str:
     """Make ``ref`` from ``debootstrap --variant=minbase <suite>`` unless it exists; returns ref. Every suite
     comes from the machine's own Debian mirror (the one serving bookworm serves them all)."""
-    if not force and image_exists(ref):
+    if not force and _current(ref):
         return ref
     with _making(ref):
-        if not force and image_exists(ref):  # made by another test process while this one waited
+        if not force and _current(ref):  # made by another test process while this one waited
             return ref
         return _make_debian_image(ref, suite)
 
@@ -204,10 +224,10 @@ def ensure_multiarch_image(ref: str = MULTIARCH_IMAGE, *, force: bool = False, c
     """Make ``ref``, an OCI index of the amd64 Debian image and an arm64 one (of `suite`), unless it exists.
     configured: the arm64 half goes through debootstrap's second stage, under QEMU (registered by the
     caller); otherwise it is only unpacked, and nothing of arm64 runs."""
-    if not force and image_exists(ref):
+    if not force and _current(ref):
         return ref
     with _making(ref):
-        if not force and image_exists(ref):
+        if not force and _current(ref):
             return ref
         return _make_multiarch_image(ref, configured, suite)
 
@@ -224,7 +244,7 @@ def _make_multiarch_image(ref: str, configured: bool, suite: str) -> str:
 
     _need_debootstrap(ref)
     native = ensure_debian_image() if suite == DEBIAN_SUITE else \
-        ensure_debian_image(f"buildkit-test/debian:{suite}", suite=suite)
+        ensure_debian_image(f"{PREFIX}/debian:{suite}", suite=suite)
     work = Path(tempfile.mkdtemp(prefix="buildkit-multiarch-"))
     foreign = f"buildkit-test/debian-{FOREIGN_ARCH}-{'configured' if configured else 'only'}:{suite}"
     try:
@@ -235,10 +255,10 @@ def _make_multiarch_image(ref: str, configured: bool, suite: str) -> str:
             foreign_image = engine.save(foreign, work / "foreign.tar")
         else:
             _log(f"debootstrap --foreign --arch={FOREIGN_ARCH} (unpack only, nothing of {FOREIGN_ARCH} runs)")
-            unpacked_root(work / "rootfs", suite, debian_mirror(), FOREIGN_ARCH)
+            created = unpacked_root(work / "rootfs", suite, debian_mirror(), FOREIGN_ARCH)
             foreign_image = work / "foreign"
             root_layout(work / "rootfs", f"linux/{FOREIGN_ARCH}", foreign_image,
-                        f"debootstrap --foreign --arch={FOREIGN_ARCH} {suite} (unpacked only)")
+                        f"debootstrap --foreign --arch={FOREIGN_ARCH} {suite} (unpacked only)", created)
             shutil.rmtree(work / "rootfs")
         native_image = engine.save(native, work / "native.tar")
         archive = work / "multiarch.tar"

@@ -40,6 +40,7 @@ class SecondEngine:
         self.socket = self.short / "docker.sock"
         self.bridge = "bk2-" + self.short.name[-6:].replace("_", "x")  # interface names: 15 bytes at most
         self.bridge_made = False
+        self.address = ""
         self.proc: subprocess.Popen | None = None
         self.log_path = self.root / "dockerd.log"
 
@@ -90,6 +91,7 @@ class SecondEngine:
         subnet = next((n for n in range(1, 250) if f"10.231.{n}." not in used), None)
         if subnet is None:
             raise RuntimeError("no free 10.231.N.0/24 for the second engine's bridge")
+        self.address = f"10.231.{subnet}.1"  # the host's end of the bridge (tests/aptproxy.py listens there)
         for argv in (["ip", "link", "add", "name", self.bridge, "type", "bridge"],
                      ["ip", "addr", "add", f"10.231.{subnet}.1/24", "dev", self.bridge],
                      ["ip", "link", "set", self.bridge, "up"]):

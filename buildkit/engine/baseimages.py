@@ -212,18 +212,24 @@ def resolve_base_images(refs: list[str], cache: Path | None = None, *, ask_regis
     return tuple(out)
 
 
+def _layout_document(layout: Path, d: object) -> dict[str, Any]:
+    """A JSON object of the layout: a regular file inside it, within 4 MiB, that matches its digest
+    (oci/digest.py); {} when it is not one."""
+    try:
+        digest = Digest.parse(d)
+        with open_inside(layout, str(digest.blob_path())) as fh:
+            doc = json.loads(check_bytes(read_bounded(fh, MAX_DOCUMENT, str(d)), digest, None, str(d)))
+    except (BuildkitError, ValueError, TypeError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
 def offered_platforms(layout: Path, digest: str) -> tuple[str, ...]:
     """The platforms (os/arch[/variant]) the image `digest` of an OCI layout offers: its index's entries
     (attestation manifests skipped, nested indexes followed), or its config's os and architecture.
     () when the layout cannot be read (then nothing is checked: the build says what it finds)."""
     def blob(d: str) -> dict[str, Any]:
-        try:  # a regular file of the layout, within 4 MiB, that matches its digest (oci/digest.py)
-            digest = Digest.parse(d)
-            with open_inside(layout, str(digest.blob_path())) as fh:
-                doc = json.loads(check_bytes(read_bounded(fh, MAX_DOCUMENT, d), digest, None, d))
-        except (BuildkitError, ValueError, TypeError):
-            return {}
-        return doc if isinstance(doc, dict) else {}
+        return _layout_document(layout, d)
 
     def walk(doc: dict[str, Any], depth: int = 0) -> list[str]:
         if isinstance(doc.get("manifests"), list) and depth < 4:
@@ -268,3 +274,44 @@ def check_base_platforms(sources: tuple[BaseSource, ...], platforms: tuple[str, 
             raise BaseImageError(
                 f"base image {source.ref} offers {', '.join(offered)}, not {missing[0]} ({why}); "
                 f"choose a base image that has {' and '.join(platforms)}")
+
+
+def image_configs(layout: Path, digest: str, depth: int = 0) -> list[dict[str, Any]]:
+    """The image configurations of digest in an OCI layout: its own, or each of its index's images (attestation
+    manifests skipped, nested indexes followed); those that cannot be read are left out."""
+    document = _layout_document(layout, digest)
+    if isinstance(document.get("manifests"), list):
+        return [config for entry in document["manifests"] if depth < 4 and isinstance(entry, dict)
+                and not (isinstance(entry.get("annotations"), dict)
+                         and entry["annotations"].get("vnd.docker.reference.type") == "attestation-manifest")
+                for config in image_configs(layout, str(entry.get("digest")), depth + 1)]
+    config = document.get("config")
+    return [_layout_document(layout, config.get("digest"))] if isinstance(config, dict) else []
+
+
+def undated_history(config: dict[str, Any]) -> int:
+    """How many of an image's layers and history entries BuildKit would date itself: entries without a
+    `created` time, and layers that no history entry stands for."""
+    listed, rootfs = config.get("history"), config.get("rootfs")
+    history = [h for h in listed if isinstance(h, dict)] if isinstance(listed, list) else []
+    diffs = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
+    diffs = diffs if isinstance(diffs, list) else []
+    with_layer = sum(1 for h in history if not h.get("empty_layer"))
+    undated = sum(1 for h in history if not isinstance(h.get("created"), str) or not h["created"])
+    return undated + max(0, len(diffs) - with_layer)
+
+
+def check_base_history(sources: tuple[BaseSource, ...]) -> None:
+    """Each base image read by content must date every history entry: BuildKit gives an entry without a time
+    the time its own cache first held the base's layer, so the image built on it would differ on an engine that
+    has not seen the base (issue 47). One line naming the image, before any work."""
+    for source in sources:
+        if source.layout is None:
+            continue
+        undated = max((undated_history(c) for c in image_configs(source.layout, source.digest)), default=0)
+        if undated:
+            raise BaseImageError(
+                f"base image {source.ref} has {undated} history entr{'y' if undated == 1 else 'ies'} without a "
+                "created time, which BuildKit fills with the time its cache first held the base: the image would "
+                "not reproduce on another engine; remake it with `buildkit base debian` (this version dates it) "
+                "or give it one with times (docker import and docker build date theirs)")

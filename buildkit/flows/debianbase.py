@@ -14,8 +14,12 @@ an OCI index of both (what a cross build's base must offer, `engine/baseimages.c
 * Packages come from the mirror given, else this machine's own Debian source (apt's deb822 or
   one-line list), else deb.debian.org; nothing is pulled from any registry.
 * Layer and configuration are written by buildkit (no `docker import`): a tar of the root sorted by
-  name with numeric owners, no creation time in the configuration; `PATH` and `CMD ["bash"]` set as
-  in Debian's images.
+  name with numeric owners; `PATH` and `CMD ["bash"]` set as in Debian's images. The configuration's
+  `created` and its history entry's are one fixed time, the `Date` of the suite's Release file that
+  debootstrap fetched (the archive's state the packages are from; the Unix epoch where it has none),
+  never the time of the run: BuildKit gives a history entry without a time the time its own cache first
+  held the layer, so an image built on the base would differ on an engine that has not seen it
+  (issue 47). engine/baseimages.check_base_history refuses a base without them.
 
 Needs root (debootstrap), debootstrap and dpkg-deb (Debian's packages of those names), and the
 engine. Errors are BaseImageError, one line.
@@ -33,9 +37,12 @@ import tarfile
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 
 from buildkit.core import children
+from buildkit.core.boundedread import read_regular
 from buildkit.core.errors import BaseImageError, BuildkitError
 from buildkit.core.platforms import cpu_arch, machine_arch
 from buildkit.oci.ociindex import IMAGE_NAME, REF_NAME, write_index_archive
@@ -50,6 +57,8 @@ OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
 OCI_LAYER = "application/vnd.oci.image.layer.v1.tar"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+EPOCH = "1970-01-01T00:00:00Z"  # a base's time when its Release file gives none
+RELEASE_LIMIT = 1 << 20  # a suite's Release file (bookworm's: about 150 KB)
 
 
 @dataclass(frozen=True)
@@ -147,14 +156,36 @@ def _empty_dev(root: Path) -> None:
         shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
 
 
-def configured_root(root: Path, suite: str, mirror: str) -> None:
-    """This machine's platform, debootstrapped whole, without apt's cache and lists."""
+def release_time(root: Path, suite: str) -> str:
+    """The `Date` of the suite's Release file debootstrap left under root, as RFC 3339 in UTC; EPOCH when there
+    is none or it cannot be read (a mirror's file: read bounded, a malformed date is not taken)."""
+    for path in sorted((root / "var/lib/apt/lists").glob(f"*_dists_{suite}_Release")):
+        try:
+            text = read_regular(path, RELEASE_LIMIT).decode(errors="replace")
+        except OSError:  # not a regular file, over the limit, gone
+            continue
+        for line in text.splitlines():
+            if line.startswith("Date:"):
+                try:
+                    when = parsedate_to_datetime(line.removeprefix("Date:").strip())
+                except (TypeError, ValueError, IndexError):
+                    break
+                if when.tzinfo is not None:
+                    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                break
+    return EPOCH
+
+
+def configured_root(root: Path, suite: str, mirror: str) -> str:
+    """This machine's platform, debootstrapped whole, without apt's cache and lists; its release_time."""
     _run(["debootstrap", "--variant=minbase", suite, str(root), mirror], f"debootstrap {suite}")
+    created = release_time(root, suite)
     for sub in ("var/cache/apt/archives", "var/lib/apt/lists"):
         for entry in (root / sub).glob("*"):
             if entry.is_file() and entry.name != "lock":
                 entry.unlink()
     _empty_dev(root)
+    return created
 
 
 def installed_status(root: Path) -> str:
@@ -179,13 +210,16 @@ def foreign_first_stage(root: Path, suite: str, mirror: str, dpkg_arch: str) -> 
     _empty_dev(root)
 
 
-def unpacked_root(root: Path, suite: str, mirror: str, dpkg_arch: str) -> None:
-    """Another platform's root, only unpacked: nothing of it runs here (dpkg's status written from the packages)."""
+def unpacked_root(root: Path, suite: str, mirror: str, dpkg_arch: str) -> str:
+    """Another platform's root, only unpacked: nothing of it runs here (dpkg's status written from the packages);
+    its release_time."""
     foreign_first_stage(root, suite, mirror, dpkg_arch)
+    created = release_time(root, suite)
     (root / "var/lib/dpkg/status").write_text(installed_status(root))
     shutil.rmtree(root / "debootstrap")
     for deb in (root / "var/cache/apt/archives").glob("*.deb"):
         deb.unlink()
+    return created
 
 
 def _blob(blobs: Path, data: bytes) -> tuple[str, int]:
@@ -198,8 +232,9 @@ def _document(value: object) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
 
-def root_layout(root: Path, platform: str, layout: Path, history: str) -> None:
-    """An OCI image layout folder of one image: root as its one (uncompressed) layer."""
+def root_layout(root: Path, platform: str, layout: Path, history: str, created: str = EPOCH) -> None:
+    """An OCI image layout folder of one image: root as its one (uncompressed) layer; created (RFC 3339) is the
+    time of its configuration and its history entry."""
     blobs = layout / "blobs" / "sha256"
     blobs.mkdir(parents=True)
     layer = layout / "layer.tar"
@@ -212,10 +247,10 @@ def root_layout(root: Path, platform: str, layout: Path, history: str) -> None:
     layer.replace(blobs / sha.hexdigest())
     layer_digest = f"sha256:{sha.hexdigest()}"
     arch = cpu_arch(platform)
-    config = {"architecture": arch.docker, "os": "linux",
+    config = {"architecture": arch.docker, "os": "linux", "created": created,
               "config": {"Env": [f"PATH={DEFAULT_PATH}"], "Cmd": ["bash"]},
               "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
-              "history": [{"created_by": history}]}
+              "history": [{"created": created, "created_by": history}]}
     config_digest, config_size = _blob(blobs, _document(config))
     manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
                 "config": {"mediaType": OCI_CONFIG, "digest": config_digest, "size": config_size},
@@ -280,13 +315,13 @@ def make_base(base: DebianBase, *, log: Callable[[str], None] = lambda _: None,
             if platform in foreign:
                 log(f"debootstrap --foreign --arch={arch.dpkg} {base.suite} from {base.mirror} (unpacked only: "
                     f"nothing of {platform} runs here)")
-                unpacked_root(root, base.suite, base.mirror, arch.dpkg)
+                created = unpacked_root(root, base.suite, base.mirror, arch.dpkg)
             else:
                 log(f"debootstrap --variant=minbase {base.suite} from {base.mirror}")
-                configured_root(root, base.suite, base.mirror)
+                created = configured_root(root, base.suite, base.mirror)
             layout = work / f"layout-{arch.docker}"
             root_layout(root, platform, layout, f"buildkit base debian --suite {base.suite} ({platform}"
-                        + (", unpacked only)" if platform in foreign else ")"))
+                        + (", unpacked only)" if platform in foreign else ")"), created)
             remove_work(root)
             layouts.append((platform, layout))
         archive = work / "base.oci.tar"

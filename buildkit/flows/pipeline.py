@@ -30,7 +30,7 @@ from collections.abc import Iterator
 
 from buildkit import __version__
 from buildkit.engine.api import OutStream, get_engine
-from buildkit.engine.baseimages import BaseSource, check_base_platforms, resolve_base_images
+from buildkit.engine.baseimages import BaseSource, check_base_history, check_base_platforms, resolve_base_images
 from buildkit.plan.buildkey import key_of
 from buildkit.engine.buildx import BuildOptions, BuildResult, check_buildx, image_store
 from buildkit.plan.config import ResolvedConfig
@@ -135,6 +135,7 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
     sources = resolve_base_images([request.devel_image, request.runtime_image], cache_root(cfg),
                                   builder=cfg.build.builder)
     check_base_platforms(sources, *base_platforms(request))
+    check_base_history(sources)
     bases = tuple(BaseImage(ref=s.ref, digest=s.digest) for s in sources)
     with stage("fetch", clean_url(cfg.source.url)):
         info = fetch_source(cfg.source.url, ref, pin, cache_root(cfg))

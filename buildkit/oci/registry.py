@@ -26,7 +26,8 @@
   AuthError when credentials are missing or rejected. Secrets never reach a message or a log.
 
 This module holds the client's connection, retrying transport and manifests/tags; its auth is
-registryauth.py, its blob transfers registryblobs.py, the stateless pieces registryhttp.py.
+registryauth.py, its blob transfers registryblobs.py, its referrers API registryreferrers.py, the stateless
+pieces registryhttp.py.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from buildkit.oci.imageref import DIGEST, is_docker_hub, registry_api_host
 from buildkit.oci.registryauth import Challenge, RegistryAuth, parse_www_authenticate
 from buildkit.oci.redirects import MAX_REDIRECTS, REDIRECT_STATUSES, next_hop
 from buildkit.oci.registryblobs import BlobTransfers
+from buildkit.oci.registryreferrers import ReferrersAPI
 from buildkit.oci.digest import MAX_DOCUMENT
 from buildkit.oci.registryhttp import (DEADLINE, DEADLINE_ENV, RETRY_STATUSES, TIMEOUT, TRANSFER_DEADLINE,
                                        TRANSFER_DEADLINE_ENV, BadBody, ca_for, certs_dir, check_reference, check_repo,
@@ -75,7 +77,7 @@ class ManifestInfo:
     size: int
 
 
-class RegistryClient(RegistryAuth, BlobTransfers):
+class RegistryClient(RegistryAuth, BlobTransfers, ReferrersAPI):
     """Manifests and tags of one registry. Use as a context manager, or call close()."""
 
     def __init__(self, registry_host: str, *, credentials: Credentials | None = None,

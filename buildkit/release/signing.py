@@ -1,6 +1,7 @@
 """Signing a published image and checking its signatures (issue 38), through buildkit's own registry
 client, in cosign's tag scheme (release/cosignformat.py): `sha256-<hex>.sig` holds the simple-signing
-signature of the digest, `sha256-<hex>.att` the DSSE attestations (provenance, SBOM).
+signature of the digest, `sha256-<hex>.att` the DSSE attestations (provenance, SBOM). sign_image also
+attaches them as OCI 1.1 referrers, where cosign 3 looks (release/referrersigning.py).
 
 A signature signs the digest, not a tag: a promote that moves tags keeps it valid, and the image's
 own manifest is never rewritten. Signing again keeps the layers already there that are not the same
@@ -65,7 +66,7 @@ def sign_image(client: RegistryClient, repo: str, digest: str, key: SigningKey,
         layer = cf.signature_layer(payload, key.sign(payload))
         sig_tag = cf.tag_for(digest, "sig")
         kept = [old for old in _existing(client, repo, sig_tag)
-                if not (old.body == payload and _layer_verifies(public, old))]
+                if not (old.body == payload and layer_verifies(public, old))]
         _push(client, repo, sig_tag, [*kept, layer])
         written.append(f"{client.host}/{repo}:{sig_tag}")
     if attestations:
@@ -73,15 +74,17 @@ def sign_image(client: RegistryClient, repo: str, digest: str, key: SigningKey,
         types = {a.predicate_type for a in attestations}
         kept = [old for old in _existing(client, repo, att_tag)
                 if not (dict(old.annotations).get(cf.PREDICATE_ANNOTATION) in types
-                        and _envelope_statement(public, old.body) is not None)]
+                        and envelope_statement(public, old.body) is not None)]
         new = [cf.attestation_layer(cf.envelope(a.statement, key.sign(cf.pae(cf.IN_TOTO, a.statement))),
                                     a.predicate_type) for a in attestations]
         _push(client, repo, att_tag, [*kept, *new])
         written.append(f"{client.host}/{repo}:{att_tag}")
-    return written
+    from buildkit.release.referrersigning import attach_referrers  # (it imports this module)
+
+    return written + attach_referrers(client, repo, digest, key, attestations, sign=sign)  # where cosign 3 looks
 
 
-def _layer_verifies(key: ec.EllipticCurvePublicKey, layer: cf.Layer) -> bool:
+def layer_verifies(key: ec.EllipticCurvePublicKey, layer: cf.Layer) -> bool:
     try:
         signature = base64.b64decode(dict(layer.annotations).get(cf.SIGNATURE_ANNOTATION, ""), validate=True)
     except (binascii.Error, ValueError):
@@ -89,7 +92,7 @@ def _layer_verifies(key: ec.EllipticCurvePublicKey, layer: cf.Layer) -> bool:
     return verifies(key, signature, layer.body)
 
 
-def _envelope_statement(key: ec.EllipticCurvePublicKey, body: bytes) -> dict[str, Any] | None:
+def envelope_statement(key: ec.EllipticCurvePublicKey, body: bytes) -> dict[str, Any] | None:
     """The statement of a DSSE envelope one of whose signatures key made; None otherwise."""
     try:
         env = json.loads(body)
@@ -109,7 +112,7 @@ def check_signature(client: RegistryClient, repo: str, digest: str, key: ec.Elli
     """That a signature by key of exactly digest is in the repository; VerifyError otherwise."""
     tag = cf.tag_for(digest, "sig")
     for layer in _existing(client, repo, tag):
-        if layer.media_type != cf.SIMPLE_SIGNING or not _layer_verifies(key, layer):
+        if layer.media_type != cf.SIMPLE_SIGNING or not layer_verifies(key, layer):
             continue
         try:
             signed = json.loads(layer.body)["critical"]["image"]["docker-manifest-digest"]
@@ -126,7 +129,7 @@ def attested_statement(client: RegistryClient, repo: str, digest: str, key: ec.E
     tag = cf.tag_for(digest, "att")
     _, _, hexpart = digest.partition(":")
     for layer in _existing(client, repo, tag):
-        statement = _envelope_statement(key, layer.body)
+        statement = envelope_statement(key, layer.body)
         if statement is None or statement.get("predicateType") != predicate_type:
             continue
         subjects = statement.get("subject") or []

@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import subprocess
 
+import docker
 import pytest
 
 from buildkit.core.errors import BaseImageError
-from buildkit.engine.baseimages import check_base_platforms, resolve_base_images
+from buildkit.engine.baseimages import check_base_history, check_base_platforms, resolve_base_images
 
 
 @pytest.mark.docker
@@ -33,5 +34,9 @@ def test_base_debian_makes_a_bookworm_image_from_debians_packages(debian_base_im
     # what a build does with a base in the engine only: read by content, platforms checked
     sources = resolve_base_images([tag], tmp_path / "cache", ask_registry=False)
     check_base_platforms(sources, ("linux/amd64",), "test")
+    # dated by its suite's Release file, not by the run (issue 47): every history entry has that one time
+    check_base_history(sources)
+    history = docker.from_env().api.history(tag)
+    assert [h["Created"] for h in history] == [history[0]["Created"]] and history[0]["Created"] > 0
     with pytest.raises(BaseImageError, match="linux/arm64"):
         check_base_platforms(sources, ("linux/arm64",), "a cross build's target")

@@ -17,6 +17,7 @@ from registryserver import head_digest
 from test_registry import push_tiny_image
 
 from buildkit.oci.registry import RegistryClient
+from buildkit.oci.referrers import fallback_tag
 from buildkit.plan.buildkey import key_of
 from buildkit.plan.buildplan import SourceFacts, make_plan, make_request
 from buildkit.plan.config import load_config
@@ -32,6 +33,9 @@ from buildkit.release.signkeys import generate_keys, load_signing_key
 pytestmark = [pytest.mark.docker, pytest.mark.skipif(shutil.which("cosign") is None,
                                                      reason="cosign is not installed (make setup)")]
 REPO = "buildkit-signing/tiny"
+# the trusted root cosign's --new-bundle-format wants (without it, cosign asks the public TUF mirror): a key
+# signature with no transparency-log entry needs nothing of it
+TRUSTED_ROOT = {"mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1"}
 
 
 def lock_entry(digest: str) -> LockEntry:
@@ -203,9 +207,16 @@ def test_build_push_signs_what_it_publishes_before_its_moving_tags(signed, regis
     project = make_project(tmp_path / "signed", fork, registry_plain.host, debian_base_image, "signing/built")
     result = json.loads(ok(buildkit(project, env, "build", "--push", "--json")).stdout)
     digest, host = result["digest"], registry_plain.host
-    assert result["signed"] == [f"{host}/signing/built:{cf.tag_for(digest, 'sig')}",
-                                f"{host}/signing/built:{cf.tag_for(digest, 'att')}"]
+    # cosign's tags, then the referrers (distribution 2.8 has no referrers API: the referrers tag holds them)
+    assert result["signed"][:2] == [f"{host}/signing/built:{cf.tag_for(digest, 'sig')}",
+                                    f"{host}/signing/built:{cf.tag_for(digest, 'att')}"]
+    assert result["signed"][-1] == f"{host}/signing/built:{fallback_tag(digest)}" and len(result["signed"]) == 7
     pub = str(signed["work"] / "cosign.pub")
+    (signed["work"] / "root.json").write_text(json.dumps(TRUSTED_ROOT))
+    done = cosign(signed["work"], "verify-attestation", "--new-bundle-format", "--trusted-root",
+                  str(signed["work"] / "root.json"), "--key", pub, "--type", "slsaprovenance1",
+                  f"{host}/signing/built@{digest}")  # where cosign 3 looks
+    assert done.returncode == 0, done.stderr
     for tag in ("0.1.0-cpu", "cpu"):  # a release tag and a moving one: both name the signed digest
         done = cosign(signed["work"], "verify", "--key", pub, f"{host}/signing/built:{tag}")
         assert done.returncode == 0, done.stderr
@@ -230,7 +241,8 @@ def test_build_push_signs_what_it_publishes_before_its_moving_tags(signed, regis
     env.pop("LLAMA_BUILDKIT_SIGN_KEY")
     rebuilt = json.loads(ok(buildkit(project, env, "reproduce", "buildkit.lock", "--attest", "--sign-key",
                                      str(signed["work"] / "other.key"), "--json")).stdout)
-    assert rebuilt["reproduced"] and rebuilt["attested"] == [f"{host}/signing/built:{cf.tag_for(digest, 'att')}"]
+    assert rebuilt["reproduced"] and rebuilt["attested"][0] == f"{host}/signing/built:{cf.tag_for(digest, 'att')}"
+    assert rebuilt["attested"][-1] == f"{host}/signing/built:{fallback_tag(digest)}"  # and its bundle
     vsa = ("verify-attestation", "--type", "https://slsa.dev/verification_summary/v1")
     done = cosign(signed["work"], *vsa, "--key", str(signed["work"] / "other.pub"), f"{host}/signing/built@{digest}")
     assert done.returncode == 0, done.stderr

@@ -12,7 +12,8 @@ from click.testing import CliRunner
 
 from buildkit.cli.main import main
 from buildkit.core.errors import BaseImageError
-from buildkit.flows.debianbase import DEFAULT_PATH, machine_mirror, plan_base, root_layout
+from buildkit.engine.baseimages import BaseSource, check_base_history, undated_history
+from buildkit.flows.debianbase import EPOCH, DEFAULT_PATH, machine_mirror, plan_base, release_time, root_layout
 from buildkit.oci.ociindex import write_index_archive
 from buildkit.oci.ocilayout import OciArchive
 
@@ -62,12 +63,16 @@ def test_a_root_becomes_an_oci_image_of_one_layer_and_two_become_an_index(tmp_pa
     (root / "bin").mkdir()
     (root / "bin" / "sh").symlink_to("dash")
     for arch in ("amd64", "arm64"):
-        root_layout(root, f"linux/{arch}", tmp_path / arch, f"test {arch}")
+        root_layout(root, f"linux/{arch}", tmp_path / arch, f"test {arch}", "2025-05-20T08:30:00Z")
     with OciArchive(tmp_path / "arm64") as layout:
         image = layout.image(None)
         config = json.loads(image.config_bytes)
         assert (config["architecture"], config["os"]) == ("arm64", "linux")
-        assert config["config"] == {"Env": [f"PATH={DEFAULT_PATH}"], "Cmd": ["bash"]} and "created" not in config
+        assert config["config"] == {"Env": [f"PATH={DEFAULT_PATH}"], "Cmd": ["bash"]}
+        # one fixed time, never the run's: BuildKit would date an entry without one by its own cache (issue 47)
+        assert config["created"] == "2025-05-20T08:30:00Z"
+        assert config["history"] == [{"created": "2025-05-20T08:30:00Z", "created_by": "test arm64"}]
+        assert undated_history(config) == 0
         layer, = image.layers
         data = layout.read_blob(layer.digest)
         assert "sha256:" + hashlib.sha256(data).hexdigest() == layer.digest == config["rootfs"]["diff_ids"][0]
@@ -75,7 +80,7 @@ def test_a_root_becomes_an_oci_image_of_one_layer_and_two_become_an_index(tmp_pa
         members = {m.name: m for m in tar.getmembers()}
     assert members["./etc/debian_version"].uid == 0 and members["./bin/sh"].issym()
     # the same root gives the same bytes (no time of its own); two platforms become one index
-    root_layout(root, "linux/arm64", tmp_path / "again", "test arm64")
+    root_layout(root, "linux/arm64", tmp_path / "again", "test arm64", "2025-05-20T08:30:00Z")
     with OciArchive(tmp_path / "again") as again:
         assert again.image(None).manifest_digest == image.manifest_digest
     digest = write_index_archive([("linux/amd64", tmp_path / "amd64"), ("linux/arm64", tmp_path / "arm64")],
@@ -134,3 +139,52 @@ def test_a_base_no_one_can_provide_names_the_whole_offline_path():
         assert check_bases(["local/debian:bookworm"]).status == OK
         offline = check_bases([gone], offline=True)
         assert offline.status == WARN and "its registry was not asked" in offline.detail
+
+
+def test_the_base_is_dated_by_its_suites_release_file(tmp_path):
+    lists = tmp_path / "var/lib/apt/lists"
+    lists.mkdir(parents=True)
+    assert release_time(tmp_path, "bookworm") == EPOCH  # none: the epoch, never the time of the run
+    (lists / "deb.debian.org_debian_dists_bookworm_Release").write_text(
+        "Origin: Debian\nSuite: stable\nCodename: bookworm\nDate: Sat, 10 May 2025 08:27:30 UTC\n")
+    assert release_time(tmp_path, "bookworm") == "2025-05-10T08:27:30Z"
+    (lists / "deb.debian.org_debian_dists_trixie_Release").write_text("Date: not a date\n")
+    assert release_time(tmp_path, "trixie") == EPOCH
+    (lists / "deb.debian.org_debian_dists_trixie_Release").unlink()
+    (lists / "deb.debian.org_debian_dists_trixie_Release").mkdir()  # not a file: not read
+    assert release_time(tmp_path, "trixie") == EPOCH
+
+
+def test_a_base_without_history_times_is_refused_in_one_line(tmp_path):
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    root_layout(root, "linux/amd64", tmp_path / "dated", "dated", "2025-05-20T08:30:00Z")
+    with OciArchive(tmp_path / "dated") as layout:
+        digest = layout.image(None).manifest_digest
+    check_base_history((BaseSource("local/dated:x", digest, tmp_path / "dated"),))  # passes
+    check_base_history((BaseSource("registry.example/x:y", "sha256:" + "0" * 64),))  # not read by content here
+    # what an older `buildkit base debian` wrote: one history entry, no created
+    config = {"history": [{"created_by": "buildkit base debian"}], "rootfs": {"diff_ids": ["sha256:" + "1" * 64]}}
+    assert undated_history(config) == 1
+    assert undated_history({"history": [], "rootfs": {"diff_ids": ["sha256:" + "1" * 64] * 2}}) == 2
+    assert undated_history({"history": [{"created": "2025-01-01T00:00:00Z"}, {"created": "x", "empty_layer": True}],
+                            "rootfs": {"diff_ids": ["sha256:" + "1" * 64]}}) == 0
+    for junk in ({"history": 3, "rootfs": []}, {"history": {"a": 1}, "rootfs": {"diff_ids": "x"}}, {}):
+        assert undated_history(junk) == 0  # a configuration that is no image's: nothing to date, no traceback
+    layout = tmp_path / "dated"
+    index = json.loads((layout / "index.json").read_text())
+    manifest_path = layout / "blobs/sha256" / index["manifests"][0]["digest"].split(":")[1]
+    manifest = json.loads(manifest_path.read_text())
+    old = json.loads((layout / "blobs/sha256" / manifest["config"]["digest"].split(":")[1]).read_text())
+    del old["history"][0]["created"]
+    body = json.dumps(old).encode()
+    (layout / "blobs/sha256" / hashlib.sha256(body).hexdigest()).write_bytes(body)
+    manifest["config"].update(digest="sha256:" + hashlib.sha256(body).hexdigest(), size=len(body))
+    mbody = json.dumps(manifest).encode()
+    (layout / "blobs/sha256" / hashlib.sha256(mbody).hexdigest()).write_bytes(mbody)
+    undated = BaseSource("local/old:x", "sha256:" + hashlib.sha256(mbody).hexdigest(), layout)
+    with pytest.raises(BaseImageError) as refused:
+        check_base_history((undated,))
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith("base image local/old:x has 1 history entry without a created")
+    assert "buildkit base debian" in message
