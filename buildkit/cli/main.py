@@ -91,6 +91,24 @@ class LazyCommands(MutableMapping[str, click.Command]):
         return len(set(COMMANDS) | set(self.loaded))
 
 
+def short_help(text: str, limit: int) -> str:
+    """The first sentence of text within limit characters, cut at a word with "...": what click makes of a
+    command's help for its group's list (click 8.5 deprecated its own function, make_default_short_help)."""
+    words = text.split()
+    for i, word in enumerate(words):
+        if word.endswith(".") and (i == len(words) - 1 or not words[i + 1][0].islower()):
+            words = words[: i + 1]
+            break
+    line = " ".join(words)
+    if len(line) <= limit:
+        return line
+    if limit < 3:
+        return "..."
+    import textwrap
+
+    return textwrap.shorten(line, limit, placeholder="...", break_on_hyphens=False)
+
+
 class LazyGroup(click.Group):
     """A group whose --help lists its commands from COMMANDS, without importing them."""
 
@@ -99,7 +117,7 @@ class LazyGroup(click.Group):
         if not names:
             return
         limit = formatter.width - 6 - max(len(n) for n in names)
-        rows = [(n, click.utils.make_default_short_help(COMMANDS[n][2], limit) if n in COMMANDS
+        rows = [(n, short_help(COMMANDS[n][2], limit) if n in COMMANDS
                  else self.commands[n].get_short_help_str(limit)) for n in names]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
