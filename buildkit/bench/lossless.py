@@ -59,6 +59,10 @@ class Comparison:
         if self.outcome is Outcome.NEAR_TIE:
             return head + (f"near-tie at token {d.position}: the target's top two are {d.margin:.4f} nats apart "
                            f"and the speculative path took its second choice ({d.speculative} for {d.target})")
+        if d.speculative < 0:
+            return head + f"DIFFERS: the speculative answer ends after {d.position} tokens, the target's goes on"
+        if d.target < 0:
+            return head + f"DIFFERS: the speculative answer goes on after the target's {d.position} tokens"
         margin = f"{d.margin:.4f} nats" if d.margin is not None else "unknown"
         return head + (f"DIFFERS at token {d.position}: target {d.target}, speculative {d.speculative} "
                        f"(target's margin there {margin}, second choice {d.second})")

@@ -187,5 +187,5 @@ def workload_check(image: str | None, profile_name: str, model: str | None, mode
     if attach_lock:
         key = _attach(cfg.lock.path, image or "", lock_entry, record)
         click.echo(f"recorded in {cfg.lock.path} builds[{key!r}].workload", err=True)
-    click.echo(verdict.line().split(";")[0] if verdict.passed else "workload: FAIL")
+    click.echo("workload: PASS" if verdict.passed else "workload: FAIL")
     raise SystemExit(0 if verdict.passed else 1)

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import semver
 
+from buildkit.plan import patchqueue
 from buildkit.plan.matrix import Variant, matrix_variants
 # the nightly's API, re-exported explicitly (`X as X`: strict mypy's no_implicit_reexport)
 from buildkit.flows.nightlysummary import (FAILED as FAILED, PASSED as PASSED, SKIPPED as SKIPPED,
@@ -149,12 +150,8 @@ def nightly_tags(version: str, commit: str, key: str) -> TagSet:
 # ---------------------------------------------------------------- the run
 
 def patch_dir(cfg: ResolvedConfig) -> Path:
-    """pipeline.patch_dir's rule (tested to agree), without importing the build stages."""
-    if cfg.path is None and cfg.origins["source.patch_dir"] == "default":
-        from buildkit.core.paths import bundled_patches_dir
-
-        return bundled_patches_dir()
-    return cfg.source.patch_dir
+    """The patch queue's folder (plan/patchqueue.py has the rule; it imports none of the build stages)."""
+    return patchqueue.patch_dir(cfg)
 
 
 def normalise_url(url: str) -> str:
@@ -197,7 +194,7 @@ def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = F
     lock_path = cfg.lock.path
     summary = Summary(repository=repository.name, url=url, branch=branch, date=date, old_commit=None,
                       new_commit=None, excluded=[{"combination": c, "reason": r} for c, r in excluded])
-    queue = load_patch_queue(patch_dir(cfg), required=cfg.origins["source.patch_dir"] != "default")
+    queue = load_patch_queue(patch_dir(cfg), required=patchqueue.queue_required(cfg))
     reasons: dict[str, str] = {}  # why each variant is built tonight
     try:
         head = ls_remote_head(url, branch, auth=auth)

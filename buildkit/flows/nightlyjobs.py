@@ -30,6 +30,7 @@ import tempfile
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from buildkit.plan.patchqueue import queue_required
 from buildkit.core.boundedread import MiB, read_json_object
 from buildkit.core.errors import BuildkitError, ConfigError, PatchError
 from buildkit.core.platforms import ARCHES
@@ -124,7 +125,7 @@ def plan_nightly(cfg: ResolvedConfig, *, runners: dict[str, str], date: str | No
         check_cuda_available(v.request, v.cfg)
     repository = repository_of(cfg)
     url, branch = normalise_url(cfg.source.url), cfg.source.branch
-    queue = load_patch_queue(patch_dir(cfg), required=cfg.origins["source.patch_dir"] != "default")
+    queue = load_patch_queue(patch_dir(cfg), required=queue_required(cfg))
     head = ls_remote_head(url, branch, auth=split_credentials(cfg.source.url)[1])
     with client_for(repository.registry) as client:
         previous = previous_builds(client, repository, variants, cfg.lock.path, url, branch)

@@ -42,7 +42,7 @@ from buildkit.release.lock import LockEntry
 
 if TYPE_CHECKING:  # buildunit builds on this module
     from buildkit.flows.buildunit import UnitResult
-from buildkit.core.paths import bundled_patches_dir
+from buildkit.plan import patchqueue
 from buildkit.source.patches import PatchQueue, apply_patches, load_patch_queue
 from buildkit.core.progress import stage
 from buildkit.plan.buildplan import BuildPlan, BuildRequest, SourceFacts, clean_ccache_id, make_plan, make_request
@@ -84,10 +84,8 @@ class Prepared:
 
 
 def patch_dir(cfg: ResolvedConfig) -> Path:
-    """source.patch_dir relative to buildkit.toml; without a config file, the bundled queue."""
-    if cfg.path is None and cfg.origins["source.patch_dir"] == "default":
-        return bundled_patches_dir()
-    return cfg.source.patch_dir
+    """The patch queue's folder (plan/patchqueue.py has the rule)."""
+    return patchqueue.patch_dir(cfg)
 
 
 def ref_and_pin(cfg: ResolvedConfig) -> tuple[str, str | None]:
@@ -129,7 +127,7 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
     apt_pins (`reproduce`): the recorded Debian package versions the apt steps install (no input)."""
     request = request or make_request(cfg)  # an unknown arch or unbuildable CUDA version stops here
     check_cuda_available(request, cfg)  # a CUDA release the index does not have, too
-    queue = load_patch_queue(patch_dir(cfg), required=cfg.origins["source.patch_dir"] != "default")
+    queue = load_patch_queue(patch_dir(cfg), required=patchqueue.queue_required(cfg))
     ref, pin = ref_and_pin(cfg)
     # base images first: one that cannot be had stops the build before any fetch
     sources = resolve_base_images([request.devel_image, request.runtime_image], cache_root(cfg),

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from buildkit import __version__
+from buildkit.plan.patchqueue import queue_required
 from buildkit.engine.baseimages import engine_digest
 from buildkit.engine.buildx import BuildOptions, check_buildx, run_build
 from buildkit.plan.config import ResolvedConfig, load_config
@@ -124,7 +125,7 @@ def check_inputs(rec: Recorded, cfg: ResolvedConfig, stream: OutStream | None = 
         raise ReproduceError(f"the templates here hash to {here[:12]}, the recorded build used "
                              f"{i.template_sha256[:12]}; "
                              f"use the templates of buildkit {i.tool_version}")
-    queue = load_patch_queue(patch_dir(cfg), required=cfg.origins["source.patch_dir"] != "default")
+    queue = load_patch_queue(patch_dir(cfg), required=queue_required(cfg))
     if queue.sha256 != i.patch_set_sha256:
         names = ", ".join(queue.names) or "none"
         recorded = f" ({', '.join(i.patches) or 'no patches'})"

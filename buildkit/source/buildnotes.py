@@ -53,9 +53,13 @@ class FlagNote:
 FLAG_NOTES = {
     "GGML_CUDA_FA_ALL_QUANTS": FlagNote(
         gives="flash-attention kernels for every K/V cache type pair (48 more objects), needed only for mixed "
-              "non-turbo pairs such as -ctk q8_0 -ctv f16; same-type and TurboQuant pairs compile without it",
-        compile_cost="+18% compile time (1,469 of 8,143 compile seconds of the fork's sm_90 build)",
-        measured_in="docs/gpu-runs/2026-12-05-h200/README.md"),
+              "pairs such as -ctk q8_0 -ctv f16 or -ctk turbo4 -ctv f16; one type for K and V, TurboQuant's "
+              "included, runs without it",
+        compile_cost="+18% compile time (1,102 of 6,235 compile seconds of the fork's sm_90 server)",
+        gpu_effect=("on an H100 without it mixed pairs ran their attention on the CPU at 52-91 tokens/s against "
+                    "668-707 with it, and a TurboQuant K with an f16 or q8_0 V stopped the server in its warm-up; "
+                    "one-type pairs ran at the same speed either way"),
+        measured_in="docs/gpu-runs/2026-12-06-h100/README.md"),
 }
 
 

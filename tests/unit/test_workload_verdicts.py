@@ -44,8 +44,10 @@ def test_a_token_the_target_did_not_rank_second_differs_even_at_a_tiny_margin():
 
 
 def test_a_shorter_answer_differs_at_its_end():
+    """What the fork's server did when a batch of accepted drafts ended the request: 120 of 128 tokens."""
     c = compare(0, "fresh", [1, 2, 3], [1, 2])
     assert c.outcome is Outcome.DIFFERS and c.divergence is not None and c.divergence.position == 2
+    assert "the speculative answer ends after 2 tokens" in c.line()
 
 
 def test_a_verdict_passes_with_near_ties_and_fails_on_one_difference_or_on_nothing():
