@@ -19,7 +19,7 @@ arguments of the profile, and gets its URL for as long as the with-block lasts.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
@@ -53,12 +53,12 @@ class Setup:
     base_args: tuple[str, ...]  # the target alone (the same, less the draft-only arguments)
 
 
-@dataclass
+@dataclass(frozen=True)
 class WorkloadReport:
-    lossless: list[LosslessVerdict] = field(default_factory=list)
-    acceptance: list[Acceptance] = field(default_factory=list)
-    kv: list[KvAgreement] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
+    lossless: tuple[LosslessVerdict, ...] = ()
+    acceptance: tuple[Acceptance, ...] = ()
+    kv: tuple[KvAgreement, ...] = ()
+    errors: tuple[str, ...] = ()
 
     def lines(self) -> list[str]:
         return ([v.line() for v in self.lossless] + [a.line() for a in self.acceptance]
@@ -66,7 +66,7 @@ class WorkloadReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"lossless": [v.to_dict() for v in self.lossless], "acceptance": [a.to_dict() for a in self.acceptance],
-                "kv": [k.to_dict() for k in self.kv], "errors": self.errors}
+                "kv": [k.to_dict() for k in self.kv], "errors": list(self.errors)}
 
 
 def draft_only(args: Sequence[str]) -> tuple[str, ...]:
@@ -137,14 +137,17 @@ def run_checks(servers: Servers, setups: Sequence[Setup], *, checks: Sequence[st
                kv_types: Sequence[str] = (), n_predict: int = 128, log: Callable[[str], None] = print
                ) -> WorkloadReport:
     """The checks asked for over each setup, in order; an error in one check is kept and the next runs."""
-    report = WorkloadReport()
+    lossless: list[LosslessVerdict] = []
+    acceptance: list[Acceptance] = []
+    kvs: list[KvAgreement] = []
+    errors: list[str] = []
 
     def attempt(what: str, fn: Callable[[], T]) -> T | None:
         log(f"{what} ...")
         try:
             return fn()
         except BenchError as exc:
-            report.errors.append(f"{what}: {exc}")
+            errors.append(f"{what}: {exc}")
             log(f"error: {what}: {exc}")
             return None
 
@@ -153,17 +156,17 @@ def run_checks(servers: Servers, setups: Sequence[Setup], *, checks: Sequence[st
             v = attempt(f"lossless {setup.label}", partial(check_lossless, servers, setup, n_predict=n_predict,
                                                            log=log))
             if v is not None:
-                report.lossless.append(v)
+                lossless.append(v)
                 log(v.line())
         if "acceptance" in checks:
             a = attempt(f"acceptance {setup.label}", partial(check_acceptance, servers, setup, protocol, log=log))
             if a is not None:
-                report.acceptance.append(a)
+                acceptance.append(a)
                 log(a.line())
         for kv in kv_types if "kv" in checks else ():
             k = attempt(f"kv {setup.label} {kv}", partial(check_kv, servers, f"{setup.label} {kv}", setup.base_args,
                                                           (*setup.base_args, "-ctk", kv, "-ctv", kv), PROMPTS,
                                                           log=log))
             if k is not None:
-                report.kv.append(k)
-    return report
+                kvs.append(k)
+    return WorkloadReport(tuple(lossless), tuple(acceptance), tuple(kvs), tuple(errors))
