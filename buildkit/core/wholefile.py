@@ -17,11 +17,12 @@ import fcntl
 import os
 import re
 import secrets
-import shutil
 import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+
+from buildkit.core.treewalk import remove_tree
 
 PREFIX = ".buildkit-tmp-"
 _NAME = re.compile(re.escape(PREFIX) + r"(\d{1,12})-[0-9a-f]{8}-")
@@ -87,10 +88,7 @@ def sweep(folder: Path | str) -> list[str]:
         match = _NAME.match(name)
         if match and _stale(folder, name, int(match.group(1))):
             try:
-                if (folder / name).is_dir():
-                    shutil.rmtree(folder / name)
-                else:
-                    os.unlink(folder / name)
+                remove_tree(folder / name)
                 removed.append(name)
             except OSError:
                 pass
@@ -116,7 +114,7 @@ def scratch_dir(parent: Path | str, name: str) -> Iterator[Path]:
             yield folder
         finally:
             os.close(fd)
-            shutil.rmtree(folder, ignore_errors=True)
+            remove_tree(folder, ignore_errors=True)
     finally:
         with _MINE_LOCK:
             _MINE.discard(folder_name)

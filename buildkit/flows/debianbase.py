@@ -45,6 +45,7 @@ from buildkit.core import children
 from buildkit.core.boundedread import read_regular
 from buildkit.core.errors import BaseImageError, BuildkitError
 from buildkit.core.platforms import cpu_arch, machine_arch
+from buildkit.core.treewalk import remove_tree
 from buildkit.oci.ociindex import IMAGE_NAME, REF_NAME, write_index_archive
 from buildkit.oci.imageref import parse_image_ref
 
@@ -153,7 +154,7 @@ def _need_tools(foreign: bool) -> None:
 
 def _empty_dev(root: Path) -> None:
     for entry in (root / "dev").iterdir():  # the engine supplies /dev
-        shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+        remove_tree(entry)
 
 
 def release_time(root: Path, suite: str) -> str:
@@ -216,7 +217,7 @@ def unpacked_root(root: Path, suite: str, mirror: str, dpkg_arch: str) -> str:
     foreign_first_stage(root, suite, mirror, dpkg_arch)
     created = release_time(root, suite)
     (root / "var/lib/dpkg/status").write_text(installed_status(root))
-    shutil.rmtree(root / "debootstrap")
+    remove_tree(root / "debootstrap")
     for deb in (root / "var/cache/apt/archives").glob("*.deb"):
         deb.unlink()
     return created
@@ -293,7 +294,7 @@ def remove_work(work: Path) -> None:
     if _mounts_below(work):
         raise BaseImageError(f"{work} still has mounts inside ({', '.join(_mounts_below(work))}); "
                              "unmount them and remove it by hand")
-    shutil.rmtree(work, ignore_errors=True)
+    remove_tree(work, ignore_errors=True)
 
 
 def make_base(base: DebianBase, *, log: Callable[[str], None] = lambda _: None,
