@@ -12,11 +12,13 @@ twice gives the same text.
 `markdown_cell` makes text one cell of a GitHub-flavoured Markdown table: printable, one line, and every
 ASCII punctuation character backslash-escaped (CommonMark: an escaped punctuation character is literal),
 so `|` never ends the cell, `<b>` or `<img src=...>` is never HTML, `&lt;` never an entity and `*`, `_`,
-`` ` ``, `[` never formatting or a link.
+`` ` ``, `[` never formatting or a link. `markdown_code` makes it a code span instead (a case name shown as
+code): only its `|` needs escaping there, and its fence is longer than any run of backticks it holds.
 """
 
 from __future__ import annotations
 
+import re
 import string
 import unicodedata
 
@@ -50,3 +52,13 @@ def printable(text: str, *, keep_newlines: bool = False) -> str:
 def markdown_cell(text: str) -> str:
     """text as the literal content of one cell of a GitHub Markdown table (see the module's docstring)."""
     return "".join("\\" + ch if ch in _PUNCTUATION else ch for ch in printable(text))
+
+
+def markdown_code(text: str) -> str:
+    """text as a code span that is one cell of a GitHub Markdown table, or inline: printable, one line, its `|`
+    escaped (GitHub splits a row before it reads code spans), fenced by more backticks than it holds (nothing
+    inside a code span is HTML or formatting)."""
+    shown = printable(text).replace("|", "\\|")
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", shown)), default=0) + 1)
+    pad = " " if shown.startswith("`") or shown.endswith("`") else ""
+    return f"{fence}{pad}{shown}{pad}{fence}"

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from buildkit.core.printable import markdown_cell, printable
+from buildkit.core.printable import markdown_cell, markdown_code, printable
 
 # What a hostile case name, reason phrase or file may carry, as the terminal would take it
 SEQUENCES = {
@@ -51,6 +51,12 @@ def test_a_table_cell_is_plain_text_of_one_cell():
     assert "<" not in cell.replace("\\<", "") and "&" not in cell.replace("\\&", "")
     assert "`" not in cell.replace("\\`", "") and "\x1b" not in cell
     assert markdown_cell("ARGMAX(type=f32)") == "ARGMAX\\(type\\=f32\\)"
+
+
+def test_a_code_span_cell_escapes_its_pipes_and_outfences_its_backticks():
+    assert markdown_code("ARGMAX(type=f32,ne=[32,513,1,1])") == "`ARGMAX(type=f32,ne=[32,513,1,1])`"
+    assert markdown_code("a|b <img src=x>") == "`a\\|b <img src=x>`"
+    assert markdown_code("x``y`") == "``` x``y` ```" and markdown_code("\x1b[2J\n") == "`\\x1b[2J\\n`"
 
 
 @settings(max_examples=300, derandomize=True, deadline=None)
