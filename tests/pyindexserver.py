@@ -43,6 +43,35 @@ def make_wheel(name: str, version: str, tag: str, files: dict[str, bytes],
     return f"{dist}-{tag}.whl", buf.getvalue(), metadata
 
 
+def bomb_wheel(name: str, version: str, tag: str, members: int, member_bytes: int) -> tuple[str, bytes, bytes]:
+    """(filename, wheel bytes, METADATA bytes) of a zip bomb shaped like a CUDA wheel: `members` members under
+    nvidia/cu13/lib/, each `member_bytes` of zeros (one deflate stream, reused: 70 x 64 MiB is 4.4 MB of wheel),
+    written by hand (zipfile would compress each again)."""
+    import struct
+    import zlib
+
+    zeros = bytes(member_bytes)
+    squeeze = zlib.compressobj(9, zlib.DEFLATED, -15)
+    data, crc = squeeze.compress(zeros) + squeeze.flush(), zlib.crc32(zeros)
+    dist = f"{name.replace('-', '_')}-{version}"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
+    entries = [(f"nvidia/cu13/lib/libbomb{i}.so.1".encode(), 8, crc, data, member_bytes) for i in range(members)]
+    entries += [(f"{dist}.dist-info/{n}".encode(), 0, zlib.crc32(b), b, len(b))
+                for n, b in (("METADATA", metadata), ("WHEEL", f"Wheel-Version: 1.0\nTag: {tag}\n".encode()))]
+    out, central = io.BytesIO(), []
+    for fname, method, crc32, body, size in entries:
+        offset = out.tell()
+        out.write(struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, method, 0, 0x21, crc32, len(body), size,
+                              len(fname), 0))
+        out.write(fname + body)
+        central.append(struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, method, 0, 0x21, crc32, len(body), size,
+                                   len(fname), 0, 0, 0, 0, 0o644 << 16, offset) + fname)
+    start, directory = out.tell(), b"".join(central)
+    count = len(entries)
+    out.write(directory + struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, count, count, len(directory), start, 0))
+    return f"{dist}-{tag}.whl", out.getvalue(), metadata
+
+
 def toolkit_wheel(version: str, pins: dict[str, tuple[str, str]]) -> tuple[str, bytes, bytes]:
     """cuda-toolkit `version` whose extras pin {extra: (package, ==spec)} as NVIDIA's METADATA does,
     with an 'all' extra listing everything (which buildkit must not take as its own)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,8 @@ import click
 
 from buildkit.cli.options import handle_errors
 from buildkit.core.errors import BuildkitError, LockError
-from buildkit.verify.backendops import parse
+from buildkit.core.printable import markdown_cell, markdown_code, printable
+from buildkit.verify.backendops import BackendOps, parse
 from buildkit.verify.backendverdict import Failing, GpuCheck, judge, known_failures, new_failures
 
 PROGRAM = "/app/test-backend-ops"
@@ -43,20 +45,48 @@ def _attach(lock_path: Path, image: str, key: str | None, check: GpuCheck) -> st
     return key
 
 
+COMPARE_LIMIT = 16 << 20  # bytes of a --compare file (a full run's result with every case failing is a few MiB)
+
+
 def _release(path: str | None, lock_path: Path, entry: str | None) -> GpuCheck | None:
-    """The release's result to compare with: a gpu-check JSON file, or a lock entry's gpu_check."""
+    """The release's result to compare with: a gpu-check JSON file (a regular file, read within COMPARE_LIMIT),
+    or a lock entry's gpu_check; each field checked (GpuCheck.from_dict). One line when it is not one."""
+    from buildkit.core.boundedread import read_json_object
+
     where, record = f"--compare {path}", None
     try:
         if path:
-            record = json.loads(Path(path).read_text())
+            record = read_json_object(path, COMPARE_LIMIT)
         elif entry:
             from buildkit.release.lock import read_lock
 
             where = f"{lock_path} builds[{entry!r}].gpu_check"
-            record = read_lock(lock_path)["builds"].get(entry, {}).get("gpu_check")
+            builds = read_lock(lock_path)["builds"]
+            record = builds[entry].get("gpu_check") if isinstance(builds.get(entry), dict) else None
         return GpuCheck.from_dict(record) if record is not None else None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise BuildkitError(f"{where}: not a gpu-check result ({exc})") from None
+    except (OSError, ValueError, RecursionError) as exc:
+        why = ("nested too deeply" if isinstance(exc, RecursionError)
+               else (exc.strerror or exc) if isinstance(exc, OSError) else exc)
+        raise BuildkitError(printable(f"{where}: not a gpu-check result ({why})")) from None
+
+
+def _read_log(path: str, keep: bool) -> tuple[BackendOps, str]:
+    """The recorded run (--log), read bounded and line by line (core/logfile.py: regular files only, plain or
+    xz/gzip/zstd, at most 64 MiB of text); its text too when it is to be saved again."""
+    from buildkit.core.logfile import LogUnreadable, log_lines
+
+    kept: list[str] = []
+
+    def keeping(lines: Iterator[str]) -> Iterator[str]:
+        for line in lines:
+            kept.append(line)
+            yield line
+
+    try:
+        run = parse(keeping(log_lines(path)) if keep else log_lines(path))
+    except LogUnreadable as exc:
+        raise BuildkitError(printable(f"--log: {exc}")) from None
+    return run, "\n".join(kept) + ("\n" if kept else "")
 
 
 def _run_in_engine(image: str, args: list[str], timeout: float, gpus: str) -> tuple[int, str]:
@@ -85,12 +115,14 @@ def _save(path: str, text: str, what: str, append: bool = False) -> None:
 
 
 def _summary(check: GpuCheck, new: tuple[Failing, ...] | None) -> str:
-    rows = ["### gpu-check", "", f"`{check.line()}`", "", "| case | error | known |", "| --- | --- | --- |"]
-    rows += [f"| `{f.case}` | {(f.errors[-1] if f.errors else '').replace('|', '/')} | {f.known or 'no'} |"
-             for f in check.failing]
+    """The step summary's Markdown: every text of the run (case names, errors) one literal cell (a `|` or
+    HTML in a case name is shown, never a column or a tag)."""
+    rows = ["### gpu-check", "", markdown_code(check.line()), "", "| case | error | known |", "| --- | --- | --- |"]
+    rows += [f"| {markdown_code(f.case)} | {markdown_cell(f.errors[-1] if f.errors else '')} | "
+             f"{markdown_cell(f.known or 'no')} |" for f in check.failing]
     if new is not None:
         rows += ["", "new failing cases (not in the release, not known): "
-                 + (", ".join(f"`{f.case}`" for f in new) if new else "none")]
+                 + (", ".join(markdown_code(f.case) for f in new) if new else "none")]
     return "\n".join(rows) + "\n"
 
 
@@ -101,7 +133,8 @@ def _summary(check: GpuCheck, new: tuple[Failing, ...] | None) -> str:
 @click.option("-b", "--backend", help="Backend tested against the CPU (default: gpu_check.backend, CUDA0).")
 @click.option("--gpus", help="docker --gpus for the container (none: no GPU) [gpu_check.gpus, all].")
 @click.option("--log", "log_file", type=click.Path(dir_okay=False, exists=True),
-              help="Judge this recorded output (scripts/gpu_run.py backend-ops' backend-ops.log) instead of running.")
+              help="Judge this recorded output (scripts/gpu_run.py backend-ops' backend-ops.log, plain or .xz, .gz, "
+                   ".zst) instead of running.")
 @click.option("--save-log", type=click.Path(dir_okay=False), help="Write test-backend-ops' output to this file.")
 @click.option("--json", "json_file", type=click.Path(dir_okay=False), help="Write the result as JSON to this file.")
 @click.option("--compare", "compare_file", type=click.Path(dir_okay=False),
@@ -137,19 +170,21 @@ def gpu_check(image: str | None, ops: tuple[str, ...], backend: str | None, gpus
         raise BuildkitError("gpu-check needs an IMAGE to run, or --log FILE to judge")
     code = None
     if log_file:
-        text = Path(log_file).read_text(errors="replace")
+        run, text = _read_log(log_file, keep=bool(save_log))
     else:
         assert image is not None  # no --log: an IMAGE (checked above)
         click.echo(f"gpu-check {image}: {PROGRAM} {' '.join(backend_ops_args(backend, ops))}", err=True)
         code, text = _run_in_engine(image, backend_ops_args(backend, ops), settings.timeout, gpus or settings.gpus)
+        run = parse(text)
     if save_log:
         _save(save_log, text, "the log")
-    check = judge(parse(text), backend, known, ops, exit_code=code)
-    click.echo(check.line())
+    check = judge(run, backend, known, ops, exit_code=code)
+    click.echo(printable(check.line()))
     release = _release(compare_file, cfg.lock.path, compare_entry)
     new = new_failures(check, release) if (compare_file or compare_entry) else None
     if new is not None:
-        click.echo(f"new failing cases (not in the release, not known): {', '.join(f.case for f in new) or 'none'}")
+        click.echo(printable(f"new failing cases (not in the release, not known): "
+                             f"{', '.join(f.case for f in new) or 'none'}"))
     if json_file:
         _save(json_file, json.dumps(check.to_dict(), indent=2) + "\n", "the result")
     if step_summary:

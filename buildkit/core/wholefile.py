@@ -17,11 +17,13 @@ import fcntl
 import os
 import re
 import secrets
-import shutil
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from buildkit.core.errors import BuildkitError
+from buildkit.core.treewalk import remove_tree
 
 PREFIX = ".buildkit-tmp-"
 _NAME = re.compile(re.escape(PREFIX) + r"(\d{1,12})-[0-9a-f]{8}-")
@@ -75,36 +77,41 @@ def _stale(folder: Path, name: str, pid: int) -> bool:
         os.close(fd)
 
 
-def sweep(folder: Path | str) -> list[str]:
-    """Remove the temporaries that killed writes left in folder; the names removed (nothing raised)."""
+def _remove_quietly(path: Path) -> None:
+    remove_tree(path, ignore_errors=True)
+
+
+def sweep(folder: Path | str, *, prefix: str = PREFIX, remove: Callable[[Path], None] = remove_tree) -> list[str]:
+    """Remove the temporaries that killed writes left in folder (names `<prefix><pid>-<random>-...`, with
+    `remove`); the names removed (nothing raised: what cannot go stays)."""
     folder = Path(folder)
+    pattern = _NAME if prefix == PREFIX else re.compile(re.escape(prefix) + r"(\d{1,12})-[0-9a-f]{8}-")
     removed = []
     try:
-        entries = [e.name for e in os.scandir(folder) if e.name.startswith(PREFIX)]
+        entries = [e.name for e in os.scandir(folder) if e.name.startswith(prefix)]
     except OSError:
         return []
     for name in entries:
-        match = _NAME.match(name)
+        match = pattern.match(name)
         if match and _stale(folder, name, int(match.group(1))):
             try:
-                if (folder / name).is_dir():
-                    shutil.rmtree(folder / name)
-                else:
-                    os.unlink(folder / name)
+                remove(folder / name)
                 removed.append(name)
-            except OSError:
+            except (OSError, BuildkitError):
                 pass
     return removed
 
 
 @contextlib.contextmanager
-def scratch_dir(parent: Path | str, name: str) -> Iterator[Path]:
-    """A scratch folder `.buildkit-tmp-<pid>-<random>-<name>` in parent (which must exist), flocked while
-    in use and removed after (unless it was renamed into place); the ones killed runs left in parent are
-    swept first, as write_whole sweeps files."""
+def scratch_dir(parent: Path | str, name: str, *, prefix: str = PREFIX,
+                remove: Callable[[Path], None] = _remove_quietly) -> Iterator[Path]:
+    """A scratch folder `<prefix><pid>-<random>-<name>` in parent (which must exist; the prefix
+    `.buildkit-tmp-` unless given), flocked while in use and removed after with `remove` (unless it was
+    renamed into place); the ones killed runs left in parent are swept first, as write_whole sweeps files.
+    A remove that raises (a folder that must not be removed yet) raises from the block's end."""
     parent = Path(parent)
-    sweep(parent)
-    folder_name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}-{name[:100]}"
+    sweep(parent, prefix=prefix, remove=remove)
+    folder_name = f"{prefix}{os.getpid()}-{secrets.token_hex(4)}-{name[:100]}"
     folder = parent / folder_name
     with _MINE_LOCK:
         _MINE.add(folder_name)
@@ -116,7 +123,7 @@ def scratch_dir(parent: Path | str, name: str) -> Iterator[Path]:
             yield folder
         finally:
             os.close(fd)
-            shutil.rmtree(folder, ignore_errors=True)
+            remove(folder)
     finally:
         with _MINE_LOCK:
             _MINE.discard(folder_name)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +36,7 @@ from typing import Any
 
 from buildkit.core.errors import BaseImageError, BuildkitError
 from buildkit.core.wholefile import scratch_dir
+from buildkit.core.treewalk import remove_tree
 from buildkit.engine.api import Engine, EngineError, get_engine
 from buildkit.oci.digest import MAX_DOCUMENT, Digest, check_bytes, read_bounded
 from buildkit.oci.layoutfiles import open_inside
@@ -128,8 +128,7 @@ def export_layout(engine: Engine, ref: str, digest: str, cache: Path) -> Path:
                                  f"not {digest}; this engine's store cannot export it by content "
                                  "(use the containerd image store, or a registry mirror)")
         (layout / _COMPLETE).write_text(ref + "\n")  # scratch: the folder is renamed into place whole
-        if dest.exists():
-            shutil.rmtree(dest)
+        remove_tree(dest)
         os.replace(layout, dest)
     return dest
 

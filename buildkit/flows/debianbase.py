@@ -40,13 +40,19 @@ from dataclasses import dataclass
 from datetime import UTC
 from email.utils import parsedate_to_datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from buildkit.core import children
 from buildkit.core.boundedread import read_regular
 from buildkit.core.errors import BaseImageError, BuildkitError
 from buildkit.core.platforms import cpu_arch, machine_arch
+from buildkit.core.treewalk import remove_tree
+from buildkit.core.wholefile import scratch_dir
 from buildkit.oci.ociindex import IMAGE_NAME, REF_NAME, write_index_archive
 from buildkit.oci.imageref import parse_image_ref
+
+if TYPE_CHECKING:
+    from buildkit.engine.api import Engine
 
 SUITES = ("bookworm", "trixie")  # Debian 12 (GCC 12) and 13 (GCC 14: arm64's SME variants, znver4)
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -59,6 +65,7 @@ OCI_LAYER = "application/vnd.oci.image.layer.v1.tar"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 EPOCH = "1970-01-01T00:00:00Z"  # a base's time when its Release file gives none
 RELEASE_LIMIT = 1 << 20  # a suite's Release file (bookworm's: about 150 KB)
+WORK_PREFIX = "buildkit-base-"  # the work folder in the temporary folder: buildkit-base-<pid>-<random>-<suite>
 
 
 @dataclass(frozen=True)
@@ -153,7 +160,7 @@ def _need_tools(foreign: bool) -> None:
 
 def _empty_dev(root: Path) -> None:
     for entry in (root / "dev").iterdir():  # the engine supplies /dev
-        shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+        remove_tree(entry)
 
 
 def release_time(root: Path, suite: str) -> str:
@@ -216,7 +223,7 @@ def unpacked_root(root: Path, suite: str, mirror: str, dpkg_arch: str) -> str:
     foreign_first_stage(root, suite, mirror, dpkg_arch)
     created = release_time(root, suite)
     (root / "var/lib/dpkg/status").write_text(installed_status(root))
-    shutil.rmtree(root / "debootstrap")
+    remove_tree(root / "debootstrap")
     for deb in (root / "var/cache/apt/archives").glob("*.deb"):
         deb.unlink()
     return created
@@ -293,7 +300,7 @@ def remove_work(work: Path) -> None:
     if _mounts_below(work):
         raise BaseImageError(f"{work} still has mounts inside ({', '.join(_mounts_below(work))}); "
                              "unmount them and remove it by hand")
-    shutil.rmtree(work, ignore_errors=True)
+    remove_tree(work, ignore_errors=True)
 
 
 def make_base(base: DebianBase, *, log: Callable[[str], None] = lambda _: None,
@@ -306,32 +313,36 @@ def make_base(base: DebianBase, *, log: Callable[[str], None] = lambda _: None,
     _need_tools(bool(foreign))
     engine = get_engine()
     engine.ping()
-    work = Path(tempfile.mkdtemp(prefix="buildkit-base-", dir=work_dir))
-    try:
-        layouts: list[tuple[str, Path]] = []
-        for platform in base.platforms:
-            arch = cpu_arch(platform)
-            root = work / f"root-{arch.docker}"
-            if platform in foreign:
-                log(f"debootstrap --foreign --arch={arch.dpkg} {base.suite} from {base.mirror} (unpacked only: "
-                    f"nothing of {platform} runs here)")
-                created = unpacked_root(root, base.suite, base.mirror, arch.dpkg)
-            else:
-                log(f"debootstrap --variant=minbase {base.suite} from {base.mirror}")
-                created = configured_root(root, base.suite, base.mirror)
-            layout = work / f"layout-{arch.docker}"
-            root_layout(root, platform, layout, f"buildkit base debian --suite {base.suite} ({platform}"
-                        + (", unpacked only)" if platform in foreign else ")"), created)
-            remove_work(root)
-            layouts.append((platform, layout))
-        archive = work / "base.oci.tar"
-        if len(layouts) == 1:
-            digest = _single_archive(layouts[0][1], archive, base.tag)
-        else:
-            digest = write_index_archive(layouts, archive, [str(parse_image_ref(base.tag))])
-        log(f"docker load -> {base.tag}")
-        engine.load(archive, [base.tag])
-    finally:
-        remove_work(work)
-    return BaseMade(base.tag, digest, tuple(p for p in base.platforms if p not in foreign), tuple(foreign))
+    # buildkit-base-<pid>-<random>-<suite>, flocked while used: what a killed run left (207 MiB mid-debootstrap,
+    # perhaps with /proc mounted inside) is swept by the next run, its mounts undone first (remove_work)
+    with scratch_dir(work_dir or tempfile.gettempdir(), base.suite, prefix=WORK_PREFIX, remove=remove_work) as work:
+        return _made(base, work, foreign, engine, log)
 
+
+def _made(base: DebianBase, work: Path, foreign: list[str], engine: Engine,
+          log: Callable[[str], None]) -> BaseMade:
+    """make_base's work in its scratch folder: each platform's root, its OCI layout, the archive loaded."""
+    layouts: list[tuple[str, Path]] = []
+    for platform in base.platforms:
+        arch = cpu_arch(platform)
+        root = work / f"root-{arch.docker}"
+        if platform in foreign:
+            log(f"debootstrap --foreign --arch={arch.dpkg} {base.suite} from {base.mirror} (unpacked only: "
+                f"nothing of {platform} runs here)")
+            created = unpacked_root(root, base.suite, base.mirror, arch.dpkg)
+        else:
+            log(f"debootstrap --variant=minbase {base.suite} from {base.mirror}")
+            created = configured_root(root, base.suite, base.mirror)
+        layout = work / f"layout-{arch.docker}"
+        root_layout(root, platform, layout, f"buildkit base debian --suite {base.suite} ({platform}"
+                    + (", unpacked only)" if platform in foreign else ")"), created)
+        remove_work(root)
+        layouts.append((platform, layout))
+    archive = work / "base.oci.tar"
+    if len(layouts) == 1:
+        digest = _single_archive(layouts[0][1], archive, base.tag)
+    else:
+        digest = write_index_archive(layouts, archive, [str(parse_image_ref(base.tag))])
+    log(f"docker load -> {base.tag}")
+    engine.load(archive, [base.tag])
+    return BaseMade(base.tag, digest, tuple(p for p in base.platforms if p not in foreign), tuple(foreign))

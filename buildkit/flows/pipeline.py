@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 import sys
-import shutil
 import tempfile
 from datetime import UTC, datetime
 from contextlib import ExitStack, contextmanager
@@ -58,6 +57,7 @@ from buildkit.source.fetch import SourceInfo, export_tree, fetch_source, mirror_
 from buildkit.source.sourcetree import clear_around, sync_tree
 from buildkit.core.filelock import try_lock
 from buildkit.core.urlcreds import clean_url
+from buildkit.core.treewalk import remove_tree
 from buildkit.verify import binfmt
 
 SHA_LEN = 40
@@ -164,10 +164,10 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
     except BaseException:
         # a kept folder stays: the next sync_tree brings src/ back to its commit, whatever a failed patch left
         if created:
-            shutil.rmtree(out_dir, ignore_errors=True)
+            remove_tree(out_dir, ignore_errors=True)
         elif not in_place:
             for child in out_dir.iterdir():
-                shutil.rmtree(child) if child.is_dir() else child.unlink()
+                remove_tree(child)
         raise
     roots = tuple(path for name, path in cuda_named if name in ("cuda-root", "cuda-target"))
     return Prepared(plan=plan, rendered=rendered, source=info, patches=queue, cuda_root=cuda_root,

@@ -48,7 +48,9 @@ def run_backend_ops(folder: Path, host: libplan.HostDirs, work: Path, out: Path,
         text, code = done.stdout.decode(errors="replace"), done.returncode
     except subprocess.TimeoutExpired as exc:
         text, code = (exc.stdout or b"").decode(errors="replace") + f"\ntimed out after {timeout:.0f} s\n", 124
-    (out / "backend-ops.log").write_text(text)
+    # the process's fate goes with the log: `buildkit gpu-check --log` judges a crash at exit as this run does
+    ending = "" if not text or text.endswith("\n") else "\n"
+    (out / "backend-ops.log").write_text(f"{text}{ending}[gpu_run] {PROGRAM} exited with code {code}\n")
     check = judge(parse(text), backend, known, tuple(ops), exit_code=code)
     (out / "gpu-check.json").write_text(json.dumps(dict(check.to_dict(), exit_code=code), indent=2) + "\n")
     return check

@@ -37,6 +37,7 @@ from typing import Any
 from buildkit.core.errors import ImageSourceError
 from buildkit.core.platforms import DEFAULT_PLATFORM
 from buildkit.core.wholefile import write_whole
+from buildkit.core.treewalk import remove_tree, walk
 from buildkit.oci.ocilayout import OciArchive
 from buildkit.oci.rootfs import apply_layers, is_under, secure_join
 
@@ -90,12 +91,12 @@ def _collect(root: Path, section: Section) -> list[tuple[str, Path]]:
     if not base.is_dir():
         return []
     found = []
-    for dirpath, dirnames, filenames in os.walk(base):
+    for dirpath, dirnames, others in walk(base):  # symlinks, to folders too, are among the others
         dirnames.sort()
         rel_dir = os.path.relpath(dirpath, base)
         if section.patterns != ("*",) and rel_dir != ".":
             continue  # named files: only the folder itself, not stubs/ and the like
-        for name in sorted(filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]):
+        for name in sorted(others):
             if not any(fnmatch.fnmatch(name, p) for p in section.patterns) or is_driver_library(name):
                 continue
             rel = name if rel_dir == "." else f"{rel_dir}/{name}"
@@ -199,8 +200,8 @@ def verify_tree(folder: Path, manifest: dict[str, Any]) -> None:
             problems.append(f"{path}: missing")
         elif here.stat().st_size != entry["size"] or sha256_file(here) != entry["sha256"]:
             problems.append(f"{path}: sha256 differs from the manifest")
-    for dirpath, dirnames, filenames in os.walk(folder):
-        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+    for dirpath, _, others in walk(folder):  # symlinks, to folders too, are among the others
+        for name in others:
             rel = os.path.relpath(os.path.join(dirpath, name), folder)
             if rel != MANIFEST and rel not in listed:
                 problems.append(f"{rel}: not in the manifest")
@@ -217,10 +218,7 @@ def open_bundle(bundle: Path, dest: Path) -> tuple[Path, dict[str, Any]]:
         folder = bundle
     else:
         folder = Path(dest) / "bundle"
-        if folder.exists():
-            import shutil
-
-            shutil.rmtree(folder)
+        remove_tree(folder)
         folder.mkdir(parents=True)
         try:
             with tarfile.open(bundle, "r:*") as tar:

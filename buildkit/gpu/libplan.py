@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from buildkit.core.platforms import default_platform
+from buildkit.core.treewalk import walk
 from buildkit.verify.elfdeps import SYSTEM_DIRS, ElfError, ElfInfo, find_in, ld_so_finder, read_elf, resolve
 from buildkit.gpu.gpubundle import is_driver_library
 
@@ -102,8 +103,8 @@ class Choice:
 
 def bundle_dirs(bundle: Path) -> dict[str, list[str]]:
     bundle = Path(bundle)
-    extra = sorted({str(p.parent) for p in (bundle / "extra").rglob("*")
-                    if p.is_file() or p.is_symlink()}) if (bundle / "extra").is_dir() else []
+    extra = sorted(str(folder) for folder, _, others in walk(bundle / "extra")
+                   if any((folder / n).is_file() or (folder / n).is_symlink() for n in others))
     return {"app": [str(bundle / "app" / "lib"), str(bundle / "app")],
             "cuda": [str(bundle / "cuda" / "lib64")] if (bundle / "cuda" / "lib64").is_dir() else [],
             "extra": extra}

@@ -18,13 +18,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from buildkit.core.treewalk import remove_tree, walk
 from buildkit.oci.rootfs import Applied, apply_layers, apply_more
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ def apply_kept(image: Image, root: Path, include: Callable[[str], bool], include
         applied = _copied(kept, root) if (kept / _STATE).is_file() else None
     except (OSError, ValueError, KeyError):
         applied = None  # a kept folder half removed or written by another process: apply the layers instead
-        shutil.rmtree(root, ignore_errors=True)
+        remove_tree(root, ignore_errors=True)
     if applied is None:
         applied = apply_layers(image, root, include, layers=lower)
         _keep(applied, kept)
@@ -75,7 +75,7 @@ def _keep(applied: Applied, kept: Path) -> None:
             (work / _STATE).write_text(json.dumps({"origin": applied.origin, "skipped": sorted(applied.skipped)}))
             os.rename(work, kept)
         except OSError:
-            shutil.rmtree(work, ignore_errors=True)  # (another process kept the same prefix first)
+            remove_tree(work, ignore_errors=True)  # (another process kept the same prefix first)
             return
         _forget_older(kept.parent)
     except OSError:
@@ -88,23 +88,18 @@ def _forget_older(kept_dir: Path) -> None:
     folders.sort(key=lambda p: p.stat().st_mtime, reverse=True)
     stale = [p for p in kept_dir.iterdir() if p.name.startswith(".") and p.stat().st_mtime < time.time() - 86400]
     for old in folders[KEEP:] + stale:
-        shutil.rmtree(old, ignore_errors=True)
+        remove_tree(old, ignore_errors=True)
 
 
 def _link_tree(src: Path, dest: Path) -> None:
     """dest (absent or empty) made like src: folders made with src's modes, files hard-linked,
     symlinks made again."""
     dest.mkdir(parents=True, exist_ok=True)
-    for folder, dirs, files in os.walk(src):
-        here = Path(folder)
+    for here, dirs, files in walk(src):  # symlinks, to folders too, are among the files
         there = dest / here.relative_to(src)
         for name in dirs:
-            path = here / name
-            if path.is_symlink():
-                os.symlink(os.readlink(path), there / name)
-            else:
-                (there / name).mkdir(mode=0o700)
-                os.chmod(there / name, os.stat(path).st_mode & 0o7777)
+            (there / name).mkdir(mode=0o700)
+            os.chmod(there / name, os.stat(here / name).st_mode & 0o7777)
         for name in files:
             path = here / name
             if path.is_symlink():

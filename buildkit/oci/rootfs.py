@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from buildkit.core.errors import BuildkitError, ImageSourceError
+from buildkit.core.treewalk import remove_tree
 
 if TYPE_CHECKING:
     from buildkit.oci.ocilayout import Descriptor, Image
@@ -84,7 +85,7 @@ def _remove(path: Path) -> None:
     if path.is_symlink() or path.is_file():
         path.unlink()
     elif path.is_dir():
-        shutil.rmtree(path)
+        remove_tree(path)
     elif path.exists():
         path.unlink()
 

@@ -9,6 +9,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 
 from buildkit.core.errors import CudaRootError
+from buildkit.core.printable import printable
 
 
 def _dest_for(rel: PurePosixPath) -> PurePosixPath | None:
@@ -25,15 +26,40 @@ def _dest_for(rel: PurePosixPath) -> PurePosixPath | None:
     return rel
 
 
+#: What one wheel may unpack to: NVIDIA's largest, nvidia-cublas 13.1, holds 569 MiB in 14 members and
+#: nvidia-cuda-cccl 1,718 members; a zip bomb stops here, before a byte of it is written.
+WHEEL_UNPACKED_LIMIT = 4 << 30
+WHEEL_MEMBER_LIMIT = 20_000
+WHEEL_DEPTH_LIMIT = 32  # parts of a member's path (the deepest of NVIDIA's wheels, cccl's: 10)
+
+
+def _limits(wheel: Path, infos: list[zipfile.ZipInfo]) -> None:
+    """CudaRootError, before anything is written, when the wheel's entries declare more than it may unpack;
+    zipfile never reads a member past its declared size (its CRC fails first), so the bytes are bounded too."""
+    if len(infos) > WHEEL_MEMBER_LIMIT:
+        raise CudaRootError(f"{wheel.name} has {len(infos):,} members, more than the {WHEEL_MEMBER_LIMIT:,} a CUDA "
+                            "wheel may have; refusing it")
+    total = sum(info.file_size for info in infos)
+    if total > WHEEL_UNPACKED_LIMIT:
+        raise CudaRootError(f"{wheel.name} unpacks to {total:,} bytes, more than the {WHEEL_UNPACKED_LIMIT >> 30} GiB "
+                            "a CUDA wheel may; refusing it")
+    for info in infos:
+        member = PurePosixPath(info.filename)
+        if (member.is_absolute() or ".." in member.parts or "\\" in info.filename
+                or len(member.parts) > WHEEL_DEPTH_LIMIT):
+            raise CudaRootError(f"{wheel.name}: unsafe member {printable(info.filename[:200])}")
+
+
 def extract_wheel(wheel: Path, root: Path) -> None:
+    """Unpack the wheel's nvidia/<component>/ files into root's layout, within the limits above."""
     try:
         with zipfile.ZipFile(wheel) as z:
-            for info in z.infolist():
+            infos = z.infolist()
+            _limits(wheel, infos)
+            for info in infos:
                 if info.is_dir():
                     continue
                 member = PurePosixPath(info.filename)
-                if member.is_absolute() or ".." in member.parts:
-                    raise CudaRootError(f"{wheel.name}: unsafe member {info.filename}")
                 if len(member.parts) < 3 or member.parts[0] != "nvidia":
                     continue  # dist-info and the like
                 rel = _dest_for(PurePosixPath(*member.parts[2:]))
@@ -45,7 +71,7 @@ def extract_wheel(wheel: Path, root: Path) -> None:
                     shutil.copyfileobj(src, dst, 1 << 20)
                 mode = (info.external_attr >> 16) & 0o777
                 target.chmod(0o755 if mode & 0o111 else 0o644)
-    except zipfile.BadZipFile as e:
+    except (zipfile.BadZipFile, EOFError) as e:
         raise CudaRootError(f"{wheel.name} is not a valid wheel: {e}") from e
 
 

@@ -57,6 +57,7 @@ from typing import Any
 from buildkit.core.errors import CudaRootError
 from buildkit.core.filelock import file_lock
 from buildkit.core.platforms import default_platform
+from buildkit.core.treewalk import remove_tree
 from buildkit.source.cudalayout import add_soname_links, extract_wheel
 from buildkit.source.cudastub import write_libcuda_stub
 from buildkit.source.cudawheels import HINT, Toolkit, norm_arch, resolve_toolkit
@@ -146,7 +147,7 @@ def ensure_cuda_root(cuda_version: str, cache_dir: Path, *, with_cublas: bool = 
         if is_complete(dest):
             return dest
         for stale in parent.glob(f".{dest.name}.tmp-*"):  # left by a killed run; we hold the lock
-            shutil.rmtree(stale, ignore_errors=True)
+            remove_tree(stale, ignore_errors=True)
         work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=parent))
         try:
             root = work / "root"
@@ -154,12 +155,12 @@ def ensure_cuda_root(cuda_version: str, cache_dir: Path, *, with_cublas: bool = 
                                       with_cublas=with_cublas, arch=arch)
             _build(toolkit, root, wheel_cache(cache_dir), index or PackageIndex(Path(cache_dir)))
             if dest.exists() or dest.is_symlink():  # an incomplete leftover
-                shutil.rmtree(dest) if dest.is_dir() and not dest.is_symlink() else dest.unlink()
+                remove_tree(dest)
             os.rename(root, dest)
         except OSError as e:
             raise CudaRootError(f"cannot lay out CUDA {cuda_version} in {dest}: {e}") from e
         finally:
-            shutil.rmtree(work, ignore_errors=True)
+            remove_tree(work, ignore_errors=True)
     return dest
 
 
@@ -196,10 +197,10 @@ def runtime_subset(root: Path, dest: Path | None = None) -> Path:
                         except OSError:
                             shutil.copy2(src, target)
             (work / MARKER).write_text("")  # scratch: the folder is renamed into place whole
-            shutil.rmtree(dest, ignore_errors=True)
+            remove_tree(dest, ignore_errors=True)
             os.rename(work, dest)
         except OSError as e:
-            shutil.rmtree(work, ignore_errors=True)
+            remove_tree(work, ignore_errors=True)
             raise CudaRootError(f"cannot lay out the CUDA runtime libraries in {dest}: {e}") from e
     return dest
 

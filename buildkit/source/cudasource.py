@@ -10,33 +10,102 @@
   in top-k.cu, ggml-org/ggml#1624) and reaches neither ``<cuda/iterator>`` nor its own header stops nvcc
   with CUDA 13.3 and later, one file at a time: in the DFlash fork, argsort.cu 50 s into the compile, then
   (with argsort.cu fixed) top-k.cu 5 minutes in.
+
+Reading is linear in a file's length and the tree's depth (issue 48): comments and literals are found by one
+pass (an opener, then its end), not by expressions tried from every start; line numbers are counted once
+through the file; each header's includes are read once for the whole tree; the tree is walked with a stack
+(core/treewalk.py). A 1 MiB file of `/*x` with no `*/`, or of `"\\` on one line, is scanned in a fraction of
+a second (bench/hostile_scan.py; the expressions before took over 120 s per 256 KiB).
 """
 
 from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from buildkit.core.boundedread import NotAFile, Outside, TooLarge, read_tree_file
 from buildkit.core.errors import SourceError
+from buildkit.core.treewalk import files_below
 
 CUDA_SUFFIXES = (".cu", ".cuh")
 _LONG_DOUBLE = re.compile(r"\blong\s+double\b")
-_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
-_STRINGS = re.compile(r'"(?:\\.|[^"\\\n])*"')
+# Scanning is linear in the file's length: the start of each comment or literal is found by one search,
+# its end by one more (str.find, or a match that never backtracks: its two branches start differently).
+# Regular expressions that matched a comment or literal whole from every start (/\*.*?\*/) were quadratic:
+# a file of /*x repeated with no */ took over 120 s per 256 KiB (bench/hostile_scan.py).
+_OPENERS = re.compile(r"//|/\*|[\"']")
+# after the opening quote: to the closing one or the line's end (the loop unrolled: 10x faster in re)
+_STRING_REST = re.compile(r'[^"\\\n]*(?:\\.[^"\\\n]*)*"?', re.S)
+_CHAR_REST = re.compile(r"[^'\\\n]*(?:\\.[^'\\\n]*)*'?", re.S)
+_RAW_DELIMITER = re.compile(r'[^ ()\\\t\v\f\n]{0,16}\(')  # R"delim( ... )delim"
+_LITERAL_PREFIXES = ("L", "u", "U", "u8", "R", "LR", "uR", "UR", "u8R")
+_NOT_NEWLINE = re.compile(r"[^\n]+")
 
 
-def _code(text: str) -> str:
-    """text with comments and string literals blanked, line breaks kept (so line numbers hold)."""
-    blank = lambda m: re.sub(r"[^\n]", " ", m.group(0))  # noqa: E731
-    return _COMMENTS.sub(blank, _STRINGS.sub(blank, text))
+def _word_before(text: str, pos: int) -> str:
+    """The identifier characters just before pos (at most 3: enough for every literal prefix, u8R)."""
+    start = pos
+    while start > 0 and pos - start < 3 and (text[start - 1].isalnum() or text[start - 1] == "_"):
+        start -= 1
+    return text[start:pos]
+
+
+def _literal_end(text: str, start: int) -> int:
+    """Where the string or character literal whose quote is at start ends (its line's end when unclosed)."""
+    quote, before = text[start], _word_before(text, start)
+    if quote == '"' and before.endswith("R") and before in _LITERAL_PREFIXES:
+        opening = _RAW_DELIMITER.match(text, start + 1)
+        if opening:
+            close = text.find(")" + opening.group(0)[:-1] + '"', opening.end())
+            return len(text) if close < 0 else close + len(opening.group(0)) + 1
+    rest = _STRING_REST if quote == '"' else _CHAR_REST
+    match = rest.match(text, start + 1)
+    assert match is not None  # both patterns match the empty string
+    return match.end()
+
+
+def _blanked(text: str, *, literals: bool = True) -> str:
+    """text with comments (and string and character literals, unless literals=False) blanked, line breaks
+    kept (so line numbers hold). A literal is always skipped whole: a // inside one starts no comment."""
+    out: list[str] = []
+    pos = 0
+    while (m := _OPENERS.search(text, pos)) is not None:
+        start, opener = m.start(), m.group(0)
+        if opener == "//":
+            end = text.find("\n", start)
+            end = len(text) if end < 0 else end
+        elif opener == "/*":
+            end = text.find("*/", start + 2)
+            end = len(text) if end < 0 else end + 2
+        elif opener == "'" and start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_") \
+                and _word_before(text, start) not in _LITERAL_PREFIXES:
+            end = start + 1  # a digit separator (1'000'000), not a character literal
+        else:
+            end = _literal_end(text, start)
+        out.append(text[pos:start])
+        chunk = text[start:end]
+        out.append(_NOT_NEWLINE.sub(lambda b: " " * len(b.group(0)), chunk)
+                   if (literals or opener in ("//", "/*")) and end > start + 1 else chunk)
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _lines(text: str, positions: Iterable[int]) -> Iterator[int]:
+    """The 1-based line of each position (in increasing order), counted once through the text."""
+    line, last = 1, 0
+    for pos in positions:
+        line += text.count("\n", last, pos)
+        last = pos
+        yield line
 
 
 def _cuda_sources(tree: Path) -> list[str]:
-    """Paths relative to tree of its CUDA sources (regular files, no symlink), in path order."""
-    return sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*")
+    """Paths relative to tree of its CUDA sources (regular files, no symlink), in path order; a tree of any
+    depth (core/treewalk.py: no recursion)."""
+    return sorted(p.relative_to(tree).as_posix() for p in files_below(tree)
                   if p.suffix in CUDA_SUFFIXES and p.is_file() and not p.is_symlink())
 
 
@@ -56,8 +125,8 @@ def long_double_uses(tree: Path) -> list[tuple[str, int]]:
         text = _read(tree, relative)
         if text is None:
             continue
-        for m in _LONG_DOUBLE.finditer(_code(text)):
-            uses.append((relative, text.count("\n", 0, m.start()) + 1))
+        starts = [m.start() for m in _LONG_DOUBLE.finditer(_blanked(text))]
+        uses += [(relative, line) for line in _lines(text, starts)]
     return uses
 
 
@@ -72,31 +141,61 @@ _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
 _HEADER_DIRS = ("", "ggml/include", "ggml/src", "include")  # where a quoted include may be found, besides its file's
 
 
-def _reaches(tree: Path, relative: str, wanted: str) -> bool:
-    """Whether the file, or a header of the tree it includes with quotes (each read once, however deep),
-    includes <cuda/iterator>, <cuda/__iterator/WANTED.h> or any Thrust header (which may bring it)."""
-    seen = {relative}
-    pending = [relative]
-    while pending:
-        current = pending.pop()
-        text = _read(tree, current)
-        if text is None:
-            continue
-        for m in _INCLUDE.finditer(_COMMENTS.sub(" ", text)):
-            kind, name = m.group(1), m.group(2).strip()
-            if kind == "<":
-                if name in ("cuda/iterator", f"cuda/__iterator/{wanted}.h") or name.startswith("thrust/"):
-                    return True
-                continue
-            for base in (posixpath.dirname(current), *_HEADER_DIRS):
-                candidate = posixpath.normpath(posixpath.join(base, name))
-                if candidate.startswith("../") or candidate.startswith("/") or not (tree / candidate).is_file():
+class _Includes:
+    """The tree's include graph, each file read and scanned once however many sources reach it: the <...>
+    names a file includes and the tree's files its "..." includes name (each resolved once)."""
+
+    def __init__(self, tree: Path) -> None:
+        self.tree = tree
+        self._edges: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {}
+        self._reached: dict[str, frozenset[str]] = {}
+        self._is_file: dict[str, bool] = {}
+
+    def _file(self, candidate: str) -> bool:
+        if candidate not in self._is_file:
+            self._is_file[candidate] = (self.tree / candidate).is_file()
+        return self._is_file[candidate]
+
+    def _of(self, relative: str) -> tuple[frozenset[str], tuple[str, ...]]:
+        if relative not in self._edges:
+            angled: set[str] = set()
+            quoted: list[str] = []
+            text = _read(self.tree, relative)
+            for m in _INCLUDE.finditer(_blanked(text, literals=False) if text is not None else ""):
+                kind, name = m.group(1), m.group(2).strip()
+                if kind == "<":
+                    angled.add(name)
                     continue
-                if candidate not in seen:
-                    seen.add(candidate)
-                    pending.append(candidate)
-                break
-    return False
+                for base in (posixpath.dirname(relative), *_HEADER_DIRS):
+                    candidate = posixpath.normpath(posixpath.join(base, name))
+                    if candidate.startswith("../") or candidate.startswith("/") or not self._file(candidate):
+                        continue
+                    quoted.append(candidate)
+                    break
+            self._edges[relative] = (frozenset(angled), tuple(quoted))
+        return self._edges[relative]
+
+    def angled(self, relative: str) -> frozenset[str]:
+        """Every <...> name the file includes, or a header of the tree it includes with quotes does (each
+        header followed once, however deep: a stack, not recursion)."""
+        if relative not in self._reached:
+            seen, pending, found = {relative}, [relative], set[str]()
+            while pending:
+                angled, quoted = self._of(pending.pop())
+                found |= angled
+                for header in quoted:
+                    if header not in seen:
+                        seen.add(header)
+                        pending.append(header)
+            self._reached[relative] = frozenset(found)
+        return self._reached[relative]
+
+
+def _brings(angled: frozenset[str], wanted: str) -> bool:
+    """Whether these includes bring the iterator: <cuda/iterator>, <cuda/__iterator/WANTED.h>, or any Thrust
+    header (which may)."""
+    return ("cuda/iterator" in angled or f"cuda/__iterator/{wanted}.h" in angled
+            or any(name.startswith("thrust/") for name in angled))
 
 
 def cub_dropped_iterator_uses(tree: Path) -> list[tuple[str, int, str]]:
@@ -104,14 +203,15 @@ def cub_dropped_iterator_uses(tree: Path) -> list[tuple[str, int, str]]:
     brings (CUB_DROPPED_ITERATORS_FROM on) where the file reaches neither <cuda/iterator> nor its header;
     in path order. A use in a branch of #if that a build leaves out counts too: the check reads no macro."""
     uses: list[tuple[str, int, str]] = []
+    includes = _Includes(tree)
     for relative in _cuda_sources(tree):
         text = _read(tree, relative)
         if text is None:
             continue
-        for m in _DROPPED_USE.finditer(_code(text)):
-            if not _reaches(tree, relative, m.group(1)):
-                name = m.group(0).replace(" ", "")
-                uses.append((relative, text.count("\n", 0, m.start()) + 1, name))
+        for m in _DROPPED_USE.finditer(_blanked(text)):
+            if not _brings(includes.angled(relative), m.group(1)):
+                line = next(_lines(text, [m.start()]))
+                uses.append((relative, line, re.sub(r"\s+", "", m.group(0))))
                 break
     return uses
 

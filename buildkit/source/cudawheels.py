@@ -22,7 +22,8 @@ from packaging.version import Version
 
 from buildkit.core.errors import CudaRootError
 from buildkit.core.platforms import ARCHES, by_machine, default_platform
-from buildkit.source.pyindex import IndexFile, PackageIndex
+from buildkit.source.indexpage import IndexFile
+from buildkit.source.pyindex import METADATA_LIMIT, PackageIndex
 
 META_PACKAGE = "cuda-toolkit"
 #: Newest glibc a wheel may require: the build images (Debian 12: 2.36, Ubuntu 22.04: 2.35).
@@ -94,13 +95,18 @@ def resolve_pins(metadata: str, *, with_cublas: bool = True, arch: str = default
 
 
 def _wheel_metadata(wheel: Path) -> str:
+    """The meta wheel's METADATA, read within METADATA_LIMIT (whatever its entry declares)."""
     try:
         with zipfile.ZipFile(wheel) as z:
-            names = [n for n in z.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1]
-            if not names:
+            infos = [i for i in z.infolist()
+                     if i.filename.endswith(".dist-info/METADATA") and i.filename.count("/") == 1]
+            if not infos:
                 raise CudaRootError(f"{wheel.name} has no METADATA")
-            return z.read(names[0]).decode("utf-8", "replace")
-    except (OSError, zipfile.BadZipFile) as e:
+            if infos[0].file_size > METADATA_LIMIT:
+                raise CudaRootError(f"{wheel.name}: its METADATA is over {METADATA_LIMIT >> 20} MiB")
+            with z.open(infos[0]) as member:
+                return member.read(METADATA_LIMIT + 1)[:METADATA_LIMIT].decode("utf-8", "replace")
+    except (OSError, zipfile.BadZipFile, EOFError) as e:
         raise CudaRootError(f"cannot read {wheel.name}: {e}") from None
 
 

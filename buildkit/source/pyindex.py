@@ -7,6 +7,10 @@ and read as PEP 503 HTML when that is what comes back (the hash then sits in the
 ``file://`` indexes (a local mirror folder) are read from disk. PEP 658/714 ``core-metadata`` gives a
 wheel's METADATA alone.
 
+What a page says is checked before it is used (source/indexpage.py: hashes are 64 hex digits, file names
+plain wheel names, URLs http(s), file: only from a file: index configured here) and again where a file is
+opened or named (`_checked`); a file: URL is read as a regular file within its limit, never a FIFO or device.
+
 Each request has a deadline for the whole answer (core/deadline.py; a page's is LLAMA_BUILDKIT_INDEX_DEADLINE,
 default 60 s, a file's that plus a second per MiB) and a bound on its size; a file is
 written whole (temporary file, then rename) and only when its sha256 is the one the index names.
@@ -20,23 +24,26 @@ import configparser
 import hashlib
 import json
 import os
+import stat
 import tempfile
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
-from html.parser import HTMLParser
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import BinaryIO
-from urllib.parse import unquote, urldefrag, urljoin, urlsplit
+from urllib.parse import unquote, urlsplit
 
 import requests
 
+from buildkit.core.boundedread import read_regular
 from buildkit.core.deadline import Deadline, TrackingAdapter
 from buildkit.core.errors import ConfigError, CudaRootError
+from buildkit.core.printable import printable
 from buildkit.core.urlcreds import split_credentials
+from buildkit.core.wholefile import kind_of
+from buildkit.source.indexpage import (JSON_TYPE, SHA256, IndexFile, IndexRefused, IndexUnreachable, checked,
+                                       parse_page, plain_wheel_name, url_allowed)
 
 PYPI = "https://pypi.org/simple"
-JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 ACCEPT = f"{JSON_TYPE}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
 PAGE_LIMIT = 32 << 20  # bytes of one project page
 METADATA_LIMIT = 4 << 20
@@ -44,23 +51,6 @@ FILE_LIMIT = 8 << 30  # a wheel whose size the index does not give
 PAGE_DEADLINE = 60.0  # seconds for a whole page or METADATA answer (LLAMA_BUILDKIT_INDEX_DEADLINE)
 DEADLINE_ENV = "LLAMA_BUILDKIT_INDEX_DEADLINE"
 PAGE_FRESH = 600.0  # seconds a cached page is used without asking again
-
-
-class IndexUnreachable(CudaRootError):
-    """No answer from the package index (offline, refused, timed out, or an error status)."""
-
-
-@dataclass(frozen=True)
-class IndexFile:
-    """One file of a project as an index lists it."""
-
-    filename: str
-    url: str
-    sha256: str  # "" when the index gives none
-    size: int | None
-    yanked: bool
-    metadata: bool  # the index serves <url>.metadata (PEP 658/714)
-    metadata_sha256: str = ""
 
 
 def index_urls(env: Mapping[str, str] | None = None) -> tuple[str, ...]:
@@ -102,57 +92,7 @@ def _pip_config(env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-class _Links(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.links: list[dict[str, str | None]] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self.links.append(dict(attrs))
-
-
-def _metadata_field(value: object) -> tuple[bool, str]:
-    """A PEP 658/714 metadata field (JSON: bool or {"sha256": ..}; HTML: "true" or "sha256=..")."""
-    if isinstance(value, dict):
-        return True, str(value.get("sha256", ""))
-    if isinstance(value, str):
-        return value.lower() != "false", value.partition("=")[2] if value.startswith("sha256=") else ""
-    return bool(value), ""
-
-
-def parse_page(body: bytes, content_type: str, page_url: str) -> list[IndexFile]:
-    """The files of a PEP 691 JSON or PEP 503 HTML project page, URLs made absolute."""
-    files: list[IndexFile] = []
-    if content_type.split(";")[0].strip() == JSON_TYPE:
-        try:
-            doc = json.loads(body)
-            entries = doc["files"]
-        except (ValueError, KeyError, TypeError) as e:
-            raise IndexUnreachable(f"{page_url} is not a PEP 691 project page ({e})") from None
-        for f in entries if isinstance(entries, list) else []:
-            if not isinstance(f, dict) or not isinstance(f.get("filename"), str) or not isinstance(f.get("url"), str):
-                continue
-            hashes = f.get("hashes")
-            hashes = hashes if isinstance(hashes, dict) else {}
-            meta = f.get("core-metadata", f.get("data-dist-info-metadata", False))
-            has, meta_sha = _metadata_field(meta)
-            size = f.get("size")
-            files.append(IndexFile(f["filename"], urljoin(page_url, f["url"]), str(hashes.get("sha256", "")),
-                                   size if isinstance(size, int) else None, bool(f.get("yanked")), has, meta_sha))
-        return files
-    parser = _Links()
-    parser.feed(body.decode("utf-8", "replace"))
-    for a in parser.links:
-        href = a.get("href")
-        if not href:
-            continue
-        url, fragment = urldefrag(urljoin(page_url, href))
-        name = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
-        sha = fragment.partition("=")[2] if fragment.startswith("sha256=") else ""
-        has, meta_sha = _metadata_field(a.get("data-core-metadata") or a.get("data-dist-info-metadata") or "false")
-        files.append(IndexFile(name, url, sha, None, "data-yanked" in a, has, meta_sha))
-    return files
+__all__ = ["IndexFile", "IndexRefused", "IndexUnreachable", "PackageIndex", "file_sha256", "index_urls", "parse_page"]
 
 
 class PackageIndex:
@@ -162,6 +102,7 @@ class PackageIndex:
         given = index_urls(env) if urls is None else urls
         split = [split_credentials(u) for u in given]  # credentials never reach a URL we record or print
         self.urls = tuple(u for u, _ in split)
+        self._local = any(u.lower().startswith("file:") for u in self.urls)  # file: URLs may be opened
         self._auth = {a.scope: (a.username, a.secret) for _, a in split if a is not None}
         self.cache = Path(cache) / "pyindex"
         self.notes: list[str] = []  # lines for the user: a stale page used because an index could not be reached
@@ -208,9 +149,10 @@ class PackageIndex:
         cached = self.cache / "pages" / f"{key}.json"
         try:
             record = json.loads(cached.read_text())
+            kept = [checked(IndexFile(**f), str(record["url"])) for f in record["files"]]  # a cache is read back too
             if time.time() - float(record["time"]) < PAGE_FRESH:
-                return [IndexFile(**f) for f in record["files"]]
-        except (OSError, ValueError, KeyError, TypeError):
+                return kept
+        except (OSError, ValueError, KeyError, TypeError, RecursionError, IndexRefused):
             record = None
         try:
             if url.startswith("file:"):
@@ -223,27 +165,46 @@ class PackageIndex:
                 raise
             when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(record["time"]))
             self.notes.append(f"{e}; used its answer of {when}")
-            return [IndexFile(**f) for f in record["files"]]
+            return kept
         _save(cached, json.dumps({"url": url, "time": time.time(), "files": [f.__dict__ for f in files]}).encode())
         return files
 
     @staticmethod
     def _file_page(url: str) -> list[IndexFile]:
+        """A project page of a file: index (a folder the user configured): its index.html, a regular file
+        read within PAGE_LIMIT (a FIFO or device there is refused, not waited on)."""
         folder = Path(unquote(urlsplit(url).path))
         for candidate in (folder / "index.html", folder):
-            if candidate.is_file():
+            if candidate.exists() and not candidate.is_dir():
                 try:
-                    return parse_page(candidate.read_bytes()[:PAGE_LIMIT], "text/html", candidate.as_uri())
+                    return parse_page(read_regular(candidate, PAGE_LIMIT), "text/html", candidate.as_uri())
                 except OSError as e:
-                    raise IndexUnreachable(f"cannot read {candidate}: {e.strerror or e}") from None
+                    raise IndexUnreachable(f"cannot read {printable(str(candidate))}: {e.strerror or e}") from None
         return []
 
     # ------------------------------------------------------------------ files
+
+    def _checked(self, f: IndexFile, *, wheel: bool) -> IndexFile:
+        """f again, where it comes from any caller (a page already checked it): its hashes are 64 hex digits,
+        its name a plain wheel name when it becomes a file, its URL http(s) or, where a file: index is
+        configured, file:."""
+        bad = [what for what, value in (("sha256", f.sha256), ("METADATA sha256", f.metadata_sha256))
+               if value and not SHA256.fullmatch(value)]
+        if bad:
+            why = f"its {bad[0]} is not 64 lowercase hex digits"
+        elif wheel and not plain_wheel_name(f.filename):
+            why = "its name is not a plain wheel file name"
+        elif not url_allowed(f.url, self._local):
+            why = "its URL is not http(s) (file: only where a file: index is configured)"
+        else:
+            return f
+        raise IndexRefused(f"refusing {printable(f.filename)} from {printable(f.url[:200])}: {why}")
 
     def metadata(self, f: IndexFile) -> str | None:
         """The METADATA of a wheel the index serves it for (PEP 658), else None; cached by the wheel's sha256."""
         if not f.metadata:
             return None
+        f = self._checked(f, wheel=False)
         cached = self.cache / "metadata" / f"{f.sha256 or hashlib.sha256(f.url.encode()).hexdigest()}.METADATA"
         if cached.is_file():
             return cached.read_text("utf-8", "replace")
@@ -255,6 +216,7 @@ class PackageIndex:
 
     def download(self, f: IndexFile, dest_dir: Path) -> Path:
         """dest_dir/<filename>, downloaded unless it is there with the index's sha256; checked before use."""
+        f = self._checked(f, wheel=True)
         if not f.sha256:
             raise CudaRootError(f"the package index gives no sha256 for {f.filename}: refusing a file it cannot check")
         dest = Path(dest_dir) / f.filename
@@ -266,7 +228,8 @@ class PackageIndex:
             with os.fdopen(fd, "wb") as out:
                 digest = self._stream(f, out)
             if digest != f.sha256:
-                raise CudaRootError(f"{f.filename} from {f.url} has sha256 {digest}, not the index's {f.sha256}")
+                raise CudaRootError(f"{f.filename} from {printable(f.url)} has sha256 {digest}, "
+                                    f"not the index's {f.sha256}")
             os.chmod(tmp, 0o644)
             os.replace(tmp, dest)
         except BaseException:
@@ -278,13 +241,9 @@ class PackageIndex:
         h = hashlib.sha256()
         limit = f.size if f.size is not None else FILE_LIMIT
         if f.url.startswith("file:"):
-            try:
-                with open(unquote(urlsplit(f.url).path), "rb") as src:
-                    for block in iter(lambda: src.read(1 << 20), b""):
-                        h.update(block)
-                        out.write(block)
-            except OSError as e:
-                raise IndexUnreachable(f"cannot read {f.url}: {e.strerror or e}") from None
+            for block in _local_blocks(f.url, limit):
+                h.update(block)
+                out.write(block)
             return h.hexdigest()
         deadline = Deadline(self.deadline + limit / (1 << 20), self._adapter.cut)  # at least 1 MiB/s
         got = 0
@@ -292,26 +251,24 @@ class PackageIndex:
             with deadline, self._session.get(f.url, stream=True, timeout=(15, self.deadline),
                                              auth=self._auth_for(f.url)) as resp:
                 if resp.status_code != 200:
-                    raise IndexUnreachable(f"{f.url} answered {resp.status_code}")
+                    raise IndexUnreachable(f"{printable(f.url)} answered {resp.status_code}")
                 for chunk in resp.iter_content(1 << 20):
                     got += len(chunk)
                     if got > limit:
-                        raise CudaRootError(f"{f.url} sent more than the {limit} bytes the index gives for it")
+                        raise CudaRootError(f"{printable(f.url)} sent more than the {limit} bytes the index gives "
+                                            "for it")
                     h.update(chunk)
                     out.write(chunk)
             if deadline.reached:  # a cut answer: its bytes are not the file (the sha256 check would say so too)
-                raise IndexUnreachable(f"cannot download {f.url} (no complete answer within its deadline)")
+                raise IndexUnreachable(f"cannot download {printable(f.url)} (no complete answer within its deadline)")
         except requests.RequestException as e:
             late = " (no complete answer within its deadline)" if deadline.reached else ""
-            raise IndexUnreachable(f"cannot download {f.url}{late}: {type(e).__name__}") from None
+            raise IndexUnreachable(f"cannot download {printable(f.url)}{late}: {type(e).__name__}") from None
         return h.hexdigest()
 
     def _read(self, url: str, limit: int) -> bytes:
         if url.startswith("file:"):
-            try:
-                return Path(unquote(urlsplit(url).path)).read_bytes()[:limit]
-            except OSError as e:
-                raise IndexUnreachable(f"cannot read {url}: {e.strerror or e}") from None
+            return b"".join(_local_blocks(url, limit))
         body, _, _ = self._get(url, limit)
         assert body is not None
         return body
@@ -351,6 +308,29 @@ def _deadline(text: str) -> float:
     if not 0 < value < float("inf"):
         raise ConfigError(f"{DEADLINE_ENV} must be a number of seconds above 0, got {text!r}")
     return value
+
+
+def _local_blocks(url: str, limit: int) -> Iterator[bytes]:
+    """The bytes of a file: URL (of a file: index the user configured), a regular file of at most limit
+    bytes, in blocks: a FIFO or device is refused at once (opened without blocking, its type checked on
+    what was opened), a file over the limit is refused before its bytes and where it grows past it."""
+    path = unquote(urlsplit(url).path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    except OSError as e:
+        raise IndexUnreachable(f"cannot read {printable(url)}: {e.strerror or e}") from None
+    with os.fdopen(fd, "rb") as src:
+        mode, size = os.fstat(fd).st_mode, os.fstat(fd).st_size
+        if not stat.S_ISREG(mode):
+            raise IndexRefused(f"{printable(url)} is {kind_of(mode)}, not a file; buildkit reads only regular files")
+        if size > limit:
+            raise IndexRefused(f"{printable(url)} is over the {limit} bytes the index gives for it")
+        got = 0
+        while block := src.read(1 << 20):
+            got += len(block)
+            if got > limit:
+                raise IndexRefused(f"{printable(url)} is over the {limit} bytes the index gives for it")
+            yield block
 
 
 def file_sha256(path: Path) -> str:

@@ -18,13 +18,13 @@ exported afresh with export_tree instead, as is any folder git cannot bring to t
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import git
 
 from buildkit.core.errors import SourceError
-from buildkit.source.fetch import SourceInfo, export_tree, mirror_dir
+from buildkit.core.treewalk import remove_tree
+from buildkit.source.fetch import SourceInfo, export_tree, mirror_dir, tree_depth_checked
 from buildkit.source.gitcmd import Git
 
 _ARCHIVE_ONLY = ("export-ignore", "export-subst")  # attributes git archive applies and a checkout does not
@@ -43,7 +43,7 @@ def clear_around(tree: Path) -> None:
         tree.parent.mkdir(parents=True, exist_ok=True)
         for child in tree.parent.iterdir():
             if child.name not in keep:
-                shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+                remove_tree(child)
     except OSError as exc:
         raise SourceError(f"cannot clear the build folder {tree.parent}: {exc.strerror or exc}") from None
 
@@ -59,6 +59,7 @@ def sync_tree(info: SourceInfo, cache_dir: Path, dest: Path) -> None:
             _fresh(dest, index)
             export_tree(info, cache_dir, dest)
             return
+        tree_depth_checked(Git(content), info.commit)  # before git writes a tree nested deeper than buildkit takes
         if not (index.is_file() and dest.is_dir()):
             _fresh(dest, index)
             dest.mkdir(parents=True)
@@ -78,8 +79,5 @@ def _archive_only_attributes(work: Git, commit: str) -> bool:
 
 
 def _fresh(dest: Path, index: Path) -> None:
-    if dest.is_dir() and not dest.is_symlink():
-        shutil.rmtree(dest)
-    elif dest.exists() or dest.is_symlink():
-        dest.unlink()
+    remove_tree(dest)
     index.unlink(missing_ok=True)

@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from buildkit.core.errors import ConfigError
-from buildkit.verify.backendops import BackendOps, case_op
+from buildkit.core.printable import printable
+from buildkit.verify.backendops import CRASH, BackendOps, case_op
 
 SHOWN = 4  # failing cases named in the verdict line; the report has them all
 
@@ -97,17 +98,83 @@ class GpuCheck:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> GpuCheck:
-        failing = tuple(Failing(str(f["case"]), tuple(str(e) for e in f.get("errors") or ()), str(f.get("known") or ""))
-                        for f in data.get("failing") or ())
-        return cls(str(data.get("backend", "")), tuple(data.get("ops") or ()), int(data.get("passed", 0)),
-                   int(data.get("total", 0)), int(data.get("not_supported", 0)), failing, str(data.get("problem", "")),
-                   bool(data.get("ok", False)))
+    def from_dict(cls, data: object) -> GpuCheck:
+        """A result read back (a --compare file, a lock's gpu_check): each field of its type, or ValueError
+        naming the first that is not (never a traceback: 1e999, a list, a string where a count is)."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"not a JSON object but {type(data).__name__}")
+        failing = []
+        for f in _field(data, "failing", list, []):
+            if not isinstance(f, Mapping):
+                raise ValueError("failing: an entry that is not an object")
+            errors = _field(f, "errors", list, [])
+            if not all(isinstance(e, str) for e in errors):
+                raise ValueError("failing: an error that is not text")
+            failing.append(Failing(printable(_field(f, "case", str)), tuple(printable(e) for e in errors),
+                                   printable(_field(f, "known", str, ""))))
+        ops = _field(data, "ops", list, [])
+        if not all(isinstance(o, str) for o in ops):
+            raise ValueError("ops: an entry that is not text")
+        return cls(printable(_field(data, "backend", str, "")), tuple(ops), _count(data, "passed"),
+                   _count(data, "total"), _count(data, "not_supported"), tuple(failing),
+                   printable(_field(data, "problem", str, "")), _field(data, "ok", bool, False))
+
+
+_MISSING = object()
+
+
+def _field(data: Mapping[str, Any], key: str, kind: type[Any], default: Any = _MISSING) -> Any:
+    value = data.get(key, default)
+    if value is _MISSING:
+        raise ValueError(f"no {key}")
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise ValueError(f"{key} is {type(value).__name__}, not {kind.__name__}")
+    return value
+
+
+def _count(data: Mapping[str, Any], key: str) -> int:
+    value = _field(data, key, int, 0)
+    if not 0 <= value <= 10**9:
+        raise ValueError(f"{key} is {value}, not a count")
+    return int(value)
+
+
+_SIGNALS = {6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 7: "SIGBUS", 8: "SIGFPE", 4: "SIGILL", 15: "SIGTERM"}
+
+
+def _exit_text(code: int) -> str:
+    """134 -> 'exit code 134 (SIGABRT)'; a negative code (subprocess's for a signal) -> 'killed by SIGABRT'."""
+    if code < 0:
+        return f"killed by {_SIGNALS.get(-code, f'signal {-code}')}"
+    signal = _SIGNALS.get(code - 128) if code > 128 else None
+    return f"exit code {code}" + (f" ({signal})" if signal else "")
+
+
+def _tool_disagrees(run: BackendOps, cases_failed: bool) -> str:
+    """What of the tool's own verdict lines contradicts its cases (empty when they agree): a backend line
+    that says FAIL, fewer backends passed than tested, or a last line FAIL, where no case failed; or the
+    reverse. test-backend-ops exits 1 exactly when a backend failed."""
+    said = []
+    if run.backend_ok is not None and run.backend_ok == cases_failed:
+        said.append(f"Backend {'/'.join(run.backends)}: {'OK' if run.backend_ok else 'FAIL'}")
+    if run.backends_passed is not None and (run.backends_passed[0] < run.backends_passed[1]) != cases_failed:
+        said.append(f"{run.backends_passed[0]}/{run.backends_passed[1]} backends passed")
+    if run.verdict_ok is not None and run.verdict_ok == cases_failed:
+        said.append("OK" if run.verdict_ok else "FAIL")
+    if not said:
+        return ""
+    cases = "cases failed" if cases_failed else "no case failed"
+    return f"test-backend-ops says {', '.join(said)} but {cases}"
 
 
 def judge(run: BackendOps, backend: str, known: Sequence[Known] = (), ops: Sequence[str] = (),
           exit_code: int | None = None) -> GpuCheck:
-    """The verdict on one run of `test-backend-ops test -b BACKEND [-o OPS]`."""
+    """The verdict on one run of `test-backend-ops test -b BACKEND [-o OPS]`. exit_code is the process's (None:
+    not known; the log's own `[gpu_run] ... exited with code N` line is taken then). The run is a result only
+    when the process and the tool agree with its cases: exit 0 with none failing, 1 with some (any other
+    exit, a crash printed after the summary (backendops.CRASH), a backend line that says FAIL with no case
+    failing, or the reverse, is a problem)."""
+    code = exit_code if exit_code is not None else run.exit_code
     failing = []
     for case in run.failed:
         reason = next((k.reason for k in known if k.matches(case.name)), "")
@@ -117,13 +184,21 @@ def judge(run: BackendOps, backend: str, known: Sequence[Known] = (), ops: Seque
         problem = f"backend {backend} was not tested (this host has {', '.join(run.skipped) or 'no other backend'})"
     elif not run.complete or run.passed is None or run.total is None:
         said = next((t for t in run.tail if "error" in t.lower()), run.tail[-1] if run.tail else "no output")
-        code = f", exit code {exit_code}" if exit_code not in (None, 0, 1) else ""
+        code_text = f", {_exit_text(code)}" if code not in (None, 0, 1) else ""
         after = f" after {run.last_case}" if run.last_case else ""
-        problem = f"test-backend-ops ended before its summary{code}{after}: {said}"
+        problem = f"test-backend-ops ended before its summary{code_text}{after}: {said}"
     elif run.total == 0:
         problem = f"no case ran{' for -o ' + ','.join(ops) if ops else ''} ({run.not_supported} not supported)"
+    elif run.failed_dropped:
+        problem = f"more than {len(failing):,} failing cases ({run.failed_dropped:,} more not kept)"
     elif run.total - run.passed != len(failing):
         problem = (f"the summary says {run.total - run.passed} failed but {len(failing)} failing cases were printed")
+    elif said := _tool_disagrees(run, bool(failing)):
+        problem = said
+    elif crash := next((line for line in run.after_summary if CRASH.search(line)), ""):
+        problem = f"test-backend-ops crashed after its summary: {crash}"
+    elif code is not None and code != (1 if failing else 0):
+        problem = f"test-backend-ops ended with {_exit_text(code)} after its summary"
     if run.passed is not None and run.total is not None:
         passed, total = run.passed, run.total
     else:  # no summary (a crash, a time limit): what the case lines said until then, failures named

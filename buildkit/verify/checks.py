@@ -22,6 +22,7 @@ reported as skipped with the reason, never as passed.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import shutil
@@ -37,6 +38,7 @@ from buildkit.plan import cpulevels
 from buildkit.verify.cpuhost import cpu_flags, host_cpu_flags, host_platform_arch
 from buildkit.core.paths import cache_dir
 from buildkit.core.errors import BuildkitError, VerifyError
+from buildkit.core.treewalk import files_below
 from buildkit.engine.api import Engine, EngineError, get_engine
 from buildkit.plan.buildplan import BuildPlan
 from buildkit.plan.platforms import cpu_arch, machine_platform
@@ -131,7 +133,8 @@ def elf_archs(cuobjdump: str, library: Path) -> set[str]:
 
 
 def _cuda_library(lib_dir: Path) -> Path | None:
-    candidates = sorted(p for p in lib_dir.rglob("libggml-cuda.so*") if p.is_file() and not p.is_symlink())
+    candidates = sorted(p for p in files_below(lib_dir)
+                        if fnmatch.fnmatchcase(p.name, "libggml-cuda.so*") and p.is_file() and not p.is_symlink())
     return candidates[0] if candidates else None
 
 
@@ -187,7 +190,7 @@ LOADED_RE = re.compile(r"loaded CPU backend from (?P<path>\S+)")
 def cpu_libraries(lib_dir: Path) -> dict[str, Path]:
     """{variant name ('' for plain libggml-cpu.so): file} of the CPU backends in a copied /app/lib."""
     found: dict[str, Path] = {}
-    for path in sorted(lib_dir.rglob("libggml-cpu*.so*")):
+    for path in sorted(p for p in files_below(lib_dir) if fnmatch.fnmatchcase(p.name, "libggml-cpu*.so*")):
         match = CPU_LIB_RE.match(path.name)
         if match and path.is_file() and not path.is_symlink():
             found[match.group("variant") or ""] = path

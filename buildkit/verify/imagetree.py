@@ -15,7 +15,6 @@ class and machine.
 
 from __future__ import annotations
 
-import os
 import posixpath
 import tempfile
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from buildkit.core.errors import ImageSourceError
 from buildkit.core.wholefile import scratch_dir
 from buildkit.oci.ocilayout import EngineImages, open_image
 from buildkit.core.paths import cache_dir
+from buildkit.core.treewalk import walk
 from buildkit.oci.keptlayers import apply_kept
 from buildkit.oci.rootfs import is_under, secure_join
 from buildkit.verify.elfdeps import ElfError, ElfInfo, Resolution, Resolved, expand_origin, read_elf
@@ -63,9 +63,9 @@ class ImageTree:
         """Image paths of the regular files (not symlinks) under image_dir, sorted."""
         top = self.host(image_dir)
         found = []
-        for folder, _, names in os.walk(top):
+        for folder, _, names in walk(top):
             for name in names:
-                path = Path(folder) / name
+                path = folder / name
                 if path.is_file() and not path.is_symlink():
                     found.append(self.image_path(path))
         return sorted(found)

@@ -40,3 +40,44 @@ def test_base_debian_makes_a_bookworm_image_from_debians_packages(debian_base_im
     assert [h["Created"] for h in history] == [history[0]["Created"]] and history[0]["Created"] > 0
     with pytest.raises(BaseImageError, match="linux/arm64"):
         check_base_platforms(sources, ("linux/arm64",), "a cross build's target")
+
+
+@pytest.mark.docker
+def test_a_run_killed_mid_debootstrap_leaves_a_folder_the_next_run_sweeps(docker_engine, tmp_path):
+    """issue 48: `kill -9` of buildkit and its debootstrap left a buildkit-base-* folder (207 MiB) in the
+    temporary folder for good. The next `base debian` sweeps it first (its pid gone, its flock free), its
+    mounts undone, whatever that run then does (here: a mirror that refuses, one line)."""
+    import os
+    import signal
+    import sys
+    import time
+
+    from cliutil import cli_env
+    from proctable import left_behind, marked_env
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    mark, token = marked_env()
+    env = cli_env(tmp_path / "cache", TMPDIR=str(temp), **mark)
+    argv = [sys.executable, "-m", "buildkit.cli", "base", "debian", "--tag", "buildkit-test/killed-base:never"]
+    first = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 180
+    while not list(temp.glob("buildkit-base-*/root-*/debootstrap")) and time.monotonic() < deadline:
+        assert first.poll() is None, first.communicate()[1].decode()[-2000:]
+        time.sleep(0.5)
+    left = list(temp.glob("buildkit-base-*"))
+    assert left, "debootstrap never started"
+    while alive := left_behind(token):  # buildkit, debootstrap and what it runs: every process of this run
+        for line in alive:
+            try:
+                os.kill(int(line.split()[0]), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.2)
+    first.wait(30)
+    assert [p.name for p in temp.iterdir()] == [left[0].name]  # what a killed run leaves
+    env.pop("SIGNAL_TEST_MARK")
+    again = subprocess.run([*argv, "--mirror", "http://127.0.0.1:1/debian"], env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert again.returncode == 1 and again.stderr.splitlines()[-1].startswith("error: "), again.stderr[-2000:]
+    assert list(temp.iterdir()) == []  # the killed run's folder swept, this run's own removed

@@ -233,3 +233,54 @@ def test_an_index_url_with_credentials_is_used_and_never_recorded(tmp_path):
         with pytest.raises(CudaRootError, match="answered 401") as info:
             toolkit_releases(PackageIndex(tmp_path / "other", urls=(server.url,)))
         assert "s3cret" not in str(info.value)
+
+
+# ---------------------------------------------------------------- a tree of 1,200 nested folders (issue 48, item 5)
+
+@pytest.fixture(scope="module")
+def deep_fork(tmp_path_factory, git_daemon):
+    """The example fork with one more commit: a .cu using a dropped CCCL iterator, 1,200 folders deep (written
+    with git fast-import: no folder of it is made here, and Python's own walkers would recurse)."""
+    from pathlib import Path
+
+    from forkrepo import make_fork_repo
+    from gitserver import run_git
+
+    repo = tmp_path_factory.mktemp("deep") / "deep-fork"
+    _, parent = make_fork_repo(repo, Path(__file__).resolve().parents[2] / "examples" / "tiny-fork")
+    content = b"#include <cub/cub.cuh>\nauto d = cuda::discard_iterator();\n"
+    stream = (b"commit refs/heads/master\ncommitter t <t@example.invalid> 1704240000 +0000\ndata 13\na deep folder"
+              + f"\nfrom {parent}\nM 100644 inline {'d/' * 1200}deep.cu\ndata {len(content)}\n".encode() + content)
+    subprocess.run(["git", "fast-import", "--quiet"], cwd=repo, input=stream, check=True, capture_output=True)
+    return {"url": git_daemon.url_for(repo), "commit": run_git(repo, "rev-parse", "master")}
+
+
+def test_render_of_a_tree_1200_folders_deep_is_one_line_and_leaves_no_out_folder(tmp_path, deep_fork, busybox_image,
+                                                                                   json_index):
+    """Refused while it is exported, in one line, and render's cleanup removes the --out folder it made. Before:
+    the export took 374 s (tarfile's filter resolves each member's path, one lstat per level), the CCCL scan's
+    rglob raised RecursionError, and render's cleanup raised it again and left the --out folder behind."""
+    server, _ = json_index
+    write_project(tmp_path / "p", source=deep_fork, image={"name": "buildkit-test/deep"}, build={"arch": "sm_120"},
+                  base={"provider": "wheels", "os_image": busybox_image, "cublas": False})  # never built: a small one
+    env = cli_env(tmp_path / "cache", PIP_INDEX_URL=server.url, PIP_CONFIG_FILE=os.devnull)
+    env.pop("PIP_EXTRA_INDEX_URL", None)
+    out = tmp_path / "ctx"
+    proc = subprocess.run([sys.executable, "-m", "buildkit.cli", "render", "--cuda", "13.5", "--out", str(out)],
+                          cwd=tmp_path / "p", env=env, capture_output=True, text=True, timeout=120)
+    last = proc.stderr.splitlines()[-1] if proc.stderr else ""
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-600:]
+    assert [line for line in proc.stderr.splitlines() if line.startswith("error")] == [last]
+    assert f"the tree of {deep_fork['commit'][:12]} has a path nested in more than 64 folders (d/d/d/...)" in last
+    assert not out.exists()
+
+
+def test_a_kept_source_folder_refuses_the_deep_tree_before_git_writes_it(tmp_path, deep_fork):
+    """sync_tree (a build's kept folder) asks git for the tree's paths first: nothing of it is written."""
+    from buildkit.source.fetch import TreeTooDeep, fetch_source
+    from buildkit.source.sourcetree import sync_tree
+
+    info = fetch_source(deep_fork["url"], deep_fork["commit"], deep_fork["commit"], tmp_path / "cache")
+    with pytest.raises(TreeTooDeep, match="nested in more than 64 folders"):
+        sync_tree(info, tmp_path / "cache", tmp_path / "kept" / "src")
+    assert not (tmp_path / "kept" / "src" / "d").exists()

@@ -121,7 +121,7 @@ def test_a_nightly_with_a_new_failing_case_is_not_benched_nor_promoted_and_the_s
     assert not job.step(BENCH).ran and not job.step("Promote").ran
     assert job.step("Not promoted").ran
     summary = (job.workspace.parent / "runner-temp" / "step-summary.md").read_text()
-    assert "| `ARGMAX(type=f32,ne=[32,513,1,1])` | sentinel mismatch: sent_2 | no |" in summary
+    assert "| `ARGMAX(type=f32,ne=[32,513,1,1])` | sentinel mismatch\\: sent\\_2 | no |" in summary
 
 
 def test_a_nightly_that_fails_nothing_new_goes_on_to_the_bench(bench_job):

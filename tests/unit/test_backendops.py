@@ -75,7 +75,7 @@ def test_a_reason_may_hold_colons_and_a_case_its_own_brackets():
 def test_a_run_a_cuda_error_ends_is_no_result_and_says_why():
     check = judge(parse((DATA / "backendops-cuda-crash.txt").read_text()), "CUDA0", exit_code=134)
     assert not check.ok
-    assert check.problem == ("test-backend-ops ended before its summary, exit code 134 after GATED_DELTA_NET("
+    assert check.problem == ("test-backend-ops ended before its summary, exit code 134 (SIGABRT) after GATED_DELTA_NET("
                              "type=f32,head_count=4,head_size=64,n_seq_tokens=8,n_seqs=1): "
                              "/src/ggml/src/ggml-cuda/ggml-cuda.cu:96: CUDA error")
 
