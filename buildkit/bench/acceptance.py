@@ -14,6 +14,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from buildkit.core.printable import printable
 from buildkit.bench.results import BenchReport, degradation
 
 # the gate: a nightly's acceptance rate may be this much lower than the release's (absolute), no more. A
@@ -79,8 +80,9 @@ class Acceptance:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"{key} is {value!r}, not a rate")
             return float(value)
-        made = cls(label=str(data.get("label", ""))[:200], drafted=count("drafted"), accepted=count("accepted"),
-                   generated=count("generated"), runs=count("runs"), spec_tps=rate("spec_tps"),
+        made = cls(label=printable(str(data.get("label", "")))[:200], drafted=count("drafted"),
+                   accepted=count("accepted"), generated=count("generated"), runs=count("runs"),
+                   spec_tps=rate("spec_tps"),
                    target_tps=rate("target_tps"), degradation=rate("degradation"), degraded=bool(data.get("degraded")))
         if made.accepted > made.drafted or made.accepted > made.generated:
             raise ValueError(f"accepted {made.accepted} is more than drafted {made.drafted} or generated "

@@ -69,12 +69,21 @@ class WorkloadReport:
                 "kv": [k.to_dict() for k in self.kv], "errors": list(self.errors)}
 
 
+# llama-server's options that only mean something with a draft model: the fork's (and older upstream's) names and
+# upstream's --spec-draft-* ones (0.3.36's tree renamed --draft-max to --spec-draft-n-max); every other
+# --spec-draft-* option takes a value too
+DRAFT_FLAGS = frozenset({"--spec-draft-cpu-moe", "-cmoed", "--cpu-moe-draft", "--spec-draft-backend-sampling",
+                         "--no-spec-draft-backend-sampling"})
+DRAFT_OPTIONS = frozenset({
+    "--spec-type", "--ctx-size-draft", "-cd", "--n-gpu-layers-draft", "-ngld", "--gpu-layers-draft", "--draft-max",
+    "--draft", "--draft-n", "--draft-min", "--draft-n-min", "--draft-p-min", "--draft-p-split", "--device-draft",
+    "-devd", "--cache-type-k-draft", "-ctkd", "--cache-type-v-draft", "-ctvd", "--threads-draft", "-td",
+    "--threads-batch-draft", "-tbd", "--spec-replace", "-otd", "--override-tensor-draft", "-ncmoed",
+    "--n-cpu-moe-draft"})
+
+
 def draft_only(args: Sequence[str]) -> tuple[str, ...]:
     """args without the options that only mean something with a draft model (the target alone's arguments)."""
-    with_value = {"--spec-type", "--ctx-size-draft", "-cd", "--n-gpu-layers-draft", "-ngld", "--gpu-layers-draft",
-                  "--draft-max", "--draft", "--draft-n", "--draft-min", "--draft-n-min", "--draft-p-min",
-                  "--device-draft", "-devd", "--cache-type-k-draft", "-ctkd", "--cache-type-v-draft", "-ctvd",
-                  "--threads-draft", "-td", "--threads-batch-draft", "-tbd", "--spec-replace"}
     out: list[str] = []
     skip = False
     for arg in args:
@@ -82,7 +91,9 @@ def draft_only(args: Sequence[str]) -> tuple[str, ...]:
             skip = False
             continue
         name = arg.split("=", 1)[0]
-        if name in with_value:
+        if name in DRAFT_FLAGS:
+            continue
+        if name in DRAFT_OPTIONS or name.startswith("--spec-draft-"):
             skip = "=" not in arg
             continue
         out.append(arg)

@@ -16,8 +16,9 @@ import shutil
 
 import pytest
 
+from buildkit.core.printable import markdown_cell
 from cliutil import run_cli
-from tinymodel import write_tiny_model
+from tinymodel import Shape, write_llama_model
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
@@ -26,7 +27,8 @@ PROFILE = """
 description = "upstream's speculative decoding with a draft model, on the CPU"
 gpus = "none"
 needs_draft = true
-args = ["--draft-max", "8", "--draft-min", "0", "--draft-p-min", "0", "--ctx-size", "2048", "--parallel", "1"]
+args = ["--spec-type", "draft-simple", "--spec-draft-n-max", "8", "--spec-draft-n-min", "0", "--spec-draft-p-min", "0",
+        "--ctx-size", "2048", "--parallel", "1"]
 """
 
 
@@ -36,7 +38,7 @@ def test_workload_check_on_a_real_server_passes_and_is_recorded(real_server_imag
     shutil.copy(real_server_image.lock, project / "buildkit.lock")
     toml = project / "buildkit.toml"
     toml.write_text(toml.read_text() + PROFILE)
-    target = write_tiny_model(tmp_path / "target.gguf")
+    target = write_llama_model(tmp_path / "target.gguf", Shape(n_head=2))  # 32-wide heads: q8_0's blocks fit
     draft = tmp_path / "draft.gguf"
     shutil.copy(target, draft)
     summary = tmp_path / "summary.md"
@@ -54,11 +56,15 @@ def test_workload_check_on_a_real_server_passes_and_is_recorded(real_server_imag
     assert verdict["kv"][0]["total"] == 4 * 64 and verdict["passed"]
     lock = json.loads((project / "buildkit.lock").read_text())
     assert lock["builds"]["cpu/server"]["workload"]["passed"] is True
-    assert "| lossless spec | PASS 8/8 identical |" in summary.read_text()
+    assert f"| lossless spec | {markdown_cell('PASS 8/8 identical')} |" in summary.read_text()
 
-    # the release's record gates the next run: a release that accepted far more refuses this one
-    release = dict(verdict, acceptance=[dict(acc, accepted=acc["drafted"])])
-    (tmp_path / "release.json").write_text(json.dumps(release))
-    again = run_cli(project, "workload-check", "--result", str(tmp_path / "v.json"), "--compare",
+    # the release's record gates the next nightly: one that accepts half as many drafts is refused
+    (tmp_path / "release.json").write_text(json.dumps(verdict))
+    worse = dict(verdict, acceptance=[dict(acc, accepted=acc["drafted"] // 2)])
+    (tmp_path / "nightly.json").write_text(json.dumps(worse))
+    again = run_cli(project, "workload-check", "--result", str(tmp_path / "nightly.json"), "--compare",
                     str(tmp_path / "release.json"), timeout=120)
     assert again.returncode == 1 and "points below the release's" in again.stdout, again.stdout + again.stderr
+    same = run_cli(project, "workload-check", "--result", str(tmp_path / "v.json"), "--compare",
+                   str(tmp_path / "release.json"), timeout=120)
+    assert same.returncode == 0, same.stdout + same.stderr

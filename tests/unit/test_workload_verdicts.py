@@ -164,6 +164,9 @@ def test_the_target_alone_gets_the_profile_less_its_draft_only_arguments():
             "--ctx-size-draft=256", "-ngld", "99", "--flash-attn", "on", "-ctk", "turbo4"]
     assert draft_only(args) == ("--n-gpu-layers", "99", "--ctx-size", "32000", "--flash-attn", "on", "-ctk",
                                 "turbo4")
+    upstream = ["--spec-draft-n-max", "8", "--spec-draft-p-min=0", "--spec-draft-backend-sampling", "--ctx-size",
+                "2048", "--spec-draft-type-k", "q8_0", "-cmoed", "--parallel", "1"]
+    assert draft_only(upstream) == ("--ctx-size", "2048", "--parallel", "1")
 
 
 # ------------------------------------------------------------------ the verdict
@@ -182,3 +185,5 @@ def test_a_report_is_judged_whole():
     assert not judge({"acceptance": [acc]}, release).passed
     with pytest.raises(ValueError):
         judge({"lossless": "x"})
+    hostile = judge({"lossless": [dict(lossless, label="m\x1b]52;c;cHduZWQ=\x07")]})
+    assert "\x1b" not in "".join(hostile.lines()) and "\\x1b" in hostile.lines()[0]  # shown, never sent
