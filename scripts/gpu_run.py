@@ -12,6 +12,9 @@ Three steps, each a subcommand:
            keep a GPU busy (default: about 574 MiB of Q8_0). Needs numpy and `gguf`: installed, or
            a gguf wheel in a folder of the repository (.whl/, .gpu/, ...; or --gguf-wheel),
            imported from its zip.
+  workload (on the GPU host) the fork's own features on the bundle's server (scripts/gpu_workload.py): lossless
+           speculative decoding, draft acceptance and speed, KV types against f16; `buildkit workload-check
+           --result` judges its workload.json on the Docker host
   run      (on the GPU host) unpack the bundle and check it against its manifest, decide where each
            library comes from (the image; the driver always from the host; CUDA from the image or the
            host's pip wheels / /usr/local/cuda), print the table "library -> path -> origin", start
@@ -449,6 +452,11 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--out", default=DEFAULT_OUT, help="folder for backend-ops.log and gpu-check.json")
     b.add_argument("--timeout", type=float, default=3600.0, help="seconds test-backend-ops may run")
     b.set_defaults(func=cmd_backend_ops)
+
+    w = sub.add_parser("workload", add_help=False,
+                       help="the fork's own features on the bundle's server: lossless, acceptance, kv (GPU host; "
+                            "scripts/gpu_workload.py --help)")
+    w.set_defaults(func=None)
     return p
 
 
@@ -462,7 +470,13 @@ def split_server_args(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ours, server_args = split_server_args(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["workload"]:  # its own parser: scripts/gpu_workload.py, the same checks as workload-check
+        sys.path.insert(0, str(REPO / "scripts"))
+        from gpu_workload import main as workload_main
+
+        return workload_main(argv[1:])
+    ours, server_args = split_server_args(argv)
     args = parser().parse_args(ours)
     if server_args:
         args.server_args = list(getattr(args, "server_args", [])) + server_args

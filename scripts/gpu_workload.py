@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
            "base_args": list(setup.base_args), "seconds": round(time.monotonic() - started, 1),
            "servers_started": servers.started, "ready_s": [round(s, 2) for s in servers.ready_s], **report.to_dict()}
     (out / "workload.json").write_text(json.dumps(doc, indent=2) + "\n")
-    say("\n".join(report.lines()))
+    say("summary:\n" + "\n".join(report.lines()))
     failed = report.errors or any(not v.passed for v in report.lossless)
     return 1 if failed else 0
 
