@@ -281,10 +281,12 @@ def remove_local_images(repository: str) -> None:
 
     client = docker.from_env()
     for image in client.images.list(name=repository):
-        for tag in image.tags:
-            if tag.startswith(repository + ":"):
+        # its tags, and the references of what was pulled by digest (repository@sha256:..., no tag)
+        refs = [*image.tags, *(image.attrs.get("RepoDigests") or ())]
+        for ref in refs:
+            if ref.startswith((repository + ":", repository + "@")):
                 try:
-                    client.images.remove(tag, force=True)
+                    client.images.remove(ref, force=True)
                 except docker.errors.APIError:
                     pass
 

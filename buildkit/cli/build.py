@@ -63,8 +63,10 @@ def version_options(func: Callable[..., Any]) -> Callable[..., Any]:
                    "by variant kind: 4 for cpu, 16 for CUDA from wheels, 25 from NVIDIA's images).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the result as JSON on stdout (progress and buildx's output stay on stderr).")
-@click.option("--tests", is_flag=True, help="Also build the tests target (the image plus the fork's "
-                                            "test-backend-ops, tag <tag>-tests) for `buildkit gpu-check`.")
+@click.option("--tests", is_flag=True,
+              help="Also build the tests target (the image plus the fork's test-backend-ops, tag <tag>-tests) for "
+                   "`buildkit gpu-check`; with --push also pushed, by digest, under the build-key tag with -tests "
+                   "(bk-<key>-<variant>-tests): never a release tag, not signed (docs/gpu.md).")
 @sign_key_option
 @handle_errors
 def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ...], push: bool, print_only: bool,
@@ -87,8 +89,8 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
         raise ConfigError("--sign-key goes with --push (it signs what is published)")
     key = signing_key(cfg, sign_key) if push and not print_only else None
     from buildkit.plan.platforms import is_multi
-    if tests and (push or print_only or is_multi(cfg.build.platform)):
-        raise ConfigError("--tests goes with a plain build of one platform (not --push, --print or several)")
+    if tests and (print_only or is_multi(cfg.build.platform)):
+        raise ConfigError("--tests goes with a build of one platform (not --print or several)")
 
     if is_multi(cfg.build.platform):
         if print_only:
@@ -136,12 +138,14 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
         with _display(cfg):
             published = build_and_push(cfg, version=version, bump=bump, force=force, verify=not no_verify,
                                        load=not no_load, extra_tags=extra_tags, before_build=before_build,
-                                       sign_key=key)
+                                       sign_key=key, tests=tests)
         what = {"built": "built, verified and pushed",
                 "engine": "pushed the image with this build key already in the engine, nothing built",
                 "registry": "already published (the registry has this build key), nothing built"}[published.origin]
         echo_published(published, f"{what}: {published.repository}@{published.digest} version {published.version}",
                        as_json)
+        if published.tests and not as_json:
+            click.echo(f"tests image: {published.tests} (not signed; buildkit gpu-check {published.tests})")
         return
     from buildkit.core.progress import stages, summary, summary_line
 
@@ -160,7 +164,7 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
             "image_id": built.result.config_digest, "tags": list(built.result.tags),
             "commit": built.prepared.source.commit, "build_key": built.prepared.build_key,
             "lock": str(built.lock_path), "verify": [vars(c) for c in built.report.checks],
-            "tests_image": built.tests_image or None,
+            "tests_image": built.tests.tag if built.tests else None,
             "summary": facts}, indent=2))
         return
     for check in built.report.checks:
@@ -169,8 +173,8 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
                f"from {built.prepared.source.commit} in {built.result.seconds:.0f}s")
     click.echo(f"tags: {' '.join(built.result.tags)}")
     click.echo(f"lock: {built.lock_path}")
-    if built.tests_image:
-        click.echo(f"tests image: {built.tests_image} (buildkit gpu-check {built.tests_image})")
+    if built.tests:
+        click.echo(f"tests image: {built.tests.tag} (buildkit gpu-check {built.tests.tag})")
     click.echo(summary_line(facts))
 
 

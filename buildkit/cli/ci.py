@@ -64,8 +64,9 @@ def ci() -> None:
 @click.option("--bench-max-tokens", type=click.IntRange(1, 100000), metavar="N",
               help="With --bench-runner: bench --max-tokens (tokens per run) [default: bench's, 800].")
 @click.option("--gpu-check", "gpu_check", is_flag=True,
-              help="With --bench-runner: before the bench, `buildkit gpu-check` the nightly's tests image "
-                   "(<tag>-tests) against the release's; a new failing case is not promoted (docs/gpu.md).")
+              help="With --bench-runner: before the bench, `buildkit gpu-check` the nightly's tests image (its "
+                   "build job pushes it, bk-<key>-<variant>-tests; assemble passes its digest) against the "
+                   "release's; a new failing case is not promoted (docs/gpu.md).")
 @click.option("--sign", "sign", type=click.Choice(["key", "keyless"]), default="key", show_default=True,
               help="How the jobs sign what they push: key (the PEM of `buildkit keys generate` in the "
                    "LLAMA_BUILDKIT_SIGN_KEY secret; unset, nothing is signed) or keyless (cosign with the job's "
@@ -126,6 +127,17 @@ def github(out_path: str | None, cron: str | None, username_secret: str, passwor
         keys = [v.key for v in variants]
         if bench_variant not in keys:
             raise ConfigError(f"--bench-variant {bench_variant!r} is not a variant of the matrix ({', '.join(keys)})")
+        if gpu_check:
+            from buildkit.flows.testsimage import CPU_BACKEND, builds_tests
+
+            gated = next(v for v in variants if v.key == bench_variant)
+            if not builds_tests(gated.request.arch, cfg.options.gpu_check.backend):
+                raise ConfigError(f"--gpu-check: the nightly builds no tests image of {bench_variant} (a CUDA "
+                                  f"variant's job does; a cpu variant's only with gpu_check.backend {CPU_BACKEND}, "
+                                  f"not {cfg.options.gpu_check.backend}): give a CUDA --bench-variant")
+            if gated.platform_split:  # each platform's job pushes its own; no index is made of them
+                raise ConfigError(f"--gpu-check: {bench_variant} is built for several platforms, and the gate takes "
+                                  "one platform's tests image; gate a variant of one platform")
     elif bench_model or bench_profile or bench_runs or bench_max_tokens or gpu_check:
         raise ConfigError("--bench-model, --bench-profile, --bench-runs, --bench-max-tokens and --gpu-check go "
                           "with --bench-runner")

@@ -147,7 +147,15 @@ def nightly(as_json: bool, summary_path: str | None, date: str | None, force: bo
         # what the night published (an index, or a job's image), for the workflow's keyless signing step
         published = [f"{repository_of(cfg).name}@{v.digest}" for v in summary.variants
                      if v.status == PASSED and not v.skipped and v.digest]
-        for problem in write_github_outputs({"published": " ".join(published)}):
+        outputs = {"published": " ".join(published)}
+        if bench_gate not in (None, "none"):  # the tests images the gate job pulls by digest
+            from buildkit.flows.testsimage import gate_tests
+
+            gate, lines = gate_tests(repository_of(cfg), summary.variants, bench_gate)
+            outputs.update(gate)
+            for line in lines:
+                click.echo(line, err=True)
+        for problem in write_github_outputs(outputs):
             click.echo(f"warning: {problem}", err=True)
     else:
         summary = run_nightly(cfg, date=date, force=force, verify=not no_verify, sign_key=key)
@@ -207,8 +215,12 @@ def _ci_step(cfg: ResolvedConfig, as_json: bool, summary_path: str | None, plan_
 
         assert job_unit is not None  # --job, the other way here (nightly())
         result = run_job(cfg, job_unit, verify=verify, sign_key=sign_key, attest_dir=attest_dir)
+        name = repository_of(cfg).name
         outputs = {"built": "true" if result.built else "false",  # reference: what the job pushed, to sign
-                   "reference": f"{repository_of(cfg).name}@{result.digest}" if result.status == PASSED else ""}
+                   "reference": f"{name}@{result.digest}" if result.status == PASSED else "",
+                   # its tests image (not signed: the gate's input, pulled by this digest; flows/testsimage.py)
+                   "tests_reference": f"{name}@{result.tests_digest}" if result.status == PASSED
+                   and result.tests_digest else ""}
         line = (f"{result.unit}: {result.status} {result.digest or result.error}").rstrip()
         problems = []
         data, ok = result.to_dict(), result.status == PASSED

@@ -1,4 +1,4 @@
-"""One build unit, start to end: build → verify → lock entry → publish, always in that order.
+"""One build unit, start to end: build → verify → lock entry → tests image → publish, always in that order.
 
 A unit is one prepared image (flows/pipeline.prepare: source fetched, plan made, context rendered).
 Every flow that builds runs its units through here: `build` (pipeline.build), `build --push`
@@ -9,7 +9,10 @@ bake's result and the build stage is skipped).
 
 The order is what makes a failure safe: an image that fails verification loses its tags
 (verify/gate.py) and gets no lock entry; nothing unverified is pushed; the lock's entry of a
-publication is written only after the registry has it.
+publication is written only after the registry has it. A unit asked for its tests image
+(flows/testsimage.py: `build --tests`, a nightly unit) builds it once the image is verified, from the
+same context; a tests image that does not build fails the unit before anything is pushed, and a
+publication pushes it after the image, under its own tag only.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from buildkit.engine.buildx import BuildOptions, BuildResult, run_build
 from buildkit.flows.buildspec import build_spec
 from buildkit.flows.debpackages import debian_packages
 from buildkit.flows.compiletimes import compile_curve_path, read_compile_curve, save_compile_curve
+from buildkit.flows.testsimage import BuiltTestsImage, build_tests_image, push_tests_image
 from buildkit.flows.pipeline import Prepared, build_options, check_build_machine, last_build_seconds, lock_entry
 from buildkit.source.cudasource import cuda_object_count
 from buildkit.oci.imageref import ImageRef
@@ -47,7 +51,7 @@ RELEASE = "release"  # build --push: the OCI archive through the registry API (t
 #                      first release tag, or loses its tags with keep_loaded=False), else `docker push`
 LOADED = "loaded"  # the nightly: `docker push` of the loaded image, its immutable tags checked free first
 BY_DIGEST = "by-digest"  # a nightly CI job: the OCI archive through the API when there is one, else as LOADED
-STAGES = ("build", "verify", "lock", "publish")
+STAGES = ("build", "verify", "lock", "tests", "publish")
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,7 @@ class Publication:
     force: bool = False
     keep_loaded: bool = True  # RELEASE through the archive: False removes the engine's tags after the push
     sign_key: SigningKey | None = None  # sign the pushed digest, with the unit's provenance and SBOM attached
+    tests_tag: str = ""  # where the unit's tests image goes (testsimage.registry_tests_tag; "": not pushed)
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,7 @@ class UnitOptions:
     lock_first: bool = True
     publish: Publication | None = None
     build: BuildOptions | None = None  # the build stage's (default: the config's)
+    tests: bool = False  # also build the tests image (flows/testsimage.py), once the image is verified
     stages: bool = True  # the stage lines on stderr (a bake's units have the bake's log instead)
     stream: Any = None
 
@@ -88,7 +94,7 @@ class UnitResult:
     seconds: dict[str, float] = field(default_factory=dict)  # per stage that ran
     error: str = ""  # attempt_unit: why it failed ("" when it did not)
     failed: str = ""  # attempt_unit: the stage that failed (one of STAGES)
-    tests_image: str = ""  # build --tests: the tests target's tag (flows/testsimage.py)
+    tests: BuiltTestsImage | None = None  # UnitOptions.tests: the tests image, and where it was pushed
 
     @property
     def ok(self) -> bool:
@@ -104,6 +110,7 @@ class _Run:
         self.report = VerifyReport(image="", checks=())
         self.entry: LockEntry | None = None
         self.published: Published | None = None
+        self.tests: BuiltTestsImage | None = None
         self.seconds: dict[str, float] = {}
         self.current = ""
 
@@ -117,7 +124,7 @@ class _Run:
 
     def outcome(self, error: str = "") -> UnitResult:
         return UnitResult(self.prepared, self.result, self.report, self.entry, self.options.lock_path,
-                          self.published, dict(self.seconds), error, self.current if error else "")
+                          self.published, dict(self.seconds), error, self.current if error else "", self.tests)
 
 
 def run_unit(prepared: Prepared, options: UnitOptions, *, cfg: ResolvedConfig | None = None,
@@ -158,6 +165,13 @@ def _run(run: _Run, cfg: ResolvedConfig | None, built: BuildResult | None) -> No
             packages = debian_packages(prepared, result, options.build or _options(cfg))
             run.entry = replace(lock_entry(prepared, result), debian_packages=packages)
             write_lock_entry(options.lock_path, run.entry)
+    if options.tests:
+        build = options.build or _options(cfg)
+        if options.publish is not None and not options.publish.keep_loaded:  # --no-load: its archive only
+            build = replace(build, load=False)
+        with run.step("tests", f"{prepared.plan.request.variant}, its tests target"):
+            run.tests = build_tests_image(prepared, build, result, prepared.rendered.context_dir.parent,
+                                          stream=options.stream)
     if options.publish is None:
         return
     target = options.publish
@@ -168,6 +182,9 @@ def _run(run: _Run, cfg: ResolvedConfig | None, built: BuildResult | None) -> No
                             target.sign_key)
     with run.step("publish"):
         run.published, result = _publish(target, result, options, signer, prepared.plan.request.platform)
+        if run.tests is not None and target.tests_tag:  # after the image: unsigned, never a release tag
+            run.tests = push_tests_image(target.client, target.repository, run.tests, target.tests_tag,
+                                         stream=options.stream)
     run.result = result
     if options.lock_path is not None:
         with run.step("lock"):

@@ -19,10 +19,13 @@ The workflow (see flows/nightlyjobs.py for the three steps of buildkit it runs):
 * assemble: `buildkit nightly --assemble` puts the nightly tags (and indexes) on the jobs'
   digests through the registry API, and writes the summary (JSON artifact, step summary), with a
   line saying whether a bench gate runs (`--bench-gate VARIANT`, or `none` without --bench-runner).
-* bench (with --bench-runner only), on a self-hosted GPU runner: `buildkit bench --image NEW
-  --compare-image OLD --max-slowdown PCT` (step id `gate`, continue-on-error), whose gate table goes
-  to the step summary and the report artifact; `buildkit promote` only when that step succeeded;
-  a last step fails the job when it did not (the nightly stays a nightly, and the run is red).
+* bench (with --bench-runner only), on a self-hosted GPU runner: the gate's checks, one step each, in
+  order (a failing one ends the job): with --gpu-check, `buildkit gpu-check` of the nightly's tests image
+  against the release's (both by digest, from assemble's outputs), then `buildkit bench --image NEW
+  --compare-image OLD --max-slowdown PCT` (step id `gate`), whose gate table goes to the step summary and
+  the report artifact; `buildkit promote` only when every check passed; the report uploaded and one
+  line per check in the step summary whatever happened; a last step (if: failure()) says the nightly
+  was not promoted (it stays a nightly, and the run is red).
 
 The GitHub cache holds 10 GB per repository: `cache_budget` adds up what the matrix puts there
 and a layer cache in it (type=gha, mode=min) that would not fit is refused; the default keeps the

@@ -128,7 +128,9 @@ def build_matrix(variants: Sequence[Variant], options: BuildOptions, work_dir: P
                 builds[variant.unit] = VariantBuild(variant, p, outcome, None, outcome.error)
                 continue
             asked = finish(variant, p) if finish is not None else UnitOptions()
-            unit = attempt_unit(p, replace(asked, verify=verify, stages=False, stream=stream), built=outcome.result)
+            # the unit's stages after the bake (the tests image, the build stage's packages) with the bake's options
+            unit = attempt_unit(p, replace(asked, verify=verify, stages=False, stream=stream,
+                                           build=asked.build or options), built=outcome.result)
             report = unit.report if verify and (unit.failed != "verify" or unit.report.checks) else None
             builds[variant.unit] = VariantBuild(variant, p, outcome, report, unit.error, unit)
     return [builds[v.unit] for v in variants], bake_file

@@ -18,7 +18,8 @@
    queue applied; one that does not apply fails the night naming the patch, before anything is
    built or pushed), with `docker buildx bake`, verified, and each pushed on its own with the
    version `<next patch>-nightly.<YYYYMMDD>` (`.<n>` appended for a second nightly on the same
-   day: immutable tags never move) and the moving tag `nightly-<variant>`. A variant that fails
+   day: immutable tags never move) and the moving tag `nightly-<variant>`; a CUDA variant's tests
+   image (flows/testsimage.py) after it, under `bk-<key>-<variant>-tests` only. A variant that fails
    anywhere keeps its previous images and tags and does not stop the others.
 4. The lock gets each published variant's entry, and its `nightly` record (commit, patch set,
    digest, version per variant) is updated.
@@ -241,6 +242,7 @@ def _build_and_publish(cfg: ResolvedConfig, client: RegistryClient, repository: 
     from buildkit.source.changelog import changelog
     from buildkit.flows.cudacontexts import cache_root
     from buildkit.flows.pipeline import build_options
+    from buildkit.flows.testsimage import builds_tests, registry_tests_tag
 
     todo_keys = {v.key for v in todo}
     results: dict[str, VariantResult] = {}
@@ -253,10 +255,13 @@ def _build_and_publish(cfg: ResolvedConfig, client: RegistryClient, repository: 
                                          known_from=p.known_from)
     to_build = [v.with_values("nightly", source__commit=head, image__version=summary.version) for v in todo]
 
-    def publication(v: Variant, _: Prepared) -> UnitOptions:  # a platform of several goes with its index, below
-        return UnitOptions() if v.platform_split else UnitOptions(lock_path=lock_path, lock_first=False, publish=(
-            Publication(client, repository, nightly_tags(summary.version, head, v.key), summary.version, how=LOADED,
-                        sign_key=sign_key)))
+    def publication(v: Variant, prepared: Prepared) -> UnitOptions:  # a platform of several: with its index, below
+        if v.platform_split:
+            return UnitOptions()
+        tests = builds_tests(v.request.arch, v.cfg.options.gpu_check.backend)  # under bk-<key>-<variant>-tests
+        return UnitOptions(lock_path=lock_path, lock_first=False, tests=tests, publish=Publication(
+            client, repository, nightly_tags(summary.version, head, v.key), summary.version, how=LOADED,
+            sign_key=sign_key, tests_tag=registry_tests_tag(prepared.build_key, v.key) if tests else ""))
 
     with tempfile.TemporaryDirectory(prefix="buildkit-nightly-") as tmp:
         try:
@@ -299,7 +304,8 @@ def _build_and_publish(cfg: ResolvedConfig, client: RegistryClient, repository: 
             tags, digest, added = nightly_tags(summary.version, head, v.key), published.digest, published.added
             results[v.key] = _result_for(v, PASSED, previous_commit=p.commit if p else None, commit=head,
                                          digest=digest, version=summary.version, tags=list(tags.all),
-                                         changed_tags=list(added), build_seconds=seconds, checks=checks)
+                                         changed_tags=list(added), build_seconds=seconds, checks=checks,
+                                         tests=b.unit.tests.reference if b.unit and b.unit.tests else "")
     summary.variants = [results[v.key] for v in one_per_key(variants)]
 
 

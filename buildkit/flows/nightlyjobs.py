@@ -9,8 +9,9 @@ variant takes ~45 min and ~8 GB of disk), so the workflow of `buildkit ci github
    set, or an input the config decides changed) become the GitHub matrix, each with the runner
    label that builds it natively and the reason. Nothing to build: the workflow ends here.
 2. job (`run_job`): build, verify and push one unit at the planned commit and version, by digest
-   under its build-key tag `bk-<key>-<variant>` only; its result (digest, build key, checks) is a
-   small JSON file the workflow carries to the next job as an artifact.
+   under its build-key tag `bk-<key>-<variant>` only, and a CUDA unit's tests image (flows/testsimage.py)
+   under `bk-<key>-<variant>-tests`; its result (digest, build key, checks, the tests image's digest) is
+   a small JSON file the workflow carries to the next job as an artifact.
 3. assemble (`assemble`): from the jobs' digests, through the registry API only (nothing built,
    nothing pulled): one OCI index per multi-platform variant (oci/ociindex.index_document over
    the manifests the jobs pushed), then the nightly tags; the summary as JSON and Markdown.
@@ -206,6 +207,7 @@ def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream: OutStream 
     from buildkit.flows.buildunit import BY_DIGEST, Publication, UnitOptions
     from buildkit.flows.matrix import build_matrix
     from buildkit.flows.pipeline import build_options
+    from buildkit.flows.testsimage import builds_tests, registry_tests_tag
     from buildkit.plan.tags import TagSet, build_key_tag, parse_version
 
     stream = sys.stderr if stream is None else stream
@@ -217,12 +219,15 @@ def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream: OutStream 
     repository = repository_of(cfg)
     out = {"id": unit_id(v), "unit": v.unit, "variant": v.key, "platform": v.request.platform, "commit": commit,
            "version": version, "status": FAILED, "built": False, "digest": "", "build_key": "", "tag": "",
-           "build_seconds": None, "checks": (), "error": ""}
-    # under its build-key tag, which may be replaced: the same inputs
+           "build_seconds": None, "checks": (), "error": "", "tests_tag": "", "tests_digest": ""}
+    tests = builds_tests(v.request.arch, v.cfg.options.gpu_check.backend)
+
+    # under its build-key tag, which may be replaced: the same inputs; its tests image under that tag's -tests
     def by_digest(_: Variant, prepared: Prepared) -> UnitOptions:
         tags = TagSet((), ()).plus(build_key_tag(prepared.build_key, v.key), "build_key", immutable=True)
-        return UnitOptions(publish=Publication(client, repository, tags, version, how=BY_DIGEST, force=True,
-                                               sign_key=sign_key))
+        return UnitOptions(tests=tests, publish=Publication(
+            client, repository, tags, version, how=BY_DIGEST, force=True, sign_key=sign_key,
+            tests_tag=registry_tests_tag(prepared.build_key, v.key) if tests else ""))
 
     with tempfile.TemporaryDirectory(prefix="buildkit-job-") as tmp:
         try:
@@ -236,10 +241,12 @@ def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream: OutStream 
                 assert b.prepared is not None  # a unit ran: it was prepared
                 out["build_key"] = b.prepared.build_key
                 out["tag"] = build_key_tag(b.prepared.build_key, v.key)
+                out["tests_tag"] = registry_tests_tag(b.prepared.build_key, v.key) if tests else ""
             if not b.ok or b.unit is None or b.unit.published is None:
                 out["error"] = b.error
                 return out
             out["digest"] = b.unit.published.digest
+            out["tests_digest"] = b.unit.tests.digest if b.unit.tests is not None else ""
             if attest_dir is not None and b.unit.result is not None:
                 from buildkit.flows.pipeline import lock_entry
                 from buildkit.flows.signpublished import write_predicates
@@ -278,7 +285,7 @@ def read_results(folder: Path) -> tuple[NightlyPlan, dict[str, JobResult]]:
 def _no_result(unit: PlannedUnit, plan: NightlyPlan) -> JobResult:
     return JobResult(id=unit.id, unit=unit.unit, variant=unit.variant, platform=unit.platform, commit=plan.commit,
                      version=plan.version, status=FAILED, built=False, digest="", build_key="", tag="",
-                     build_seconds=None, checks=(), error="no result from its job")
+                     build_seconds=None, checks=(), error="no result from its job", tests_tag="", tests_digest="")
 
 
 def assemble(cfg: ResolvedConfig, folder: Path, *, sign_key: SigningKey | None = None) -> Summary:
@@ -309,13 +316,27 @@ def assemble(cfg: ResolvedConfig, folder: Path, *, sign_key: SigningKey | None =
                 done[entry.variant] = _result(entry, FAILED, previous_commit=_prev(entry), build_seconds=seconds,
                                                  error=f"built, not published: {exc}", checks=checks)
                 continue
+            tests = _tests_of(client, repository, got, published.digest)
             done[entry.variant] = _result(entry, PASSED, previous_commit=_prev(entry), commit=plan.commit,
                                              digest=published.digest, version=plan.version,
                                              tags=list(published.tags), changed_tags=list(published.added),
-                                             build_seconds=seconds, checks=checks)
+                                             build_seconds=seconds, checks=checks,
+                                             tests=tests if tests.startswith(f"{repository.name}@") else "",
+                                             error="" if tests.startswith(f"{repository.name}@") else tests)
     skipped = {v.variant: v for v in summary.variants}
     summary.variants = [skipped.get(e.variant) or done[e.variant] for e in plan.variants]
     return summary
+
+
+def _tests_of(client: RegistryClient, repository: ImageRef, got: list[JobResult], digest: str) -> str:
+    """`repo@digest` of the tests image a single-platform unit's job pushed, checked in the registry to name the
+    image at digest; "" when the job pushed none (or the variant has several platforms: each job's result names
+    its own); else why it cannot be used (a line starting "no tests image: ")."""
+    from buildkit.flows.testsimage import tests_of_image
+
+    if len(got) != 1 or not got[0].tests_digest:
+        return ""
+    return tests_of_image(client, repository, got[0].tests_digest, digest)
 
 
 def _prev(entry: PlannedVariant) -> str | None:

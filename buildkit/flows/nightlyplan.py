@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from buildkit.core.errors import ConfigError
 
 PLAN_VERSION = 1
-RESULT_VERSION = 1
+RESULT_VERSION = 2  # 2: the tests image (tests_tag, tests_digest)
 
 # What each annotation of these classes takes from JSON
 _CHECKS = {
@@ -174,6 +174,8 @@ class JobResult:
     build_seconds: float | None
     checks: tuple[dict[str, Any], ...]  # verify's checks (asdict of verify's Check)
     error: str
+    tests_tag: str  # the tests image's tag (bk-<key>-<variant>-tests), "" when the unit builds none
+    tests_digest: str  # the manifest pushed under tests_tag, "" when none was
 
     def to_dict(self) -> dict[str, Any]:
         """Its JSON form (<unit id>.json)."""

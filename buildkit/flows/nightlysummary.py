@@ -31,6 +31,7 @@ class VariantResult:
     checks: list[dict[str, Any]] = field(default_factory=list)
     known_from: str | None = None  # where the previous build's commit was read: "lock" or "registry"
     reason: str = ""  # why it was built tonight: "new commit ...", "config changed: cpu_level all -> native", ...
+    tests: str = ""  # its tests image (flows/testsimage.py), repository@digest, when one was pushed for it
 
     @property
     def skipped(self) -> bool:

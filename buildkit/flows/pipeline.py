@@ -383,11 +383,5 @@ def build(cfg: ResolvedConfig, *, extra_tags: tuple[str, ...] = (), verify: bool
     check_build_machine(request, warn=False)  # before the fetch and the toolkit: a build that cannot run here
     with prepared_context(cfg, request=request, extra_tags=extra_tags, work_dir=work_dir,
                           ccache_recache=options.no_cache) as prepared:
-        unit = run_unit(prepared, UnitOptions(verify=verify, lock_path=cfg.lock.path, build=options,
+        return run_unit(prepared, UnitOptions(verify=verify, lock_path=cfg.lock.path, build=options, tests=tests,
                                               stream=stream), cfg=cfg)
-        if tests and unit.result is not None:
-            from buildkit.flows.testsimage import build_tests_image
-
-            unit = replace(unit, tests_image=build_tests_image(prepared, options, unit.result,
-                                                               prepared.rendered.context_dir.parent, stream=stream))
-        return unit

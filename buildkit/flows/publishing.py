@@ -13,9 +13,10 @@ from typing import cast
 
 from buildkit.core.errors import ConfigError, LockError, RegistryError
 from buildkit.engine.api import OutStream, get_engine
-from buildkit.engine.buildx import BuildResult, check_buildx
+from buildkit.engine.buildx import BuildOptions, BuildResult, check_buildx
 from buildkit.flows.buildunit import RELEASE, Publication, UnitOptions, run_unit
 from buildkit.flows.pipeline import Prepared, build_options, lock_entry, prepared_context, with_labels
+from buildkit.flows.testsimage import build_tests_image, push_tests_image, registry_tests_tag, tests_of_image
 from buildkit.oci.imageref import ImageRef, tag_of
 from buildkit.oci.registry import RegistryClient, client_for
 from buildkit.plan.buildplan import BuildPlan, make_plan, make_request
@@ -35,13 +36,14 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
                    force: bool = False, verify: bool = True, stream: OutStream | None = None, load: bool = True,
                    extra_tags: tuple[str, ...] = (),
                    before_build: Callable[[], None] | None = None,
-                   sign_key: SigningKey | None = None) -> PublishResult:
+                   sign_key: SigningKey | None = None, tests: bool = False) -> PublishResult:
     """`buildkit build --push`. With the reproducible exporter the OCI archive itself is pushed
     (release/publish.publish of an Image from its archive); load=False keeps the image out of the engine:
     never loaded without verify, else loaded for the checks only and its tags removed after the push.
     extra_tags (--tag) are local tags and pushed as moving tags too. before_build runs only when there is
     something to compile (the registry and the engine lack this build key), before the compile: `build`'s
-    deferred disk check."""
+    deferred disk check. tests: the tests image too (flows/testsimage.py), pushed after the image under
+    bk-<key>-<variant>-tests; PublishResult.tests says where."""
     request = make_request(cfg)
     if version is not None:
         parse_version(version)
@@ -65,7 +67,9 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
             done, version, tags = reused
             record(cfg.lock.path, lock_entry(prepared, BuildResult(done.digest, "", (), 0.0)), done, version)
             return PublishResult(repository.name, version, done.digest, tags.all, done.added, origin="registry",
-                                 build_key=key, signed=done.signed)
+                                 build_key=key, signed=done.signed,
+                                 tests=_published_tests(client, repository, prepared, done.digest, options, stream,
+                                                        before_build) if tests else "")
         local, local_version = (None, None) if force else local_image_with_key(key, request.image_name)
         if local is not None and version and local_version != version:
             local = local_version = None  # the engine's copy carries another version label: build anew
@@ -75,25 +79,44 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
         check_immutable_free(client, repo, tags, local.id if local is not None else None, force=force)
         prepared = replace(prepared, plan=with_version(prepared, version))
         publication = Publication(client, repository, tags, version, how=RELEASE, force=force, keep_loaded=load,
-                                  sign_key=sign_key)
+                                  sign_key=sign_key, tests_tag=registry_tests_tag(key, variant) if tests else "")
         lock_path = cfg.lock.path
         if local is None:
             if before_build is not None:
                 before_build()
             build_opts = replace(options, load=load or verify)  # verify runs the image in the engine
             unit = run_unit(prepared, UnitOptions(verify=verify, lock_path=lock_path, publish=publication,
-                                                  build=build_opts, stream=stream), cfg=cfg)
+                                                  build=build_opts, tests=tests, stream=stream), cfg=cfg)
             origin = "built"
         else:  # the engine's image with this build key: pushed as it is, its lock entry once published
             seconds, finished_at = built_before(lock_path, key)  # its build's times, for the provenance
             held = BuildResult(digest=local.id, config_digest=local.id, tags=tuple(local.tags), seconds=seconds,
                                finished_at=finished_at)
             unit = run_unit(prepared, UnitOptions(verify=False, lock_path=lock_path, lock_first=False,
-                                                  publish=publication, stream=stream), built=held)
+                                                  publish=publication, build=options, tests=tests, stream=stream),
+                            built=held)
             origin = "engine"
         assert unit.published is not None
         return PublishResult(repository.name, version, unit.published.digest, tags.all, unit.published.added,
-                             origin=origin, build_key=key, signed=unit.published.signed)
+                             origin=origin, build_key=key, signed=unit.published.signed,
+                             tests=unit.tests.reference if unit.tests else "")
+
+
+def _published_tests(client: RegistryClient, repository: ImageRef, prepared: Prepared, digest: str,
+                     options: BuildOptions, stream: OutStream | None, before_build: Callable[[], None] | None) -> str:
+    """The tests image of a build the registry has already (its build key found): the one under its tag when
+    that names the image at digest, else built from the prepared context (the build stage from the layer cache
+    where it is there) and pushed."""
+    tag = registry_tests_tag(prepared.build_key, prepared.plan.request.artifact_variant)
+    found = client.head_manifest(repository.repository, tag)
+    if found is not None and (ref := tests_of_image(client, repository, found.digest, digest)).startswith(
+            f"{repository.name}@"):
+        return ref
+    if before_build is not None:
+        before_build()
+    image = BuildResult(digest, "", prepared.plan.tags[:1], 0.0)
+    tests = build_tests_image(prepared, options, image, prepared.rendered.context_dir.parent, stream=stream)
+    return push_tests_image(client, repository, tests, tag, stream=stream).reference
 
 
 def built_before(lock_path: Path, key: str) -> tuple[float, float]:

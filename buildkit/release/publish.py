@@ -50,6 +50,7 @@ class PublishResult:
     origin: str  # "built", "engine" (an image with this build key was already loaded) or "registry"
     build_key: str
     signed: tuple[str, ...] = ()  # the signature and attestation references written
+    tests: str = ""  # build --tests --push: the tests image, repository@digest (flows/testsimage.py)
 
 
 def default_variant(cfg: ResolvedConfig) -> str:

@@ -211,18 +211,21 @@ def test_the_bench_gate_benches_the_new_nightly_against_the_release_and_then_pro
     assert bench.endswith('--output buildkit-bench.json --step-summary "$GITHUB_STEP_SUMMARY"')
     assert "--runs" not in bench and "--max-tokens" not in bench  # bench's own defaults unless asked
     gate = next(s for s in job["steps"] if s.get("run") == bench)
-    # the gate step goes on when it refuses (the report is uploaded); the promotion runs only when it passed,
-    # and the last step turns the job red when it did not
-    assert gate["id"] == "gate" and gate["continue-on-error"] is True
+    # each check is one step that ends the job when it fails: the promotion (no if: only after every check
+    # passed) is skipped, the report is uploaded, each check's outcome is a line of the step summary, and the
+    # last step says the nightly was not promoted
+    assert gate["id"] == "gate" and "continue-on-error" not in gate and "if" not in gate
     promote = next(s for s in job["steps"] if s.get("run", "").startswith("buildkit promote"))
-    assert promote["if"] == "steps.gate.outcome == 'success'"
+    assert "if" not in promote
     assert promote["run"] == ('buildkit promote "nightly-cpu" --release "${VERSION%%-*}" --config "buildkit.toml" '
                               '--step-summary "$GITHUB_STEP_SUMMARY"')
     names = [s["name"] for s in job["steps"]]
     assert names.index(gate["name"]) < names.index(promote["name"])
-    assert job["steps"][-1]["if"] == "steps.gate.outcome != 'success'" and "exit 1" in job["steps"][-1]["run"]
+    assert job["steps"][-1]["if"] == "failure()" and "exit 1" in job["steps"][-1]["run"]
     upload = next(s for s in job["steps"] if s["name"] == "Upload the bench report")
-    assert upload["if"] == "always()"
+    lines = next(s for s in job["steps"] if s["name"] == "The gate in the step summary (one line a check)")
+    assert upload["if"] == lines["if"] == "always()" and lines["env"] == {"BENCH": "${{ steps.gate.outcome }}"}
+    assert '- bench (at most 3% slower than the release): ${BENCH:-not run}' in lines["run"]
     runs = yaml.safe_load(run_cli(tmp_path, "--stdout", "--bench-runner", "gpu", "--bench-model", "/m/q.gguf",
                                   "--bench-runs", "2", "--bench-max-tokens", "64").stdout)
     bench = next(s["run"] for s in runs["jobs"]["bench"]["steps"] if s.get("run", "").startswith("buildkit bench"))
@@ -236,28 +239,46 @@ def test_the_bench_gate_benches_the_new_nightly_against_the_release_and_then_pro
         assert refused.returncode == 1 and message in refused.stderr, refused.stderr
 
 
-def test_gpu_check_runs_before_the_bench_and_a_new_failing_case_stops_bench_and_promotion(tmp_path):
+def test_gpu_check_runs_before_the_bench_on_the_tests_images_assemble_hands_it_by_digest(tmp_path):
+    """--gpu-check (issue 46): the build jobs push the tests images (a CUDA variant's always, a cpu variant's with
+    gpu_check.backend CPU), assemble hands the gate the nightly's and the release's by digest, and the gpu-check
+    step pulls and runs them before the bench; a refused gpu-check ends the job before the bench and promotion."""
     (tmp_path / "buildkit.toml").write_text('schema_version = 1\n[image]\nname = "ghcr.io/acme/l"\n'
-                                            'default_variant = "cpu"\n[matrix]\narchs = ["cpu"]\n')
+                                            'default_variant = "cpu"\n[matrix]\narchs = ["cpu", "sm_120"]\n')
     base = ("--stdout", "--bench-runner", "gpu", "--bench-model", "/m/q.gguf")
-    plain = yaml.safe_load(run_cli(tmp_path, *base).stdout)["jobs"]["bench"]["steps"]
-    assert not any("gpu-check" in s.get("run", "") for s in plain)  # off unless asked for
-    proc = run_cli(tmp_path, *base, "--gpu-check")
+    plain = yaml.safe_load(run_cli(tmp_path, *base).stdout)["jobs"]
+    assert not any("gpu-check" in s.get("run", "") for s in plain["bench"]["steps"])  # off unless asked for
+    assert "TESTS" not in plain["bench"]["env"]
+    # a cpu variant's job builds no tests image for a CUDA backend: the gate could not run, so it is refused
+    refused = run_cli(tmp_path, *base, "--gpu-check")
+    assert refused.returncode == 1 and "--gpu-check: the nightly builds no tests image of cpu" in refused.stderr
+    proc = run_cli(tmp_path, *base, "--gpu-check", "--bench-variant", "cuda13.1-sm120")
     assert proc.returncode == 0, proc.stderr
-    steps = yaml.safe_load(proc.stdout)["jobs"]["bench"]["steps"]
+    doc = yaml.safe_load(proc.stdout)
+    assert doc["jobs"]["assemble"]["outputs"] == {"tests": "${{ steps.assemble.outputs.tests }}",
+                                                  "release_tests": "${{ steps.assemble.outputs.release_tests }}"}
+    job = doc["jobs"]["bench"]
+    assert job["env"]["TESTS"] == "${{ needs.assemble.outputs.tests }}"
+    assert job["env"]["RELEASE_TESTS"] == "${{ needs.assemble.outputs.release_tests }}"
+    steps = job["steps"]
     names = [s["name"] for s in steps]
     check = steps_by_name({"jobs": {"b": {"steps": steps}}}, "b")["gpu-check the new nightly against the release"]
     gate = next(s for s in steps if s.get("id") == "gate")
-    assert check["id"] == "gpucheck" and check["continue-on-error"] is True
+    assert check["id"] == "gpucheck" and "continue-on-error" not in check and "if" not in gate
     assert names.index(check["name"]) < names.index(gate["name"])
-    pull, release, nightly = check["run"].strip().splitlines()
-    assert pull == 'docker pull "ghcr.io/acme/l:cpu-tests" && docker pull "ghcr.io/acme/l:nightly-cpu-tests"'
-    assert release.startswith('buildkit gpu-check --config "buildkit.toml" "ghcr.io/acme/l:cpu-tests" --json')
-    assert nightly == ('buildkit gpu-check --config "buildkit.toml" "ghcr.io/acme/l:nightly-cpu-tests" '
-                       '--compare gpu-check-release.json --json gpu-check.json --step-summary "$GITHUB_STEP_SUMMARY"')
-    # a refused gpu-check skips the bench, so the promotion (gate succeeded) does not run and the job is red
-    assert gate["if"] == "steps.gpucheck.outcome == 'success'"
-    assert steps[-1]["if"] == "steps.gate.outcome != 'success'"
+    run = check["run"]
+    assert 'docker pull "$TESTS"' in run and 'docker pull "$RELEASE_TESTS"' in run  # by digest, as assemble says
+    assert ('buildkit gpu-check --config "buildkit.toml" "$RELEASE_TESTS" --json gpu-check-release.json || true'
+            in run)
+    assert ('buildkit gpu-check --config "buildkit.toml" "$TESTS" "$@" --json gpu-check.json '
+            '--step-summary "$GITHUB_STEP_SUMMARY"') in run
+    assert "-tests" not in run  # no tag is guessed
+    lines = next(s for s in steps if s["name"] == "The gate in the step summary (one line a check)")
+    assert lines["env"] == {"GPU_CHECK": "${{ steps.gpucheck.outcome }}", "BENCH": "${{ steps.gate.outcome }}"}
+    assert steps[-1]["if"] == "failure()"
+    # with the CPU backend (the CPU stand-in's gate) a cpu variant's job builds its tests image
+    (tmp_path / "buildkit.toml").write_text((tmp_path / "buildkit.toml").read_text() + '[gpu_check]\nbackend = "CPU"\n')
+    assert run_cli(tmp_path, *base, "--gpu-check").returncode == 0
     refused = run_cli(tmp_path, "--stdout", "--gpu-check")
     assert refused.returncode == 1 and "go with --bench-runner" in refused.stderr
 
@@ -281,8 +302,13 @@ BIG_CUDA = ('[matrix]\narchs = ["sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "s
     # reason to refuse; a build input is
     ("", ("--image", "ghcr.io/acme/x", "--cache-dir", "/tmp/c", "--set", "build.jobs=2"),
      "error: --set build.jobs: the workflow runs with buildkit.toml"),
+    # the gate's gpu-check takes one platform's tests image (each platform's job pushes its own)
+    ('[build]\nplatform = "linux/amd64,linux/arm64"\n[matrix]\narchs = ["cpu"]\n[gpu_check]\nbackend = "CPU"\n',
+     ("--image", "ghcr.io/acme/x", "--bench-runner", "gpu", "--bench-model", "/m.gguf", "--gpu-check",
+      "--bench-variant", "cpu"),
+     "--gpu-check: cpu is built for several platforms, and the gate takes one platform's tests image"),
 ], ids=["no-config", "no-image", "docker-library", "token-elsewhere", "wrong-runner", "over-budget", "flag",
-        "set-beside-this-machines"])
+        "set-beside-this-machines", "gpu-check-several-platforms"])
 def test_a_workflow_that_could_not_work_is_refused_in_one_line_and_nothing_is_written(tmp_path, toml, args,
                                                                                          message):
     if toml is not None:
@@ -320,12 +346,15 @@ def lint(actionlint: list[str], path: Path) -> subprocess.CompletedProcess:
     ("--bench-runner", "self-hosted,linux,x64", "--bench-model", "/models/m.gguf", "--bench-profile", "fast",
      "--bench-runs", "2", "--bench-max-tokens", "64", "--max-slowdown", "2.5", "--no-ccache"),
     ("--sign", "keyless"), ("--sign", "keyless", "--image", "ghcr.io/acme/x", "--layer-cache", "gha"),
+    ("--bench-runner", "self-hosted,linux,x64", "--bench-model", "/models/m.gguf", "--gpu-check"),
 ], ids=["registry", "gha", "bare", "ghcr", "two-platforms", "self-hosted", "bench-gate", "bench-gate-runs",
-        "keyless", "keyless-ghcr"])
+        "keyless", "keyless-ghcr", "gpu-check"])
 def test_generated_workflow_passes_actionlint(tmp_path, actionlint, args):
     toml = 'schema_version = 1\n[image]\nname = "registry.example.com/team/l"\n'
     if args == ("two-platforms",):
         toml, args = toml + '[build]\nplatform = "linux/amd64,linux/arm64"\n[matrix]\narchs = ["cpu"]\n', ()
+    if "--gpu-check" in args:  # the gate of the cpu variant tests the CPU backend (the CPU stand-in's)
+        toml += '[gpu_check]\nbackend = "CPU"\n'
     (tmp_path / "buildkit.toml").write_text(toml)
     proc = run_cli(tmp_path, *args)
     assert proc.returncode == 0, proc.stderr

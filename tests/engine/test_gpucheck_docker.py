@@ -18,8 +18,11 @@ from pathlib import Path
 import docker
 import pytest
 
+from buildkit.oci.registry import RegistryClient
+from buildkit.release.publish import image_labels
 from cliutil import cli_env, write_project
 from forkrepo import make_fork_repo
+from images import remove_local_images
 
 pytestmark = pytest.mark.docker
 
@@ -145,3 +148,51 @@ def test_the_tests_target_leaves_the_image_as_it_is_and_gpu_check_judges_its_run
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert done.stdout.startswith("gpu-check CPU: PASS 3/6 cases passed, 3 known: ")
     assert f"{ARGMAX} (stray write, tracked)" in done.stdout.splitlines()[0]
+
+
+def test_build_tests_push_publishes_the_tests_image_by_digest_under_its_build_key_tag_unsigned(project, tmp_path,
+                                                                                               registry_plain):
+    """`build --tests --push` (issue 46): the tests image goes up after the image, under the build-key tag with
+    -tests only (no release tag: it is not the release artifact), labelled with the image's digest and not
+    signed (the image is); run again, the registry's build key is found and so is its tests image; a tests tag
+    that names another image is replaced by the tests image built from the same context. (The project's build is
+    this module's first test's: the compile comes from the layer cache.)"""
+    from buildkit.release.signkeys import generate_keys
+    from registryserver import head_digest, tag_digests
+
+    root, env = project
+    repo = "gpucheck/published"
+    name = f"{registry_plain.host}/{repo}"
+    generate_keys(tmp_path / "cosign.key", tmp_path / "cosign.pub")
+
+    def push(*args: str) -> dict:
+        done = buildkit(root, env, "build", "--tests", "--push", "--image", name, "--sign-key",
+                        str(tmp_path / "cosign.key"), "--json", *args)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout)
+
+    try:
+        first = push("--release", "0.1.0", "--no-verify")  # (the image is this module's first test's, verified)
+        assert first["origin"] == "built" and first["tests"].startswith(f"{name}@sha256:")
+        tests_digest = first["tests"].split("@")[1]
+        tests_tag = f"bk-{first['build_key'][:24]}-cpu-tests"
+        with RegistryClient(registry_plain.host) as client:
+            tags = tag_digests(client, repo)
+            labels = image_labels(client, repo, tests_digest)
+        assert [t for t, d in tags.items() if d == tests_digest] == [tests_tag]  # no release tag on it
+        assert {t for t, d in tags.items() if d == first["digest"]} == set(first["tags"])
+        assert labels == {"org.llama-buildkit.tests-of": first["digest"]}  # none of buildkit's labels
+        assert f"sha256-{first['digest'].split(':')[1]}.sig" in tags  # the image is signed, its tests image not
+        assert f"sha256-{tests_digest.split(':')[1]}.sig" not in tags
+
+        again = push()  # the registry has the build key, and its tests image
+        assert (again["origin"], again["digest"], again["tests"]) == ("registry", first["digest"], first["tests"])
+
+        with RegistryClient(registry_plain.host) as client:  # the tests tag moved to the image itself
+            client.put_manifest(repo, tests_tag, *client.get_manifest(repo, first["digest"])[:2])
+        rebuilt = push()
+        assert (rebuilt["origin"], rebuilt["tests"]) == ("registry", first["tests"])  # the same bytes again
+        with RegistryClient(registry_plain.host) as client:
+            assert head_digest(client, repo, tests_tag) == tests_digest
+    finally:
+        remove_local_images(name)

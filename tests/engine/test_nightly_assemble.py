@@ -62,11 +62,11 @@ def test_assemble_makes_the_index_and_the_nightly_tags_from_the_jobs_digests(tmp
             digest = push_image(client, u["platform"].split("/")[1], f"bk-{u['id']}")
             failed = u["variant"] == "cpu-light" and u["platform"] == "linux/arm64"
             (results / f"{u['id']}.json").write_text(json.dumps(  # as `nightly --job` writes it (JobResult)
-                {"result_version": 1, "id": u["id"], "unit": u["unit"], "variant": u["variant"],
+                {"result_version": 2, "id": u["id"], "unit": u["unit"], "variant": u["variant"],
                  "platform": u["platform"], "commit": COMMIT, "version": VERSION,
                  "status": "failed" if failed else "passed", "built": not failed, "digest": "" if failed else digest,
                  "build_key": u["id"] * 2, "tag": f"bk-{u['id']}", "error": "the compile failed" if failed else "",
-                 "build_seconds": 12.5, "checks": []}))
+                 "build_seconds": 12.5, "checks": [], "tests_tag": "", "tests_digest": ""}))
     (results / "plan.json").write_text(json.dumps(plan_of(registry_plain.host, units)))
     step_summary = tmp_path / "step-summary.md"
     proc = run_cli(project, "nightly", "--assemble", str(results), "--summary", str(tmp_path / "summary.json"),
@@ -111,3 +111,77 @@ def test_a_bench_gate_that_names_no_variant_is_refused_before_anything_runs(tmp_
         proc = run_cli(project, "nightly", *args, env=cli_env(tmp_path / "cache"))
         assert proc.returncode == 1 and proc.stderr.startswith("error: ") and message in proc.stderr, proc.stderr
         assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+GATE_REPO = "assemble/gate"
+
+
+def push_labelled(client: RegistryClient, tag: str, labels: dict[str, str], payload: str) -> str:
+    """A one-layer linux/amd64 image with these labels under tag; its manifest digest."""
+    layer = payload.encode()
+    config = json.dumps({"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []},
+                         "config": {"Labels": labels}}).encode()
+    for blob in (layer, config):
+        client.upload_blob(GATE_REPO, sha256_digest(blob), blob, len(blob))
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                           "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                                      "digest": sha256_digest(config), "size": len(config)},
+                           "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
+                                       "digest": sha256_digest(layer), "size": len(layer)}]}).encode()
+    return client.put_manifest(GATE_REPO, tag, manifest, OCI_MANIFEST)
+
+
+def test_assemble_hands_the_gate_the_nightlys_and_the_releases_tests_images_by_digest(tmp_path, registry_plain):
+    """`--assemble --bench-gate cpu` (issue 46): the outputs `tests` (the tests image the cpu job pushed, checked to
+    name tonight's image) and `release_tests` (the release's, found through its build-key label as
+    bk-<key>-cpu-tests and checked to name the release); a tests image that names another image is not used."""
+    from buildkit.flows.testsimage import TESTS_LABEL
+
+    host = registry_plain.host
+    name = f"{host}/{GATE_REPO}"
+    project = write_project(tmp_path / "project", image={"name": name})
+    old_key, new_key = "0" * 64, "1" * 64
+    with RegistryClient(host) as client:
+        release = push_labelled(client, "cpu", {"org.llama-buildkit.build-key": old_key}, "release")
+        released = push_labelled(client, f"bk-{old_key[:24]}-cpu-tests", {TESTS_LABEL: release}, "release tests")
+        nightly = push_labelled(client, f"bk-{new_key[:24]}-cpu", {"org.llama-buildkit.build-key": new_key}, "new")
+        tests = push_labelled(client, f"bk-{new_key[:24]}-cpu-tests", {TESTS_LABEL: nightly}, "new tests")
+        stray = push_labelled(client, "stray-tests", {TESTS_LABEL: release}, "tests of another image")
+    cpu = {"id": "cpu", "unit": "cpu", "variant": "cpu", "platform": "linux/amd64", "split": False,
+           "runner": "ubuntu-latest", "reason": "new commit"}
+    plan = dict(plan_of(host, [cpu]), variants=[entry("cpu")], repository=name)
+
+    def assemble(tests_digest: str, name: str) -> tuple[dict, dict[str, str], str]:
+        results = tmp_path / name
+        results.mkdir()
+        (results / "plan.json").write_text(json.dumps(plan))
+        (results / "cpu.json").write_text(json.dumps(
+            {"result_version": 2, "id": "cpu", "unit": "cpu", "variant": "cpu", "platform": "linux/amd64",
+             "commit": COMMIT, "version": VERSION, "status": "passed", "built": True, "digest": nightly,
+             "build_key": new_key, "tag": f"bk-{new_key[:24]}-cpu", "build_seconds": 1.0, "checks": [], "error": "",
+             "tests_tag": f"bk-{new_key[:24]}-cpu-tests", "tests_digest": tests_digest}))
+        outputs = tmp_path / f"{name}.outputs"
+        proc = run_cli(project, "nightly", "--assemble", str(results), "--summary", str(tmp_path / f"{name}.json"),
+                       "--bench-gate", "cpu", env=cli_env(tmp_path / "cache", GITHUB_OUTPUT=str(outputs)))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        written = dict(line.split("=", 1) for line in outputs.read_text().splitlines())
+        return json.loads((tmp_path / f"{name}.json").read_text())["variants"][0], written, proc.stderr
+
+    variant, outputs, log = assemble(tests, "good")
+    assert outputs["tests"] == variant["tests"] == f"{name}@{tests}"
+    assert outputs["release_tests"] == f"{name}@{released}"
+    assert f"gate: nightly-cpu: {name}@{tests}" in log and f"gate: release cpu: {name}@{released}" in log
+
+    # a job result naming a tests image made with another image: not handed to the gate, and the summary says so
+    variant, outputs, log = assemble(stray, "stray")
+    assert outputs["tests"] == variant["tests"] == "" and variant["status"] == "passed"
+    assert variant["error"] == (f"no tests image: {name}@{stray[:19]} was made with {release[:19]}, "
+                                f"not {nightly[:19]}")
+    # the release's tests tag moved to an image whose label is no digest: the release is judged to have none, and
+    # the label is not printed
+    with RegistryClient(host) as client:
+        hostile = push_labelled(client, f"bk-{old_key[:24]}-cpu-tests", {TESTS_LABEL: "\x1b[2J" + release}, "x")
+    variant, outputs, log = assemble(tests, "moved")
+    assert outputs == {"published": outputs["published"], "tests": f"{name}@{tests}", "release_tests": ""}
+    assert (f"gate: release cpu: no tests image: {name}@{hostile[:19]} was made with no image (its "
+            f"{TESTS_LABEL} label is not a digest), not {release[:19]}") in log and "\x1b" not in log

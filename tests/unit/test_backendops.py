@@ -157,6 +157,21 @@ def test_the_tests_image_tag_follows_the_image_tag():
     assert tests_tag("localhost:5000/x") == "localhost:5000/x:latest-tests"
 
 
+def test_the_tests_image_goes_to_the_registry_under_the_build_key_tag_only_and_for_every_cuda_variant():
+    """Published, the tests image's one tag is the image's build-key tag with -tests (issue 46): never a release
+    tag. A nightly unit builds it for every CUDA variant, and for a cpu variant only when the gate tests the
+    CPU backend (its image has no other)."""
+    from buildkit.flows.testsimage import builds_tests, registry_tests_tag
+    from buildkit.plan.archs import get_arch
+    from buildkit.plan.tags import build_key_tag
+
+    key = "ab" * 32
+    assert registry_tests_tag(key, "cuda13.1-sm120") == build_key_tag(key, "cuda13.1-sm120") + "-tests" \
+        == f"bk-{key[:24]}-cuda13.1-sm120-tests"
+    assert builds_tests(get_arch("sm_120"), "CUDA0") and builds_tests(get_arch("sm_90"), "CPU")
+    assert builds_tests(get_arch("cpu"), "CPU") and not builds_tests(get_arch("cpu"), "CUDA0")
+
+
 def test_gpu_check_judges_a_recorded_log_with_the_projects_known_failures_and_compares(tmp_path, monkeypatch):
     """`buildkit gpu-check --log` (the log gpu_run.py backend-ops wrote on a GPU host): the verdict line first,
     the config's known failures, --compare with a release, and a bad release file as one error line."""

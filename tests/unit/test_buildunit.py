@@ -5,6 +5,7 @@ checked is what a user finds afterwards: the engine's tags, buildkit.lock, the r
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -240,3 +241,60 @@ def test_a_ci_job_unit_replaces_its_build_key_tag_and_locks_nothing(tmp_path):
                         built=loaded(engine, prepared))
     assert registry.tags == {key_tag: IMAGE_ID} and unit.published is not None and unit.published.digest == IMAGE_ID
     assert unit.entry is None and not (tmp_path / "buildkit.lock").exists()
+
+
+TESTS_ID = "sha256:" + "7" * 64
+TESTS_TAG = "bk-" + "b" * 24 + "-cpu-tests"
+
+
+class EngineBuildingTests(PushingEngine):
+    """Builds the tests target as buildx would report it (its digest, loaded under its tag), or fails it."""
+
+    def __init__(self, registry: MemoryRegistry, *, fail: bool = False) -> None:
+        super().__init__(registry)
+        self.fail = fail
+
+    def build(self, spec, session, on_line, *, stream, tty=False):
+        from buildkit.engine.api import Finished, ImageDigests
+
+        self.calls.append(("build", spec, session))
+        if self.fail or spec.target != "tests":
+            on_line('ERROR: failed to solve: process "cmake --build /build --target test-backend-ops" did not complete')
+            return Finished(code=1, seconds=1.0, tty=False)
+        for ref in (TESTS_ID, *spec.tags):
+            self.images[ref] = ImageInfo(id=TESTS_ID, tags=spec.tags)
+        return Finished(code=0, seconds=1.0, tty=False, images={"": ImageDigests(TESTS_ID, TESTS_ID)})
+
+
+def test_a_published_unit_pushes_its_tests_image_after_the_image_under_its_own_tag_only(tmp_path):
+    """UnitOptions.tests with a publication (a nightly unit, build --tests --push; issue 46): the tests target is
+    built once the image is verified, from the same context, labelled with the image's digest, and pushed after
+    the image under the publication's tests tag alone (no release tag on it)."""
+    from buildkit.flows.testsimage import TESTS_LABEL
+
+    registry = MemoryRegistry()
+    engine = EngineBuildingTests(registry)
+    prepared = prepared_unit(tmp_path)
+    publication = replace(nightly(registry), tests_tag=TESTS_TAG)
+    with use_engine(engine):
+        unit = run_unit(prepared, UnitOptions(verify=False, publish=publication, tests=True, stages=False),
+                        built=loaded(engine, prepared))
+    (spec,) = [c[1] for c in engine.calls if c[0] == "build"]
+    assert spec.target == "tests" and spec.labels == ((TESTS_LABEL, IMAGE_ID),)
+    assert spec.tags == (f"{prepared.plan.tags[0]}-tests",) and spec.context == prepared.rendered.context_dir
+    assert registry.tags == {**{t: IMAGE_ID for t in TAGS.all}, TESTS_TAG: TESTS_ID}
+    pushes = [c[1] for c in engine.calls if c[0] == "push"]
+    assert pushes == [f"{REPO}:{TAGS.immutable[0]}", f"{REPO}:{TESTS_TAG}"]  # the image first
+    assert unit.tests is not None and unit.tests.reference == f"{REPO}@{TESTS_ID}"
+    assert unit.published is not None and unit.published.digest == IMAGE_ID
+
+
+def test_a_tests_image_that_does_not_build_fails_the_unit_before_anything_is_pushed(tmp_path):
+    registry = MemoryRegistry()
+    engine = EngineBuildingTests(registry, fail=True)
+    prepared = prepared_unit(tmp_path)
+    with use_engine(engine):
+        unit = attempt_unit(prepared, UnitOptions(verify=False, publish=replace(nightly(registry), tests_tag=TESTS_TAG),
+                                                  tests=True, stages=False), built=loaded(engine, prepared))
+    assert unit.failed == "tests" and "test-backend-ops" in unit.error and unit.published is None
+    assert registry.tags == {} and not [c for c in engine.calls if c[0] == "push"]

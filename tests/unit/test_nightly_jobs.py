@@ -68,10 +68,11 @@ PLAN = {"plan_version": 1, "repository": "r.example/t/l", "url": "git://x/f", "b
         "matrix": {"include": [{"id": "cpu-light", "unit": "cpu-light", "variant": "cpu-light",
                                 "platform": "linux/amd64", "split": False, "runner": "ubuntu-latest",
                                 "reason": "new commit"}]}}
-RESULT = {"result_version": 1, "id": "cpu-light", "unit": "cpu-light", "variant": "cpu-light",
+RESULT = {"result_version": 2, "id": "cpu-light", "unit": "cpu-light", "variant": "cpu-light",
           "platform": "linux/amd64", "commit": "c" * 40, "version": "0.1.1-nightly.20261202", "status": "passed",
           "built": True, "digest": "sha256:" + "2" * 64, "build_key": "k", "tag": "bk-k-cpu-light",
-          "build_seconds": 12.5, "checks": [{"name": "version", "ok": True}], "error": ""}
+          "build_seconds": 12.5, "checks": [{"name": "version", "ok": True}], "error": "", "tests_tag": "",
+          "tests_digest": ""}
 
 
 def test_the_plan_hands_one_line_outputs_to_the_jobs(tmp_path):
@@ -169,6 +170,8 @@ def test_the_summary_says_whether_a_bench_gate_runs():
     ("plan.json", dict(PLAN, plan_version=2), "a nightly plan of version 2; this buildkit reads version 1"),
     ("plan.json", {k: v for k, v in PLAN.items() if k != "plan_version"}, "a nightly plan of no plan_version"),
     ("cpu-light.json", dict(RESULT, result_version=0), "a job result of version 0; this buildkit reads"),
+    # a job of the buildkit before the tests image (no tests_tag, tests_digest): its version says so
+    ("cpu-light.json", dict(RESULT, result_version=1), "a job result of version 1; this buildkit reads version 2"),
     ("cpu-light.json", {"id": "cpu-light", "status": "passed"}, "a job result of no result_version"),
     ("plan.json", dict(PLAN, commit=None), r"plan.json.commit: expected str, got NoneType"),
     ("plan.json", dict(PLAN, matrix={"include": [{"id": "cpu-light"}]}), r"matrix.include\[0\]: the key 'unit' is"),
