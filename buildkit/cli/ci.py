@@ -67,6 +67,16 @@ def ci() -> None:
               help="With --bench-runner: before the bench, `buildkit gpu-check` the nightly's tests image (its "
                    "build job pushes it, bk-<key>-<variant>-tests; assemble passes its digest) against the "
                    "release's; a new failing case is not promoted (docs/gpu.md).")
+@click.option("--workload-check", "workload_check", is_flag=True,
+              help="With --bench-runner: after gpu-check and before the bench, `buildkit workload-check` of the "
+                   "nightly with --bench-profile: the lossless check (speculative decoding against the target "
+                   "alone), then acceptance against the release's (at most --acceptance-tolerance lower); "
+                   "needs --bench-model-draft.")
+@click.option("--bench-model-draft", metavar="PATH",
+              help="With --workload-check: the draft model's path on the runner.")
+@click.option("--acceptance-tolerance", type=click.FloatRange(0, 1), default=0.02, show_default=True,
+              help="With --workload-check: how far (absolute, 0-1) the nightly's acceptance rate may fall below "
+                   "the release's.")
 @click.option("--sign", "sign", type=click.Choice(["key", "keyless"]), default="key", show_default=True,
               help="How the jobs sign what they push: key (the PEM of `buildkit keys generate` in the "
                    "LLAMA_BUILDKIT_SIGN_KEY secret; unset, nothing is signed) or keyless (cosign with the job's "
@@ -80,7 +90,8 @@ def github(out_path: str | None, cron: str | None, username_secret: str, passwor
            install_spec: str | None, buildkit_repo: str | None, buildkit_ref: str | None, runners: tuple[str, ...],
            plan_runner: str, layer_cache: str, bench_runner: str | None, bench_model: str | None,
            bench_profile: str | None, bench_variant: str | None, max_slowdown: float, bench_runs: int | None,
-           bench_max_tokens: int | None, gpu_check: bool, sign: str, no_ccache: bool, no_free_disk: bool, force: bool,
+           bench_max_tokens: int | None, gpu_check: bool, workload_check: bool, bench_model_draft: str | None,
+           acceptance_tolerance: float, sign: str, no_ccache: bool, no_free_disk: bool, force: bool,
            to_stdout: bool, **kwargs: Any) -> None:
     """Write the GitHub Actions workflow running the nightly daily and on demand: a plan job, one
     build job per variant and platform, and a job that tags the nightly from their digests.
@@ -138,9 +149,14 @@ def github(out_path: str | None, cron: str | None, username_secret: str, passwor
             if gated.platform_split:  # each platform's job pushes its own; no index is made of them
                 raise ConfigError(f"--gpu-check: {bench_variant} is built for several platforms, and the gate takes "
                                   "one platform's tests image; gate a variant of one platform")
-    elif bench_model or bench_profile or bench_runs or bench_max_tokens or gpu_check:
-        raise ConfigError("--bench-model, --bench-profile, --bench-runs, --bench-max-tokens and --gpu-check go "
-                          "with --bench-runner")
+        if workload_check and not (bench_profile and bench_model_draft):
+            raise ConfigError("--workload-check runs the nightly with --bench-profile's arguments and compares its "
+                              "drafter with the target alone: give --bench-profile and --bench-model-draft")
+        if bench_model_draft and not workload_check:
+            raise ConfigError("--bench-model-draft goes with --workload-check")
+    elif bench_model or bench_profile or bench_runs or bench_max_tokens or gpu_check or workload_check:
+        raise ConfigError("--bench-model, --bench-profile, --bench-runs, --bench-max-tokens, --gpu-check and "
+                          "--workload-check go with --bench-runner")
     cache_budget(variants, layer_cache, ccache=not no_ccache)
     notes: tuple[str, ...] = ()
     if install_spec:
@@ -158,7 +174,9 @@ def github(out_path: str | None, cron: str | None, username_secret: str, passwor
                               bench_image=repository.name, bench_variant=bench_variant, bench_model=bench_model or "",
                               bench_profile=bench_profile or "", max_slowdown=max_slowdown,
                               bench_runs=bench_runs or 0, bench_max_tokens=bench_max_tokens or 0,
-                              gpu_check=gpu_check, sign=sign)
+                              gpu_check=gpu_check, workload_check=workload_check,
+                              bench_model_draft=bench_model_draft or "", acceptance_tolerance=acceptance_tolerance,
+                              sign=sign)
     if cfg.origins["image.name"] == "--image":
         options = replace(options, image=cfg.image.name)
     options = replace(options, config=config_in_repo(cfg.path, Path.cwd()))

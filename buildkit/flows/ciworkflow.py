@@ -111,6 +111,11 @@ class WorkflowOptions:
     bench_runs: int = 0  # bench --runs (0: bench's default, 3)
     bench_max_tokens: int = 0  # bench --max-tokens (0: bench's default, 800)
     gpu_check: bool = False  # with bench_runner: gpu-check the nightly's tests image against the release's first
+    # with bench_runner, after gpu-check: workload-check the nightly with bench_profile (lossless, then acceptance
+    # against the release's within acceptance_tolerance); bench_model_draft is the drafter's path on the runner
+    workload_check: bool = False
+    bench_model_draft: str = ""
+    acceptance_tolerance: float = 0.02
     # signing: "key" (the PEM in the LLAMA_BUILDKIT_SIGN_KEY secret; unset, nothing is signed) or "keyless"
     # (cosign with the job's OIDC identity, id-token: write; buildkit writes the predicates it attests)
     sign: str = "key"
@@ -209,7 +214,8 @@ def render_workflow(options: WorkflowOptions, directory: Path | None = None) -> 
     for name, value in (("--image", options.image), ("--cache-ref", options.cache_ref),
                         ("--bench-runner", options.bench_runner), ("--bench-variant", options.bench_variant),
                         ("--bench-image", options.bench_image),
-                        ("--bench-model", options.bench_model), ("--bench-profile", options.bench_profile)):
+                        ("--bench-model", options.bench_model), ("--bench-profile", options.bench_profile),
+                        ("--bench-model-draft", options.bench_model_draft)):
         if value:
             _check(name, value)
     if options.bench_variant and not _WORD.fullmatch(options.bench_variant):  # unquoted in a run line
@@ -225,6 +231,10 @@ def render_workflow(options: WorkflowOptions, directory: Path | None = None) -> 
     for name, count in (("--bench-runs", options.bench_runs), ("--bench-max-tokens", options.bench_max_tokens)):
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise ConfigError(f"{name} {count!r} is not a positive whole number")
+    if options.workload_check and not (options.bench_runner and options.bench_profile and options.bench_model_draft):
+        raise ConfigError("--workload-check needs --bench-runner, --bench-profile and --bench-model-draft")
+    if not 0 <= options.acceptance_tolerance <= 1:
+        raise ConfigError(f"--acceptance-tolerance {options.acceptance_tolerance:g} is not a fraction (0-1)")
     if not 0 <= options.max_slowdown <= 100:
         raise ConfigError(f"--max-slowdown {options.max_slowdown:g} is not a percentage (0-100)")
     bench_labels = [label.strip() for label in options.bench_runner.split(",")] if options.bench_runner else []
@@ -247,6 +257,8 @@ def render_workflow(options: WorkflowOptions, directory: Path | None = None) -> 
         bench_old=f"{options.bench_image}:{options.bench_variant}", bench_variant=options.bench_variant,
         bench_model=options.bench_model, bench_profile=options.bench_profile, max_slowdown=f"{options.max_slowdown:g}",
         bench_runs=options.bench_runs, bench_max_tokens=options.bench_max_tokens, gpu_check=options.gpu_check,
+        workload_check=options.workload_check, bench_model_draft=options.bench_model_draft,
+        acceptance_tolerance=f"{options.acceptance_tolerance:g}",
         ccache=options.ccache, free_disk=options.free_disk, ccache_dir=CCACHE_DIR,
         builder_driver=options.builder_driver, timeout_minutes=int(options.timeout_minutes),
         username=("${{ github.actor }}" if options.username_secret == "GITHUB_TOKEN"

@@ -283,6 +283,45 @@ def test_gpu_check_runs_before_the_bench_on_the_tests_images_assemble_hands_it_b
     assert refused.returncode == 1 and "go with --bench-runner" in refused.stderr
 
 
+def test_the_workload_checks_run_after_gpu_check_and_before_the_bench(tmp_path):
+    """--workload-check (issue 46 item 3): the GPU job checks, in order, the kernel suite (gpu-check), the lossless
+    check, the acceptance against the release's, then speed; each one step with no continue-on-error (a failure ends
+    the job before the promotion), each one line of the step summary."""
+    (tmp_path / "buildkit.toml").write_text('schema_version = 1\n[image]\nname = "ghcr.io/acme/l"\n'
+                                            'default_variant = "cuda13.1-sm120"\n[matrix]\narchs = ["sm_120"]\n'
+                                            '[profiles.dflash]\nargs = ["--spec-type", "dflash"]\nneeds_draft = true\n')
+    base = ("--stdout", "--bench-runner", "gpu", "--bench-model", "/m/t.gguf", "--gpu-check")
+    plain = yaml.safe_load(run_cli(tmp_path, *base).stdout)["jobs"]["bench"]
+    assert not any("workload-check" in s.get("run", "") for s in plain["steps"])  # off unless asked for
+    proc = run_cli(tmp_path, *base, "--workload-check", "--bench-profile", "dflash", "--bench-model-draft",
+                   "/m/d.gguf", "--acceptance-tolerance", "0.05")
+    assert proc.returncode == 0, proc.stderr
+    steps = yaml.safe_load(proc.stdout)["jobs"]["bench"]["steps"]
+    ids = [s.get("id") for s in steps if s.get("id")]
+    assert ids == ["gpucheck", "lossless", "acceptance", "gate"], ids
+    by_id = {s["id"]: s for s in steps if s.get("id")}
+    for step in by_id.values():
+        assert "continue-on-error" not in step and "if" not in step
+    assert by_id["lossless"]["run"] == (
+        'buildkit workload-check --config "buildkit.toml" "ghcr.io/acme/l:nightly-cuda13.1-sm120" --profile "dflash" '
+        '--model "/m/t.gguf" --model-draft "/m/d.gguf" --checks lossless --json workload-lossless.json '
+        '--step-summary "$GITHUB_STEP_SUMMARY"')
+    acceptance = by_id["acceptance"]["run"]
+    assert '"ghcr.io/acme/l:cuda13.1-sm120" --profile "dflash"' in acceptance  # the release, measured here first
+    assert "set -- --compare workload-release.json" in acceptance and "--tolerance 0.05" in acceptance
+    lines = next(s for s in steps if s["name"] == "The gate in the step summary (one line a check)")
+    assert lines["env"]["LOSSLESS"] == "${{ steps.lossless.outcome }}"
+    assert lines["env"]["ACCEPTANCE"] == "${{ steps.acceptance.outcome }}"
+    assert "- acceptance (at most 0.05 below the release's): ${ACCEPTANCE:-not run}" in lines["run"]
+    for args, message in ((("--workload-check",), "give --bench-profile and --bench-model-draft"),
+                          (("--workload-check", "--bench-profile", "dflash"), "--bench-model-draft"),
+                          (("--bench-model-draft", "/m/d.gguf"), "--bench-model-draft goes with --workload-check")):
+        refused = run_cli(tmp_path, *base, *args)
+        assert refused.returncode == 1 and message in refused.stderr, refused.stderr
+    refused = run_cli(tmp_path, "--stdout", "--workload-check")
+    assert refused.returncode == 1 and "go with --bench-runner" in refused.stderr
+
+
 BIG_CUDA = ('[matrix]\narchs = ["sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"]\n'
             'cuda_versions = ["12.8", "13.1"]\n')
 
@@ -347,14 +386,18 @@ def lint(actionlint: list[str], path: Path) -> subprocess.CompletedProcess:
      "--bench-runs", "2", "--bench-max-tokens", "64", "--max-slowdown", "2.5", "--no-ccache"),
     ("--sign", "keyless"), ("--sign", "keyless", "--image", "ghcr.io/acme/x", "--layer-cache", "gha"),
     ("--bench-runner", "self-hosted,linux,x64", "--bench-model", "/models/m.gguf", "--gpu-check"),
+    ("--bench-runner", "self-hosted,linux,x64", "--bench-model", "/models/m.gguf", "--gpu-check",
+     "--workload-check", "--bench-profile", "dflash", "--bench-model-draft", "/models/d.gguf"),
 ], ids=["registry", "gha", "bare", "ghcr", "two-platforms", "self-hosted", "bench-gate", "bench-gate-runs",
-        "keyless", "keyless-ghcr", "gpu-check"])
+        "keyless", "keyless-ghcr", "gpu-check", "workload-check"])
 def test_generated_workflow_passes_actionlint(tmp_path, actionlint, args):
     toml = 'schema_version = 1\n[image]\nname = "registry.example.com/team/l"\n'
     if args == ("two-platforms",):
         toml, args = toml + '[build]\nplatform = "linux/amd64,linux/arm64"\n[matrix]\narchs = ["cpu"]\n', ()
     if "--gpu-check" in args:  # the gate of the cpu variant tests the CPU backend (the CPU stand-in's)
         toml += '[gpu_check]\nbackend = "CPU"\n'
+    if "--workload-check" in args:
+        toml += '[profiles.dflash]\nargs = ["--spec-type", "dflash"]\nneeds_draft = true\n'
     (tmp_path / "buildkit.toml").write_text(toml)
     proc = run_cli(tmp_path, *args)
     assert proc.returncode == 0, proc.stderr
