@@ -101,6 +101,13 @@ def test_a_build_key_tag_pointed_at_another_image_is_reported_and_nothing_is_sig
     assert "6.6.6-cpu" not in after  # no release tag; every other tag where it was
     assert (project / "buildkit.lock").read_text() == lock_before  # nothing recorded
     assert "buildx build" not in owner["log"].read_text()
+    # `push` (the engine's image of the lock's entry) takes the same path, and stops the same way
+    pushed = buildkit(project, env, "push")
+    assert pushed.returncode == 1 and pushed.stderr.count("error:") == 1, pushed.stdout + pushed.stderr
+    assert "tampered" in pushed.stderr and evil in pushed.stderr
+    with RegistryClient(host) as client:
+        assert tag_digests(client, REPO) == after and client.head_manifest(REPO, cf.tag_for(evil, "sig")) is None
+    assert (project / "buildkit.lock").read_text() == lock_before
     with RegistryClient(host) as client:  # the owner's own image back under its tag: reused again
         body, media_type, _ = client.get_manifest(REPO, owner["digest"])
         client.put_manifest(REPO, bk, body, media_type)
@@ -192,3 +199,59 @@ def test_a_fresh_machine_completes_a_publication_cut_short(owner, release, tmp_p
         tags = tag_digests(client, repo)
     assert {"6.6.5-cpu", "6.6-cpu", "6-cpu", "cpu", "latest"} <= set(tags) and key_tag(tags)
     assert {tags[t] for t in tags if not t.startswith("sha256-")} == {owner["digest"]}
+
+
+def test_an_index_proves_ours_by_its_own_signature_and_each_of_its_images(registry_plain, tmp_path):
+    """A multi-platform build's index (release/ownership.py index_signature_proof): our key signed the index
+    with a provenance of this commit and these platforms, and each image it lists with a provenance of its
+    platform's build key. One image that is not (another key's, or none) and the index is not ours."""
+    from buildkit.core.errors import BuildkitError
+    from buildkit.oci.ociindex import PlatformManifest, index_document
+    from buildkit.oci.ocilayout import OCI_INDEX
+    from buildkit.release.ownership import index_signature_proof
+    from buildkit.release.provenance import BUILD_TYPE, PREDICATE_TYPE, RunDetails, index_provenance_statement
+    from buildkit.release.signing import Attestation, sign_image
+    from buildkit.release.signkeys import load_signing_key
+    from test_nightly_assemble import push_image
+
+    repo, commit = "owner/index", "c" * 40
+    generate_keys(tmp_path / "k.key", tmp_path / "k.pub")
+    generate_keys(tmp_path / "o.key", tmp_path / "o.pub")
+    ours, other = load_signing_key(tmp_path / "k.key", env={}), load_signing_key(tmp_path / "o.key", env={})
+    assert ours is not None and other is not None
+    platforms = [("linux/amd64", {"build_key": "a" * 64, "commit": commit}),
+                 ("linux/arm64", {"build_key": "b" * 64, "commit": commit})]
+
+    def statement(digest: str, params: dict) -> bytes:
+        return json.dumps({"_type": "https://in-toto.io/Statement/v1", "predicateType": PREDICATE_TYPE,
+                           "subject": [{"name": "x", "digest": {"sha256": digest.split(":")[1]}}],
+                           "predicate": {"buildDefinition": {
+                               "buildType": BUILD_TYPE, "externalParameters": {"commit": params["commit"]},
+                               "internalParameters": {"build_key": params["build_key"]},
+                               "resolvedDependencies": []}}}).encode()
+
+    with RegistryClient(registry_plain.host) as client:
+        manifests = []
+        for (platform, params), signer in zip(platforms, (ours, other), strict=True):
+            digest = push_image(client, platform.split("/")[1], f"img-{platform.split('/')[1]}", repo=repo)
+            sign_image(client, repo, digest, signer, [Attestation(PREDICATE_TYPE, statement(digest, params))])
+            body, media_type, _ = client.get_manifest(repo, digest)
+            manifests.append(PlatformManifest.of_body(platform, digest, body, media_type))
+        document = index_document(manifests)
+        index = client.put_manifest(repo, "v1", document, OCI_INDEX)
+        listed = [(p, m.digest) for (p, _), m in zip(platforms, manifests, strict=True)]
+        sign_image(client, repo, index, ours, [Attestation(PREDICATE_TYPE, index_provenance_statement(
+            f"{registry_plain.host}/{repo}", index, listed, commit=commit, version="1.0.0",
+            run=RunDetails("t", "", "")))])
+        public = ours.key.public_key()
+        with pytest.raises(BuildkitError, match="its linux/arm64 image .* no signature of"):
+            index_signature_proof(client, repo, index, public, commit=commit, platforms=platforms)
+        arm = manifests[1].digest
+        sign_image(client, repo, arm, ours, [Attestation(PREDICATE_TYPE, statement(arm, platforms[1][1]))])
+        proof = index_signature_proof(client, repo, index, public, commit=commit, platforms=platforms)
+        assert proof.how == "signature" and proof.version == "1.0.0" and proof.digest == index
+        with pytest.raises(BuildkitError, match="not of this commit"):
+            index_signature_proof(client, repo, index, public, commit="d" * 40, platforms=platforms)
+        swapped = [platforms[0], ("linux/arm64", {**platforms[1][1], "build_key": "e" * 64})]
+        with pytest.raises(BuildkitError, match="build_key is not these inputs'"):
+            index_signature_proof(client, repo, index, public, commit=commit, platforms=swapped)
