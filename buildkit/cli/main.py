@@ -138,6 +138,9 @@ def main() -> None:
 
     Settings come from buildkit.toml, then LLAMA_BUILDKIT_* variables, then flags.
     """
+    from buildkit.release.signkeys import withhold_key_env
+
+    withhold_key_env()  # the signing key's PEM is read from here, and no child process inherits it
 
 
 main.commands = LazyCommands()

@@ -127,7 +127,7 @@ def nightly(as_json: bool, summary_path: str | None, date: str | None, force: bo
     if version:
         kwargs["image_version"] = version
     cfg = resolve(kwargs)
-    key = None if plan_only else signing_key(cfg, sign_key)  # read before any build: a bad key stops first
+    key = signing_key(cfg, sign_key)  # read before any build: a bad key stops first (--plan: checks what it skips)
     if plan_only or job_unit:
         _ci_step(cfg, as_json, summary_path, plan_only, runners, job_unit, date, force, not no_verify, key,
                  Path(attest_dir) if attest_dir else None)
@@ -203,7 +203,8 @@ def _ci_step(cfg: ResolvedConfig, as_json: bool, summary_path: str | None, plan_
     from buildkit.flows.nightlysummary import write_summaries
 
     if plan_only:
-        plan = plan_nightly(cfg, runners=parse_runners(runners) or dict(DEFAULT_RUNNERS), date=date, force=force)
+        plan = plan_nightly(cfg, runners=parse_runners(runners) or dict(DEFAULT_RUNNERS), date=date, force=force,
+                            key=sign_key.key.public_key() if sign_key is not None else None)
         outputs = github_outputs(plan)
         units = [u.id for u in plan.units]
         line = (f"to build from {plan.commit[:12]} as {plan.version}: {' '.join(units)}" if units else

@@ -61,6 +61,8 @@ def reproduce(target: str, build_key: str | None, config_path: str | None, patch
     if sign_key is not None and not attest:
         raise ConfigError("--sign-key goes with --attest")
     key = load_signing_key(sign_key) if attest else None  # read first: a bad key stops before the rebuild
+    if key is not None and key.warning:
+        click.echo(f"warning: {key.warning}", err=True)
     if attest and key is None:
         raise ConfigError("--attest signs with the rebuilder's own key: give --sign-key FILE or set "
                           "LLAMA_BUILDKIT_SIGN_KEY")

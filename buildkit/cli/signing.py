@@ -25,7 +25,10 @@ def signing_key(cfg: ResolvedConfig, flag: Path | None) -> SigningKey | None:
     LLAMA_BUILDKIT_SIGN_KEY, else None. Read before anything is built or pushed: a bad key stops first."""
     from buildkit.release.signkeys import load_signing_key
 
-    return load_signing_key(flag or cfg.sign.key_file)
+    key = load_signing_key(flag or cfg.sign.key_file)
+    if key is not None and key.warning:
+        click.echo(f"warning: {key.warning}", err=True)
+    return key
 
 
 @click.group()
@@ -41,13 +44,14 @@ def generate(out: Path) -> None:
     """Write a new key pair: the private key (never printed) and its public key (cosign verify --key)."""
     from buildkit.plan.config import KEY_BY_NAME
     from buildkit.plan.starter import toml_value
-    from buildkit.release.signkeys import KEY_ENV, generate_keys
+    from buildkit.release.signkeys import KEY_ENV, generate_keys, key_pair_paths
 
-    public = out.with_suffix(".pub")
-    generate_keys(out, public)
+    private, public = key_pair_paths(out)
+    generate_keys(private, public)
     setting = KEY_BY_NAME["sign.key_file"]
-    click.echo(f"wrote {out} (private, 0600; sign with it: {setting.name} = {toml_value(str(out))} in buildkit.toml, "
-               f"{setting.env_var}, --sign-key, or its PEM in {KEY_ENV}) and {public}")
+    click.echo(f"wrote {private} (private, 0600; sign with it: {setting.name} = {toml_value(str(private))} in "
+               f"buildkit.toml, {setting.env_var}, --sign-key, or its PEM in {KEY_ENV}) and {public} (public, 0644: "
+               "cosign verify --key, buildkit verify-image --key)")
 
 
 @click.command("verify-image", cls=BuildkitCommand)

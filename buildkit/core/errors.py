@@ -53,6 +53,11 @@ class RegistryError(BuildkitError):
     """A container registry cannot be reached, refuses a request or answers nonsense."""
 
 
+class TamperedError(RegistryError):
+    """A registry's tag names an image this project cannot prove it published: not the digest its lock recorded
+    for the build key, and not signed by its key with a provenance of these inputs (release/ownership.py)."""
+
+
 class AuthError(RegistryError):
     """A registry (or its token service) wants credentials we do not have, or rejects ours."""
 

@@ -143,12 +143,18 @@ def _target(path: Path) -> tuple[Path, int | None]:
     return real, stat.S_IMODE(st.st_mode)
 
 
-def write_whole(path: Path | str, data: str | bytes, *, private: bool = False) -> None:
+def write_whole(path: Path | str, data: str | bytes, *, private: bool = False, mode: int | None = None,
+                replace: bool = True) -> None:
     """Replace path with data (text is written as UTF-8), whole or not at all. Raises OSError: the
-    file is then as it was, and no temporary is left. private: mode 0600 from its creation (a secret key)."""
+    file is then as it was, and no temporary is left. private: mode 0600 from its creation (a secret key);
+    mode: this mode whatever the umask; replace=False: FileExistsError when path exists (or is a link),
+    checked by the link that puts the file in place, so a file made meanwhile is never replaced either."""
     path = Path(path)
-    target, mode = _target(path)
-    mode = 0o600 if private else mode
+    if not replace:
+        target, old = path, None
+    else:
+        target, old = _target(path)
+    mode = 0o600 if private else mode if mode is not None else old
     folder = target.parent
     sweep(folder)
     name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}-{target.name[:100]}"
@@ -167,7 +173,11 @@ def write_whole(path: Path | str, data: str | bytes, *, private: bool = False) -
             while view:
                 view = view[os.write(fd, view):]
             os.fsync(fd)
-            os.replace(tmp, target)
+            if replace:
+                os.replace(tmp, target)
+            else:  # link(2) never replaces: EEXIST for a file, a link or a folder already there
+                os.link(tmp, target, follow_symlinks=False)
+                os.unlink(tmp)
         except BaseException:
             try:
                 os.unlink(tmp)

@@ -38,6 +38,8 @@ from buildkit.release.signkeys import SigningKey
 if TYPE_CHECKING:
     from buildkit.flows.matrix import IndexBuild
     from buildkit.oci.registry import RegistryClient
+    from buildkit.release.ownership import Proof
+    from buildkit.release.publish import Prover
 from buildkit.plan.tags import build_key_tag, check_tag, next_version, parse_version, platform_suffix
 from buildkit.plan.tagset import release_tags
 from buildkit.release.artifact import Index
@@ -146,8 +148,9 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
             client = stack.enter_context(client_for(repository.registry))
             is_default = variant == default_variant(cfg)
             found = index_signer(sign_key, commit=commit, version=version or "") if sign_key is not None else None
+            mine = _index_prover(client, repository.repository, cfg.lock.path, key, commit, prepared, sign_key)
             reused = None if force else reuse_published(client, repository, key, variant, commit, is_default,
-                                                        extra_tags, found)
+                                                        extra_tags, found, prove=mine, version=version)
             if reused is not None:
                 done, version, tags = reused
                 versioned = [(p, replace(pr, plan=with_version(pr, version))) for p, _, pr in prepared]
@@ -208,6 +211,24 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
                            platforms=tuple(builds), tags=local_tags if load else (), lock_path=lock_path,
                            version=version or first_request.version, pushed=pushed, added=tuple(added),
                            signed=signed)
+
+
+def _index_prover(client: RegistryClient, repo: str, lock_path: Path, key: str, commit: str,
+                  prepared: list[tuple[str, ResolvedConfig, Prepared]], sign_key: SigningKey | None) -> Prover:
+    """The proof that an index a tag names is ours (release/ownership.py): the lock recorded it for this build
+    key, or our key signed it with a provenance of this commit and these platforms, and each image it lists
+    with a provenance of its platform's inputs."""
+    from buildkit.release.ownership import index_signature_proof, key_parameters, prove
+
+    lock = read_lock(lock_path)
+    public = sign_key.key.public_key() if sign_key is not None else None
+    platforms = [(p, key_parameters(lock_entry(pr, BuildResult("", "", (), 0.0)))) for p, _, pr in prepared]
+
+    def mine(ref: str, digest: str) -> Proof:
+        return prove(ref, digest, lock, key, public, lambda k: index_signature_proof(
+            client, repo, digest, k, commit=commit, platforms=platforms))
+
+    return mine
 
 
 def _published_platforms(client: RegistryClient, repo: str, digest: str,

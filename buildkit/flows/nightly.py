@@ -201,7 +201,8 @@ def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = F
         head = ls_remote_head(url, branch, auth=auth)
         summary.new_commit = head
         with client_for(repository.registry) as client:
-            previous = previous_builds(client, repository, variants, lock_path, url, branch)
+            previous = previous_builds(client, repository, variants, lock_path, url, branch,
+                                       sign_key.key.public_key() if sign_key is not None else None)
             summary.check_seconds = time.monotonic() - start
             summary.old_commit = old_commit_of(previous)
             reasons = stale_variants(previous, variants, head, queue.sha256, url, force)

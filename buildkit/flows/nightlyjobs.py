@@ -49,6 +49,8 @@ from buildkit.release.artifact import Published
 from buildkit.release.signkeys import SigningKey
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     from buildkit.engine.api import OutStream
     from buildkit.flows.pipeline import Prepared
     from buildkit.oci.imageref import ImageRef
@@ -112,8 +114,9 @@ def _unit_entry(v: Variant, runners: dict[str, str], reason: str) -> PlannedUnit
 
 
 def plan_nightly(cfg: ResolvedConfig, *, runners: dict[str, str], date: str | None = None,
-                 force: bool = False) -> NightlyPlan:
-    """What tonight's jobs are: the head, the version, and the units that need a build (the matrix)."""
+                 force: bool = False, key: ec.EllipticCurvePublicKey | None = None) -> NightlyPlan:
+    """What tonight's jobs are: the head, the version, and the units that need a build (the matrix). With key,
+    a nightly image the lock does not record must be signed by it to be skipped (nightlyprevious.py)."""
     from buildkit.flows.cudacontexts import check_cuda_available
     from buildkit.source.patches import load_patch_queue
 
@@ -129,7 +132,7 @@ def plan_nightly(cfg: ResolvedConfig, *, runners: dict[str, str], date: str | No
     queue = load_patch_queue(patch_dir(cfg), required=queue_required(cfg))
     head = ls_remote_head(url, branch, auth=split_credentials(cfg.source.url)[1])
     with client_for(repository.registry) as client:
-        previous = previous_builds(client, repository, variants, cfg.lock.path, url, branch)
+        previous = previous_builds(client, repository, variants, cfg.lock.path, url, branch, key)
         reasons = stale_variants(previous, variants, head, queue.sha256, url, force)
         todo = [v for v in variants if reasons[v.key]]
         version = nightly_version(client.list_tags(repository.repository), [v.key for v in variants], date) \
@@ -356,6 +359,9 @@ def _tag_variant(client: RegistryClient, repository: ImageRef, plan: NightlyPlan
     from buildkit.release.publish import publish
 
     repo = repository.repository
+    if sign_key is not None:  # nothing is tagged or signed here that the jobs did not build and sign
+        for u, r in zip(units, got, strict=True):
+            _check_job_image(client, repo, sign_key, plan, u, r)
     tags = nightly_tags(plan.version, plan.commit, entry.variant)
     if not any(u.split for u in units):
         return publish(client, repository, Image(got[0].digest, platform=units[0].platform), tags)
@@ -369,3 +375,18 @@ def _tag_variant(client: RegistryClient, repository: ImageRef, plan: NightlyPlan
     index = Index(sha256_digest(document), document=document, platforms=tuple(u.platform for u in units))
     signer = index_signer(sign_key, commit=plan.commit, version=plan.version) if sign_key is not None else None
     return publish(client, repository, index, tags, signer=signer)  # (each job signed its own image)
+
+
+def _check_job_image(client: RegistryClient, repo: str, key: SigningKey, plan: NightlyPlan, unit: PlannedUnit,
+                     result: JobResult) -> None:
+    """That the digest a job's result names is signed by key with a provenance of the plan's commit and version
+    and the job's build key (release/ownership.py), else the one line saying it is not ours."""
+    from buildkit.core.errors import TamperedError
+    from buildkit.release.ownership import image_signature_proof
+
+    expected = {"commit": plan.commit, "version": plan.version, "build_key": result.build_key}
+    try:
+        image_signature_proof(client, repo, result.digest, key.key.public_key(), expected)
+    except BuildkitError as exc:
+        raise TamperedError(f"{unit.unit}'s job result names {result.digest}, which this project did not publish "
+                            f"({exc}): tampered? nothing was tagged or signed") from None

@@ -10,6 +10,11 @@ patch set and, from the same response, every recorded input (plan/inputs.py from
 A variant is up to date when its image was built from the head commit with the current patch set
 and every input its config decides (plan/configinputs.py) is what the config makes now; an input
 the image predates counts as its declared `absent` value.
+
+Labels are the image's word about itself, and a tag is a pointer anyone with push rights can move (issue 48).
+With a signing key, an image the lock does not vouch for counts only when the key signed its digest and
+attached a provenance of the commit its labels name (release/ownership.py); any other image is not ours:
+its variant is built anew (the reason says so), and nothing of it is signed, kept or recorded.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from buildkit import __version__
 from buildkit.core.errors import InputsError, LockError
@@ -55,6 +62,7 @@ class Previous:
     known_from: str  # "lock" (the lock holds the registry's digest) or "registry" (image labels)
     inputs: BuildInputs | None = field(default=None, repr=False)  # what it was built with; None: unreadable
     unread: str = ""  # why inputs is None
+    foreign: str = ""  # why the image is not ours (a signing key was given and it is not signed by it)
 
     def to_dict(self) -> dict[str, Any]:
         """What the plan and the summary say of it (the inputs stay out)."""
@@ -118,8 +126,9 @@ def lock_inputs(lock: dict[str, Any], digest: str, platform: str) -> BuildInputs
 
 
 def last_built(client: RegistryClient, repo: str, variant: Variant, record: dict[str, Any] | None,
-               lock: dict[str, Any]) -> Previous | None:
-    """What nightly-<key> in the registry was built from; None when there is no such image."""
+               lock: dict[str, Any], key: ec.EllipticCurvePublicKey | None = None) -> Previous | None:
+    """What nightly-<key> in the registry was built from; None when there is no such image. With key, an
+    image the lock does not record must be signed by it (else Previous.foreign says why not)."""
     info = client.head_manifest(repo, nightly_tag(variant.key))
     if info is None:
         return None
@@ -131,6 +140,12 @@ def last_built(client: RegistryClient, repo: str, variant: Variant, record: dict
     from buildkit.release.publish import image_labels
 
     labels = image_labels(client, repo, info.digest)
+    if key is not None:
+        foreign = _not_signed(client, repo, info.digest, key, labels.get(REVISION_LABEL))
+        if foreign:
+            return Previous(None, None, info.digest, None, "registry",
+                            foreign=f"{nightly_tag(variant.key)} names {info.digest}, which this project did not "
+                                    f"publish ({foreign}): tampered? built anew")
     try:
         recorded, unread = from_labels(labels, f"{repo}:{nightly_tag(variant.key)}"), ""
     except InputsError as exc:
@@ -139,13 +154,34 @@ def last_built(client: RegistryClient, repo: str, variant: Variant, record: dict
                     "registry", recorded, unread)
 
 
+def _not_signed(client: RegistryClient, repo: str, digest: str, key: ec.EllipticCurvePublicKey,
+                commit: str | None) -> str:
+    """Why the image at digest is not one key signed with a provenance of commit ("" when it is)."""
+    from buildkit.core.errors import BuildkitError
+    from buildkit.core.printable import printable
+    from buildkit.release.provenance import PREDICATE_TYPE, signed_definition
+    from buildkit.release.signing import attested_statement, check_signature
+
+    try:
+        check_signature(client, repo, digest, key)
+        definition = signed_definition(attested_statement(client, repo, digest, key, PREDICATE_TYPE)) or {}
+    except BuildkitError as exc:
+        return printable(str(exc))[:300]
+    params = definition.get("externalParameters")
+    if not isinstance(params, dict) or params.get("commit") != commit:
+        return "its signed provenance is not of the commit its labels name"
+    return ""
+
+
 def previous_builds(client: RegistryClient, repository: ImageRef, variants: list[Variant], lock_path: Path,
-                    url: str, branch: str) -> dict[str, Previous | None]:
+                    url: str, branch: str, key: ec.EllipticCurvePublicKey | None = None,
+                    ) -> dict[str, Previous | None]:
     """{variant key: what its nightly tag was built from}: one registry request per variant whose nightly
-    record and lock entry the lock holds, the image's labels (its manifest and config) for the others."""
+    record and lock entry the lock holds, the image's labels (its manifest and config) for the others, and with
+    key their signature and provenance."""
     lock = _lock_of(lock_path)
     record = _record_of(lock, url, branch)
-    return {v.key: last_built(client, repository.repository, v, (record.get("variants") or {}).get(v.key), lock)
+    return {v.key: last_built(client, repository.repository, v, (record.get("variants") or {}).get(v.key), lock, key)
             for v in one_per_key(variants)}
 
 
@@ -166,6 +202,8 @@ def stale_reason(previous: Previous | None, commit: str, patch_set: str, wanted:
     and every config-decided input as wanted)."""
     if previous is None:
         return "no nightly image yet"
+    if previous.foreign:
+        return previous.foreign
     if previous.commit != commit:
         return f"new commit {(previous.commit or 'unknown')[:12]} -> {commit[:12]}"
     if previous.patch_set != patch_set:

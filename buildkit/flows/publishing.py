@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from buildkit.core.errors import ConfigError, LockError, RegistryError
 from buildkit.engine.api import OutStream, get_engine
@@ -23,12 +23,13 @@ from buildkit.plan.buildplan import BuildPlan, make_plan, make_request
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.tags import check_tag, next_version, parse_version
 from buildkit.plan.tagset import release_tags
-from buildkit.release.lock import entry_from_dict, find_entry, read_lock, record
+from buildkit.release.lock import LockEntry, entry_from_dict, find_entry, read_lock, record
+from buildkit.release.ownership import Proof, image_signature_proof, key_parameters, prove
 from buildkit.flows.signpublished import signer_for
 from buildkit.release.artifact import Image, Signer
-from buildkit.release.publish import (VERSION_LABEL, PublishResult, check_immutable_free, default_variant,
-                                      image_labels, local_image_with_key, publish, publish_repository,
-                                      reuse_published, with_extra_tags)
+from buildkit.release.publish import (VERSION_LABEL, Prover, PublishResult, check_immutable_free,
+                                      default_variant, image_labels, local_image_with_key, publish,
+                                      publish_repository, reuse_published, with_extra_tags)
 from buildkit.release.signkeys import SigningKey
 
 
@@ -61,8 +62,9 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
             prepared_context(cfg, request=request, extra_tags=extra_tags) as prepared:
         key, commit = prepared.build_key, prepared.source.commit
         found_signer = _found_signer(prepared, sign_key) if sign_key is not None else None
+        mine = image_prover(client, repo, cfg.lock.path, key, key_parameters(_unbuilt(prepared)), sign_key)
         reused = None if force else reuse_published(client, repository, key, variant, commit, is_default,
-                                                    extra_tags, found_signer)
+                                                    extra_tags, found_signer, prove=mine, version=version)
         if reused is not None:
             done, version, tags = reused
             record(cfg.lock.path, lock_entry(prepared, BuildResult(done.digest, "", (), 0.0)), done, version)
@@ -133,6 +135,26 @@ def built_before(lock_path: Path, key: str) -> tuple[float, float]:
     return 0.0, 0.0
 
 
+def _unbuilt(prepared: Prepared) -> LockEntry:
+    """The prepared unit's lock entry before anything is built: its inputs and build key."""
+    return lock_entry(prepared, BuildResult("", "", (), 0.0))
+
+
+def image_prover(client: RegistryClient, repo: str, lock_path: Path, key: str, expected: dict[str, Any],
+                 sign_key: SigningKey | None) -> Prover:
+    """The proof that the image a tag names is ours (release/ownership.py): the lock at lock_path recorded it
+    for this build key, or sign_key's public half verifies its signature and a provenance of these parameters
+    (ownership.key_parameters)."""
+    lock = read_lock(lock_path)
+    public = sign_key.key.public_key() if sign_key is not None else None
+
+    def mine(ref: str, digest: str) -> Proof:
+        return prove(ref, digest, lock, key, public,
+                     lambda k: image_signature_proof(client, repo, digest, k, expected))
+
+    return mine
+
+
 def _found_signer(prepared: Prepared, key: SigningKey) -> Signer:
     """The signer of an image the registry has under this build key: the prepared inputs, at the version
     its labels say (a publication found again is signed as a new one is)."""
@@ -166,8 +188,10 @@ def push_local(cfg: ResolvedConfig, *, force: bool = False, stream: OutStream | 
     is_default = request.artifact_variant == default_variant(cfg)
     signer = signer_for(recorded, sign_key) if sign_key is not None else None
     with client_for(repository.registry) as client:
+        mine = image_prover(client, repository.repository, lock_path, key, key_parameters(recorded), sign_key)
         reused = None if force else reuse_published(client, repository, key, request.artifact_variant, commit,
-                                                    is_default, signer=signer)
+                                                    is_default, signer=signer, prove=mine, version=version,
+                                                    asked_by=f"the lock's entry {name}")
         if reused is not None:
             done, version, tags = reused
         else:

@@ -24,6 +24,7 @@ from buildkit.oci.registry import RegistryClient, client_for
 from buildkit.release import provenance, sbom
 from buildkit.release.artifact import Signer
 from buildkit.release.lock import LockEntry, entry_dict, entry_from_dict, read_lock
+from buildkit.release.ownership import index_manifests
 from buildkit.release.signing import Attestation, sign_image
 from buildkit.release.signkeys import SigningKey
 
@@ -99,18 +100,6 @@ def index_signer(key: SigningKey, *, commit: str, version: str, entries: Sequenc
         return tuple(written)
 
     return sign
-
-
-def index_manifests(client: RegistryClient, repo: str, digest: str) -> list[tuple[str, str]]:
-    """(platform, manifest digest) of each image the registry's index at digest lists, in its order."""
-    from buildkit.core.errors import RegistryError
-    from buildkit.oci.ocilayout import Descriptor, json_document
-
-    index = json_document(client.get_manifest(repo, digest)[0], f"{client.host}/{repo}@{digest[:19]}",
-                          "image index", RegistryError)
-    listed = [Descriptor.from_json(m) for m in index.get("manifests") or []]
-    return [("/".join(str(d.platform[k]) for k in ("os", "architecture", "variant") if d.platform.get(k)), d.digest)
-            for d in listed]
 
 
 def sign_entry(lock_path: Path, entry_key: str, key: SigningKey) -> Signed:

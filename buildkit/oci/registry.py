@@ -128,7 +128,7 @@ class RegistryClient(RegistryAuth, BlobTransfers, ReferrersAPI):
         self._session.close()
 
     def _fail(self, op: str, what: str) -> RegistryError:
-        return RegistryError(f"registry {self.host}: {op} failed: {what}")
+        return RegistryError(f"registry {self.host}: {op} failed: {one_line(what, 600)}")  # printable: core/printable
 
     def _proxies(self, url: str) -> dict[str, str]:
         if self.loopback:

@@ -19,6 +19,7 @@ import requests
 import urllib3
 
 from buildkit.core.errors import ConfigError, RegistryError
+from buildkit.core.printable import printable
 from buildkit.oci.imageref import DIGEST, REPOSITORY, TAG
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -80,7 +81,8 @@ def deadlines_from(env: Mapping[str, str]) -> dict[str, float]:
 
 
 def one_line(text: str, limit: int = 200) -> str:
-    text = " ".join(text.split())
+    """A registry's text (an error body's message, a header) as one printable line (core/printable.py)."""
+    text = " ".join(printable(text).split())
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
@@ -103,8 +105,8 @@ def error_detail(resp: requests.Response) -> str:
 
 def status_text(resp: requests.Response) -> str:
     text = f"{resp.status_code}"
-    if resp.reason:
-        text += f" {resp.reason}"
+    if resp.reason:  # the server's own words: no control sequence of it reaches the terminal
+        text += f" {one_line(resp.reason, 100)}"
     detail = error_detail(resp)
     return f"{text} ({detail})" if detail else text
 

@@ -162,10 +162,8 @@ def publish_rules(variant_name: str, commit: str | None = None) -> tuple[TagRule
 BUMPS = ("patch", "minor", "major")
 
 
-def next_version(existing_tags: list[str], variant_name: str, bump: str = "patch") -> str:
-    """Bump the highest release V of `V-<variant>` tags; 0.1.0 when there is none."""
-    if bump not in BUMPS:
-        raise ConfigError(f"--bump must be one of {', '.join(BUMPS)}, got {bump!r}")
+def highest_version(existing_tags: list[str], variant_name: str) -> str | None:
+    """The highest release V (no prerelease) among the `V-<variant>` tags; None when there is none."""
     suffix = f"-{variant_name}"
     found = []
     for tag in existing_tags:
@@ -176,7 +174,15 @@ def next_version(existing_tags: list[str], variant_name: str, bump: str = "patch
                 continue
             if not v.prerelease and not v.build:
                 found.append(v)
-    if not found:
+    return str(max(found)) if found else None
+
+
+def next_version(existing_tags: list[str], variant_name: str, bump: str = "patch") -> str:
+    """Bump the highest release V of `V-<variant>` tags; 0.1.0 when there is none."""
+    if bump not in BUMPS:
+        raise ConfigError(f"--bump must be one of {', '.join(BUMPS)}, got {bump!r}")
+    highest = highest_version(existing_tags, variant_name)
+    if highest is None:
         return "0.1.0"
-    highest = max(found)
-    return str({"patch": highest.bump_patch, "minor": highest.bump_minor, "major": highest.bump_major}[bump]())
+    v = semver.Version.parse(highest)
+    return str({"patch": v.bump_patch, "minor": v.bump_minor, "major": v.bump_major}[bump]())

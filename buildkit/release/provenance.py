@@ -24,6 +24,7 @@ from in_toto_attestation.v1.statement import Statement
 
 import buildkit
 from buildkit.core.giturls import vcs_uri
+from buildkit.core.printable import printable
 from buildkit.plan.inputs import INPUTS
 from buildkit.release.lock import LockEntry, entry_dict
 from buildkit.release.sbom import DebPackage, OsRelease, deb_purl
@@ -37,6 +38,7 @@ EXTERNAL = frozenset({"source_url", "commit", "version", "arch", "cuda_version",
                       "platform", "no_vmm", "patches"})
 # What the build produced and reproduce needs besides the inputs: internal parameters too.
 PRODUCED_INPUTS = ("template", "dockerfile_sha256", "cmake_archs", "build_key")
+_ABSENT = object()  # a parameter a signed statement lacks (never equal to a value)
 
 
 def lock_input_names() -> tuple[str, ...]:
@@ -108,23 +110,27 @@ def run_metadata(run: RunDetails) -> dict[str, str]:
     return metadata
 
 
-def provenance_statement(entry: LockEntry, digest: str, image_name: str, run: RunDetails) -> bytes:
-    """The statement (JSON bytes) for the image digest built as entry describes."""
+def build_definition(entry: LockEntry) -> dict[str, Any]:
+    """The predicate's buildDefinition of the image built as entry describes (JSON-ready): what a verifier
+    compares with a lock entry, field by field (definition_differences)."""
     data = entry_dict(entry)
     names = lock_input_names()
     external = {name: data[name] for name in names if name in EXTERNAL}
     internal = {name: data[name] for name in names if name not in EXTERNAL}
     internal.update({name: data[name] for name in PRODUCED_INPUTS if name in data})
+    definition: dict[str, Any] = _plain({
+        "buildType": BUILD_TYPE, "externalParameters": external, "internalParameters": internal,
+        "resolvedDependencies": [json_format.MessageToDict(d.pb) for d in _dependencies(data)]})
+    return definition
+
+
+def provenance_statement(entry: LockEntry, digest: str, image_name: str, run: RunDetails) -> bytes:
+    """The statement (JSON bytes) for the image digest built as entry describes."""
     builder: dict[str, Any] = {"id": BUILDER_ID, "version": {"llama-buildkit": buildkit.__version__}}
     if run.builder_commit:
         builder["version"]["commit"] = run.builder_commit
     predicate = {
-        "buildDefinition": {
-            "buildType": BUILD_TYPE,
-            "externalParameters": external,
-            "internalParameters": internal,
-            "resolvedDependencies": [json_format.MessageToDict(d.pb) for d in _dependencies(data)],
-        },
+        "buildDefinition": build_definition(entry),
         "runDetails": {"builder": builder, "metadata": run_metadata(run)},
     }
     algorithm, _, hexpart = digest.partition(":")
@@ -140,18 +146,25 @@ def provenance_statement(entry: LockEntry, digest: str, image_name: str, run: Ru
 INDEX_BUILD_TYPE = "https://github.com/llama-buildkit/buildkit/buildtypes/index/v1"
 
 
-def index_provenance_statement(image_name: str, digest: str, platforms: Sequence[tuple[str, str]], *,
-                               commit: str, version: str, run: RunDetails) -> bytes:
-    """The statement of a multi-platform index: assembled, byte for byte, from its platforms' images, each a
-    resolved dependency by digest (each image carries its own provenance, from its lock entry's inputs)."""
+def index_build_definition(image_name: str, platforms: Sequence[tuple[str, str]], *, commit: str,
+                           version: str) -> dict[str, Any]:
+    """The buildDefinition of a multi-platform index over platforms ((platform, manifest digest), in order)."""
     name = image_name.rsplit("@", 1)[0]
     external = {"platforms": [p for p, _ in platforms], "commit": commit, "version": version}
     deps = [ResourceDescriptor(uri=f"docker://{name}@{d}", digest={"sha256": d.partition(":")[2]}, name=p)
             for p, d in platforms]
+    definition: dict[str, Any] = _plain({"buildType": INDEX_BUILD_TYPE, "externalParameters": external,
+                                         "resolvedDependencies": [json_format.MessageToDict(d.pb) for d in deps]})
+    return definition
+
+
+def index_provenance_statement(image_name: str, digest: str, platforms: Sequence[tuple[str, str]], *,
+                               commit: str, version: str, run: RunDetails) -> bytes:
+    """The statement of a multi-platform index: assembled, byte for byte, from its platforms' images, each a
+    resolved dependency by digest (each image carries its own provenance, from its lock entry's inputs)."""
     builder: dict[str, Any] = {"id": BUILDER_ID, "version": {"llama-buildkit": buildkit.__version__}}
     predicate = _plain({
-        "buildDefinition": {"buildType": INDEX_BUILD_TYPE, "externalParameters": external,
-                            "resolvedDependencies": [json_format.MessageToDict(d.pb) for d in deps]},
+        "buildDefinition": index_build_definition(image_name, platforms, commit=commit, version=version),
         "runDetails": {"builder": builder, "metadata": run_metadata(run)},
     })
     algorithm, _, hexpart = digest.partition(":")
@@ -165,3 +178,41 @@ def index_provenance_statement(image_name: str, digest: str, platforms: Sequence
 def _plain(value: Any) -> Any:
     """JSON-ready (tuples as lists), for protobuf's Struct."""
     return json.loads(json.dumps(value))
+
+
+def signed_definition(statement: Any) -> dict[str, Any] | None:
+    """The buildDefinition of a signed statement, when it has one that is an object (a predicate that is null,
+    a list or a string has none)."""
+    predicate = statement.get("predicate") if isinstance(statement, dict) else None
+    definition = predicate.get("buildDefinition") if isinstance(predicate, dict) else None
+    return definition if isinstance(definition, dict) else None
+
+
+def definition_differences(statement: Any, expected: Mapping[str, Any],
+                           ignore: frozenset[str] = frozenset()) -> list[str]:
+    """Each field of the signed statement's buildDefinition that is not the expected one, by name
+    ("externalParameters.commit", "resolvedDependencies[3] (base image)"); a parameter the expected definition
+    does not have is one too ("externalParameters.x (unknown)": SLSA's verifiers reject unknown external
+    parameters). ignore: parameter names left out of the comparison. [] when they agree."""
+    definition = signed_definition(statement)
+    if definition is None:
+        return ["predicate.buildDefinition (missing, or not an object)"]
+    differ = [] if definition.get("buildType") == expected.get("buildType") else ["buildType"]
+    for part in ("externalParameters", "internalParameters"):
+        if part not in expected and part not in definition:
+            continue
+        got, want = definition.get(part), expected.get(part) or {}
+        if not isinstance(got, dict):
+            differ.append(f"{part} (not an object)")
+            continue
+        differ += [f"{part}.{name}" for name in want if name not in ignore and got.get(name, _ABSENT) != want[name]]
+        differ += [f"{part}.{printable(str(name))[:60]} (unknown)" for name in got if name not in want]
+    got_deps, want_deps = definition.get("resolvedDependencies"), expected.get("resolvedDependencies") or []
+    if not isinstance(got_deps, list):
+        differ.append("resolvedDependencies (not a list)")
+    elif len(got_deps) != len(want_deps):
+        differ.append(f"resolvedDependencies ({len(got_deps)}, not {len(want_deps)})")
+    else:
+        differ += [f"resolvedDependencies[{i}] ({printable(str(w.get('name', '')))[:60]})"
+                   for i, (g, w) in enumerate(zip(got_deps, want_deps, strict=True)) if g != w]
+    return differ

@@ -1,41 +1,49 @@
-"""Publishing: build key, skip what the registry already has, versions, push, tags by digest.
+"""Publishing: build key, skip what the registry already has (when it proves to be ours), versions, push,
+tags by digest.
 
-The order is what makes a failed push safe to run again:
-1. The build key (hash of every input) is computed before building. If the registry already
-   has `bk-<key>-<variant>`, nothing is built: the missing moving tags are pointed at that digest
-   through the registry API, in seconds.
+The order is what makes a failed push safe to run again, anywhere:
+1. The build key (hash of every input) is computed before building. If the registry already has
+   `bk-<key>-<variant>`, nothing is built, but only when the image behind that tag proves to be ours
+   (release/ownership.py: the lock recorded that digest for this key, or our key signed it with a provenance
+   of these inputs): then the missing tags are pointed at that digest through the registry API, in seconds.
+   Otherwise the tag is reported as tampered, and nothing is signed, tagged or recorded.
 2. Otherwise the image is built and verified locally first (never publish an unverified image),
    or reused when the engine already holds an image with that build key (a previous run that
    failed while pushing), keeping that image's version.
-3. One immutable tag is pushed: a fresh build with the reproducible exporter pushes its OCI
-   archive, the bytes verify checked, through the registry API (ocilayout.push_layout, with the
-   credentials `docker login` stored), so the registry's digest is the archive's and the lock's;
-   an image taken from the engine (or built on the classic store) goes with `docker push`. Every
-   other tag is added by putting that manifest under it, so all tags point at one digest. The
-   build-key tag goes last: it marks a complete publication. With load=False (--no-load) the
-   image does not stay in the engine.
+3. The bytes go up by digest, with no tag on them: a fresh build with the reproducible exporter pushes its
+   OCI archive, the bytes verify checked, through the registry API (ocilayout.push_layout, with the
+   credentials `docker login` stored), so the registry's digest is the archive's and the lock's; an image
+   taken from the engine is saved from it and pushed the same way (only the classic store, whose digest is
+   known after `docker push` alone, goes with `docker push` under the first immutable tag).
+4. The signer signs that digest and attaches its attestations; only then are tags put on it, by putting its
+   manifest under each: the immutable ones, the moving ones, and the build-key tag last (it marks a
+   complete publication). A kill at any point leaves no tag of ours on an unsigned digest, and a re-run,
+   on this machine or a fresh one, finds the bytes there and completes the publication. With load=False
+   (--no-load) the image does not stay in the engine.
 An immutable tag that already points at another digest stops the publication before anything is
 pushed.
 
 `publish()` is that step for every flow and every artifact (release/artifact.py: an image or an
-index, from an archive, the engine, a document or the registry itself); a signer given to it signs
-the digest after the upload and before any moving tag points at it.
+index, from an archive, the engine, a document or the registry itself).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from buildkit.engine.api import ImageInfo, OutStream, get_engine
 from buildkit.plan.config import ResolvedConfig
-from buildkit.core.errors import ConfigError, ImageSourceError, RegistryError
+from buildkit.core.errors import ConfigError, ImageSourceError, RegistryError, TamperedError
+from buildkit.core.printable import printable
 from buildkit.oci.imageref import ImageRef, name_of, parse_image_ref
 from buildkit.plan.buildplan import make_request
 from buildkit.plan.inputs import BUILD_KEY_LABEL
 from buildkit.oci.registry import RegistryClient
-from buildkit.plan.tags import TagSet, build_key_tag, parse_version
+from buildkit.plan.tags import TagSet, build_key_tag, highest_version, normalise_version, parse_version
 from buildkit.plan.tagset import release_tags
 from buildkit.release.artifact import Artifact, Image, Index, Published, Signer, in_registry
+from buildkit.release.ownership import Proof
 
 VERSION_LABEL = "org.opencontainers.image.version"
 
@@ -96,8 +104,10 @@ def _forced(tags: TagSet, tag: str, force: bool) -> bool:
     return force and tags.role(tag) == "build_key"
 
 
-def point_tags(client: RegistryClient, repo: str, digest: str, tags: TagSet, *, force: bool = False) -> list[str]:
-    """Make every tag point at digest; refuse to move an immutable one. Returns the tags changed."""
+def point_tags(client: RegistryClient, repo: str, digest: str, tags: TagSet, *, force: bool = False,
+               elsewhere: list[str] | None = None) -> list[str]:
+    """Make every tag point at digest; refuse to move an immutable one. Returns the tags changed; a first-come
+    tag (sha-…) left on another digest is added to elsewhere."""
     body, media_type, _ = client.get_manifest(repo, digest)
     changed: list[str] = []
     for tag in tags.all:
@@ -105,6 +115,8 @@ def point_tags(client: RegistryClient, repo: str, digest: str, tags: TagSet, *, 
         if current is not None and current.digest == digest:
             continue
         if current is not None and _first_come(tags, tag):
+            if elsewhere is not None:
+                elsewhere.append(tag)
             continue
         if current is not None and tag in tags.immutable and not _forced(tags, tag, force):
             raise RegistryError(f"{repo}:{tag} already points at {current.digest}, not {digest}; "
@@ -170,61 +182,90 @@ def tag_locally(image: ImageInfo, repository: ImageRef, tags: tuple[str, ...]) -
 def publish(client: RegistryClient, repository: ImageRef, artifact: Artifact, tags: TagSet, *,
             force: bool = False, signer: Signer | None = None, stream: OutStream | None = None) -> Published:
     """The one publication path of every flow: no immutable tag may point elsewhere; the artifact's bytes go
-    up under its first immutable tag (unless the registry has them already); the signer signs that digest;
-    then every other tag is put on it, the build-key tag last (it marks a complete publication)."""
+    up by digest (unless the registry has them already); the signer signs that digest and attaches its
+    attestations; then every tag is put on it, the immutable ones first, the build-key tag last (it marks a
+    complete publication). Published.pushed names the tags that point at the digest (a first-come sha tag
+    that names another build's image is not among them)."""
     repo = repository.repository
     check_immutable_free(client, repo, tags, artifact.digest or None, force=force)
     if in_registry(artifact):
         if client.head_manifest(repo, artifact.digest) is None:
             raise RegistryError(f"{repository.name}@{artifact.digest} is not in the registry: nothing to tag")
-        digest, uploaded, rest = artifact.digest, [], tags
+        digest, tagged = artifact.digest, None
     else:
-        first = tags.immutable[0]
-        before = client.head_manifest(repo, first)
-        digest = _upload(client, repository, artifact, first, stream)
-        uploaded = [] if before is not None and before.digest == digest else [first]  # added: what moved
-        rest = tags.only(tags.all[1:])
+        digest, tagged = _upload(client, repository, artifact, tags, stream)
     signed = signer(client, repository, digest) if signer is not None else ()
-    key_tags = tuple(t for t in rest.all if rest.role(t) == "build_key")
-    added = uploaded + point_tags(client, repo, digest, rest.only(tuple(t for t in rest.all if t not in key_tags)),
-                                  force=force)
-    added += point_tags(client, repo, digest, rest.only(key_tags), force=force)
-    return Published(digest, tuple(added), tuple(f"{repository.name}:{t}" for t in tags.all), tuple(signed))
+    key_tags = tuple(t for t in tags.all if tags.role(t) == "build_key")
+    elsewhere: list[str] = []
+    added = [tagged] if tagged is not None else []
+    for group in (tuple(t for t in tags.immutable if t not in key_tags), tags.moving, key_tags):
+        added += point_tags(client, repo, digest, tags.only(tuple(t for t in group if t != tagged)), force=force,
+                            elsewhere=elsewhere)
+    return Published(digest, tuple(added), tuple(f"{repository.name}:{t}" for t in tags.all if t not in elsewhere),
+                     tuple(signed))
 
 
-def _upload(client: RegistryClient, repository: ImageRef, artifact: Artifact, tag: str,
-            stream: OutStream | None) -> str:
-    """The artifact's bytes under tag; the digest the registry stored, checked against the artifact's."""
+def _upload(client: RegistryClient, repository: ImageRef, artifact: Artifact, tags: TagSet,
+            stream: OutStream | None) -> tuple[str, str | None]:
+    """The artifact's bytes in the registry by digest, checked against the artifact's: (the digest, the tag the
+    upload had to write: docker push of the classic store's image, else None)."""
     from buildkit.oci.ocilayout import OCI_INDEX, OciArchive, push_layout
     from buildkit.oci.ociindex import push_index
 
     repo = repository.repository
+    if artifact.digest and client.head_manifest(repo, artifact.digest) is not None:
+        return artifact.digest, None  # a re-run: the bytes are there (their tags are put by the caller)
+    tagged = None
     if isinstance(artifact, Index):
         if artifact.archive is not None:
-            digest = push_index(client, repo, artifact.archive, [tag])
+            digest = push_index(client, repo, artifact.archive, [artifact.digest])
         else:
             assert artifact.document is not None
-            there = client.head_manifest(repo, tag)  # a re-run of the night finds it there and puts nothing
-            digest = there.digest if there is not None and there.digest == artifact.digest else \
-                client.put_manifest(repo, tag, artifact.document, OCI_INDEX)
+            digest = client.put_manifest(repo, artifact.digest, artifact.document, OCI_INDEX)
     elif artifact.archive is not None:
         with OciArchive(artifact.archive) as layout:
             image = layout.image(None)
             if artifact.digest and image.manifest_digest != artifact.digest:
                 raise RegistryError(f"the archive {artifact.archive} holds {image.manifest_digest}, "
                                     f"not the built {artifact.digest}")
-            digest = push_layout(client, repo, image, [tag])
-    else:
+            digest = push_layout(client, repo, image, [image.manifest_digest])
+    elif artifact.digest and get_engine().image_store() != "classic":
         assert artifact.engine_ref is not None
-        get_engine().tag(artifact.engine_ref, f"{repository.name}:{tag}")
-        docker_push(f"{repository.name}:{tag}", stream)
-        pushed = client.head_manifest(repo, tag)
+        digest = _push_engine_image(client, repo, artifact.engine_ref, artifact.digest)
+    else:  # the classic store: the manifest pushed exists only once docker push made it, under a tag
+        assert artifact.engine_ref is not None
+        first = tags.immutable[0]
+        before = client.head_manifest(repo, first)
+        get_engine().tag(artifact.engine_ref, f"{repository.name}:{first}")
+        docker_push(f"{repository.name}:{first}", stream)
+        pushed = client.head_manifest(repo, first)
         if pushed is None:
-            raise RegistryError(f"after docker push, {repository.name}:{tag} is not in the registry")
+            raise RegistryError(f"after docker push, {repository.name}:{first} is not in the registry")
         digest = pushed.digest
+        tagged = None if before is not None and before.digest == digest else first  # (added: what moved)
     if artifact.digest and digest != artifact.digest:
-        raise RegistryError(f"after the push, {repository.name}:{tag} is {digest}, not {artifact.digest}")
-    return digest
+        raise RegistryError(f"after the push, {repository.name}@{digest} is not the artifact's {artifact.digest}")
+    return digest, tagged
+
+
+def _push_engine_image(client: RegistryClient, repo: str, ref: str, digest: str) -> str:
+    """The engine's image (containerd store: its id is its manifest's or index's digest) saved as an OCI
+    archive and pushed through the registry API by digest, byte for byte: no tag names it before it is signed."""
+    import tempfile
+    from pathlib import Path
+
+    from buildkit.oci.ocilayout import INDEX_TYPES, Descriptor, OciArchive, push_layout
+    from buildkit.oci.ociindex import push_index
+
+    with tempfile.TemporaryDirectory(prefix="buildkit-push-") as tmp:
+        archive = get_engine().save(ref, Path(tmp) / "image.tar")
+        with OciArchive(archive) as layout:
+            top = Descriptor.from_json((layout.index().get("manifests") or [{}])[0])
+            if top.digest != digest:
+                raise RegistryError(f"the engine saved {ref} as {top.digest}, not {digest}")
+            if top.media_type not in INDEX_TYPES:
+                return push_layout(client, repo, layout.image(None), [digest])
+        return push_index(client, repo, archive, [digest])
 
 
 def publish_repository(request_image_name: str) -> ImageRef:
@@ -241,19 +282,63 @@ def with_extra_tags(tags: TagSet, extra: tuple[str, ...]) -> TagSet:
     return tags
 
 
+# (a tag's reference, the digest it names) -> the proof that the image is ours; TamperedError otherwise
+Prover = Callable[[str, str], Proof]
+
+
 def reuse_published(client: RegistryClient, repository: ImageRef, key: str, variant: str, commit: str,
-                    is_default: bool, extra_tags: tuple[str, ...] = (), signer: Signer | None = None,
+                    is_default: bool, extra_tags: tuple[str, ...] = (), signer: Signer | None = None, *,
+                    prove: Prover, version: str | None = None, asked_by: str = "--release",
                     ) -> tuple[Published, str, TagSet] | None:
-    """When the registry has the build key's tag: point the missing tags at it; (what was published, its
-    version, its tags). An index's build key is found the same way (its tag is on the index)."""
-    existing = client.head_manifest(repository.repository, build_key_tag(key, variant))
-    if existing is None:
-        return None
-    version = _labels_of(client, repository.repository, existing.digest).get(VERSION_LABEL, "")
-    tags = with_extra_tags(release_tags(version, commit, variant, default_variant=is_default, build_key=key),
+    """What the registry already has of this build key, completed: (what was published, its version, its tags);
+    None when it has nothing of it.
+
+    The build-key tag's image is reused only when prove() shows it is ours (release/ownership.py); otherwise
+    prove's TamperedError stops the command, and nothing is signed, tagged or recorded. Without a build-key
+    tag, the release tag of the version asked for (else the variant's highest) whose image proves ours with
+    this build key is a publication a kill cut short (its tags go on only after its signature): it is
+    completed the same way. The version is the one it was published as; a version asked for that differs is
+    an error, never ignored. An image proved ours by the lock alone is signed now (signer); one proved by its
+    signature is signed already. An index's build key is found the same way (its tag is on the index)."""
+    repo = repository.repository
+    key_tag = build_key_tag(key, variant)
+    existing = client.head_manifest(repo, key_tag)
+    if existing is not None:
+        proof = prove(f"{repository.name}:{key_tag}", existing.digest)
+    else:
+        found = _cut_short(client, repository, variant, version, prove)
+        if found is None:
+            return None
+        proof = found
+    published_as = proof.version or _labels_of(client, repo, proof.digest).get(VERSION_LABEL, "")
+    if version is not None and normalise_version(version) != published_as:
+        shown = printable(published_as)[:60]
+        raise ConfigError(f"this build (build key {key[:24]}) is published as version {shown} "
+                          f"({repository.name}@{proof.digest}); {asked_by} asks for {version}, which would be another "
+                          f"image of the same inputs: leave out --release to complete {shown}, "
+                          "or add --force to build it anew as that version and move the build-key tag")
+    tags = with_extra_tags(release_tags(published_as, commit, variant, default_variant=is_default, build_key=key),
                            extra_tags)
-    done = publish(client, repository, Image(existing.digest), tags, signer=signer)
-    return done, version, tags
+    done = publish(client, repository, Image(proof.digest), tags, signer=signer if proof.how == "lock" else None)
+    return done, published_as, tags
+
+
+def _cut_short(client: RegistryClient, repository: ImageRef, variant: str, version: str | None,
+               prove: Prover) -> Proof | None:
+    """The image of the release tag `V-<variant>` (V: the version asked for, else the highest) when it proves
+    ours with this build key; None when there is no such tag or its image is another build's."""
+    existing = client.list_tags(repository.repository)
+    candidate = normalise_version(version) if version is not None else highest_version(existing, variant)
+    tag = f"{candidate}-{variant}"
+    if candidate is None or tag not in existing:
+        return None
+    info = client.head_manifest(repository.repository, tag)
+    if info is None:
+        return None
+    try:
+        return prove(f"{repository.name}:{tag}", info.digest)
+    except TamperedError:
+        return None  # an earlier release of other inputs: published before, and not this build
 
 
 def tags_for(cfg: ResolvedConfig, version: str, commit: str) -> TagSet:

@@ -11,8 +11,9 @@ Written with `cryptography` (pyca): the reference Python binding of OpenSSL for 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+import stat
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -33,6 +34,7 @@ class SigningKey:
 
     key: ec.EllipticCurvePrivateKey
     origin: str
+    warning: str = ""  # what the CLI says before using it (a key file others can read)
 
     def sign(self, data: bytes) -> bytes:
         return self.key.sign(data, ec.ECDSA(hashes.SHA256()))
@@ -45,20 +47,55 @@ def public_pem(key: ec.EllipticCurvePublicKey) -> bytes:
     return key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
+def key_pair_paths(out: Path) -> tuple[Path, Path]:
+    """(private, public) for `keys generate --out OUT`: OUT and OUT with the suffix .pub. OUT must name a file
+    whose public half is another file: `.`, `/`, `''`, a folder and `x.pub` (whose public half would be
+    itself) are refused in one line."""
+    if not out.name or out.name in (".", "..") or out.is_dir():
+        raise ConfigError(f"--out {str(out)!r} names a folder, not the private key's file (e.g. --out cosign.key)")
+    public = out.with_suffix(".pub")
+    if public == out:
+        raise ConfigError(f"--out {out} ends in .pub: the public key would be written over the private key; "
+                          "name the private key's file (e.g. --out cosign.key)")
+    return out, public
+
+
 def generate_keys(private_path: Path, public_path: Path) -> None:
-    """Write a new key pair: the private key 0600, the public key beside it. An existing private key is
-    not replaced (its signatures would no longer verify with anything published)."""
-    if private_path.exists() or private_path.is_symlink():
-        raise ConfigError(f"{private_path} exists: buildkit does not replace a signing key; remove it or "
-                          "name another file")
+    """Write a new key pair: the private key 0600 and the public key 0644, whatever the umask, each whole.
+    Neither half replaces a file (an existing private key's signatures would no longer verify with anything
+    published; an existing public key is what someone verifies with): a path that exists is refused before
+    anything is written, and the write itself never replaces one made meanwhile. A failed write names its file
+    and leaves no half pair: the public key goes first, the private key, once written, is the pair."""
+    if private_path == public_path:
+        raise ConfigError(f"{private_path} cannot hold both halves of the key pair")
+    for path, half in ((private_path, "signing key"), (public_path, "public key")):
+        try:
+            os.lstat(path)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:  # a name too long, a parent that is a file: this half cannot be written
+            raise ConfigError(f"cannot write the {half} {path}: {exc.strerror or exc}") from None
+        raise ConfigError(f"{path} exists: buildkit does not replace a {half}; remove it or name another "
+                          "file with --out")
     key = ec.generate_private_key(ec.SECP256R1())
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                             serialization.NoEncryption())
+    _write_new(public_path, public_pem(key.public_key()), "public key", mode=0o644)
     try:
-        write_whole(private_path, pem, private=True)
-        write_whole(public_path, public_pem(key.public_key()))
+        _write_new(private_path, pem, "signing key", mode=0o600)
+    except ConfigError:
+        public_path.unlink(missing_ok=True)  # ours, written a moment ago: no public key without its private key
+        raise
+
+
+def _write_new(path: Path, data: bytes, half: str, *, mode: int) -> None:
+    try:
+        write_whole(path, data, private=mode == 0o600, mode=mode, replace=False)
+    except FileExistsError:
+        raise ConfigError(f"{path} exists: buildkit does not replace a {half}; remove it or name another "
+                          "file with --out") from None
     except OSError as exc:
-        raise ConfigError(f"cannot write the key pair at {private_path}: {exc.strerror or exc}") from None
+        raise ConfigError(f"cannot write the {half} {path}: {exc.strerror or exc}") from None
 
 
 def _private_from_pem(pem: bytes, origin: str) -> SigningKey:
@@ -74,14 +111,44 @@ def _private_from_pem(pem: bytes, origin: str) -> SigningKey:
 
 
 def load_signing_key(path: Path | None, env: Mapping[str, str] | None = None) -> SigningKey | None:
-    """The configured signing key: the file named (sign.key_file), else LLAMA_BUILDKIT_SIGN_KEY, else None."""
-    env = os.environ if env is None else env
+    """The configured signing key: the file named (sign.key_file), else LLAMA_BUILDKIT_SIGN_KEY (withheld from
+    the environment by withhold_key_env), else None. A file others may read is said in the key's warning."""
+    if env is None:
+        env = {**_WITHHELD, **os.environ}
     if path is not None:
-        return _private_from_pem(_read(path, "signing key"), str(path))
+        key = _private_from_pem(_read(path, "signing key"), str(path))
+        return replace(key, warning=_exposure(path))
     text = env.get(KEY_ENV, "")
     if text.strip():
         return _private_from_pem(text.encode(), KEY_ENV)
     return None
+
+
+def _exposure(path: Path) -> str:
+    """The warning for a private key file that its group or others may read (or write): "" when only its
+    owner can."""
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return ""
+    if not mode & 0o077:
+        return ""
+    return (f"the signing key {path} can be read by others (mode {mode:04o}); make it its owner's alone: "
+            f"chmod 600 {path}")
+
+
+_WITHHELD: dict[str, str] = {}  # LLAMA_BUILDKIT_SIGN_KEY, once withhold_key_env took it out of os.environ
+
+
+def withhold_key_env(environ: MutableMapping[str, str] | None = None) -> None:
+    """Take LLAMA_BUILDKIT_SIGN_KEY (the private key's PEM) out of this process's environment, keeping it for
+    load_signing_key: no process buildkit starts (git, docker, buildx, a credential helper, the build
+    itself) inherits it. The CLI calls it before any command runs."""
+    environ = os.environ if environ is None else environ
+    text = environ.pop(KEY_ENV, None)
+    _WITHHELD.clear()  # this run's environment only (a test runs the CLI many times in one process)
+    if text is not None:
+        _WITHHELD[KEY_ENV] = text
 
 
 def load_public_key(path: Path) -> ec.EllipticCurvePublicKey:

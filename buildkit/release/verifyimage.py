@@ -1,24 +1,30 @@
-"""`buildkit verify-image REF --key PUB [--lock]` (issue 38): one result per check, each a line.
+"""`buildkit verify-image REF --key PUB [--lock]` (issues 38, 48): one result per check, each a line.
 
-1. the digest the registry serves for REF (a tag is resolved; a digest must be served as is);
+1. the digest of the manifest the registry serves for REF: fetched with GET (by digest when REF names one)
+   and its digest computed from the bytes received, never taken from a HEAD answer alone;
 2. a signature of that digest by the key, in cosign's tag scheme (release/signing.py) or as an OCI 1.1
    referrer (release/referrersigning.py); the line says where each was found;
 3. a provenance attestation by the key whose subject is that digest, in either place;
-4. with a lock: a lock entry of that digest, and the provenance's parameters equal to its inputs.
+4. with a lock: a lock entry of that digest (a build's, or a multi-platform index's), and the provenance's
+   buildDefinition equal to the one its entry makes, field by field (release/provenance.py
+   definition_differences): every parameter, the build key, the Dockerfile's hash, the CUDA archs, each
+   resolved dependency; a parameter the lock does not know fails (SLSA: verifiers reject unknown external
+   parameters).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from buildkit.core.errors import BuildkitError
+from buildkit.core.printable import printable
 from buildkit.oci.imageref import parse_image_ref
 from buildkit.oci.registry import RegistryClient
-from buildkit.release.lock import entry_dict, entry_from_dict, read_lock
-from buildkit.release.provenance import PREDICATE_TYPE, lock_input_names
+from buildkit.release.lock import entry_from_dict, index_from_dict, read_lock
+from buildkit.release.provenance import (PREDICATE_TYPE, build_definition, definition_differences,
+                                         index_build_definition)
 from buildkit.release.cosignformat import tag_for
 from buildkit.release.referrersigning import ReferrerFindings, find_referrers
 from buildkit.release.signing import attested_statement, check_signature
@@ -32,37 +38,47 @@ class Check:
     detail: str
 
     def line(self) -> str:
-        return f"{'ok' if self.ok else 'FAIL'}  {self.name}: {self.detail}"
+        return f"{'ok' if self.ok else 'FAIL'}  {self.name}: {printable(self.detail)}"
 
 
-def _json(value: Any) -> Any:
-    return json.loads(json.dumps(value))
+def _expected(lock: dict[str, Any], digest: str, name: str) -> tuple[str, dict[str, Any]] | None:
+    """(the lock's key of the entry that built digest, the buildDefinition it makes); None when none did."""
+    builds, indexes = lock.get("builds") or {}, lock.get("indexes") or {}
+    for key, data in sorted(builds.items()):
+        if isinstance(data, dict) and data.get("image_digest") == digest:
+            return key, build_definition(entry_from_dict(data, f"lock entry {key}"))
+    for key, data in sorted(indexes.items()):
+        if isinstance(data, dict) and data.get("index_digest") == digest:
+            index = index_from_dict(data, f"lock index {key}")
+            first = builds.get(index.platforms[0].entry)
+            commit = first.get("commit", "") if isinstance(first, dict) else ""
+            platforms = [(p.platform, p.manifest_digest) for p in index.platforms]
+            return key, index_build_definition(name, platforms, commit=commit, version=index.version)
+    return None
 
 
-def lock_check(statement: dict[str, Any], digest: str, lock_path: Path) -> Check:
-    builds = read_lock(lock_path).get("builds", {})
-    entries = [entry_from_dict(data, f"lock entry {key}") for key, data in sorted(builds.items())
-               if isinstance(data, dict) and data.get("image_digest") == digest]
-    if not entries:
+def lock_check(statement: dict[str, Any], digest: str, lock_path: Path, name: str = "") -> Check:
+    """The signed statement's buildDefinition against the one the lock's entry of digest makes."""
+    found = _expected(read_lock(lock_path), digest, name)
+    if found is None:
         return Check("lock", False, f"no entry of {lock_path} built {digest}")
-    definition = statement.get("predicate", {}).get("buildDefinition", {})
-    params = {**(definition.get("externalParameters") or {}), **(definition.get("internalParameters") or {})}
-    lock = entry_dict(entries[0])
-    differ = [name for name in lock_input_names() if params.get(name, None) != _json(lock.get(name))
-              or name not in params]
+    key, expected = found
+    differ = definition_differences(statement, expected)
     if differ:
-        return Check("lock", False, f"the provenance's {', '.join(differ)} not as in {entries[0].key} of {lock_path}")
-    return Check("lock", True, f"the provenance's inputs are {entries[0].key} of {lock_path}")
+        return Check("lock", False, f"the provenance's {', '.join(differ)} not as in {key} of {lock_path}")
+    return Check("lock", True, f"the provenance's inputs are {key} of {lock_path}")
 
 
 def verify_image(client: RegistryClient, ref_text: str, key_path: Path, lock_path: Path | None = None) -> list[Check]:
     key = load_public_key(key_path)
     ref = parse_image_ref(ref_text)
     reference = ref.digest or ref.tag or "latest"
-    info = client.head_manifest(ref.repository, reference)
-    if info is None or (ref.digest and info.digest != ref.digest):
+    if client.head_manifest(ref.repository, reference) is None:  # (only to say "not there" in one line)
         return [Check("digest", False, f"{ref_text} is not in the registry")]
-    digest = info.digest
+    # the manifest verified is the one a GET serves: its digest computed from the bytes received (checked against
+    # the digest asked by, or the answer's Docker-Content-Digest), never what the HEAD said, so a registry whose
+    # HEAD names one image while its GET serves another never passes
+    _, _, digest = client.get_manifest(ref.repository, reference)
     checks = [Check("digest", True, f"{ref_text} is {digest}")]
     try:  # where cosign 3 looks (release/referrersigning.py); cosign's tags are where cosign 2 looks
         referred = find_referrers(client, ref.repository, digest, key)
@@ -92,6 +108,7 @@ def verify_image(client: RegistryClient, ref_text: str, key_path: Path, lock_pat
     checks.append(Check("provenance", True, f"a signed SLSA provenance v1 of {digest} ({'; '.join(places)})")
                   if statement is not None else Check("provenance", False, f"{why}, nor through {referred.route}"))
     if lock_path is not None:
-        checks.append(lock_check(statement, digest, lock_path) if statement is not None
+        name = f"{ref.registry}/{ref.repository}"
+        checks.append(lock_check(statement, digest, lock_path, name) if statement is not None
                       else Check("lock", False, "no provenance to compare with the lock"))
     return checks

@@ -18,19 +18,19 @@ VERSION = "0.1.0-nightly.20261202"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 
 
-def push_image(client: RegistryClient, arch: str, tag: str) -> str:
+def push_image(client: RegistryClient, arch: str, tag: str, repo: str = REPO) -> str:
     """A one-layer image for linux/<arch> under tag; its manifest digest."""
     layer = f"layer of {arch}".encode()
     config = json.dumps({"architecture": arch, "os": "linux", "rootfs": {"type": "layers", "diff_ids": []},
                          "config": {"Labels": {"org.opencontainers.image.revision": COMMIT}}}).encode()
     for blob in (layer, config):
-        client.upload_blob(REPO, sha256_digest(blob), blob, len(blob))
+        client.upload_blob(repo, sha256_digest(blob), blob, len(blob))
     manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
                            "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
                                       "digest": sha256_digest(config), "size": len(config)},
                            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
                                        "digest": sha256_digest(layer), "size": len(layer)}]}).encode()
-    return client.put_manifest(REPO, tag, manifest, OCI_MANIFEST)
+    return client.put_manifest(repo, tag, manifest, OCI_MANIFEST)
 
 
 def entry(variant: str) -> dict:
@@ -185,3 +185,51 @@ def test_assemble_hands_the_gate_the_nightlys_and_the_releases_tests_images_by_d
     assert outputs == {"published": outputs["published"], "tests": f"{name}@{tests}", "release_tests": ""}
     assert (f"gate: release cpu: no tests image: {name}@{hostile[:19]} was made with no image (its "
             f"{TESTS_LABEL} label is not a digest), not {release[:19]}") in log and "\x1b" not in log
+
+
+def test_with_a_key_assemble_tags_only_what_the_jobs_signed(tmp_path, registry_plain):
+    """Issue 48: a job's result names a digest; with the signing key, assemble tags (and signs an index over)
+    only an image that key signed with a provenance of the plan's commit and version and the job's build key.
+    cpu's job signed its image; cpu-light's digest names an image nobody signed: it fails, and gets no tag."""
+    from buildkit.release.provenance import BUILD_TYPE, PREDICATE_TYPE
+    from buildkit.release.signing import Attestation, sign_image
+    from buildkit.release.signkeys import generate_keys, load_signing_key
+
+    generate_keys(tmp_path / "k.key", tmp_path / "k.pub")
+    key = load_signing_key(tmp_path / "k.key", env={})
+    assert key is not None
+    project = write_project(tmp_path / "project", image={"name": f"{registry_plain.host}/{REPO}-signed"})
+    results = tmp_path / "results"
+    results.mkdir()
+    units = [dict(unit(v, "linux/amd64"), split=False) for v in ("cpu", "cpu-light")]
+    with RegistryClient(registry_plain.host) as client:
+        for u, arch in zip(units, ("amd64", "arm64"), strict=True):  # two images: another layer each
+            digest = push_image(client, arch, f"bk-{u['id']}", repo=f"{REPO}-signed")
+            if u["variant"] == "cpu":
+                statement = {"_type": "https://in-toto.io/Statement/v1", "predicateType": PREDICATE_TYPE,
+                             "subject": [{"name": "x", "digest": {"sha256": digest.split(":")[1]}}],
+                             "predicate": {"buildDefinition": {
+                                 "buildType": BUILD_TYPE, "externalParameters": {"commit": COMMIT, "version": VERSION},
+                                 "internalParameters": {"build_key": u["id"] * 2}, "resolvedDependencies": []}}}
+                sign_image(client, f"{REPO}-signed", digest, key,
+                           [Attestation(PREDICATE_TYPE, json.dumps(statement).encode())])
+            (results / f"{u['id']}.json").write_text(json.dumps(
+                {"result_version": 2, "id": u["id"], "unit": u["unit"], "variant": u["variant"],
+                 "platform": u["platform"], "commit": COMMIT, "version": VERSION, "status": "passed", "built": True,
+                 "digest": digest, "build_key": u["id"] * 2, "tag": f"bk-{u['id']}", "error": "",
+                 "build_seconds": 1.0, "checks": [], "tests_tag": "", "tests_digest": ""}))
+    plan = plan_of(registry_plain.host, units)
+    plan["repository"] = f"{registry_plain.host}/{REPO}-signed"
+    (results / "plan.json").write_text(json.dumps(plan))
+    proc = run_cli(project, "nightly", "--assemble", str(results), "--summary", str(tmp_path / "summary.json"),
+                   "--bench-gate", "none", "--sign-key", str(tmp_path / "k.key"), env=cli_env(tmp_path / "cache"))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    variants = {v["variant"]: v for v in json.loads((tmp_path / "summary.json").read_text())["variants"]}
+    assert variants["cpu"]["status"] == "passed", variants["cpu"]
+    assert variants["cpu-light"]["status"] == "failed"
+    assert "which this project did not publish" in variants["cpu-light"]["error"]
+    assert "no signature of" in variants["cpu-light"]["error"]
+    with RegistryClient(registry_plain.host) as client:
+        assert client.head_manifest(f"{REPO}-signed", "nightly-cpu") is not None
+        assert client.head_manifest(f"{REPO}-signed", "nightly-cpu-light") is None
+        assert client.head_manifest(f"{REPO}-signed", f"{VERSION}-cpu-light") is None

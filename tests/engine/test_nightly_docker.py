@@ -87,6 +87,8 @@ targets = ["server"]
     (bindir / "docker").chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_BUILDKIT_", "GITHUB_"))}
     env["PATH"] = f"{bindir}:{env['PATH']}"
+    # this checkout's buildkit, whatever checkout the installed package points at (cliutil.buildkit_env's rule)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     # one cache for every test of the session (the CUDA 13.1 wheels are downloaded once per cache)
     env["LLAMA_BUILDKIT_CACHE_DIR"] = str(tmp_path_factory.getbasetemp() / "buildkit-cache")
     env["GITHUB_STEP_SUMMARY"] = str(tmp / "step-summary.md")
@@ -203,6 +205,38 @@ def test_second_nightly_without_a_new_commit_builds_nothing(night):
     assert proc.returncode == 0 and summary["up_to_date"], proc.stderr[-3000:]
     assert {v["known_from"] for v in summary["variants"]} == {"registry"}
     assert docker_calls(night) == ""
+
+
+def test_a_nightly_tag_pointed_at_another_image_is_built_anew_not_trusted(night):
+    """Issue 48: someone with push rights points nightly-cpu at another image carrying the same labels (the
+    nightly's image plus one layer). Its labels say it is current; with the signing key the nightly finds it
+    unsigned, says so, and builds cpu anew: nightly-cpu names a signed image of ours again, the other image
+    is neither signed nor recorded, and the variant that was not touched is not built."""
+    from test_publish_ownership import one_layer_more
+
+    second = night["runs"]["second"]
+    skipped = {v["variant"]: v["digest"] for v in second["variants"]}
+    with RegistryClient(night["registry"].host) as client:
+        version = json.loads(client.get_blob(REPO, json.loads(client.get_manifest(REPO, skipped["cpu"])[0])[
+            "config"]["digest"]))["config"]["Labels"]["org.opencontainers.image.version"]
+        evil = one_layer_more(client, REPO, skipped["cpu"], version)
+        body, media_type, _ = client.get_manifest(REPO, evil)
+        client.put_manifest(REPO, "nightly-cpu", body, media_type)
+    proc, summary = run_nightly(night, "tampered")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    variants = by_variant(summary)
+    assert variants[CUDA_VARIANT]["skipped"] and variants[CUDA_VARIANT]["digest"] == skipped[CUDA_VARIANT]
+    cpu = variants["cpu"]
+    assert cpu["status"] == "passed" and not cpu["skipped"], cpu
+    assert "which this project did not publish" in cpu["reason"] and "no signature of" in cpu["reason"], cpu
+    assert cpu["previous_commit"] is None  # the other image's labels are not taken for ours
+    tags = registry_tags(night)
+    assert tags["nightly-cpu"] == cpu["digest"] != evil
+    assert cosign_tag(evil, "sig") not in tags and cosign_tag(evil, "att") not in tags
+    done = cosign(night["tmp"], "verify", "--key", str(night["tmp"] / "cosign.pub"),
+                  f"{night['registry'].host}/{REPO}:nightly-cpu")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert evil not in (night["project"] / "buildkit.lock").read_text()
 
 
 def test_new_commits_are_rebuilt_with_their_changelog(night):

@@ -101,3 +101,28 @@ def test_a_blob_put_counts_only_with_201_and_its_digest(status: str, digest: str
             client(server) as c:
         with pytest.raises(RegistryError, match="upload blob"):
             c.upload_blob("team/app", BLOB, b"x", 1)
+
+
+# issue 48: a reason phrase and an error body that speak to the terminal: the window title (OSC 0), the
+# clipboard (OSC 52), a DCS string, the alternate screen (CSI ?1049h) and a C1 CSI (one byte, U+009B)
+TERMINAL = "\x1b]0;pwned\x07\x1b]52;c;ZXZpbA==\x07\x1bP1$qm\x1b\\\x1b[?1049h\x9b2J\u202e"
+
+
+def test_a_registry_reason_phrase_never_reaches_the_terminal_raw(tmp_path) -> None:
+    """The reason phrase and the error body's message are the registry's words: `buildkit verify-image`
+    prints its one error line with each control character shown as its escape, none sent as it came."""
+    from cliutil import run_cli
+
+    body = json.dumps({"errors": [{"code": "DENIED", "message": "no" + TERMINAL}]}).encode()
+    refusal = answer("400 Bad Request" + TERMINAL, "Content-Type: application/json", f"Content-Length: {len(body)}",
+                     "Connection: close", body=body)
+    from buildkit.release.signkeys import generate_keys
+
+    generate_keys(tmp_path / "k.key", tmp_path / "k.pub")
+    with HostileServer("answer", answer=refusal, registry=True) as server:
+        done = run_cli(tmp_path, "verify-image", f"{server.host}/team/app:v1", "--key", str(tmp_path / "k.pub"))
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    said = done.stdout + done.stderr
+    assert "400 Bad Request" in said, said
+    assert not any(c in said for c in "\x1b\x07\x9b\u202e"), ascii(said)
+    assert "\\x1b]52;c;ZXZpbA==" in said and "\\x9b2J" in said  # shown, not acted on

@@ -209,3 +209,33 @@ def test_build_with_a_token_in_the_source_url(tmp_path_factory, debian_base_imag
     assert grep_tree(cache, token) == [] and grep_tree(project, token) == []
     for tag in json.loads(lock)["builds"]["cpu/server"]["tags"]:
         client.images.remove(tag, noprune=False)
+
+
+def test_the_signing_keys_pem_reaches_no_child_process(tmp_path: Path, example_fork, debian_base_image) -> None:
+    """Issue 48: LLAMA_BUILDKIT_SIGN_KEY holds the private key's PEM. buildkit reads it and takes it out of its
+    own environment, so git, docker and buildx (wrapped here to record the environment they were given) never
+    inherit it, whichever command runs them."""
+    from buildkit.release.signkeys import generate_keys
+
+    generate_keys(tmp_path / "k.key", tmp_path / "k.pub")
+    pem = (tmp_path / "k.key").read_text()
+    bindir, seen = tmp_path / "bin", tmp_path / "seen"
+    bindir.mkdir()
+    seen.mkdir()
+    for tool in ("git", "docker"):
+        real = subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True, text=True).stdout.strip()
+        (bindir / tool).write_text(f'#!/bin/sh\nenv > "{seen}/{tool}.$$"\nexec {real} "$@"\n')
+        (bindir / tool).chmod(0o755)
+    project = write_project(tmp_path / "project", source={"url": example_fork["url"], "commit": example_fork["commit"]},
+                            image={"name": "127.0.0.1:1/secrets/tiny"}, build={"arch": "cpu"},
+                            base={"os_image": debian_base_image})
+    env = {**buildkit_env(), "PATH": f"{bindir}:{os.environ['PATH']}", "LLAMA_BUILDKIT_SIGN_KEY": pem,
+           "LLAMA_BUILDKIT_CACHE_DIR": str(tmp_path / "cache")}
+    for args in (("render", "--out", str(tmp_path / "ctx")), ("build", "--push", "--print"), ("doctor",)):
+        done = subprocess.run([sys.executable, "-m", "buildkit.cli", *args], cwd=project, env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert "Traceback" not in done.stderr, done.stderr
+    recorded = sorted(seen.iterdir())
+    assert {p.name.split(".")[0] for p in recorded} == {"git", "docker"}, recorded  # both ran, and were seen
+    body = pem.splitlines()[1]
+    assert [p.name for p in recorded if body in p.read_text() or "LLAMA_BUILDKIT_SIGN_KEY" in p.read_text()] == []

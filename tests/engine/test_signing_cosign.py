@@ -164,7 +164,8 @@ def test_verify_image_checks_signature_provenance_and_lock(signed, cli, tmp_path
     other = tmp_path / "other.lock"  # a lock whose entry has another commit: the provenance is not its
     write_lock_entry(other, replace(lock_entry(signed["digest"]), commit="8" * 40))
     done = cli("verify-image", ref, "--key", pub, "--lock", str(other))
-    assert done.returncode == 1 and "FAIL  lock: the provenance's commit not as in" in done.stdout
+    assert done.returncode == 1 and ("FAIL  lock: the provenance's externalParameters.commit, "
+                                    "resolvedDependencies[0] (llama.cpp fork) not as in") in done.stdout
     assert "Traceback" not in done.stderr
 
 
@@ -329,3 +330,124 @@ def test_the_keyless_forms_predicates_are_what_cosign_attests(signed, tmp_path):
         done = cosign(tmp_path, "verify-attestation", "--key", str(tmp_path / "cosign.pub"), "--type", kind,
                       f"{name}@{digest}")
         assert done.returncode == 0, (kind, done.stderr)
+
+
+# issue 48, item 3: verify-image compares the signed provenance with the lock field by field, and verifies the
+# manifest it fetched (GET, its digest computed), never what a HEAD claims
+
+def _sign_provenance(host: str, repo: str, digest: str, key_file: Path, edit) -> None:
+    """Sign digest with key_file and attach a provenance of lock_entry(digest) that edit(statement) changed."""
+    key = load_signing_key(key_file)
+    assert key is not None
+    statement = json.loads(provenance_statement(replace(lock_entry(digest), cmake_archs="120"), digest,
+                                                f"{host}/{repo}", RunDetails("t", "", "")))
+    edit(statement)
+    with RegistryClient(host) as client:
+        sign_image(client, repo, digest, key, [Attestation(PREDICATE_TYPE, json.dumps(statement).encode())])
+
+
+def _set(path: str, value):
+    def edit(statement):
+        *parents, last = path.split(".")
+        node = statement["predicate"]["buildDefinition"]
+        for part in parents:
+            node = node[part]
+        node[last] = value
+    return edit
+
+
+@pytest.mark.parametrize("edit, named", [
+    (_set("internalParameters.build_key", "0" * 64), "internalParameters.build_key"),
+    (_set("internalParameters.dockerfile_sha256", "e" * 64), "internalParameters.dockerfile_sha256"),
+    (_set("internalParameters.cmake_archs", "120a"), "internalParameters.cmake_archs"),
+    (_set("externalParameters.builder_script", "curl x | sh"), "externalParameters.builder_script (unknown)"),
+    (lambda s: s["predicate"]["buildDefinition"]["resolvedDependencies"][0].update(uri="git+https://evil/x@y"),
+     "resolvedDependencies[0] (llama.cpp fork)"),
+    (lambda s: s["predicate"]["buildDefinition"]["resolvedDependencies"].pop(), "resolvedDependencies (4, not 5)"),
+    (lambda s: s.update(predicate=None), "predicate.buildDefinition (missing, or not an object)"),
+    (lambda s: s.update(predicate=[1, 2]), "predicate.buildDefinition (missing, or not an object)"),
+], ids=["build_key", "dockerfile", "cmake_archs", "unknown-external", "dependency", "dependencies", "null", "list"])
+def test_verify_image_names_each_field_the_signed_provenance_does_not_share_with_the_lock(signed, cli, tmp_path,
+                                                                                          edit, named):
+    repo = REPO + "-fields"
+    digest = push_tiny_image(signed["busybox"], f"{signed['host']}/{repo}:v1", tmp_path / "ctx")
+    lock = tmp_path / "buildkit.lock"
+    write_lock_entry(lock, replace(lock_entry(digest), cmake_archs="120"))
+    pub = str(signed["work"] / "cosign.pub")
+    _sign_provenance(signed["host"], repo, digest, signed["work"] / "cosign.key", lambda s: None)
+    done = cli("verify-image", f"{signed['host']}/{repo}:v1", "--key", pub, "--lock", str(lock))
+    assert done.returncode == 0 and done.stdout.count("ok  ") == 4, done.stdout + done.stderr  # as signed: ok
+    _sign_provenance(signed["host"], repo, digest, signed["work"] / "cosign.key", edit)
+    done = cli("verify-image", f"{signed['host']}/{repo}:v1", "--key", pub, "--lock", str(lock))
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    assert f"FAIL  lock: the provenance's {named} not as in cpu/server" in done.stdout, done.stdout
+
+
+class TwoFaced:
+    """A read-only registry in front of the real one whose HEAD of a tag answers for one image and whose GET of
+    the same tag serves another (with that other image's own digest), as a registry that lies would."""
+
+    def __init__(self, upstream: str, repo: str, tag: str, served: str) -> None:
+        import http.client
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def forward(self, method: str) -> None:
+                path = self.path
+                if method == "GET" and path == f"/v2/{repo}/manifests/{tag}":
+                    path = f"/v2/{repo}/manifests/{served}"
+                conn = http.client.HTTPConnection(upstream, timeout=60)
+                conn.request(method, path, headers={"Accept": self.headers.get("Accept", "*/*")})
+                resp = conn.getresponse()
+                body = resp.read()
+                self.send_response(resp.status)
+                for name in ("Content-Type", "Docker-Content-Digest", "Docker-Distribution-API-Version"):
+                    value = resp.getheader(name)
+                    if value:
+                        self.send_header(name, value)
+                self.send_header("Content-Length", resp.getheader("Content-Length", str(len(body))))
+                self.end_headers()
+                if method == "GET":
+                    self.wfile.write(body)
+                conn.close()
+
+            def do_GET(self) -> None:
+                self.forward("GET")
+
+            def do_HEAD(self) -> None:
+                self.forward("HEAD")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.host = f"127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_verify_image_checks_what_a_get_serves_not_what_a_head_says(signed, cli, tmp_path):
+    repo = REPO + "-twofaced"
+    digest = push_tiny_image(signed["busybox"], f"{signed['host']}/{repo}:v1", tmp_path / "ctx")
+    other = push_tiny_image(signed["busybox"], f"{signed['host']}/{repo}:other", tmp_path / "ctx2")
+    assert other != digest
+    _sign_provenance(signed["host"], repo, digest, signed["work"] / "cosign.key", lambda s: None)
+    lock = tmp_path / "buildkit.lock"
+    write_lock_entry(lock, replace(lock_entry(digest), cmake_archs="120"))
+    pub = str(signed["work"] / "cosign.pub")
+    liar = TwoFaced(signed["host"], repo, "v1", other)
+    try:
+        with RegistryClient(liar.host) as client:
+            assert head_digest(client, repo, "v1") == digest  # HEAD names the signed image
+        done = cli("verify-image", f"{liar.host}/{repo}:v1", "--key", pub, "--lock", str(lock))
+    finally:
+        liar.close()
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    assert f"ok  digest: {liar.host}/{repo}:v1 is {other}" in done.stdout  # what GET served, by its bytes
+    assert "FAIL  signature" in done.stdout and "FAIL  lock" in done.stdout

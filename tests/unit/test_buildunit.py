@@ -5,6 +5,9 @@ checked is what a user finds afterwards: the engine's tags, buildkit.lock, the r
 from __future__ import annotations
 
 import hashlib
+import io
+import json
+import tarfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,6 +25,7 @@ from buildkit.plan.buildplan import SourceFacts, make_plan, make_request
 from buildkit.plan.config import load_config
 from buildkit.plan.render import RenderResult
 from buildkit.plan.tags import TagSet
+from buildkit.plan.tagset import release_tags
 from buildkit.release.lock import read_lock
 from buildkit.source.fetch import SourceInfo
 from buildkit.source.patches import PatchQueue
@@ -38,10 +42,15 @@ def _packages(monkeypatch):
     monkeypatch.setattr(buildunit, "debian_packages", lambda prepared, result, options: PACKAGES)
 
 COMMIT = "c0ffee" + "0" * 34
-BODY = b'{"schemaVersion": 2}'  # the one image's manifest: its digest is the image's id, as on the containerd store
+MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+CONFIG = b'{"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}}'
+CONFIG_DIGEST = "sha256:" + hashlib.sha256(CONFIG).hexdigest()
+# the one image's manifest: its digest is the image's id, as on the containerd store
+BODY = json.dumps({"schemaVersion": 2, "mediaType": MANIFEST, "layers": [],
+                   "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": CONFIG_DIGEST,
+                              "size": len(CONFIG)}}).encode()
 IMAGE_ID = "sha256:" + hashlib.sha256(BODY).hexdigest()
 REPO = "registry.test/llama"
-MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 TAGS = TagSet(immutable=("1.0.0-nightly.1-cpu", "sha-c0ffee0-cpu"), moving=("nightly-cpu",))
 
 
@@ -53,6 +62,7 @@ class MemoryRegistry:
     def __init__(self) -> None:
         self.tags: dict[str, str] = {}
         self.bodies: dict[str, bytes] = {}
+        self.blobs: dict[str, bytes] = {}
 
     def head_manifest(self, repo: str, reference: str) -> ManifestInfo | None:
         digest = self.tags.get(reference, reference if reference in self.bodies else None)
@@ -67,18 +77,39 @@ class MemoryRegistry:
     def put_manifest(self, repo: str, reference: str, body: bytes, media_type: str) -> str:
         digest = "sha256:" + hashlib.sha256(body).hexdigest()
         self.bodies[digest] = body
-        self.tags[reference] = digest
+        if reference != digest:  # put by digest: no tag
+            self.tags[reference] = digest
         return digest
+
+    def blob_exists(self, repo: str, digest: str) -> bool:
+        return digest in self.blobs
+
+    def upload_blob(self, repo: str, digest: str, data, size: int) -> None:
+        self.blobs[digest] = data if isinstance(data, bytes) else data.read()
 
 
 class PushingEngine(FakeEngine):
-    """`docker push` of the fake engine lands in the memory registry (the image's manifest is BODY)."""
+    """The fake engine's image (its manifest is BODY) saved as an OCI archive, as the containerd store saves it:
+    publishing pushes that through the registry API, by digest."""
 
     def __init__(self, registry: MemoryRegistry, **kwargs) -> None:
         super().__init__(**kwargs)
         self.registry = registry
 
-    def push(self, ref: str, *, stream=None) -> None:
+    def save(self, ref: str, dest: Path) -> Path:
+        self.calls.append(("save", ref))
+        files = {"oci-layout": b'{"imageLayoutVersion": "1.0.0"}',
+                 "index.json": json.dumps({"schemaVersion": 2, "manifests": [
+                     {"mediaType": MANIFEST, "digest": IMAGE_ID, "size": len(BODY)}]}).encode(),
+                 f"blobs/sha256/{IMAGE_ID.split(':')[1]}": BODY, f"blobs/sha256/{CONFIG_DIGEST.split(':')[1]}": CONFIG}
+        with tarfile.open(dest, "w") as tar:
+            for name, data in files.items():
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        return dest
+
+    def push(self, ref: str, *, stream=None) -> None:  # docker push: what has no digest before it (classic store)
         super().push(ref, stream=stream)
         image = self.images[ref]
         self.registry.bodies[image.id] = BODY
@@ -143,7 +174,9 @@ def test_a_published_unit_is_locked_with_the_registry_digest_and_every_tag(tmp_p
     registry = MemoryRegistry()
     lock = tmp_path / "buildkit.lock"
     engine, unit = publish_loaded(tmp_path, registry, lock_path=lock, lock_first=False)
-    assert [c for c in engine.calls if c[0] == "push"] == [("push", f"{REPO}:{TAGS.immutable[0]}")]
+    assert not [c for c in engine.calls if c[0] == "push"]  # the engine's copy went up by digest, through the API
+    assert [c for c in engine.calls if c[0] == "save"] == [("save", IMAGE_ID)]
+    assert registry.blobs == {CONFIG_DIGEST: CONFIG} and registry.bodies[IMAGE_ID] == BODY
     assert registry.tags == {t: IMAGE_ID for t in TAGS.all}
     assert unit.published is not None and unit.published.digest == IMAGE_ID
     assert set(unit.published.added) == set(TAGS.all)
@@ -224,7 +257,7 @@ def test_bake_locks_each_unit_it_built_and_verified_and_no_other(tmp_path, monke
 
 def test_a_ci_job_unit_replaces_its_build_key_tag_and_locks_nothing(tmp_path):
     """`nightly --job` (BY_DIGEST, force): the same build key is the same inputs, so its tag may move;
-    without an OCI archive the loaded image goes up with `docker push`."""
+    without an OCI archive the loaded image is saved from the engine and goes up by digest."""
     from buildkit.flows.buildunit import BY_DIGEST
 
     registry = MemoryRegistry()
@@ -283,8 +316,9 @@ def test_a_published_unit_pushes_its_tests_image_after_the_image_under_its_own_t
     assert spec.target == "tests" and spec.labels == ((TESTS_LABEL, IMAGE_ID),)
     assert spec.tags == (f"{prepared.plan.tags[0]}-tests",) and spec.context == prepared.rendered.context_dir
     assert registry.tags == {**{t: IMAGE_ID for t in TAGS.all}, TESTS_TAG: TESTS_ID}
-    pushes = [c[1] for c in engine.calls if c[0] == "push"]
-    assert pushes == [f"{REPO}:{TAGS.immutable[0]}", f"{REPO}:{TESTS_TAG}"]  # the image first
+    # the image first (saved from the engine, up by digest), then the tests image (the fake's classic store)
+    assert [c[0] for c in engine.calls if c[0] in ("save", "push")] == ["save", "push"]
+    assert [c[1] for c in engine.calls if c[0] == "push"] == [f"{REPO}:{TESTS_TAG}"]
     assert unit.tests is not None and unit.tests.reference == f"{REPO}@{TESTS_ID}"
     assert unit.published is not None and unit.published.digest == IMAGE_ID
 
@@ -298,3 +332,61 @@ def test_a_tests_image_that_does_not_build_fails_the_unit_before_anything_is_pus
                                                   tests=True, stages=False), built=loaded(engine, prepared))
     assert unit.failed == "tests" and "test-backend-ops" in unit.error and unit.published is None
     assert registry.tags == {} and not [c for c in engine.calls if c[0] == "push"]
+
+
+def test_no_tag_names_the_digest_before_it_is_signed(tmp_path):
+    """Issue 48: the bytes go up by digest, the signer signs, and only then is any tag put on it, the build-key
+    tag last: a kill before the signature leaves no tag on an unsigned digest."""
+    from buildkit.flows import buildunit as flow
+
+    seen: list[dict[str, str]] = []
+    tags = TAGS.plus("bk-" + "b" * 24 + "-cpu", "build_key", immutable=True)
+
+    def signer_for(entry, key):
+        def sign(client, repository, digest):
+            seen.append(dict(registry.tags))
+            assert registry.bodies[digest] == BODY  # the bytes are there, by digest
+            return ("signed",)
+        return sign
+
+    put: list[str] = []
+
+    class Recording(MemoryRegistry):
+        def put_manifest(self, repo: str, reference: str, body: bytes, media_type: str) -> str:
+            put.append(reference)
+            return super().put_manifest(repo, reference, body, media_type)
+
+    registry = Recording()
+    engine = PushingEngine(registry)
+    prepared = prepared_unit(tmp_path)
+    publication = Publication(registry, parse_image_ref(REPO), tags, "1.0.0-nightly.1",  # type: ignore[arg-type]
+                              how=LOADED, sign_key=object())  # type: ignore[arg-type]
+    with use_engine(engine), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(flow, "signer_for", signer_for)
+        unit = run_unit(prepared, UnitOptions(verify=False, publish=publication, stages=False),
+                        built=loaded(engine, prepared))
+    assert seen == [{}] and unit.published is not None and unit.published.signed == ("signed",)
+    assert put[0] == IMAGE_ID and put[-1] == "bk-" + "b" * 24 + "-cpu"  # by digest first, the build-key tag last
+    assert put.index(TAGS.immutable[0]) < put.index("nightly-cpu")  # immutable tags, then the moving ones
+
+
+def test_a_first_come_tag_on_another_image_is_not_among_the_pushed_references(tmp_path):
+    """Issue 48: sha-<commit>-<variant> names the first build of a commit; a later build of it leaves the tag
+    where it is, and the lock's pushed list does not claim it."""
+    registry = MemoryRegistry()
+    other = "sha256:" + "9" * 64
+    registry.bodies[other] = b"the first build of this commit"
+    registry.tags["sha-c0ffee0-cpu"] = other
+    lock = tmp_path / "buildkit.lock"
+    tags = release_tags("1.0.0", COMMIT, "cpu", default_variant=False)  # with their roles
+    assert "sha-c0ffee0-cpu" in tags.immutable and tags.role("sha-c0ffee0-cpu") == "sha"
+    engine = PushingEngine(registry)
+    prepared = prepared_unit(tmp_path)
+    publication = Publication(registry, parse_image_ref(REPO), tags, "1.0.0", how=LOADED)  # type: ignore[arg-type]
+    with use_engine(engine):
+        unit = run_unit(prepared, UnitOptions(verify=False, publish=publication, stages=False, lock_path=lock,
+                                              lock_first=False), built=loaded(engine, prepared))
+    assert registry.tags["sha-c0ffee0-cpu"] == other and registry.tags["1.0.0-cpu"] == registry.tags["cpu"] == IMAGE_ID
+    assert unit.published is not None and f"{REPO}:sha-c0ffee0-cpu" not in unit.published.pushed
+    entry = read_lock(lock)["builds"]["cpu/server"]
+    assert entry["pushed"] == [f"{REPO}:{t}" for t in tags.all if t != "sha-c0ffee0-cpu"] and len(entry["pushed"]) > 2

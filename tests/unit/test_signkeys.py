@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import stat
 
 import pytest
@@ -73,3 +74,67 @@ def test_cosign_tags_and_the_simple_signing_payload():
     doc = json.loads(body)
     assert doc["layers"][0]["annotations"] == {cf.SIGNATURE_ANNOTATION: base64.b64encode(b"s").decode()}
     assert doc["config"]["digest"] == cf.sha256_digest(config)
+
+
+# issue 48, item 6: `keys generate` never loses a key (through the real CLI)
+
+def test_an_out_ending_in_pub_is_refused_and_writes_nothing(cli, tmp_path):
+    done = cli("keys", "generate", "--out", "x.pub")
+    assert done.returncode == 1 and done.stderr.count("error:") == 1 and "Traceback" not in done.stderr
+    assert "x.pub" in done.stderr and "written over the private key" in done.stderr
+    assert not (tmp_path / "x.pub").exists()
+
+
+@pytest.mark.parametrize("out", [".", "/", "", "keys/"])
+def test_an_out_that_names_a_folder_is_one_line(cli, tmp_path, out):
+    (tmp_path / "keys").mkdir()
+    done = cli("keys", "generate", "--out", out)
+    assert done.returncode == 1 and done.stderr.count("error:") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "names a folder" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "cache") == ["keys"]
+
+
+def test_an_existing_public_key_is_never_replaced(cli, tmp_path):
+    (tmp_path / "cosign.pub").write_text("someone verifies with this\n")
+    done = cli("keys", "generate")
+    assert done.returncode == 1 and "cosign.pub exists" in done.stderr and "public key" in done.stderr
+    assert (tmp_path / "cosign.pub").read_text() == "someone verifies with this\n"
+    assert not (tmp_path / "cosign.key").exists()
+
+
+def test_both_halves_have_their_modes_whatever_the_umask(cli, tmp_path):
+    old = os.umask(0)  # the child inherits it
+    try:
+        done = cli("keys", "generate", "--out", "k.key")
+    finally:
+        os.umask(old)
+    assert done.returncode == 0, done.stderr
+    assert stat.S_IMODE((tmp_path / "k.key").stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "k.pub").stat().st_mode) == 0o644
+    assert 'sign.key_file = "k.key"' in done.stdout and "sign.key " not in done.stdout
+    key = load_signing_key(tmp_path / "k.key", env={})
+    assert key is not None and key.warning == ""
+
+
+def test_a_public_key_that_cannot_be_written_is_named_and_leaves_no_half_pair(cli, tmp_path):
+    """The private key's name fits, its public key's (4 bytes longer) does not: the error names the .pub, and
+    no private key is left without its public half."""
+    out = "k" * 253 + ".k"  # 255 bytes: NAME_MAX; its .pub is 257
+    done = cli("keys", "generate", "--out", out)
+    assert done.returncode == 1 and done.stderr.count("error:") == 1, done.stderr
+    assert f"public key {'k' * 253}.pub" in done.stderr
+    assert [p.name for p in tmp_path.iterdir() if p.name != "cache"] == []
+
+
+def test_a_key_file_others_can_read_is_used_with_a_warning(cli, tmp_path):
+    generate_keys(tmp_path / "k.key", tmp_path / "k.pub")
+    (tmp_path / "k.key").chmod(0o644)
+    key = load_signing_key(tmp_path / "k.key", env={})
+    assert key is not None and "can be read by others (mode 0644)" in key.warning and "chmod 600" in key.warning
+    (tmp_path / "k.key").chmod(0o600)
+    again = load_signing_key(tmp_path / "k.key", env={})
+    assert again is not None and again.warning == ""
+    (tmp_path / "k.key").chmod(0o640)
+    done = cli("push", "--sign-key", "k.key", "--arch", "cpu")  # the key is read first; no lock: one error after
+    assert "warning: the signing key k.key can be read by others (mode 0640)" in done.stderr, done.stderr
+    assert done.returncode == 1 and done.stderr.count("error:") == 1
