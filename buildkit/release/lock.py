@@ -77,6 +77,7 @@ class LockEntry:
     exporter: str = ""  # "oci" (reproducible: OCI exporter, rewrite-timestamp) or "load"
     bench: dict[str, Any] | None = None  # `buildkit bench --attach-lock` results; a rebuild clears them
     gpu_check: dict[str, Any] | None = None  # `buildkit gpu-check --attach-lock`; a rebuild clears it
+    workload: dict[str, Any] | None = None  # `buildkit workload-check --attach-lock`; a rebuild clears it
     build_seconds: float = 0.0  # wall time of the buildx run (the next build's estimate)
     # every Debian package of the build stage and of the runtime image with its version ({"build": {pkg:
     # version}, "runtime": {...}}, flows/debpackages.py); known after the apt steps, so in no build key.
@@ -343,7 +344,7 @@ def entry_dict(entry: LockEntry) -> dict[str, Any]:
     """An entry as the lock holds it; no gpu_check key until `buildkit gpu-check --attach-lock` writes one, so a
     lock written before that key existed is written back the same."""
     data = asdict(entry)
-    for name in ("gpu_check", "debian_packages"):  # (absent until known: an older lock is written back the same)
+    for name in ("gpu_check", "workload", "debian_packages"):  # (absent until known: an older lock the same)
         if data.get(name) is None:
             data.pop(name, None)
     for name in LATER_FIELDS:

@@ -151,8 +151,8 @@ def _lock_with(tmp_path: Path, image: str, image_id: str | None) -> Path:
                  cuda_version=None, cuda_root=None, cmake_archs=None, no_vmm=True, cmake_args=[],
                  source_date_epoch=0, image_name=image, image_id=image_id, tags=[], variant="cpu", target="server",
                  arch="cpu", version="0.1.0", build_key="k" * 16, commit="c" * 40, platform="linux/amd64")
-    defaulted = ("pushed", "labels", "exporter", "build_seconds", "cpu_level", "bench", "gpu_check",
-                 "debian_packages")
+    defaulted = ("pushed", "labels", "exporter", "build_seconds", "cpu_level", "bench", "gpu_check", "workload",
+                 "debian_packages", "patch_sha256", "build_started", "build_finished")
     assert set(entry) >= {f for f in LockEntry.__dataclass_fields__ if f not in defaulted}
     path = tmp_path / "buildkit.lock"
     path.write_text(json.dumps({"lock_version": LOCK_VERSION, "builds": {"cpu/server": entry}}, indent=2))

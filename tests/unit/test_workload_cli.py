@@ -34,3 +34,25 @@ def test_a_result_that_is_not_a_report_is_one_line(tmp_path: Path):
     (tmp_path / "w.json").write_text(json.dumps({"lossless": [{"comparisons": [{"setting": "fresh"}]}]}))
     proc = run_cli(tmp_path, "workload-check", "--result", str(tmp_path / "w.json"), timeout=120)
     assert proc.returncode == 1 and "not a workload report" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_recorded_verdict_stays_a_lock_entry_buildkit_reads(tmp_path: Path):
+    """workload-check --attach-lock writes builds[KEY].workload; every later reader of that entry (push, reproduce,
+    verify-image) takes it as a LockEntry, which refused an unknown key before the field existed."""
+    from test_buildx_lock_cli import entry
+
+    from buildkit.release.lock import entry_from_dict, read_lock, write_lock_entry
+
+    (tmp_path / "buildkit.toml").write_text("schema_version = 1\n")
+    write_lock_entry(tmp_path / "buildkit.lock", entry())
+    report = {"lossless": [{"label": "m", "comparisons": [
+        {"prompt": 0, "setting": "fresh", "compared": 8, "outcome": "identical", "divergence": None}]}]}
+    (tmp_path / "w.json").write_text(json.dumps(report))
+    proc = run_cli(tmp_path, "workload-check", "--result", str(tmp_path / "w.json"), "--attach-lock",
+                   "--lock-entry", "cpu/server", timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = read_lock(tmp_path / "buildkit.lock")["builds"]["cpu/server"]
+    assert data["workload"]["passed"] is True
+    assert entry_from_dict(data).workload == data["workload"]
+    write_lock_entry(tmp_path / "buildkit.lock", entry())  # a rebuild's entry: no record of the last image's checks
+    assert "workload" not in read_lock(tmp_path / "buildkit.lock")["builds"]["cpu/server"]
