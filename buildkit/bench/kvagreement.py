@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from buildkit.core.printable import printable
 from buildkit.bench.greedy import complete
 from buildkit.bench.servers import Servers
 
@@ -60,7 +61,7 @@ class KvAgreement:
         seconds = data.get("seconds", 0.0)
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
             seconds = 0.0
-        return cls(str(data.get("label", ""))[:200], agree, total,
+        return cls(printable(str(data.get("label", "")))[:200], agree, total,
                    tuple(None if f is None else count(f, "first_difference") for f in firsts), float(seconds))
 
 

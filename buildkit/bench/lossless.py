@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from buildkit.core.printable import printable
+
 # nats: the logit margin under which the target's first two choices count as tied. float16 activations and a
 # reordered reduction move a logit by about 1e-3 of its size; the logits of these models are at most ~20.
 NEAR_TIE = 0.05
@@ -166,5 +168,5 @@ class LosslessVerdict:
     def from_dict(cls, data: object, near_tie: float = NEAR_TIE) -> LosslessVerdict:
         if not isinstance(data, dict) or not isinstance(data.get("comparisons"), list):
             raise ValueError("a lossless verdict is an object with a list of comparisons")
-        return cls(str(data.get("label", ""))[:200],
+        return cls(printable(str(data.get("label", "")))[:200],
                    tuple(comparison_from_dict(c, near_tie) for c in data["comparisons"]))

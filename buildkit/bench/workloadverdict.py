@@ -14,13 +14,14 @@ from typing import Any
 from buildkit.bench.acceptance import ACCEPTANCE_TOLERANCE, Acceptance, gate
 from buildkit.bench.kvagreement import KvAgreement
 from buildkit.bench.lossless import NEAR_TIE, LosslessVerdict
+from buildkit.core.printable import markdown_cell, printable
 
 RECORD_VERSION = 1
 
 
-def _printable(text: str, limit: int = 300) -> str:
-    """A line of remote text with every control character replaced: it is printed and put into Markdown."""
-    return "".join(ch if ch.isprintable() else "?" for ch in " ".join(str(text).split()))[:limit]
+def _printable(text: object, limit: int = 300) -> str:
+    """A line of remote text (a host's report, a server's message) as it may be printed: core/printable.py."""
+    return printable(str(text))[:limit]
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ class WorkloadVerdict:
 
 
 def _md(text: str) -> str:
-    return _printable(text).replace("|", "\\|").replace("`", "'").replace("<", "&lt;").replace(">", "&gt;")
+    return markdown_cell(text)
 
 
 def judge(report: object, release: WorkloadVerdict | None = None, *, tolerance: float = ACCEPTANCE_TOLERANCE,

@@ -172,8 +172,10 @@ def test_first_nightly_builds_and_pushes_every_variant(night):
     assert "latest" not in tags  # a prerelease never gets latest
     calls = docker_calls(night)
     # the matrix is one bake; a `buildx build` only exports each build stage's package list (cached, no compile)
+    # or, for the CUDA variant, makes its tests image from the same build stage (issue 46 item 1)
     builds = [c for c in calls.splitlines() if c.startswith("buildx build")]
-    assert "buildx bake" in calls and all("--target build-packages" in c for c in builds), builds
+    assert "buildx bake" in calls and all("--target build-packages" in c or "--target tests" in c for c in builds)
+    assert sum("--target tests" in c for c in builds) == 1, builds  # the CUDA variant's, not the cpu one's
     lock = json.loads((night["project"] / "buildkit.lock").read_text())
     assert lock["nightly"]["variants"]["cpu"]["commit"] == head
     assert lock["builds"][f"{CUDA_VARIANT}/server"]["image_digest"] == variants[CUDA_VARIANT]["digest"]
