@@ -122,7 +122,7 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
     from buildkit.oci.registry import client_for
     from buildkit.flows.signpublished import index_signer
     from buildkit.release.publish import (publish, publish_repository, reuse_published, check_immutable_free,
-                                          default_variant, with_extra_tags)
+                                          default_variant)
 
     items = platform_requests(cfg)  # every platform checked before anything else
     if version is not None:
@@ -161,8 +161,8 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
                                    platforms=tuple(builds), tags=(), lock_path=lock_path, version=version,
                                    pushed=done.pushed, added=done.added, origin="registry", signed=done.signed)
             version = version or next_version(client.list_tags(repository.repository), variant, bump)
-            tags = with_extra_tags(release_tags(version, commit, variant, default_variant=is_default, build_key=key),
-                                   extra_tags)
+            tags = release_tags(version, commit, variant, default_variant=is_default, build_key=key,
+                                extra=extra_tags)
             check_immutable_free(client, repository.repository, tags, None, force=force)
             prepared = [(p, sub, replace(pr, plan=with_version(pr, version))) for p, sub, pr in prepared]
         builds = []

@@ -29,7 +29,7 @@ from buildkit.flows.signpublished import signer_for
 from buildkit.release.artifact import Image, Signer
 from buildkit.release.publish import (VERSION_LABEL, Prover, PublishResult, check_immutable_free,
                                       default_variant, image_labels, local_image_with_key, publish,
-                                      publish_repository, reuse_published, with_extra_tags)
+                                      publish_repository, reuse_published)
 from buildkit.release.signkeys import SigningKey
 
 
@@ -76,8 +76,7 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
         if local is not None and version and local_version != version:
             local = local_version = None  # the engine's copy carries another version label: build anew
         version = local_version or version or next_version(client.list_tags(repo), variant, bump)
-        tags = with_extra_tags(release_tags(version, commit, variant, default_variant=is_default, build_key=key),
-                               extra_tags)
+        tags = release_tags(version, commit, variant, default_variant=is_default, build_key=key, extra=extra_tags)
         check_immutable_free(client, repo, tags, local.id if local is not None else None, force=force)
         prepared = replace(prepared, plan=with_version(prepared, version))
         publication = Publication(client, repository, tags, version, how=RELEASE, force=force, keep_loaded=load,

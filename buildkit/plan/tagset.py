@@ -129,14 +129,15 @@ class RoleTagSet:
 
 
 def release_tags(version: str, commit: str, variant_name: str, *, default_variant: bool,
-                 build_key: str | None = None) -> TagSet:
+                 build_key: str | None = None, extra: tuple[str, ...] = ()) -> TagSet:
     """The tag scheme (cf. docker/metadata-action's semver rules, per variant), from RULES:
 
     immutable: V-<variant>, sha-<7>-<variant> (and the build-key tag);
     moving: <major>.<minor>-<variant>, <major>-<variant> (not while major is 0), <variant>;
     the default variant also gets V, <major>.<minor>, <major> (not while 0) and latest.
     A prerelease gets only V-<variant> and, for nightlies, nightly-<variant>: never latest.
+    extra: the tags --tag asked for, moving (a later build may take them), after the scheme's own.
     Every tag is checked against Docker's grammar (so a '+build' suffix is refused).
     """
     return RoleTagSet.for_build(version, commit, variant_name, default_variant=default_variant,
-                                build_key=build_key).plain()
+                                build_key=build_key, extra=extra).plain()

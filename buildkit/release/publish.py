@@ -275,13 +275,6 @@ def publish_repository(request_image_name: str) -> ImageRef:
     return repository
 
 
-def with_extra_tags(tags: TagSet, extra: tuple[str, ...]) -> TagSet:
-    """tags and the ones --tag asked for, as moving tags (a later build may take them)."""
-    for tag in dict.fromkeys(extra):
-        tags = tags.plus(tag, "extra", immutable=False)
-    return tags
-
-
 # (a tag's reference, the digest it names) -> the proof that the image is ours; TamperedError otherwise
 Prover = Callable[[str, str], Proof]
 
@@ -317,8 +310,7 @@ def reuse_published(client: RegistryClient, repository: ImageRef, key: str, vari
                           f"({repository.name}@{proof.digest}); {asked_by} asks for {version}, which would be another "
                           f"image of the same inputs: leave out --release to complete {shown}, "
                           "or add --force to build it anew as that version and move the build-key tag")
-    tags = with_extra_tags(release_tags(published_as, commit, variant, default_variant=is_default, build_key=key),
-                           extra_tags)
+    tags = release_tags(published_as, commit, variant, default_variant=is_default, build_key=key, extra=extra_tags)
     done = publish(client, repository, Image(proof.digest), tags, signer=signer if proof.how == "lock" else None)
     return done, published_as, tags
 

@@ -2,6 +2,8 @@
 before roles (release_tags as it was written by hand, kept below as the reference), and publishing goes by role."""
 import pytest
 
+from buildkit.core.errors import ConfigError
+
 from buildkit.plan.tags import TagSet, build_key_tag, check_tag, parse_version
 from buildkit.plan.tagset import ROLES, RoleTagSet, release_tags
 
@@ -70,3 +72,16 @@ def test_roles_tell_tags_apart_without_their_names():
     assert [t.name for t in nightly.by_role("nightly")] == ["nightly-cpu"] and not nightly.by_role("latest")
     with pytest.raises(ValueError):
         tags.by_role("bk")
+
+
+def test_tags_asked_for_with_tag_are_moving_and_last_as_the_set_extended_by_hand_had_them():
+    """release_tags(extra=...) is the one call that gives a publication's tags (issue 49 item 5): the same
+    names, kinds and roles as the scheme's set extended tag by tag, which three call sites wrote out before."""
+    by_hand = release_tags("1.2.3", C, "cpu", default_variant=True, build_key="b" * 64)
+    for tag in ("edge", "cpu", "edge", "pr-7"):
+        by_hand = by_hand.plus(tag, "extra", immutable=False)
+    once = release_tags("1.2.3", C, "cpu", default_variant=True, build_key="b" * 64,
+                        extra=("edge", "cpu", "edge", "pr-7"))
+    assert once == by_hand and once.moving[-2:] == ("edge", "pr-7") and once.role("cpu") == "variant"
+    with pytest.raises(ConfigError, match="no\\+plus"):  # a tag asked for is checked as the scheme's are
+        release_tags("1.2.3", C, "cpu", default_variant=True, extra=("no+plus",))
