@@ -1,6 +1,9 @@
 """A multi-platform build of the example fork (cpu, linux/amd64 + linux/arm64, the arm64 half
 cross-compiled: this machine has no binfmt handler) pushed to the real loopback registry as one OCI
-index, then reproduced from the lock. One multi-platform build and one reproduce (CPU is scarce)."""
+index. One multi-platform build (CPU is scarce): its reproduction from the lock is
+test_reproduce_elsewhere_docker's, which builds such an index and reproduces it on a second, empty engine (a
+reproduction on this engine, which holds the base and BuildKit's records of it, proved less and cost about 90 s
+of the engine tier's two cores)."""
 
 from __future__ import annotations
 
@@ -23,8 +26,8 @@ pytestmark = pytest.mark.docker
 PLATFORMS = ("linux/amd64", "linux/arm64")
 
 
-def test_one_index_per_tag_pushed_with_the_lock_digests_and_reproduced(tmp_path, fork, registry_plain,
-                                                                       multiarch_base_image):  # noqa: F811
+def test_one_index_per_tag_pushed_with_the_lock_digests(tmp_path, fork, registry_plain,
+                                                        multiarch_base_image):  # noqa: F811
     repo = "multi/tiny"
     project = write_project(tmp_path / "project",
                             source={"url": fork["path"], "commit": fork["commit"]},
@@ -87,10 +90,6 @@ def test_one_index_per_tag_pushed_with_the_lock_digests_and_reproduced(tmp_path,
         index["platforms"]
     kept = json.loads((project / "buildkit.lock").read_text())["builds"]  # the packages of the platforms' builds
     assert all(kept[k]["debian_packages"] == lock["builds"][k]["debian_packages"] for k in lock["builds"])
-    proc = ok(buildkit(project, env, "reproduce", "buildkit.lock", "--json"))
-    reproduced = json.loads(proc.stdout)
-    assert reproduced["reproduced"] and reproduced["rebuilt"] == index["index_digest"]
-    assert {p["platform"]: p["rebuilt"] for p in reproduced["platforms"]} == per_platform
     mine = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", "--filter",
                            f"reference={registry_plain.host}/{repo}"], capture_output=True, text=True).stdout.split()
     subprocess.run(["docker", "image", "rm", *mine], capture_output=True)  # only the tags this test made
