@@ -2,8 +2,8 @@
 cross-compiled: this machine has no binfmt handler) pushed to the real loopback registry as one OCI
 index. One multi-platform build (CPU is scarce): its reproduction from the lock is
 test_reproduce_elsewhere_docker's, which builds such an index and reproduces it on a second, empty engine (a
-reproduction on this engine, which holds the base and BuildKit's records of it, proved less and cost about 90 s
-of the engine tier's two cores)."""
+reproduction on this engine, which holds the base and BuildKit's records of it, proved less and cost a second
+build of both platforms with nothing cached)."""
 
 from __future__ import annotations
 
