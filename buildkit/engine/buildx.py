@@ -32,8 +32,6 @@ from buildkit.engine.dockerengine import parse_buildx_version as parse_buildx_ve
 from buildkit.engine.runner import wants_tty
 from buildkit.engine.specs import BuildSession, BuildSpec
 from buildkit.plan.aptpins import REFUSED
-from buildkit.plan.cpulevels import LEVELS, fallback
-from buildkit.source.cudasource import CUB_DROPPED_ITERATORS_FROM as _FROM, ITERATORS_CUB_DROPPED
 
 
 @dataclass(frozen=True)
@@ -83,37 +81,9 @@ def oci_archive_path(options: BuildOptions, metadata_file: Path) -> Path:
     return options.oci_archive or metadata_file.parent / "image.oci.tar"
 
 
-# The CPU levels named for a CPU whose -march needs the GCC release the build stage installs (plan/cpulevels.py)
-_NEWER_GCC = " and ".join(f"cpu level {lv.name} (else --cpu-level {fallback(lv)})" for lv in LEVELS.values() if lv.gcc)
-
-# Failures with a known cause, and what to do: (pattern in the build's output, the hint).
-KNOWN_FAILURES = (
-    (re.compile(r"E: (?:Unable to locate package |Package '?)g(?:cc|\+\+)-1[4-9]\b"),
-     "the build base has no GCC 14 package, which llama.cpp's armv9.2 (SME) CPU variants need (cpu level all "
-     f"for arm64; else --cpu-level armv8.6 or armv8.2), and {_NEWER_GCC}: use a base whose archive has it "
-     "(Ubuntu 24.04, the default, or Debian 13)"),
-    (re.compile(r"unknown value 'armv9[.0-9]*-a[^']*\+sme[^']*' for '-march'"),
-     "the build stage's GCC is older than 14 and cannot compile the tree's armv9.2 (SME) CPU variants of "
-     "cpu level all for arm64 (buildkit installs GCC 14 for the variants ggml/src/CMakeLists.txt declares; "
-     "this tree declares them elsewhere): use a base image with GCC 14 or newer (Debian 13), "
-     "or --cpu-level armv8.6 (or armv8.2)"),
-    # a named CPU's -march that the build stage's GCC lacks (x86's GCC says bad value, AArch64's unknown value)
-    (re.compile(r"(?:bad|unknown) value [‘'](\w[\w-]*)[’'] for [‘']-march=?[’']"),
-     "the build stage's GCC does not know the -march of the cpu level (znver4 needs GCC 13 or newer): use a base "
-     "with a newer GCC (Ubuntu 24.04, the default, or Debian 13), or another --cpu-level"),
-    # a CCCL iterator that CUDA 13.3+'s <cub/cub.cuh> no longer brings (source/cudasource.py finds the plain
-    # uses before the build; this is for the ones it cannot see, e.g. behind a macro)
-    (re.compile(r'namespace "cuda" has no member "(?:make_)?(?:' + "|".join(ITERATORS_CUB_DROPPED) + r')"'
-                r'|incomplete type "cuda::(?:__\d+::)?(?:' + "|".join(ITERATORS_CUB_DROPPED) + r')"'),
-     f"from CUDA {_FROM[0]}.{_FROM[1]} on, <cub/cub.cuh> no longer includes <cuda/iterator> (ggml-org/ggml#1624): "
-     f"add `#include <cuda/iterator>` to the file with a patch in the patch queue, or build with --cuda "
-     f"{_FROM[0]}.{_FROM[1] - 1}"),
-)
-# nvcc's and GCC's error lines (file(line): error: ..., file:line:col: error: ...), and the build step's
-# marker of a failed compile (templates/_build.j2), after which the compiler's own output comes
-_COMPILER_ERROR = re.compile(r"(?:\(\d+\)|:\d+(?::\d+)?): (?:fatal )?error: ")
+# The build step's marker of a failed compile (templates/_build.j2), after which the compiler's own output comes:
+# run_build keeps the lines from it on for the layer above that explains a failure (verify/buildfailure.py)
 COMPILE_FAILED = "the compile failed; the compiler's output from the first failure on"
-_LOG_PREFIX = re.compile(r"^(?:#\d+ )?\d+\.\d+ ")  # buildx's "#19 50.69 " or its summary's "50.69 "
 
 
 _APT_ERROR = re.compile(r"(?:^|\s)E: ")
@@ -121,25 +91,14 @@ _APT_ERROR = re.compile(r"(?:^|\s)E: ")
 # BuildError. The templates print it as "$(echo buildkit-refused):", so a RUN line that buildx echoes never matches.
 
 
-def known_failure(lines: Sequence[str]) -> str | None:
-    """The hint for a failure with a known cause, else None."""
-    for pattern, hint in KNOWN_FAILURES:
-        if any(pattern.search(line) for line in lines):
-            return hint
-    return None
+class BuildFailed(BuildError):
+    """A build that exited non-zero, with what its output said: its error lines (apt's `E:` ones too), the
+    compiler's output from the failed-compile marker on, and buildx's most telling line. Its message is that
+    line; what the failure means, and what to do, is said above the engine (verify/buildfailure.explain)."""
 
-
-def first_compile_error(lines: Sequence[str]) -> str | None:
-    """The compiler's first error line after the build step's failed-compile marker, without buildx's
-    prefix and with the build folder's ../src/ left out: `ggml/src/ggml-cuda/argsort.cu(48): error: ...`."""
-    after = False
-    for line in lines:
-        text = _LOG_PREFIX.sub("", line.strip())
-        if COMPILE_FAILED in text:
-            after = True
-        elif after and _COMPILER_ERROR.search(text):
-            return text.removeprefix("../src/").removeprefix("/src/")
-    return None
+    def __init__(self, code: int, error_lines: tuple[str, ...], compile_lines: tuple[str, ...], last_line: str):
+        super().__init__(f"docker buildx build failed (exit {code}): {last_line}")
+        self.code, self.error_lines, self.compile_lines, self.last_line = code, error_lines, compile_lines, last_line
 
 
 def last_error_line(lines: Sequence[str]) -> str:
@@ -216,14 +175,7 @@ def run_build(spec: BuildSpec, session: BuildSession, *, stream: OutStream | Non
     if code != 0:
         if refused:
             raise BuildError(refused[0])
-        hint = known_failure(hints)
-        compile_error = first_compile_error(compile_lines)
-        if compile_error:
-            raise BuildError(f"the compile failed: {compile_error}"
-                             + (f"; {hint}" if hint else " (the compiler's output is above)"))
-        if hint:
-            raise BuildError(f"docker buildx build failed (exit {code}): {hint}")
-        raise BuildError(f"docker buildx build failed (exit {code}): {last_error_line(list(tail))}")
+        raise BuildFailed(code, tuple(hints), tuple(compile_lines), last_error_line(list(tail)))
     made = finished.images.get("")
     if made is None:
         raise BuildError("the build succeeded but the engine reported no image it made")

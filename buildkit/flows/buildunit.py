@@ -27,7 +27,7 @@ from typing import Any
 from buildkit.core.errors import BuildkitError
 from buildkit.core.progress import stage
 from buildkit.engine.api import get_engine
-from buildkit.engine.buildx import BuildOptions, BuildResult, run_build
+from buildkit.engine.buildx import BuildOptions, BuildResult
 from buildkit.flows.buildspec import build_spec
 from buildkit.flows.debpackages import debian_packages
 from buildkit.flows.compiletimes import compile_curve_path, read_compile_curve, save_compile_curve
@@ -45,6 +45,7 @@ from buildkit.release.publish import local_image, publish, tag_locally
 from buildkit.release.signkeys import SigningKey
 from buildkit.verify.report import VerifyReport
 from buildkit.verify.gate import FailedVerification, verified_or_removed
+from buildkit.verify.buildfailure import run_build_explained
 
 # How a verified unit reaches the registry (Publication.how):
 RELEASE = "release"  # build --push: the OCI archive through the registry API (the engine's copy then gets the
@@ -212,8 +213,8 @@ def _build(run: _Run, cfg: ResolvedConfig | None) -> BuildResult:
     cuda = cuda_object_count(prepared.rendered.context_dir / "src", prepared.plan.cmake_args) \
         if request.arch.is_cuda else None
     with run.step("build", f"{request.variant}" + (f", last build took {last:.0f}s" if last else "")):
-        result = run_build(spec, build.session(metadata), stream=options.stream, last_seconds=last,
-                           last_curve=read_compile_curve(curves), cuda_objects=cuda)
+        result = run_build_explained(spec, build.session(metadata), stream=options.stream, last_seconds=last,
+                                     last_curve=read_compile_curve(curves), cuda_objects=cuda)
     if result.compile_curve is not None:
         save_compile_curve(curves, result.compile_curve)
     return result

@@ -36,7 +36,7 @@ from typing import Any
 from buildkit import __version__
 from buildkit.plan.patchqueue import queue_required
 from buildkit.engine.baseimages import engine_digest
-from buildkit.engine.buildx import BuildOptions, check_buildx, run_build
+from buildkit.engine.buildx import BuildOptions, check_buildx
 from buildkit.plan.config import ResolvedConfig, load_config
 from buildkit.core.errors import BuildkitError, ReproduceError
 from buildkit.oci.imagediff import ImageDiff, diff_images
@@ -51,6 +51,7 @@ from buildkit.oci.imageref import name_of
 from buildkit.plan.buildplan import clean_ccache_id, make_request
 from buildkit.plan.aptpins import pins_from_record
 from buildkit.plan.render import templates_sha256
+from buildkit.verify.buildfailure import run_build_explained
 
 @dataclass
 class ReproduceResult:
@@ -210,7 +211,7 @@ def reproduce(rec: Recorded, *, config_path: Path | None = None, env: Mapping[st
                                load=False, no_cache=not use_cache, provenance=provenance, oci_archive=archive)
         metadata = Path(tmp) / "metadata.json"
         spec = build_spec(prepared.plan, prepared.rendered, options, metadata)
-        built = run_build(spec, options.session(metadata), stream=stream)
+        built = run_build_explained(spec, options.session(metadata), stream=stream)
         result = ReproduceResult(recorded=rec, digest=built.digest, archive=archive if keep else None,
                                  warnings=warnings)
         if result.reproduced or not compare:

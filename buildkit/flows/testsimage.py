@@ -24,9 +24,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildkit.engine.buildx import BuildOptions, BuildResult, run_build
+from buildkit.engine.buildx import BuildOptions, BuildResult
 from buildkit.flows.buildspec import build_spec
 from buildkit.plan.tags import TagSet, build_key_tag
+from buildkit.verify.buildfailure import run_build_explained
 
 if TYPE_CHECKING:
     from buildkit.engine.api import OutStream
@@ -84,7 +85,7 @@ def build_tests_image(prepared: Prepared, options: BuildOptions, image: BuildRes
     spec = replace(spec, target=TESTS_TARGET, tags=(tag,), labels=((TESTS_LABEL, image.digest or image.config_digest),),
                    annotations=(), cache_to=(), oci_archive=archive, load=options.load or archive is None,
                    push=False, provenance=False)
-    built = run_build(spec, options.session(metadata), stream=stream)
+    built = run_build_explained(spec, options.session(metadata), stream=stream)
     return BuiltTestsImage(tag, built.digest if archive is not None else "", archive)
 
 

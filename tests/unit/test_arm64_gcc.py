@@ -5,7 +5,7 @@ compiler; a base without GCC 14 is named in one line; verify expects the declare
 from dataclasses import replace
 from pathlib import Path
 
-from buildkit.engine.buildx import known_failure
+from buildkit.verify.buildfailure import known_failure
 from buildkit.plan.buildplan import make_plan, make_request
 from buildkit.plan.config import load_config
 from buildkit.plan.cpulevels import LEVELS, gcc_needed

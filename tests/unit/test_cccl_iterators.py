@@ -16,7 +16,9 @@ import pytest
 
 from buildkit.core.errors import BuildError, SourceError
 from buildkit.engine.api import Finished, use_engine
-from buildkit.engine.buildx import first_compile_error, known_failure, run_build
+import buildkit.engine
+from buildkit.engine.buildx import BuildFailed, run_build
+from buildkit.verify.buildfailure import explain, first_compile_error, known_failure, run_build_explained
 from buildkit.engine.specs import BuildSession, BuildSpec
 from buildkit.flows.pipeline import check_cuda_sources
 from buildkit.source.cudasource import cub_dropped_iterator_uses
@@ -158,7 +160,7 @@ def test_a_failed_compile_ends_in_one_line_with_the_compilers_first_error(tmp_pa
     the whole compile step's script (3 KB for the real tree) and no word of what failed."""
     spec = BuildSpec(context=tmp_path, dockerfile=tmp_path / "Dockerfile", tags=("x:cuda13.5-sm120",))
     with use_engine(CompileFails(lines)), pytest.raises(BuildError) as failed:
-        run_build(spec, BuildSession(progress="plain"), stream=io.StringIO())
+        run_build_explained(spec, BuildSession(progress="plain"), stream=io.StringIO())
     assert str(failed.value) == expected
 
 
@@ -168,3 +170,20 @@ def test_the_hint_also_knows_top_ks_incomplete_discard_iterator():
     assert "no longer includes <cuda/iterator>" in (known_failure([line]) or "")
     assert known_failure(['x.cu(1): error: namespace "cuda" has no member "make_counting_iterator"']) is None
     assert first_compile_error(["x.cu(1): error: before any marker"]) is None
+
+
+def test_the_engine_hands_a_failure_back_and_the_layer_above_explains_it(tmp_path):
+    """Issue 49 item 4: engine/ runs the build and says what its output said (BuildFailed: its error lines, the
+    compiler's output from the marker on, buildx's most telling line); what a failure means comes from
+    verify/buildfailure.py, and engine/ imports neither the source's CCCL facts nor the plan's CPU levels."""
+    spec = BuildSpec(context=tmp_path, dockerfile=tmp_path / "Dockerfile", tags=("x:cuda13.5-sm120",))
+    with use_engine(CompileFails(NVCC_FAILURE)), pytest.raises(BuildFailed) as failed:
+        run_build(spec, BuildSession(progress="plain"), stream=io.StringIO())
+    assert str(failed.value).startswith("docker buildx build failed (exit 1): ") and failed.value.code == 1
+    first = first_compile_error(failed.value.compile_lines) or ""
+    assert first.startswith("ggml/src/ggml-cuda/argsort.cu(48): error")
+    assert str(explain(failed.value)).startswith("the compile failed: ggml/src/ggml-cuda/argsort.cu(48)")
+    engine = Path(buildkit.engine.__file__).parent
+    imported = {line.split()[1] for path in engine.glob("*.py") for line in path.read_text().splitlines()
+                if line.strip().startswith("from buildkit.")}
+    assert not {m for m in imported if m.startswith(("buildkit.source", "buildkit.plan.cpulevels"))}, imported

@@ -15,7 +15,7 @@ import pytest
 
 from buildkit.core.errors import BuildError
 from buildkit.engine.api import Finished, use_engine
-from buildkit.engine.buildx import known_failure, run_build
+from buildkit.verify.buildfailure import known_failure, run_build_explained
 from buildkit.engine.specs import BuildSession, BuildSpec
 from buildkit.flows.pipeline import check_build_machine, inputs_record
 from buildkit.flows.record import from_labels
@@ -254,6 +254,6 @@ class AptFails(FakeEngine):
 def test_the_build_error_of_a_base_without_gcc_14_is_the_one_line_remedy(tmp_path):
     spec = BuildSpec(context=tmp_path, dockerfile=tmp_path / "Dockerfile", tags=("x:cpu-znver4",))
     with use_engine(AptFails()), pytest.raises(BuildError) as failed:
-        run_build(spec, BuildSession(progress="plain"), stream=io.StringIO())
+        run_build_explained(spec, BuildSession(progress="plain"), stream=io.StringIO())
     message = str(failed.value)
     assert "\n" not in message and "GCC 14" in message and "cpu level znver4" in message

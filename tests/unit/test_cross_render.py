@@ -138,7 +138,7 @@ def test_machine_platform_names():
 
 
 def test_an_old_gcc_for_the_arm64_sme_variants_is_named_with_what_to_do():
-    from buildkit.engine.buildx import known_failure
+    from buildkit.verify.buildfailure import known_failure
 
     line = "#13 70.24 cc1: error: unknown value 'armv9.2-a+dotprod+fp16+sve+i8mm+sve2+sme' for '-march'"
     hint = known_failure(["#13 70.20 [ 20%] Building C object x.o", line])
