@@ -7,7 +7,7 @@ API:
 - ``known_failure(lines)`` -> the hint for a failure with a known cause (KNOWN_FAILURES), else None;
 - ``first_compile_error(lines)`` -> the compiler's first error line after the build step's failed-compile marker;
 - ``explain(failed)`` -> the one-line BuildError a user reads;
-- ``run_build_explained(spec, session, **kw)`` -> engine/buildx.run_build, a failure explained: what the build
+- ``run_build_explained(spec, session, ...)`` -> engine/buildx.run_build, a failure explained: what the build
   stages call.
 """
 
