@@ -35,19 +35,32 @@ def size_text(limit: int) -> str:
     return f"{limit // MiB} MiB" if limit % MiB == 0 else f"{limit:,} bytes"
 
 
-def read_regular(path: Path | str, limit: int) -> bytes:
-    """The bytes of path, a regular file of at most limit bytes; OSError otherwise (FileNotFoundError,
-    PermissionError... as the system says; NotAFile, TooLarge with one line of their own)."""
+def open_regular(path: Path | str, limit: int | None = None) -> int:
+    """A descriptor, open for reading, of path: a regular file (of at most limit bytes, when given). Its type is
+    checked before it is opened (a FIFO would block the open) and again on what was opened, whatever path names
+    by then; OSError otherwise (FileNotFoundError, PermissionError... as the system says; NotAFile, TooLarge with
+    one line of their own). The caller closes it."""
     def check(st: os.stat_result) -> None:
         if not stat.S_ISREG(st.st_mode):
             raise NotAFile(f"{path} is {kind_of(st.st_mode)}, not a file; buildkit reads only regular files")
-        if st.st_size > limit:
+        if limit is not None and st.st_size > limit:
             raise TooLarge(f"{path} is over {size_text(limit)}, the most buildkit reads of it")
 
     check(os.stat(path))
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
     try:
-        check(os.fstat(fd))  # what was opened, whatever path names by now
+        check(os.fstat(fd))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path: Path | str, limit: int) -> bytes:
+    """The bytes of path, a regular file of at most limit bytes; OSError otherwise (FileNotFoundError,
+    PermissionError... as the system says; NotAFile, TooLarge with one line of their own)."""
+    fd = open_regular(path, limit)
+    try:
         chunks: list[bytes] = []
         total = 0
         while True:

@@ -16,12 +16,12 @@ ggml-common.h declare them (its TurboQuant KV cache types included), read at 1c4
 from __future__ import annotations
 
 import os
-import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from buildkit.core.boundedread import NotAFile, open_regular
 from buildkit.core.errors import ModelError
 
 MAGIC = b"GGUF"
@@ -171,20 +171,16 @@ class _Reader:
 
 
 def _open_regular(path: str) -> int:
-    """A descriptor of path, a regular file (a FIFO or a device is refused before it is opened)."""
-    def check(st: os.stat_result) -> None:
-        if not stat.S_ISREG(st.st_mode):
-            raise ModelError(f"{path} is not a regular file; a model is read from a file")
-
+    """A descriptor of path, a regular file (core/boundedread.open_regular: a FIFO or a device is refused before
+    it is opened)."""
     try:
-        check(os.stat(path))
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+        return open_regular(path)
+    except NotAFile:
+        raise ModelError(f"{path} is not a regular file; a model is read from a file") from None
     except FileNotFoundError:
         raise ModelError(f"model file {path} does not exist") from None
     except OSError as exc:
         raise ModelError(f"cannot read {path}: {exc.strerror or exc}") from None
-    check(os.fstat(fd))
-    return fd
 
 
 def read_header(path: Path | str) -> GgufHeader:

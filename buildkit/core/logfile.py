@@ -23,12 +23,10 @@ import importlib
 import io
 import lzma
 import os
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from buildkit.core.boundedread import size_text
-from buildkit.core.wholefile import kind_of
+from buildkit.core.boundedread import NotAFile, open_regular, size_text
 
 LOG_LIMIT = 64 << 20  # bytes of text; a full test-backend-ops run on an H200 printed 2.3 MB
 MAX_LINE = 8192  # characters of one line (its longest case lines are a few hundred)
@@ -53,22 +51,12 @@ class LogUnreadable(OSError):
 
 
 def _opened(path: Path) -> io.BufferedReader:
-    def check(st: os.stat_result) -> None:
-        if not stat.S_ISREG(st.st_mode):
-            raise LogUnreadable(f"{path} is {kind_of(st.st_mode)}, not a file; buildkit reads only regular files")
-
     try:
-        check(os.stat(path))
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
-    except LogUnreadable:
-        raise
+        fd = open_regular(path)  # core/boundedread.py: a regular file, checked before and after it is opened
+    except NotAFile as exc:
+        raise LogUnreadable(str(exc)) from None
     except OSError as exc:
         raise LogUnreadable(f"cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        check(os.fstat(fd))  # what was opened, whatever the path names by now
-    except BaseException:
-        os.close(fd)
-        raise
     return os.fdopen(fd, "rb")
 
 
