@@ -340,16 +340,22 @@ class RegistryClient(RegistryAuth, BlobTransfers, ReferrersAPI):
         way a moving tag (`latest`, `cuda13.1-sm120`) is pointed at a new image."""
         check_repo(repo)
         check_reference(reference)
-        op = f"put manifest {ref_text(repo, reference)}"
+        return self._put_manifest(repo, reference, body, media_type, f"put manifest {ref_text(repo, reference)}")[0]
+
+    def _put_manifest(self, repo: str, reference: str, body: bytes, media_type: str, op: str,
+                      header: str = "") -> tuple[str, str]:
+        """PUT a manifest under reference (checked by the caller): (its digest, as the registry acknowledged it
+        and recomputed here; the registry's answer in `header`, "" when not asked or not sent)."""
         with self._request("PUT", f"/v2/{repo}/manifests/{reference}", op, f"repository:{repo}:pull,push",
                            data=body, headers={"Content-Type": media_type}) as resp:
             if resp.status_code != 201:
                 raise self._fail(op, not_created(resp))
             digest = resp.headers.get("Docker-Content-Digest", "")
+            answer = resp.headers.get(header, "") if header else ""
         computed = sha256_digest(body)
         if digest != computed:
             raise self._fail(op, f"the registry acknowledged digest {digest or '(none)'}, not {computed}")
-        return computed
+        return computed, answer
 
     def list_tags(self, repo: str, page_size: int = 100) -> list[str]:
         """Every tag of repo, following `Link: <...>; rel="next"` pages; [] for an unknown repository."""

@@ -12,7 +12,7 @@ import requests
 
 from buildkit.core.errors import RegistryError
 from buildkit.oci.referrers import MAX_LISTED, OCI_INDEX, SUBJECT_HEADER, Referrer, listed
-from buildkit.oci.registryhttp import check_reference, check_repo, not_created, sha256_digest, status_text
+from buildkit.oci.registryhttp import check_reference, check_repo, sha256_digest, status_text
 
 MAX_PAGES = 20
 # what a registry without the API answers its path with: 404 (distribution 2.8, as the spec expects), or, from
@@ -26,6 +26,7 @@ class ReferrersAPI:
     host: str
     _request: Callable[..., requests.Response]
     _fail: Callable[[str, str], RegistryError]
+    _put_manifest: Callable[..., tuple[str, str]]
 
     def referrers_api(self, repo: str, digest: str) -> list[Referrer] | None:
         """What the referrers API lists for digest; None when the registry does not offer the API."""
@@ -61,13 +62,5 @@ class ReferrersAPI:
         processed the subject: `OCI-Subject: <subject>`)."""
         check_repo(repo)
         digest = sha256_digest(body)
-        op = f"put referrer {repo}@{digest}"
-        with self._request("PUT", f"/v2/{repo}/manifests/{digest}", op, f"repository:{repo}:pull,push",
-                           data=body, headers={"Content-Type": media_type}) as resp:
-            if resp.status_code != 201:
-                raise self._fail(op, not_created(resp))
-            acknowledged = resp.headers.get("Docker-Content-Digest", "")
-            processed = resp.headers.get(SUBJECT_HEADER, "") == subject
-        if acknowledged != digest:
-            raise self._fail(op, f"the registry acknowledged digest {acknowledged or '(none)'}, not {digest}")
-        return digest, processed
+        _, answer = self._put_manifest(repo, digest, body, media_type, f"put referrer {repo}@{digest}", SUBJECT_HEADER)
+        return digest, answer == subject
