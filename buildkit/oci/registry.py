@@ -334,26 +334,22 @@ class RegistryClient(RegistryAuth, BlobTransfers, ReferrersAPI):
         return body, media_type, computed
 
     def put_manifest(self, repo: str, reference: str, body: bytes, media_type: str) -> str:
-        """Store a manifest under a tag (or its digest); returns its digest.
-
-        With a manifest already in the repository this adds a tag without moving any blob: the
-        way a moving tag (`latest`, `cuda13.1-sm120`) is pointed at a new image."""
+        """Store a manifest under a tag (or its digest); returns its digest. With the manifest already in the
+        repository this adds a tag without moving any blob: how a moving tag (`latest`) is pointed anew."""
         check_repo(repo)
         check_reference(reference)
         return self._put_manifest(repo, reference, body, media_type, f"put manifest {ref_text(repo, reference)}")[0]
 
     def _put_manifest(self, repo: str, reference: str, body: bytes, media_type: str, op: str,
                       header: str = "") -> tuple[str, str]:
-        """PUT a manifest under reference (checked by the caller): (its digest, as the registry acknowledged it
-        and recomputed here; the registry's answer in `header`, "" when not asked or not sent)."""
+        """PUT a manifest (reference checked by the caller): (its digest, recomputed; the answer's `header` or "")."""
         with self._request("PUT", f"/v2/{repo}/manifests/{reference}", op, f"repository:{repo}:pull,push",
                            data=body, headers={"Content-Type": media_type}) as resp:
             if resp.status_code != 201:
                 raise self._fail(op, not_created(resp))
             digest = resp.headers.get("Docker-Content-Digest", "")
             answer = resp.headers.get(header, "") if header else ""
-        computed = sha256_digest(body)
-        if digest != computed:
+        if digest != (computed := sha256_digest(body)):
             raise self._fail(op, f"the registry acknowledged digest {digest or '(none)'}, not {computed}")
         return computed, answer
 
