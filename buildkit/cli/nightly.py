@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -10,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, release_option, resolve
+from buildkit.cli.output import emit_json, json_text
 from buildkit.cli.signing import sign_key_option, signing_key
 from buildkit.core.errors import ConfigError
 from buildkit.flows.nightlysummary import PASSED
@@ -162,7 +162,7 @@ def nightly(as_json: bool, summary_path: str | None, date: str | None, force: bo
     unsaved = write_summaries(summary, summary_path)
     out = sys.stderr if as_json else sys.stdout
     if as_json:
-        click.echo(json.dumps(summary.to_dict(), indent=2))
+        emit_json(summary.to_dict())
     click.echo(summary.headline(), file=out)
     if not summary.up_to_date and summary.new_commit:
         click.echo(f"old commit: {summary.old_commit or 'none'}", file=out)
@@ -227,7 +227,7 @@ def _ci_step(cfg: ResolvedConfig, as_json: bool, summary_path: str | None, plan_
         data, ok = result.to_dict(), result.status == PASSED
     problems += write_github_outputs(outputs)
     if as_json:
-        click.echo(json.dumps(data, indent=2))
+        emit_json(data)
     if summary_path:
         from buildkit.core.savefile import write_or_keep
 
@@ -236,7 +236,7 @@ def _ci_step(cfg: ResolvedConfig, as_json: bool, summary_path: str | None, plan_
         except OSError:
             pass  # write_or_keep says why the file cannot be written
         what = "the plan" if plan_only else "the job's result"
-        problems += [p for p in [write_or_keep(Path(summary_path), json.dumps(data, indent=2) + "\n", what)] if p]
+        problems += [p for p in [write_or_keep(Path(summary_path), json_text(data) + "\n", what)] if p]
     click.echo(line, file=sys.stderr if as_json else sys.stdout)
     if problems:
         click.echo(f"error: {'; '.join(problems)}", err=True)

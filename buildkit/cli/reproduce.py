@@ -6,7 +6,6 @@ Exit codes: 0 reproduced / identical; 2 the digests differ (the report says wher
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ import click
 
 from buildkit.cli.diff import DIFFERENT
 from buildkit.cli.options import handle_errors
+from buildkit.cli.output import emit_json, json_text
 from buildkit.core.errors import ConfigError
 
 
@@ -76,7 +76,7 @@ def reproduce(target: str, build_key: str | None, config_path: str | None, patch
         index = reproduce_index(record, config_path=cfg_path, source=source, patches=patches,
                                 keep=Path(keep).resolve() if keep else None, use_cache=use_cache,
                                 provenance=provenance)
-        click.echo(json.dumps(index.to_json(), indent=2) if as_json else index.report())
+        click.echo(json_text(index) if as_json else index.report())
         if not index.reproduced:
             sys.exit(DIFFERENT)
         return
@@ -88,12 +88,12 @@ def reproduce(target: str, build_key: str | None, config_path: str | None, patch
 
         attested = attest_reproduction(record.image_digest, record.originals, key)
     if as_json:
-        click.echo(json.dumps({
+        emit_json({
             "reproduced": result.reproduced, "recorded": record.image_digest, "rebuilt": result.digest,
             "origin": record.origin, "warnings": result.warnings, "archive": str(result.archive or ""),
             "compared_with": result.original, "diff": result.diff.to_json() if result.diff else None,
             "attested": list(attested),
-        }, indent=2))
+        })
     else:
         click.echo(result.report())
         if attested:

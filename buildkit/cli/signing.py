@@ -65,11 +65,11 @@ def verify_image(ref: str, key: Path, lock: Path | None) -> None:
     with --lock that its inputs are the lock's; one line per check, exit 1 on any failure."""
     from buildkit.oci.imageref import parse_image_ref
     from buildkit.oci.registry import client_for
-    from buildkit.release.verifyimage import verify_image as run_checks
+    from buildkit.release.verifyimage import line, verify_image as run_checks
 
     with client_for(parse_image_ref(ref).registry) as client:
         checks = run_checks(client, ref, key, lock)
     for check in checks:
-        click.echo(check.line())
-    if not all(check.ok for check in checks):
+        click.echo(line(check))
+    if any(check.failed for check in checks):
         raise SystemExit(1)

@@ -79,7 +79,7 @@ class MultiResult:
             "version": self.version, "pushed": list(self.pushed), "added": list(self.added),
             "lock": str(self.lock_path), "origin": self.origin, "signed": list(self.signed),
             "platforms": [{"platform": p.platform, "digest": p.result.digest, "build_key": p.prepared.build_key,
-                           "verify": [vars(c) for c in p.report.checks]} for p in self.platforms],
+                           "verify": [c.to_json() for c in p.report.checks]} for p in self.platforms],
         }
 
 

@@ -35,7 +35,7 @@ import re
 import sys
 import tempfile
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -287,7 +287,7 @@ def _build_and_publish(cfg: ResolvedConfig, client: RegistryClient, repository: 
                 continue
             v, p = b.variant, previous[b.variant.key]
             seconds = b.outcome.seconds if b.outcome else None
-            checks = [asdict(c) for c in b.report.checks] if b.report else []
+            checks = [c.to_json() for c in b.report.checks] if b.report else []
             published, error = (b.unit.published, b.error) if b.unit is not None else (None, b.error)
             if b.unit is not None and b.unit.failed in ("lock", "publish"):  # built and verified
                 error = f"built, not published: {b.error}"
@@ -323,7 +323,7 @@ def _publish_index(client: RegistryClient, repository: ImageRef, summary: Summar
 
     v = index.units[0].variant
     seconds = max((u.outcome.seconds for u in index.units if u.outcome), default=None)
-    checks = [dict(asdict(c), platform=u.variant.request.platform) for u in index.units if u.report
+    checks = [dict(c.to_json(), platform=u.variant.request.platform) for u in index.units if u.report
               for c in u.report.checks]
     previous_commit = p.commit if p else None
     if not index.ok:

@@ -239,7 +239,7 @@ def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream: OutStream 
                                        stop_on=(PatchError,), finish=by_digest)
             out["built"] = b.outcome is not None and b.outcome.ok
             out["build_seconds"] = b.outcome.seconds if b.outcome else None
-            out["checks"] = tuple(asdict(c) for c in b.report.checks) if b.report else ()
+            out["checks"] = tuple(c.to_json() for c in b.report.checks) if b.report else ()
             if b.unit is not None and b.unit.failed != "verify":  # verified (pushed, or not: the error says)
                 assert b.prepared is not None  # a unit ran: it was prepared
                 out["build_key"] = b.prepared.build_key
