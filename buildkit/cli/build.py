@@ -13,7 +13,7 @@ import click
 from buildkit.cli.options import (BuildkitCommand, Decorator, config_options, handle_errors, release_option,
                                   resolve)
 from buildkit.cli.output import echo_published, emit_json
-from buildkit.cli.signing import sign_key_option, signing_key
+from buildkit.cli.signing import make_signer, sign_key_option
 from buildkit.core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
         raise ConfigError("--no-load goes with --push (a build without --push is for the engine)")
     if sign_key is not None and not push:
         raise ConfigError("--sign-key goes with --push (it signs what is published)")
-    key = signing_key(cfg, sign_key) if push and not print_only else None
+    signer = make_signer(sign_key, cfg) if push and not print_only else None
     from buildkit.plan.platforms import is_multi
     if tests and (print_only or is_multi(cfg.build.platform)):
         raise ConfigError("--tests goes with a build of one platform (not --print or several)")
@@ -97,7 +97,7 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
                               "(--platform linux/amd64, then --platform linux/arm64)")
         return _build_multi(cfg, push=push, version=version, bump=bump, force=force, verify=not no_verify,
                             load=not no_load, extra_tags=extra_tags, preflight=not no_preflight,
-                            min_free_gb=min_free_gb, as_json=as_json, sign_key=key)
+                            min_free_gb=min_free_gb, as_json=as_json, signer=signer)
     if print_only:
         from buildkit.flows.pipeline import prepared_context
 
@@ -137,7 +137,7 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
         with _display(cfg):
             published = build_and_push(cfg, version=version, bump=bump, force=force, verify=not no_verify,
                                        load=not no_load, extra_tags=extra_tags, before_build=before_build,
-                                       sign_key=key, tests=tests)
+                                       signer=signer, tests=tests)
         what = {"built": "built, verified and pushed",
                 "engine": "pushed the image with this build key already in the engine, nothing built",
                 "registry": "already published (the registry has this build key), nothing built"}[published.origin]

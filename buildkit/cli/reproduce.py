@@ -56,14 +56,12 @@ def reproduce(target: str, build_key: str | None, config_path: str | None, patch
     from buildkit.plan.config import find_config_file
     from buildkit.flows.record import IndexRecorded, load_record
     from buildkit.flows.reproduce import reproduce as run, reproduce_index
-    from buildkit.release.signkeys import load_signing_key
+    from buildkit.cli.signing import make_signer
 
     if sign_key is not None and not attest:
         raise ConfigError("--sign-key goes with --attest")
-    key = load_signing_key(sign_key) if attest else None  # read first: a bad key stops before the rebuild
-    if key is not None and key.warning:
-        click.echo(f"warning: {key.warning}", err=True)
-    if attest and key is None:
+    signer = make_signer(sign_key) if attest else None  # made first: a bad key stops before the rebuild
+    if attest and signer is None:
         raise ConfigError("--attest signs with the rebuilder's own key: give --sign-key FILE or set "
                           "LLAMA_BUILDKIT_SIGN_KEY")
     if attest and use_cache:
@@ -83,10 +81,10 @@ def reproduce(target: str, build_key: str | None, config_path: str | None, patch
     result = run(record, config_path=cfg_path, source=source, patches=patches,
                  keep=Path(keep).resolve() if keep else None, use_cache=use_cache, provenance=provenance)
     attested: tuple[str, ...] = ()
-    if key is not None and result.reproduced:
+    if signer is not None and result.reproduced:
         from buildkit.flows.signpublished import attest_reproduction
 
-        attested = attest_reproduction(record.image_digest, record.originals, key)
+        attested = attest_reproduction(record.image_digest, record.originals, signer)
     if as_json:
         emit_json({
             "reproduced": result.reproduced, "recorded": record.image_digest, "rebuilt": result.digest,

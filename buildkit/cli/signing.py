@@ -12,7 +12,7 @@ from buildkit.cli.options import BuildkitCommand, handle_errors
 
 if TYPE_CHECKING:
     from buildkit.plan.config import ResolvedConfig
-    from buildkit.release.signkeys import SigningKey
+    from buildkit.release.signer import Signer
 
 sign_key_option = click.option(
     "--sign-key", "sign_key", type=click.Path(path_type=Path), default=None,
@@ -20,12 +20,15 @@ sign_key_option = click.option(
          "file [default: sign.key_file, else LLAMA_BUILDKIT_SIGN_KEY's PEM, else no signing].")
 
 
-def signing_key(cfg: ResolvedConfig, flag: Path | None) -> SigningKey | None:
-    """The key that signs what this command publishes: --sign-key, else sign.key_file, else the PEM of
-    LLAMA_BUILDKIT_SIGN_KEY, else None. Read before anything is built or pushed: a bad key stops first."""
+def make_signer(flag: Path | None, cfg: ResolvedConfig | None = None) -> Signer | None:
+    """The one place a command's signer is made (release/signer.Signer), then handed to every flow that signs:
+    the key file of --sign-key, else of sign.key_file (cfg; `reproduce --attest` has none), else the PEM of
+    LLAMA_BUILDKIT_SIGN_KEY, else None (nothing is signed). Made before anything is built or pushed: a bad key
+    stops first. Another kind of signer (keyless, a KMS) is its choice here (docs/design.md, "Adding a
+    signer")."""
     from buildkit.release.signkeys import load_signing_key
 
-    key = load_signing_key(flag or cfg.sign.key_file)
+    key = load_signing_key(flag or (cfg.sign.key_file if cfg is not None else None))
     if key is not None and key.warning:
         click.echo(f"warning: {key.warning}", err=True)
     return key
