@@ -9,9 +9,9 @@ unit tests use, implements the same methods. Nothing outside buildkit/engine/ ta
     verify_image(plan, tag, engine)    # ... and passes it down: a function names the roles it uses
     with use_engine(fake): ...         # tests, and later a remote engine
 
-The roles (Protocols): Host (ping, buildx, image store, info, builder, arch), Builder (turn, build,
-bake, build_command), Images (lookups, load, tag, untag, push, save) and Containers (run, attach,
-copy_out, detached ones); Engine is all four.
+The roles (Protocols): Host (ping, buildx, info, builder, arch), Builder (turn, build, bake,
+build_command), Images (image store, lookups, load, tag, untag, push, save) and Containers (run,
+attach, copy_out, detached ones); Engine is all four.
 
 The engine is asked in specs (specs.py: BuildSpec, BuildSession, RunSpec; ContainerSpec here), never
 in docker argv: the engine makes its own command lines, and shows them (`build_command`,
@@ -107,7 +107,7 @@ class Finished:
 
 
 class Host(Protocol):
-    """The engine itself: whether it answers, what it runs on, how it stores images (doctor, --print, the gate)."""
+    """The engine itself: whether it answers, its builder, what it runs on (doctor, the gate)."""
 
     @abc.abstractmethod
     def ping(self) -> None:
@@ -116,10 +116,6 @@ class Host(Protocol):
     @abc.abstractmethod
     def buildx_version(self) -> tuple[int, int, int]:
         """The builder's version; EngineError when missing or unusable."""
-
-    @abc.abstractmethod
-    def image_store(self) -> str:
-        """"containerd", "classic", or "" when it cannot be asked."""
 
     @abc.abstractmethod
     def info(self) -> dict[str, Any]:
@@ -162,7 +158,11 @@ class Builder(Protocol):
 
 
 class Images(Protocol):
-    """The engine's images: looked up, tagged, loaded, pushed, saved."""
+    """The engine's images: how it stores them, looked up, tagged, loaded, pushed, saved."""
+
+    @abc.abstractmethod
+    def image_store(self) -> str:
+        """"containerd", "classic", or "" when it cannot be asked."""
 
     @abc.abstractmethod
     def image(self, ref: str) -> ImageInfo | None:
