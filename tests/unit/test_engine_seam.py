@@ -8,16 +8,18 @@ import stat
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from buildkit.core.errors import VerifyError
 from buildkit.core.filelock import file_lock
-from buildkit.engine.api import ImageInfo, get_engine, use_engine
+from buildkit.engine.api import Host, ImageInfo, get_engine, use_engine
 from buildkit.engine.bake import TargetOutcome, run_bake
 from buildkit.engine.bakefile import bake_document, write_bake_file
 from buildkit.engine.buildx import BuildOptions, BuildResult
 from buildkit.engine.dockerengine import DockerEngine
+from buildkit.flows.enginecheck import check_buildx_and_builder, check_engine, engine_info
 from buildkit.flows.matrix import verify_variant
 from buildkit.plan.buildplan import SourceFacts, make_plan, make_request
 from buildkit.plan.config import load_config
@@ -46,6 +48,35 @@ def test_get_engine_answers_the_engine_in_use():
     with use_engine(fake):
         assert get_engine() is fake
     assert get_engine() is not fake
+
+
+class HostOnly:
+    """A second engine of one role (engine/api.py's Host), no Engine subclass: mypy checks it structurally."""
+
+    def ping(self) -> None:
+        pass
+
+    def buildx_version(self) -> tuple[int, int, int]:
+        return (0, 19, 3)
+
+    def info(self) -> dict[str, Any]:
+        return {"ServerVersion": "28.1.1", "DockerRootDir": "/var/lib/docker",
+                "DriverStatus": [["driver-type", "io.containerd.snapshotter.v1"]]}
+
+    def inspect_builder(self, name: str = "") -> str:
+        return "Name: default\nDriver: docker\nStatus: running\nPlatforms: linux/amd64, linux/arm64"
+
+    def arch(self) -> str:
+        return "amd64"
+
+
+def test_a_function_asks_only_for_the_role_it_uses() -> None:
+    """doctor's engine checks are handed a Host: an engine with those five methods only is enough."""
+    host: Host = HostOnly()
+    info, why = engine_info(host)
+    assert check_engine(info, why).status == "ok"
+    check, platforms = check_buildx_and_builder("", host)
+    assert check.status == "ok" and platforms == ["linux/amd64", "linux/arm64"], check
 
 
 def test_bake_loads_each_oci_target_under_its_tags_in_one_engine_turn(tmp_path):
