@@ -15,7 +15,7 @@ from buildkit.bench.protocol import BENCH_LABEL
 from buildkit.core import interrupts
 from buildkit.core.deadline import Deadline, shut
 from buildkit.core.errors import BenchError
-from buildkit.engine.api import ContainerState, Engine, EngineError, get_engine
+from buildkit.engine.api import ContainerState, Engine, EngineError, Images
 from buildkit.flows.serving import container_spec as container_spec  # re-exported: bench's spec is serving's
 from buildkit.plan.profiles import CONTAINER_PORT, ServerSpec
 
@@ -84,9 +84,8 @@ def wait_ready(url: str, engine: Engine, container: str, timeout: float, interva
         time.sleep(interval)
 
 
-def docker_client() -> Engine:
+def docker_client(engine: Engine) -> Engine:
     """The engine, once it answered (BenchError otherwise)."""
-    engine = get_engine()
     try:
         engine.ping()
     except EngineError as exc:
@@ -94,7 +93,7 @@ def docker_client() -> Engine:
     return engine
 
 
-def local_image_id(engine: Engine, ref: str) -> str:
+def local_image_id(engine: Images, ref: str) -> str:
     image_id = engine.image_id(ref)
     if image_id is None:
         raise BenchError(f"image {ref} is not in the local engine (bench never pulls; build or pull it first)")
@@ -102,14 +101,14 @@ def local_image_id(engine: Engine, ref: str) -> str:
 
 
 @contextmanager
-def served(spec: ServerSpec, startup_timeout: float = 300.0,
+def served(spec: ServerSpec, engine: Engine, startup_timeout: float = 300.0,
            log: Callable[[str], None] | None = None) -> Iterator[Served]:
     """Start spec's container (model read-only, port on 127.0.0.1), wait for /health, yield, then always
     stop and remove it: on success, failure, Ctrl-C, SIGTERM and SIGHUP."""
     from dataclasses import replace
 
     log = log or (lambda msg: None)
-    engine = docker_client()
+    engine = docker_client(engine)
     image_id = local_image_id(engine, spec.image)
     cspec = container_spec(spec)
     name = cspec.name or f"buildkit-bench-{uuid.uuid4().hex[:10]}"

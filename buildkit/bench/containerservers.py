@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from buildkit.bench.container import served
+from buildkit.engine.api import Engine
 from buildkit.plan.profiles import make_spec
 
 
@@ -19,6 +20,7 @@ class ContainerServers:
     model: Path
     model_draft: Path | None
     gpus: str
+    engine: Engine
     startup_timeout: float = 300.0
     log: Callable[[str], None] = lambda msg: None
 
@@ -28,5 +30,5 @@ class ContainerServers:
                          extra_args=tuple(args), gpus=self.gpus, host_port=None, use_profile_port=False,
                          bind="127.0.0.1")
         self.log(f"{label}: starting {self.image}")
-        with served(spec, self.startup_timeout, log=self.log) as server:
+        with served(spec, self.engine, self.startup_timeout, log=self.log) as server:
             yield server.url

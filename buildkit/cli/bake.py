@@ -11,6 +11,7 @@ import click
 
 from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, resolve
 from buildkit.cli.output import emit_json
+from buildkit.engine.api import get_engine
 
 
 @click.command(cls=BuildkitCommand)
@@ -57,7 +58,8 @@ def bake(print_only: bool, bake_path: str | None, no_verify: bool, as_json: bool
         return
     with tempfile.TemporaryDirectory(prefix="buildkit-bake-") as tmp:
         lock_path = cfg.lock.path
-        builds, indexes, bake_file = bake_locked(variants, options, Path(tmp), lock_path, verify=not no_verify)
+        builds, indexes, bake_file = bake_locked(variants, options, Path(tmp), lock_path, engine=get_engine(),
+                                                   verify=not no_verify)
         if bake_path and bake_file:
             from buildkit.core.wholefile import write_whole
 

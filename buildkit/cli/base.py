@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from buildkit.cli.options import handle_errors
+from buildkit.engine.api import get_engine
 
 
 @click.group()
@@ -32,6 +33,6 @@ def debian(suite: str, platforms: str, tag: str, mirror: str | None) -> None:
     from buildkit.flows.debianbase import make_base, plan_base
 
     wanted = plan_base(suite, platforms or machine_platform(), tag, mirror)
-    made = make_base(wanted, log=lambda line: click.echo(f"buildkit: {line}", err=True))
+    made = make_base(wanted, get_engine(), log=lambda line: click.echo(f"buildkit: {line}", err=True))
     parts = [f"{p} (configured)" for p in made.configured] + [f"{p} (unpacked only)" for p in made.unpacked]
     click.echo(f"{made.tag}: Debian {suite}, {', '.join(parts)}, {made.digest}")

@@ -17,6 +17,7 @@ from buildkit.cli.output import emit_json
 from buildkit.core import interrupts
 from buildkit.plan.config import find_config_file, load_config, read_document
 from buildkit.core.errors import BenchError
+from buildkit.engine.api import get_engine
 from buildkit.plan.profiles import ServerSpec, get_profile, make_spec
 
 if TYPE_CHECKING:
@@ -157,9 +158,10 @@ def bench(url: str | None, image: str | None, model: str | None, model_draft: st
         spec = make_spec(image=image, model=model, model_draft=model_draft, profile=profile,
                          extra_args=tuple(server_args), gpus=gpus, host_port=None, use_profile_port=False,
                          bind="127.0.0.1")
+    engine = get_engine()
     client = image_id = None
     if image:
-        client = docker_client()
+        client = docker_client(engine)
         image_id = local_image_id(client, image)
         if compare_image and local_image_id(client, compare_image) == image_id:  # --compare-image needs --image
             raise BenchError(f"--image {image} and --compare-image {compare_image} are the same image "
@@ -200,7 +202,7 @@ def bench(url: str | None, image: str | None, model: str | None, model_draft: st
         if s is None:
             assert url is not None  # no --image: --url (checked above)
             return run_bench(url, protocol, **shown)
-        with served(s, startup_timeout, log=_progress) as srv:
+        with served(s, engine, startup_timeout, log=_progress) as srv:
             return run_bench(srv.url, protocol, target=target_of(s, srv.image_id), **shown)
 
     new_label = image or url or ""  # one of them is given (checked above)

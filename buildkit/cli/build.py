@@ -15,6 +15,7 @@ from buildkit.cli.options import (BuildkitCommand, Decorator, config_options, ha
 from buildkit.cli.output import echo_published, emit_json
 from buildkit.cli.signing import make_signer, sign_key_option
 from buildkit.core.errors import ConfigError
+from buildkit.engine.api import Engine, get_engine
 
 if TYPE_CHECKING:
     from buildkit.core.livedisplay import LiveDisplay
@@ -82,6 +83,7 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
         version = normalise_version(version)  # v1.2.3 is 1.2.3, as docker/metadata-action's type=semver
         kwargs["image_version"] = version
     cfg = resolve(kwargs)
+    engine = get_engine()
     if no_load and not push:
         raise ConfigError("--no-load goes with --push (a build without --push is for the engine)")
     if sign_key is not None and not push:
@@ -95,7 +97,7 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
         if print_only:
             raise ConfigError("--print shows one buildx command; with several platforms print each one "
                               "(--platform linux/amd64, then --platform linux/arm64)")
-        return _build_multi(cfg, push=push, version=version, bump=bump, force=force, verify=not no_verify,
+        return _build_multi(cfg, engine, push=push, version=version, bump=bump, force=force, verify=not no_verify,
                             load=not no_load, extra_tags=extra_tags, preflight=not no_preflight,
                             min_free_gb=min_free_gb, as_json=as_json, signer=signer)
     if print_only:
@@ -107,7 +109,7 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
         cache_root(cfg).mkdir(parents=True, exist_ok=True)
         with prepared_context(cfg, extra_tags=extra_tags, lay_out=False) as prepared:
             metadata = prepared.rendered.context_dir.parent / "metadata.json"
-            argv = build_command(prepared.plan, prepared.rendered, build_options(cfg), metadata)
+            argv = build_command(prepared.plan, prepared.rendered, build_options(cfg), metadata, engine)
             if as_json:
                 plan = prepared.plan
                 emit_json({"argv": argv, "variant": plan.request.variant, "build_key": prepared.build_key,
@@ -124,7 +126,7 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
 
         # with --push a short disk stops the build only if there is something to compile: the image of
         # this build key may be in the engine already (`build`, then `build --push`) or in the registry
-        short_disk = preflight(cfg, min_free_gb=min_free_gb, echo=lambda line: click.echo(line, err=True),
+        short_disk = preflight(cfg, engine, min_free_gb=min_free_gb, echo=lambda line: click.echo(line, err=True),
                                defer_disk=push)
     if push:
         from buildkit.flows.doctor import refusal
@@ -148,13 +150,11 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
         return
     from buildkit.core.progress import stages, summary, summary_line
 
-    from buildkit.engine.api import get_engine
-
     with _display(cfg):
         built = run_pipeline(cfg, extra_tags=extra_tags, verify=not no_verify, tests=tests)
     assert built.result is not None  # run_unit raises when the build fails; the result is the build's
     facts = summary(built.prepared.plan.request.variant, built.result.seconds,
-                    get_engine().image_size(built.result.tags[0]) if built.result.tags else None,
+                    engine.image_size(built.result.tags[0]) if built.result.tags else None,
                     built.result.compressed_size,
                     built.result.ccache, stages().times, built.result.tty)
     if as_json:
@@ -187,7 +187,7 @@ def _display(cfg: ResolvedConfig) -> AbstractContextManager[LiveDisplay | None]:
     return live_display(sys.stderr.isatty() and cfg.build.progress == "auto")
 
 
-def _build_multi(cfg: ResolvedConfig, *, preflight: bool, min_free_gb: float | None, as_json: bool,
+def _build_multi(cfg: ResolvedConfig, engine: Engine, *, preflight: bool, min_free_gb: float | None, as_json: bool,
                  **kwargs: Any) -> None:
     """Several platforms: one build each, one OCI index under every tag (flows/multiplatform.py)."""
     from buildkit.flows.multiplatform import build_multi, platform_requests
@@ -196,8 +196,8 @@ def _build_multi(cfg: ResolvedConfig, *, preflight: bool, min_free_gb: float | N
     if preflight:
         from buildkit.flows.doctor import preflight as run_preflight
 
-        run_preflight(cfg, min_free_gb=min_free_gb, echo=lambda line: click.echo(line, err=True))
-    result = build_multi(cfg, **kwargs)
+        run_preflight(cfg, engine, min_free_gb=min_free_gb, echo=lambda line: click.echo(line, err=True))
+    result = build_multi(cfg, engine=engine, **kwargs)
     if as_json:
         emit_json(result)
         return

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from buildkit.cli.options import FC, BuildkitCommand, config_options, handle_errors, resolve
+from buildkit.engine.api import get_engine
 
 WHERE = [
     click.option("--dir", "folder", type=click.Path(file_okay=False),
@@ -50,12 +51,13 @@ def _carry(direction: str, folder: str | None, registry_repo: str | None, unit: 
 
     _check(folder, registry_repo)
     cfg = resolve(kwargs)
+    engine = get_engine()
     where = Path(folder) if folder else None
     if direction == "export":
-        done = export_ccache(targets_for(cfg, unit), dest_dir=where, registry_repo=registry_repo or "",
+        done = export_ccache(engine, targets_for(cfg, engine, unit), dest_dir=where, registry_repo=registry_repo or "",
                              builder=cfg.build.builder)
     else:
-        done = import_ccache(targets_for(cfg, unit), src_dir=where, registry_repo=registry_repo or "",
+        done = import_ccache(engine, targets_for(cfg, engine, unit), src_dir=where, registry_repo=registry_repo or "",
                              builder=cfg.build.builder)
     click.echo(f"{direction}ed {len(done)} ccache(s): {' '.join(done) or 'none'}")
 

@@ -35,9 +35,10 @@ def diff(a: str, b: str, platform: str, no_files: bool, as_json: bool) -> None:
     from buildkit.engine.api import get_engine
     from buildkit.oci.ocilayout import open_image
 
+    engine = get_engine()
     with ExitStack() as stack:
-        image_a = open_image(a, stack, platform=platform, engine=get_engine())
-        image_b = open_image(b, stack, platform=platform, engine=get_engine())
+        image_a = open_image(a, stack, platform=platform, engine=engine)
+        image_b = open_image(b, stack, platform=platform, engine=engine)
         result = diff_images(image_a, image_b, files=not no_files)
     click.echo(json_text(result) if as_json else result.report())
     if not result.same:

@@ -9,6 +9,7 @@ import click
 
 from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, resolve
 from buildkit.cli.output import emit_json
+from buildkit.engine.api import get_engine
 
 
 @click.command(cls=BuildkitCommand)
@@ -33,7 +34,7 @@ def doctor(min_free_gb: float | None, matrix: bool, offline: bool, push: bool, a
     from buildkit.flows.doctor import as_json as checks_json, failed, format_checks, run_checks
 
     cfg = resolve(kwargs)
-    checks = run_checks(cfg, min_free_gb=min_free_gb, matrix=matrix, offline=offline, push=push)
+    checks = run_checks(cfg, get_engine(), min_free_gb=min_free_gb, matrix=matrix, offline=offline, push=push)
     if as_json:
         emit_json(checks_json(checks))
     else:

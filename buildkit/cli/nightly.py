@@ -12,6 +12,7 @@ from buildkit.cli.options import BuildkitCommand, config_options, handle_errors,
 from buildkit.cli.output import emit_json, json_text
 from buildkit.cli.signing import make_signer, sign_key_option
 from buildkit.core.errors import ConfigError
+from buildkit.engine.api import get_engine
 from buildkit.flows.nightlysummary import PASSED
 
 if TYPE_CHECKING:
@@ -158,7 +159,8 @@ def nightly(as_json: bool, summary_path: str | None, date: str | None, force: bo
         for problem in write_github_outputs(outputs):
             click.echo(f"warning: {problem}", err=True)
     else:
-        summary = run_nightly(cfg, date=date, force=force, verify=not no_verify, signer=signer)
+        summary = run_nightly(cfg, date=date, force=force, verify=not no_verify, signer=signer,
+                              engine=get_engine())
     unsaved = write_summaries(summary, summary_path)
     out = sys.stderr if as_json else sys.stdout
     if as_json:
@@ -215,7 +217,8 @@ def _ci_step(cfg: ResolvedConfig, as_json: bool, summary_path: str | None, plan_
         from buildkit.flows.nightly import repository_of
 
         assert job_unit is not None  # --job, the other way here (nightly())
-        result = run_job(cfg, job_unit, verify=verify, signer=signer, attest_dir=attest_dir)
+        result = run_job(cfg, job_unit, verify=verify, signer=signer, attest_dir=attest_dir,
+                         engine=get_engine())
         name = repository_of(cfg).name
         outputs = {"built": "true" if result.built else "false",  # reference: what the job pushed, to sign
                    "reference": f"{name}@{result.digest}" if result.status == PASSED else "",

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, resolve
+from buildkit.engine.api import get_engine
 
 METADATA_FILE = "metadata.json"
 
@@ -29,7 +30,7 @@ def render(out_dir: str, **kwargs: Any) -> None:
     prepared = prepare(cfg, out, lay_out=False)  # CUDA wheels resolved from the index, none downloaded
     # the command writes only into DIR (its metadata file, an OCI archive), which is also its context:
     # the context's .dockerignore leaves those out (plan/render.py)
-    argv = build_command(prepared.plan, prepared.rendered, build_options(cfg), out / METADATA_FILE)
+    argv = build_command(prepared.plan, prepared.rendered, build_options(cfg), out / METADATA_FILE, get_engine())
     click.echo(f"rendered {prepared.rendered.dockerfile} for {prepared.plan.request.variant} "
                f"at {prepared.source.commit}")
     click.echo("build it with:\n  " + shlex.join(argv))

@@ -16,6 +16,7 @@ from buildkit.cli.diff import DIFFERENT
 from buildkit.cli.options import handle_errors
 from buildkit.cli.output import emit_json, json_text
 from buildkit.core.errors import ConfigError
+from buildkit.engine.api import get_engine
 
 
 @click.command()
@@ -66,20 +67,22 @@ def reproduce(target: str, build_key: str | None, config_path: str | None, patch
                           "LLAMA_BUILDKIT_SIGN_KEY")
     if attest and use_cache:
         raise ConfigError("--attest vouches for a clean rebuild: leave out --cache")
-    record = load_record(target, build_key)
+    engine = get_engine()
+    record = load_record(target, build_key, engine)
     cfg_path = find_config_file(config_path, os.environ, Path.cwd())
     if isinstance(record, IndexRecorded) and attest:
         raise ConfigError("--attest is for one image for now: reproduce a platform's entry (--build)")
     if isinstance(record, IndexRecorded):  # a multi-platform build: every platform, then the index
         index = reproduce_index(record, config_path=cfg_path, source=source, patches=patches,
                                 keep=Path(keep).resolve() if keep else None, use_cache=use_cache,
-                                provenance=provenance)
+                                provenance=provenance, engine=engine)
         click.echo(json_text(index) if as_json else index.report())
         if not index.reproduced:
             sys.exit(DIFFERENT)
         return
     result = run(record, config_path=cfg_path, source=source, patches=patches,
-                 keep=Path(keep).resolve() if keep else None, use_cache=use_cache, provenance=provenance)
+                 keep=Path(keep).resolve() if keep else None, use_cache=use_cache, provenance=provenance,
+                 engine=engine)
     attested: tuple[str, ...] = ()
     if signer is not None and result.reproduced:
         from buildkit.flows.signpublished import attest_reproduction

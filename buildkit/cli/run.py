@@ -12,6 +12,7 @@ import click
 from buildkit.cli.bench import project_config
 from buildkit.cli.options import handle_errors
 from buildkit.core.errors import ConfigError, ModelError
+from buildkit.engine.api import Images, get_engine
 from buildkit.plan.config import read_document
 from buildkit.plan.inputs import LABEL_PREFIX
 from buildkit.plan.k8s import gpu_count, manifest_text, object_name, pinned_image
@@ -76,11 +77,12 @@ def run(profile_name: str | None, image: str | None, model: str | None, model_dr
     if port is not None and not 0 < port < 65536:
         raise ConfigError(f"--port must be between 1 and 65535, got {port}")
     k8s = output_format == "k8s"
+    engine = get_engine()
     if output_format == "olares":
         if out_dir is None:
             raise ConfigError("--format olares writes a chart: add --out DIR")
         olares_app(image, model, model_draft, profile, tuple(server_args), name, out_dir, olares_manifest, owners,
-                   models_folder, gpu_memory)
+                   models_folder, gpu_memory, engine)
         return
     if out_dir is not None or owners or models_folder:
         raise ConfigError("--out, --owner and --models-folder are --format olares's")
@@ -92,28 +94,25 @@ def run(profile_name: str | None, image: str | None, model: str | None, model_dr
                      extra_args=tuple(server_args), gpus=gpus, host_port=port, bind=bind, name=name,
                      check_files=not print_only)
     if k8s:
-        click.echo(kubernetes_manifest(spec, gpus_given=gpus is not None))
+        click.echo(kubernetes_manifest(spec, engine, gpus_given=gpus is not None))
         return
-    from buildkit.engine.api import get_engine
     from buildkit.flows.serving import run_spec
 
     container = run_spec(spec, detach=detach)
-    command = shlex.join(get_engine().run_command(container))
+    command = shlex.join(engine.run_command(container))
     if print_only:
         click.echo(command)
         return
     if spec.gpus:
         say_gpu_memory(spec, gpu_memory)
     click.echo(f"+ {command}", err=True)
-    sys.exit(get_engine().attach(container))
+    sys.exit(engine.attach(container))
 
 
-def kubernetes_manifest(spec: ServerSpec, *, gpus_given: bool) -> str:
+def kubernetes_manifest(spec: ServerSpec, engine: Images, *, gpus_given: bool) -> str:
     """The manifest of spec, its image pinned by the engine's repo digest; a CUDA image (its label) gets
     one GPU unless --gpus or the profile says otherwise."""
-    from buildkit.engine.api import get_engine
-
-    info = get_engine().image(spec.image)
+    info = engine.image(spec.image)
     gpus = gpu_count(spec.gpus)
     if not gpus and not gpus_given and info is not None and info.labels.get(CUDA_LABEL, "none") not in ("", "none"):
         gpus = 1
@@ -123,14 +122,14 @@ def kubernetes_manifest(spec: ServerSpec, *, gpus_given: bool) -> str:
 
 def olares_app(image: str | None, model: str | None, model_draft: str | None, profile: Profile | None,
                server_args: tuple[str, ...], name: str, out_dir: Path, manifest_version: ManifestVersion,
-               owners: tuple[str, ...], models_folder: str, gpu_memory: float | None) -> None:
+               owners: tuple[str, ...], models_folder: str, gpu_memory: float | None, engine: Images) -> None:
     """Write the app's chart; the model files are read here for their GGUF headers (sizing)."""
     from buildkit.flows.olaresapp import write_app
 
     spec = make_spec(image=image, model=model, model_draft=model_draft, profile=profile, extra_args=server_args)
     limit = gpu_bytes(gpu_memory)
-    done = write_app(spec, out_dir, name=name, owners=owners, manifest_version=manifest_version, gpu_limit=limit,
-                     models_folder=models_folder)
+    done = write_app(spec, out_dir, engine, name=name, owners=owners, manifest_version=manifest_version,
+                     gpu_limit=limit, models_folder=models_folder)
     click.echo(f"wrote {done.folder}/: the Olares app {done.app.name} (OlaresManifest.yaml {manifest_version}, "
                f"the Helm chart, owners, i18n) for {done.app.image}")
     click.echo("GPU memory, estimated from the models' GGUF headers (requiredGPUMemory):")

@@ -19,6 +19,7 @@ from buildkit.bench.lossless import NEAR_TIE
 from buildkit.cli.options import handle_errors
 from buildkit.cli.output import json_text
 from buildkit.core.errors import BenchError, BuildkitError, LockError
+from buildkit.engine.api import get_engine
 
 CHECKS = ("lossless", "acceptance", "kv")
 RESULT_LIMIT = 16 * 2**20
@@ -86,11 +87,13 @@ def _run(image: str, profile_name: str, model: str | None, model_draft: str | No
     if ("lossless" in checks or "acceptance" in checks) and spec.model_draft is None:
         raise BenchError("lossless and acceptance compare the drafter with the target alone: give --model-draft "
                          "(or model_draft in the profile)")
-    local_image_id(docker_client(), image)
+    engine = docker_client(get_engine())
+    local_image_id(engine, image)
 
     def say(msg: str) -> None:
         click.echo(msg, err=True)
-    servers = ContainerServers(image=image, model=spec.model, model_draft=spec.model_draft, gpus=spec.gpus, log=say)
+    servers = ContainerServers(image=image, model=spec.model, model_draft=spec.model_draft, gpus=spec.gpus,
+                               engine=engine, log=say)
     setup = Setup(label or profile_name, spec.args, draft_only(spec.args))
     report = run_checks(servers, [setup], checks=checks, kv_types=kv, n_predict=n_predict, log=say,
                         protocol=Protocol(runs=runs, max_tokens=max_tokens).check())

@@ -5,8 +5,13 @@ engine. `DockerEngine` (dockerengine.py: the docker CLI, argv lists, and docker-
 structured answer is wanted) is the only one today; a remote engine, or the in-memory fake the
 unit tests use, implements the same methods. Nothing outside buildkit/engine/ talks to Docker.
 
-    engine = get_engine()              # the engine of this process (DockerEngine by default)
+    engine = get_engine()              # the CLI, once per command (DockerEngine by default) ...
+    verify_image(plan, tag, engine)    # ... and passes it down: a function names the roles it uses
     with use_engine(fake): ...         # tests, and later a remote engine
+
+The roles (Protocols): Host (ping, buildx, info, builder, arch), Builder (turn, build, bake,
+build_command), Images (image store, lookups, load, tag, untag, push, save) and Containers (run,
+attach, copy_out, detached ones); Engine is all four.
 
 The engine is asked in specs (specs.py: BuildSpec, BuildSession, RunSpec; ContainerSpec here), never
 in docker argv: the engine makes its own command lines, and shows them (`build_command`,
@@ -101,10 +106,9 @@ class Finished:
     images: Mapping[str, ImageDigests] = field(default_factory=dict)
 
 
-class Engine(abc.ABC):
-    """Every talk to the engine. Implementations: DockerEngine; tests' FakeEngine."""
+class Host(Protocol):
+    """The engine itself: whether it answers, its builder, what it runs on (doctor, the gate)."""
 
-    # ------------------------------------------------------------ engine
     @abc.abstractmethod
     def ping(self) -> None:
         """EngineError when the engine cannot be reached."""
@@ -112,10 +116,6 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def buildx_version(self) -> tuple[int, int, int]:
         """The builder's version; EngineError when missing or unusable."""
-
-    @abc.abstractmethod
-    def image_store(self) -> str:
-        """"containerd", "classic", or "" when it cannot be asked."""
 
     @abc.abstractmethod
     def info(self) -> dict[str, Any]:
@@ -129,7 +129,10 @@ class Engine(abc.ABC):
     def arch(self) -> str:
         """The engine machine's architecture as a platform name (amd64, arm64); "" when unknown."""
 
-    # ------------------------------------------------------------ builds
+
+class Builder(Protocol):
+    """Builds: one image (build) or several together (bake), under the engine turn."""
+
     @abc.abstractmethod
     def turn(self, exclusive: bool, stream: OutStream | None = None,
              images: frozenset[str] | None = None) -> AbstractContextManager[None]:
@@ -153,7 +156,14 @@ class Engine(abc.ABC):
     def build_command(self, spec: BuildSpec, session: BuildSession) -> list[str]:
         """The command line build() runs for spec (`buildkit build --print` shows it)."""
 
-    # ------------------------------------------------------------ images
+
+class Images(Protocol):
+    """The engine's images: how it stores them, looked up, tagged, loaded, pushed, saved."""
+
+    @abc.abstractmethod
+    def image_store(self) -> str:
+        """"containerd", "classic", or "" when it cannot be asked."""
+
     @abc.abstractmethod
     def image(self, ref: str) -> ImageInfo | None:
         """The image ref names (tag, id or digest reference); None when the engine lacks it."""
@@ -190,7 +200,9 @@ class Engine(abc.ABC):
     def save(self, ref: str, dest: Path) -> Path:
         """The image as an archive at dest (an OCI archive on the containerd store)."""
 
-    # ------------------------------------------------------------ containers
+
+class Containers(Protocol):
+    """Containers: a command run to its end, one in the foreground, or a detached one watched and stopped."""
     @abc.abstractmethod
     def run(self, image: str, entrypoint: Sequence[str], args: Sequence[str] = (), *,
             timeout: float = 120, env: Mapping[str, str] | None = None, gpus: str = "") -> tuple[int, str]:
@@ -229,6 +241,11 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def remove(self, container: str) -> bool:
         """Remove it (forced); False when it was gone, EngineError when the engine refuses."""
+
+
+class Engine(Host, Builder, Images, Containers, Protocol):
+    """Every role at once: what DockerEngine and the tests' FakeEngine implement. A function names the
+    role(s) it uses (engine: Images), so a second engine implements only those it is handed for."""
 
 
 _current: list[Engine] = []

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from buildkit.core.errors import BuildError
-from buildkit.engine.api import Engine, ImageDigests, OutStream, get_engine
+from buildkit.engine.api import Engine, ImageDigests, OutStream
 from buildkit.engine.bakefile import oci_dest, target_tags
 from buildkit.engine.buildx import last_error_line
 from buildkit.engine.runner import dockerfile_images
@@ -171,7 +171,7 @@ def bake_images(bake_file: Path, document: dict[str, Any], names: Sequence[str])
     return frozenset(images)
 
 
-def run_bake(bake_file: Path, names: Sequence[str], options: BuildOptions, work_dir: Path, *,
+def run_bake(engine: Engine, bake_file: Path, names: Sequence[str], options: BuildOptions, work_dir: Path, *,
              stream: OutStream | None = None, isolate: bool = True) -> dict[str, TargetOutcome]:
     """Bake the targets together; if that fails, bake each target that did not fail by itself alone.
 
@@ -179,7 +179,6 @@ def run_bake(bake_file: Path, names: Sequence[str], options: BuildOptions, work_
     itself cannot be run)."""
     stream = sys.stderr if stream is None else stream
     document = json.loads(bake_file.read_text())
-    engine = get_engine()
     # once for the bake and its retries, for the images every target starts from
     with engine.turn(needs_engine_alone(document, names), stream, bake_images(bake_file, document, names)):
         return _bake(bake_file, names, options, work_dir, document, engine, stream, isolate)

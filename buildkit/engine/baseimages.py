@@ -37,7 +37,7 @@ from typing import Any
 from buildkit.core.errors import BaseImageError, BuildkitError
 from buildkit.core.wholefile import scratch_dir
 from buildkit.core.treewalk import remove_tree
-from buildkit.engine.api import Engine, EngineError, get_engine
+from buildkit.engine.api import Engine, EngineError, Images, get_engine
 from buildkit.oci.digest import MAX_DOCUMENT, Digest, check_bytes, read_bounded
 from buildkit.oci.layoutfiles import open_inside
 
@@ -76,18 +76,13 @@ class BaseSource:
         return self.context_name, f"oci-layout://{self.layout}@{self.digest}"
 
 
-def local_digest(engine: Engine, ref: str) -> str:
+def local_digest(engine: Images, ref: str) -> str:
     """The engine's digest of ref (its repo digest, else its id); "" when the engine lacks it (or
     there is no engine: every image then has to come from its registry)."""
     info = engine.image(ref)
     if info is None:
         return ""
     return info.repo_digests[0].split("@", 1)[1] if info.repo_digests else info.id
-
-
-def engine_digest(ref: str) -> str:
-    """local_digest against the engine in use."""
-    return local_digest(get_engine(), ref)
 
 
 def registry_digest(ref: str, timeout: float = 10) -> tuple[str, str]:
@@ -185,12 +180,13 @@ def _missing(ref: str, why: str) -> BaseImageError:
 
 
 def resolve_base_images(refs: list[str], cache: Path | None = None, *, ask_registry: bool = True,
-                        builder: str | None = None) -> tuple[BaseSource, ...]:
+                        builder: str | None = None, engine: Engine | None = None) -> tuple[BaseSource, ...]:
     """Each distinct ref resolved to a BaseSource. With a cache folder, engine-only images are
     exported to OCI layouts there, and with builder (the buildx builder name, "" the current one)
     pinned by name in the engine when that builder is the engine's own; without a cache folder
-    (planning only) they are only recorded."""
-    engine = get_engine()
+    (planning only) they are only recorded. engine None: get_engine(), for flows/pipeline.py's call until it
+    passes its engine (issue 49: this default then goes)."""
+    engine = engine if engine is not None else get_engine()
     in_engine: bool | None = None  # asked once, when an engine-only image needs it
     out = []
     for ref in dict.fromkeys(refs):

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildkit.engine.api import OutStream
+from buildkit.engine.api import Builder, OutStream
 from buildkit.core.errors import BuildError
 from buildkit.engine.specs import BuildSession, BuildSpec
 
@@ -63,13 +63,11 @@ def helper_spec(dockerfile: Path, context: Path, target: CcacheTarget, output: s
                      named_contexts=named, provenance=False, outputs=(output,))
 
 
-def _run(spec: BuildSpec, builder: str, what: str, stream: OutStream) -> None:
+def _run(engine: Builder, spec: BuildSpec, builder: str, what: str, stream: OutStream) -> None:
     """A helper build, quiet unless it fails; it runs in the engine turn like every build."""
-    from buildkit.engine.api import get_engine
-
     lines: list[str] = []
     session = BuildSession(builder=builder, progress="plain")
-    finished = get_engine().build(spec, session, lines.append, stream=io.StringIO())
+    finished = engine.build(spec, session, lines.append, stream=io.StringIO())
     if finished.code != 0:
         lines = [ln for ln in lines if ln.strip()]
         last = next((ln for ln in reversed(lines) if "ERROR" in ln), lines[-1] if lines else "no output")
@@ -78,8 +76,8 @@ def _run(spec: BuildSpec, builder: str, what: str, stream: OutStream) -> None:
         stream.write(f"buildkit: {what}: done\n")
 
 
-def export_ccache(targets: Sequence[CcacheTarget], *, dest_dir: Path | None = None, registry_repo: str = "",
-                  builder: str = "", stream: OutStream | None = None) -> list[str]:
+def export_ccache(engine: Builder, targets: Sequence[CcacheTarget], *, dest_dir: Path | None = None,
+                  registry_repo: str = "", builder: str = "", stream: OutStream | None = None) -> list[str]:
     """Copy each variant's cache mount out: to dest_dir/<variant>/ or to registry_repo:ccache-<variant>."""
     stream = sys.stderr if stream is None else stream
     done = []
@@ -94,14 +92,14 @@ def export_ccache(targets: Sequence[CcacheTarget], *, dest_dir: Path | None = No
                 assert dest_dir is not None
                 where = str(dest_dir / target.variant)
                 output = f"type=local,dest={where}"
-            _run(helper_spec(dockerfile, Path(tmp), target, output), builder,
+            _run(engine, helper_spec(dockerfile, Path(tmp), target, output), builder,
                  f"ccache export of {target.variant} to {where}", stream)
         done.append(where)
     return done
 
 
-def import_ccache(targets: Sequence[CcacheTarget], *, src_dir: Path | None = None, registry_repo: str = "",
-                  builder: str = "", stream: OutStream | None = None) -> list[str]:
+def import_ccache(engine: Builder, targets: Sequence[CcacheTarget], *, src_dir: Path | None = None,
+                  registry_repo: str = "", builder: str = "", stream: OutStream | None = None) -> list[str]:
     """Copy DIR/<variant>/ (or registry_repo:ccache-<variant>) into each variant's cache mount.
     A variant with nothing saved is skipped (its first build is cold)."""
     stream = sys.stderr if stream is None else stream
@@ -123,7 +121,7 @@ def import_ccache(targets: Sequence[CcacheTarget], *, src_dir: Path | None = Non
         with tempfile.TemporaryDirectory(prefix="buildkit-ccache-") as tmp:
             dockerfile = Path(tmp) / "Dockerfile"
             dockerfile.write_text(import_dockerfile(target))  # a scratch folder of this run
-            _run(helper_spec(dockerfile, Path(tmp), target, "type=cacheonly", seed=seed), builder,
+            _run(engine, helper_spec(dockerfile, Path(tmp), target, "type=cacheonly", seed=seed), builder,
                  f"ccache import of {target.variant} from {where}", stream)
         done.append(where)
     return done

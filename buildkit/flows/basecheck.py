@@ -6,15 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from buildkit.engine.api import get_engine
+from buildkit.engine.api import Images
 from buildkit.engine.baseimages import OFFLINE_BASE_HINT, local_digest, registry_digest
 from buildkit.core.check import Check, Status
 
 TIMEOUT = 5  # seconds a registry is given, as the build gives it for an image the engine has
 
 
-def check_bases(refs: Sequence[str], *, offline: bool = False) -> Check:
-    engine = get_engine()
+def check_bases(refs: Sequence[str], engine: Images, *, offline: bool = False) -> Check:
     wanted = list(dict.fromkeys(refs))
     missing: list[str] = []
     for ref in wanted:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from collections.abc import Sequence
 
-from buildkit.engine.api import get_engine
+from buildkit.engine.api import Builder
 from buildkit.engine.buildx import BuildOptions, oci_archive_path
 from buildkit.engine.specs import BuildSpec
 from buildkit.plan.buildplan import BuildPlan
@@ -35,7 +35,8 @@ def build_spec(plan: BuildPlan, rendered: RenderResult, options: BuildOptions, m
         load=options.load, push=options.push)
 
 
-def build_command(plan: BuildPlan, rendered: RenderResult, options: BuildOptions, metadata_file: Path) -> list[str]:
+def build_command(plan: BuildPlan, rendered: RenderResult, options: BuildOptions, metadata_file: Path,
+                  engine: Builder) -> list[str]:
     """The exact command line the engine runs for plan (`buildkit build --print` and `render` show it)."""
-    return get_engine().build_command(build_spec(plan, rendered, options, metadata_file),
+    return engine.build_command(build_spec(plan, rendered, options, metadata_file),
                                       options.session(metadata_file))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from buildkit.engine.baseimages import resolve_base_images
+from buildkit.engine.api import Engine
 from buildkit.engine.ccachestore import CcacheTarget
 from buildkit.flows.cudacontexts import cache_root
 from buildkit.plan.buildplan import ccache_id
@@ -10,7 +11,7 @@ from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.matrix import matrix_variants
 
 
-def targets_for(cfg: ResolvedConfig, unit: str | None = None) -> list[CcacheTarget]:
+def targets_for(cfg: ResolvedConfig, engine: Engine, unit: str | None = None) -> list[CcacheTarget]:
     """One per distinct variant of the nightly matrix; with unit, that unit's only (a CI job's)."""
     out: dict[str, CcacheTarget] = {}
     variants = matrix_variants(cfg)[0]
@@ -22,7 +23,7 @@ def targets_for(cfg: ResolvedConfig, unit: str | None = None) -> list[CcacheTarg
         req = v.request
         if ccache_id(req) in out or not req.ccache:
             continue
-        source, = resolve_base_images([req.runtime_image], cache_root(cfg))
+        source, = resolve_base_images([req.runtime_image], cache_root(cfg), engine=engine)
         named = source.named_context()
         # saved as DIR/<variant>-<platform arch>/ or REPO:ccache-<variant>-<platform arch>, like the mount id
         name = ccache_id(req).removeprefix("llama-buildkit-ccache-")

@@ -303,15 +303,12 @@ def remove_work(work: Path) -> None:
     remove_tree(work, ignore_errors=True)
 
 
-def make_base(base: DebianBase, *, log: Callable[[str], None] = lambda _: None,
+def make_base(base: DebianBase, engine: Engine, *, log: Callable[[str], None] = lambda _: None,
               work_dir: Path | None = None) -> BaseMade:
     """Debootstrap each platform, write its OCI image, load the image (or the index of both) under base.tag."""
-    from buildkit.engine.api import get_engine
-
     here = machine_arch()
     foreign = [p for p in base.platforms if cpu_arch(p).docker != here]
     _need_tools(bool(foreign))
-    engine = get_engine()
     engine.ping()
     # buildkit-base-<pid>-<random>-<suite>, flocked while used: what a killed run left (207 MiB mid-debootstrap,
     # perhaps with /proc mounted inside) is swept by the next run, its mounts undone first (remove_work)

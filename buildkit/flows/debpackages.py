@@ -27,7 +27,7 @@ from typing import Any
 
 from buildkit.core.boundedread import MiB, read_regular
 from buildkit.core.errors import BuildError
-from buildkit.engine.api import get_engine
+from buildkit.engine.api import Builder, Engine, Images, get_engine
 from buildkit.engine.buildx import BuildOptions, BuildResult
 from buildkit.engine.specs import BuildSpec
 from buildkit.oci.ocilayout import open_image
@@ -52,7 +52,7 @@ def stage_packages(packages: list[DebPackage], release: OsRelease) -> StagePacka
     return StagePackages({k: t[2] for k, t in keyed.items()}, {k: t[1] for k, t in keyed.items()}, release)
 
 
-def runtime_packages(result: BuildResult, platform: str) -> StagePackages:
+def runtime_packages(result: BuildResult, platform: str, engine: Images) -> StagePackages:
     """The runtime image's packages: from the build's OCI archive, else from the engine's image."""
     with ExitStack() as stack:
         if result.oci_archive is not None and result.oci_archive.is_file():
@@ -62,7 +62,7 @@ def runtime_packages(result: BuildResult, platform: str) -> StagePackages:
         else:
             raise BuildError("the built image is neither in an archive nor in the engine: its Debian packages "
                              "cannot be read")
-        return stage_packages(*image_contents(open_image(spec, stack, platform=platform, engine=get_engine())))
+        return stage_packages(*image_contents(open_image(spec, stack, platform=platform, engine=engine)))
 
 
 # The export's Dockerfile is the build's with the stage's os-release copied beside its dpkg status: the same
@@ -71,7 +71,7 @@ STATUS_COPY = "COPY --from=build-os /var/lib/dpkg/status /build-packages/status\
 OS_RELEASE_COPY = "COPY --from=build-os /usr/lib/os-releas[e] /build-packages/\n"  # (a wildcard: may match none)
 
 
-def build_stage_packages(prepared: Prepared, options: BuildOptions) -> StagePackages:
+def build_stage_packages(prepared: Prepared, options: BuildOptions, engine: Builder) -> StagePackages:
     """The build stage's packages: its dpkg status (and os-release), exported by the target build-packages."""
     plan, rendered = prepared.plan, prepared.rendered
     with tempfile.TemporaryDirectory(prefix="buildkit-build-packages-") as tmp:
@@ -86,8 +86,8 @@ def build_stage_packages(prepared: Prepared, options: BuildOptions) -> StagePack
                          cache_from=tuple(e.replace("{variant}", plan.request.cache_name) for e in options.cache_from),
                          provenance=False, outputs=(f"type=local,dest={Path(tmp) / 'out'}",))
         tail: list[str] = []
-        finished = get_engine().build(spec, options.session(None), lambda line: tail.append(line) if line.strip()
-                                      else None, stream=_Quiet(), tty=False)
+        finished = engine.build(spec, options.session(None), lambda line: tail.append(line) if line.strip()
+                                else None, stream=_Quiet(), tty=False)
         status = Path(tmp) / "out" / "build-packages" / "status"
         if finished.code != 0 or not status.is_file():
             last = next((t for t in reversed(tail) if "ERROR" in t), tail[-1] if tail else "no output")
@@ -100,11 +100,14 @@ def build_stage_packages(prepared: Prepared, options: BuildOptions) -> StagePack
     return stage_packages(installed([text]), release)
 
 
-def debian_packages(prepared: Prepared, result: BuildResult, options: BuildOptions) -> dict[str, Any]:
+def debian_packages(prepared: Prepared, result: BuildResult, options: BuildOptions,
+                    engine: Engine | None = None) -> dict[str, Any]:
     """The lock entry's debian_packages: the build stage's and the runtime image's versions (what `reproduce`
-    pins), their architectures and os-release (what the provenance and the SBOM say besides)."""
-    stages = {"build": build_stage_packages(prepared, options),
-              "runtime": runtime_packages(result, prepared.plan.request.platform)}
+    pins), their architectures and os-release (what the provenance and the SBOM say besides). engine None:
+    get_engine(), for flows/buildunit.py's calls until it passes its engine (issue 49: this default then goes)."""
+    engine = engine if engine is not None else get_engine()
+    stages = {"build": build_stage_packages(prepared, options, engine),
+              "runtime": runtime_packages(result, prepared.plan.request.platform, engine)}
     record: dict[str, Any] = {name: stage.versions for name, stage in stages.items()}
     record["architectures"] = {name: stage.architectures for name, stage in stages.items()}
     record["os"] = {name: {"id": stage.os.id, "version_id": stage.os.version_id} for name, stage in stages.items()}

@@ -40,6 +40,7 @@ from buildkit.flows.platformcheck import check_driver, check_emulation, judge_cr
 from buildkit.flows.registrycheck import check_registry
 
 if TYPE_CHECKING:
+    from buildkit.engine.api import Engine
     from buildkit.plan.buildplan import BuildRequest
     from buildkit.plan.config import ResolvedConfig
 
@@ -94,8 +95,8 @@ def disk_places(info: dict[str, Any] | None, cache: Path) -> list[tuple[str, Pat
     return places
 
 
-def run_checks(cfg: ResolvedConfig, *, min_free_gb: float | None = None, matrix: bool = False, offline: bool = False,
-               cheap_only: bool = False, push: bool = False) -> list[Check]:
+def run_checks(cfg: ResolvedConfig, engine: Engine, *, min_free_gb: float | None = None, matrix: bool = False,
+               offline: bool = False, cheap_only: bool = False, push: bool = False) -> list[Check]:
     """Every check, in the order of the screen. cheap_only: engine and disk (what `build` runs first).
     push: the build will push, so an unreachable registry fails (else it is a warning)."""
     from buildkit.flows.cudacontexts import cache_root
@@ -110,7 +111,7 @@ def run_checks(cfg: ResolvedConfig, *, min_free_gb: float | None = None, matrix:
         variants = variants_of(cfg, matrix)
     except BuildkitError as exc:
         return [Check("config", Status.FAILED, str(exc), "fix the setting named (see `buildkit config`)")]
-    info, why = engine_info()
+    info, why = engine_info(engine)
     checks.append(check_engine(info, why))
     if min_free_gb is not None:
         need, origin = min_free_gb, "--min-free-gb"
@@ -123,7 +124,7 @@ def run_checks(cfg: ResolvedConfig, *, min_free_gb: float | None = None, matrix:
     if cheap_only:
         return checks
     if info is not None:
-        buildx, builder_platforms = check_buildx_and_builder(cfg.build.builder)
+        buildx, builder_platforms = check_buildx_and_builder(cfg.build.builder, engine)
     else:
         buildx, builder_platforms = Check("buildx", Status.WARNED, "not checked: no engine", "fix the engine first"), []
     checks.insert(1, buildx)
@@ -131,7 +132,7 @@ def run_checks(cfg: ResolvedConfig, *, min_free_gb: float | None = None, matrix:
         checks.append(Check("registry", Status.PASSED, "not contacted (--offline)"))
     else:
         checks.append(check_registry(cfg.image.name, push=push))
-    checks.append(check_bases(base_refs(cfg, matrix), offline=offline))
+    checks.append(check_bases(base_refs(cfg, matrix), engine, offline=offline))
     checks.append(check_driver(variants))
     checks.append(check_emulation(variants, builder_platforms))
     cross_cuda = judge_cross_cuda(variants)
@@ -170,12 +171,12 @@ def refusal(check: Check) -> BuildError:
                       "skip with --no-preflight)")
 
 
-def preflight(cfg: ResolvedConfig, *, min_free_gb: float | None = None, matrix: bool = False,
+def preflight(cfg: ResolvedConfig, engine: Engine, *, min_free_gb: float | None = None, matrix: bool = False,
               echo: Callable[[str], None] | None = None, defer_disk: bool = False) -> Check | None:
     """`build`'s first step: engine and disk. A failure stops the build with its fix in one line.
     defer_disk: a short disk is returned instead, for a caller that may find nothing to build (`build
     --push` of a build key the engine or the registry already has) and raises refusal() before compiling."""
-    checks = run_checks(cfg, min_free_gb=min_free_gb, matrix=matrix, cheap_only=True)
+    checks = run_checks(cfg, engine, min_free_gb=min_free_gb, matrix=matrix, cheap_only=True)
     bad = failed(checks)
     if echo is not None:
         for line in format_checks([c for c in checks if c.status == Status.WARNED]):

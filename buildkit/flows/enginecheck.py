@@ -9,6 +9,7 @@ import os
 from collections.abc import Iterable
 
 from buildkit.core.errors import BuildError
+from buildkit.engine.api import EngineError, Host
 from buildkit.engine.buildx import MIN_BUILDX, check_buildx
 from buildkit.core.check import Check, Status
 from buildkit.flows.doctorcheck import version_tuple
@@ -16,12 +17,10 @@ from buildkit.flows.doctorcheck import version_tuple
 MIN_ENGINE = (23, 0)  # BuildKit as the default builder, `docker buildx` integration
 
 
-def engine_info() -> tuple[dict[str, Any] | None, str]:
+def engine_info(engine: Host) -> tuple[dict[str, Any] | None, str]:
     """(docker info as a dict, "") when the engine answers, else (None, why)."""
-    from buildkit.engine.api import EngineError, get_engine
-
     try:
-        return get_engine().info(), ""
+        return engine.info(), ""
     except EngineError as exc:
         return None, str(exc)
 
@@ -47,19 +46,17 @@ def check_engine(info: dict[str, Any] | None, why: str) -> Check:
 
 # --------------------------------------------------------------------------- buildx
 
-def check_buildx_and_builder(builder: str) -> tuple[Check, list[str]]:
+def check_buildx_and_builder(builder: str, engine: Host) -> tuple[Check, list[str]]:
     """The buildx check, and the builder's platforms (for the emulation check)."""
     try:
-        version = check_buildx()
+        version = check_buildx(engine)
     except BuildError as exc:
         return Check("buildx", Status.FAILED, str(exc), "install the docker-buildx plugin "
                      f"({'.'.join(map(str, MIN_BUILDX))} or newer): the docker-buildx package, or "
                      "https://github.com/docker/buildx/releases into ~/.docker/cli-plugins/"), []
-    from buildkit.engine.api import EngineError, get_engine
-
     shown = builder or "the current builder"
     try:
-        described = get_engine().inspect_builder(builder)
+        described = engine.inspect_builder(builder)
     except EngineError as exc:
         why = str(exc)
         return Check("buildx", Status.FAILED, f"buildx {'.'.join(map(str, version))}; {shown}: {why}",

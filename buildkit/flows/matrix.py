@@ -19,7 +19,7 @@ from buildkit.engine.bakefile import bake_document, bake_target, write_bake_file
 from buildkit.plan.matrix import Variant
 
 if TYPE_CHECKING:
-    from buildkit.engine.api import OutStream
+    from buildkit.engine.api import Engine, Images, OutStream
     from buildkit.engine.buildx import BuildOptions, BuildResult
     from buildkit.flows.buildunit import UnitOptions, UnitResult
     from buildkit.flows.pipeline import Prepared
@@ -95,7 +95,8 @@ def verify_variant(prepared: Any, outcome: TargetOutcome) -> tuple[VerifyReport 
     return (unit.report if unit.ok or unit.report.checks else None), unit.error
 
 
-def build_matrix(variants: Sequence[Variant], options: BuildOptions, work_dir: Path, *, verify: bool = True,
+def build_matrix(variants: Sequence[Variant], options: BuildOptions, work_dir: Path, *, engine: Engine,
+                 verify: bool = True,
                  stream: OutStream | None = None, stop_on: tuple[type[BaseException], ...] = (),
                  finish: Callable[[Variant, Prepared], UnitOptions] | None = None,
                  ) -> tuple[list[VariantBuild], Path | None]:
@@ -113,14 +114,14 @@ def build_matrix(variants: Sequence[Variant], options: BuildOptions, work_dir: P
     if ready:
         from buildkit.engine.buildx import check_buildx
 
-        check_buildx()  # after preparing: a patch queue that does not apply never runs buildx
+        check_buildx(engine)  # after preparing: a patch queue that does not apply never runs buildx
         from buildkit.flows.pipeline import check_build_machine
 
         for v in ready:
             check_build_machine(prepared[v.unit].plan.request, stream)
         document = matrix_document(ready, prepared, options, work_dir)
         bake_file = write_bake_file(work_dir / "docker-bake.json", document)
-        outcomes = run_bake(bake_file, [v.target_name for v in ready], options, work_dir, stream=stream)
+        outcomes = run_bake(engine, bake_file, [v.target_name for v in ready], options, work_dir, stream=stream)
         for variant in ready:
             outcome = outcomes[variant.target_name]
             p = prepared[variant.unit]
@@ -152,11 +153,11 @@ class IndexBuild:
         return not self.error
 
 
-def assemble_indexes(builds: Sequence[VariantBuild], work_dir: Path, *, load: bool = True) -> list[IndexBuild]:
+def assemble_indexes(builds: Sequence[VariantBuild], work_dir: Path, engine: Images, *,
+                     load: bool = True) -> list[IndexBuild]:
     """One index per multi-platform variant, over its platforms in their order; a variant with a
     failed platform gets no index (its error names the platform)."""
     from buildkit.core.errors import BuildkitError
-    from buildkit.engine.api import get_engine
     from buildkit.oci.ociindex import write_index_archive
     from buildkit.plan.buildkey import index_key
     from buildkit.plan.tags import build_key_tag, build_tags
@@ -191,7 +192,7 @@ def assemble_indexes(builds: Sequence[VariantBuild], work_dir: Path, *, load: bo
         try:
             digest = write_index_archive(archives, archive, tags if load else ())
             if load:
-                get_engine().load(archive, tags)
+                engine.load(archive, tags)
         except BuildkitError as exc:
             out.append(IndexBuild(key, tuple(units), "", None, (), ikey, f"the index was not made: {exc}"))
             continue
@@ -200,16 +201,16 @@ def assemble_indexes(builds: Sequence[VariantBuild], work_dir: Path, *, load: bo
 
 
 def bake_locked(variants: Sequence[Variant], options: BuildOptions, work_dir: Path, lock_path: Path, *,
-                verify: bool = True, stream: OutStream | None = None,
+                engine: Engine, verify: bool = True, stream: OutStream | None = None,
                 ) -> tuple[list[VariantBuild], list[IndexBuild], Path | None]:
     """`buildkit bake`: build_matrix, each single-platform unit locked by the build unit's flow once
     verified; then one index per multi-platform variant, locked with its platforms' entries."""
     from buildkit.flows.buildunit import UnitOptions
     from buildkit.flows.multiplatform import index_platforms, record_index
 
-    builds, bake_file = build_matrix(variants, options, work_dir, verify=verify, stream=stream,
+    builds, bake_file = build_matrix(variants, options, work_dir, engine=engine, verify=verify, stream=stream,
                                      finish=lambda v, _: UnitOptions(lock_path=None if v.platform_split else lock_path))
-    indexes = assemble_indexes(builds, work_dir)
+    indexes = assemble_indexes(builds, work_dir, engine)
     for index in indexes:
         if index.ok:
             first = index.units[0].variant.request

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from buildkit.core.errors import BuildkitError, ConfigError, RegistryError
 from buildkit.core.progress import stage
-from buildkit.engine.api import OutStream, get_engine
+from buildkit.engine.api import Engine, OutStream
 from buildkit.engine.buildx import BuildResult, check_buildx
 from buildkit.flows.buildunit import UnitOptions, run_unit
 from buildkit.flows.debpackages import debian_packages
@@ -117,7 +117,7 @@ def _key_tag_only(prepared: Prepared) -> Prepared:
 
 def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None = None, bump: str = "patch",
                 force: bool = False, verify: bool = True, load: bool = True, stream: OutStream | None = None,
-                extra_tags: tuple[str, ...] = (), signer: Signer | None = None) -> MultiResult:
+                extra_tags: tuple[str, ...] = (), signer: Signer | None = None, engine: Engine) -> MultiResult:
     from buildkit.flows.publishing import with_version
     from buildkit.oci.registry import client_for
     from buildkit.flows.signpublished import index_sign_step
@@ -133,7 +133,7 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
     if not options.reproducible:
         raise ConfigError("a multi-platform build needs the OCI exporter (the containerd image store, "
                           "build.reproducible = auto): its index is assembled from the built OCI archives")
-    check_buildx()
+    check_buildx(engine)
     first_request = items[0][2]
     variant, image_name, target = first_request.tag_variant, first_request.image_name, first_request.target
     with ExitStack() as stack:
@@ -173,7 +173,7 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
                             cfg=sub)
             assert unit.result is not None
             builds.append(PlatformBuild(platform, unit.prepared, unit.result, unit.report,
-                                        debian_packages(unit.prepared, unit.result, options)))
+                                        debian_packages(unit.prepared, unit.result, options, engine)))
         # the index's local tags are the default platform's plain ones (an arm64 build's are cpu-arm64...)
         lead = next((pr for p, _, pr in prepared if not platform_suffix(p)), prepared[0][2])
         local_tags = tuple(t for t in lead.plan.tags if not t.rsplit(":", 1)[-1].startswith("bk-"))
@@ -184,7 +184,7 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
             digest = write_index_archive([(b.platform, cast(Path, b.result.oci_archive)) for b in builds], archive,
                                          local_tags if load else ())
             if load:
-                get_engine().load(archive, local_tags, stream=stream)
+                engine.load(archive, local_tags, stream=stream)
         added: list[str] = []
         pushed: tuple[str, ...] = ()
         signed: tuple[str, ...] = ()
@@ -201,9 +201,9 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
                 digest, added, signed = done.digest, list(done.added), done.signed
             pushed = done.pushed
             if load:
-                get_engine().tag(local_tags[0], f"{repository.name}:{tags.immutable[0]}")
+                engine.tag(local_tags[0], f"{repository.name}:{tags.immutable[0]}")
         if not load:  # loaded for the checks only
-            get_engine().untag([t for b in builds for t in b.result.tags])
+            engine.untag([t for b in builds for t in b.result.tags])
         lock_path = cfg.lock.path
         record_index(lock_path, builds, target, image_name, digest, key, local_tags if load else (),
                      version or first_request.version, pushed)

@@ -65,7 +65,7 @@ from buildkit.plan.tagset import release_tags
 from buildkit.core.urlcreds import UrlAuth, redact_text, split_credentials
 
 if TYPE_CHECKING:
-    from buildkit.engine.api import OutStream
+    from buildkit.engine.api import Engine, OutStream
     from buildkit.flows.matrix import IndexBuild
     from buildkit.flows.pipeline import Prepared
 
@@ -181,7 +181,7 @@ def _result_for(variant: Variant, status: str, **fields: Any) -> VariantResult:
 
 
 def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = False, verify: bool = True,
-                stream: OutStream | None = None, signer: Signer | None = None) -> Summary:
+                stream: OutStream | None = None, signer: Signer | None = None, engine: Engine) -> Summary:
     """One nightly run; failures of the night are in the summary (Summary.ok), not raised."""
     start = time.monotonic()
     stream = sys.stderr if stream is None else stream
@@ -219,7 +219,7 @@ def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = F
             existing = client.list_tags(repository.repository)
             summary.version = nightly_version(existing, [v.key for v in variants], date)
             _build_and_publish(cfg, client, repository, summary, variants, todo, previous, head, queue.sha256,
-                               lock_path, verify=verify, stream=stream, signer=signer)
+                               lock_path, verify=verify, stream=stream, signer=signer, engine=engine)
     except BuildkitError as exc:
         if isinstance(exc, ConfigError):
             raise
@@ -237,7 +237,7 @@ def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = F
 def _build_and_publish(cfg: ResolvedConfig, client: RegistryClient, repository: ImageRef, summary: Summary,
                        variants: list[Variant], todo: list[Variant], previous: dict[str, Previous | None], head: str,
                        patch_set: str, lock_path: Path, *, verify: bool, stream: OutStream,
-                       signer: Signer | None = None) -> None:
+                       signer: Signer | None = None, engine: Engine) -> None:
     from buildkit.flows.buildunit import LOADED, Publication, UnitOptions
     from buildkit.flows.matrix import assemble_indexes, build_matrix
     from buildkit.source.changelog import changelog
@@ -266,8 +266,8 @@ def _build_and_publish(cfg: ResolvedConfig, client: RegistryClient, repository: 
 
     with tempfile.TemporaryDirectory(prefix="buildkit-nightly-") as tmp:
         try:
-            builds, _ = build_matrix(to_build, build_options(cfg), Path(tmp), verify=verify, stream=stream,
-                                     stop_on=(PatchError,), finish=publication)
+            builds, _ = build_matrix(to_build, build_options(cfg), Path(tmp), engine=engine, verify=verify,
+                                     stream=stream, stop_on=(PatchError,), finish=publication)
         except PatchError as exc:
             summary.error = f"the patch queue does not apply to {head[:12]}, nothing was built or pushed: {exc}"
             summary.version = ""  # nothing was published under it
@@ -279,7 +279,7 @@ def _build_and_publish(cfg: ResolvedConfig, client: RegistryClient, repository: 
             summary.variants = [results[v.key] for v in one_per_key(variants)]
             return
         summary.changelog = changelog(cache_root(cfg), summary.url, summary.old_commit, head)
-        for index in assemble_indexes(builds, Path(tmp)):
+        for index in assemble_indexes(builds, Path(tmp), engine):
             results[index.key] = _publish_index(client, repository, summary, index, previous[index.key], head,
                                                 patch_set, lock_path, signer)
         for b in builds:

@@ -51,7 +51,7 @@ from buildkit.release.signer import Signer, public_key_of
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric import ec
 
-    from buildkit.engine.api import OutStream
+    from buildkit.engine.api import Engine, OutStream
     from buildkit.flows.pipeline import Prepared
     from buildkit.oci.imageref import ImageRef
 
@@ -200,15 +200,16 @@ def find_unit(cfg: ResolvedConfig, unit: str) -> Variant:
 
 
 def run_job(cfg: ResolvedConfig, unit: str, *, verify: bool = True, stream: OutStream | None = None,
-            signer: Signer | None = None, attest_dir: Path | None = None) -> JobResult:
+            signer: Signer | None = None, attest_dir: Path | None = None, engine: Engine) -> JobResult:
     """Build, verify and push one unit (source.commit and image.version: the plan's) by digest under
     its build-key tag, signed by signer; attest_dir: the predicates of the pushed image for `cosign attest`
     (the keyless form). A failure is in the result (status failed), not raised, but for ConfigError."""
-    return JobResult(**_run_job(cfg, unit, verify=verify, stream=stream, signer=signer, attest_dir=attest_dir))
+    return JobResult(**_run_job(cfg, unit, verify=verify, stream=stream, signer=signer, attest_dir=attest_dir,
+                                engine=engine))
 
 
 def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream: OutStream | None, signer: Signer | None,
-             attest_dir: Path | None = None) -> dict[str, Any]:
+             attest_dir: Path | None = None, engine: Engine) -> dict[str, Any]:
     from buildkit.flows.buildunit import BY_DIGEST, Publication, UnitOptions
     from buildkit.flows.matrix import build_matrix
     from buildkit.flows.pipeline import build_options
@@ -237,7 +238,7 @@ def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream: OutStream 
     with tempfile.TemporaryDirectory(prefix="buildkit-job-") as tmp:
         try:
             with client_for(repository.registry) as client:
-                (b,), _ = build_matrix([v], build_options(cfg), Path(tmp), verify=verify, stream=stream,
+                (b,), _ = build_matrix([v], build_options(cfg), Path(tmp), engine=engine, verify=verify, stream=stream,
                                        stop_on=(PatchError,), finish=by_digest)
             out["built"] = b.outcome is not None and b.outcome.ok
             out["build_seconds"] = b.outcome.seconds if b.outcome else None

@@ -14,7 +14,7 @@ from buildkit.core.errors import ConfigError
 from buildkit.core.ggufheader import read_header
 from buildkit.core.platforms import cpu_arch
 from buildkit.core.wholefile import write_whole
-from buildkit.engine.api import get_engine
+from buildkit.engine.api import Images
 from buildkit.plan.config import KEY_BY_NAME, platform_for
 from buildkit.plan.inputs import INPUTS_LABEL, LABEL_PREFIX
 from buildkit.plan.k8s import pinned_image
@@ -56,12 +56,12 @@ def host_memory(target_host: int, files: int) -> tuple[int, int]:
     return request, request + files
 
 
-def write_app(spec: ServerSpec, out: Path, *, name: str = "", owners: tuple[str, ...] = (),
+def write_app(spec: ServerSpec, out: Path, engine: Images, *, name: str = "", owners: tuple[str, ...] = (),
               manifest_version: ManifestVersion = "0.12.0", gpu_limit: int | None = None,
               models_folder: str = "") -> Written:
     if spec.profile == "" and not spec.args:
         raise ConfigError("--format olares serves a runtime profile: pass --profile NAME (or llama-server arguments)")
-    info = get_engine().image(spec.image)
+    info = engine.image(spec.image)
     image = pinned_image(spec.image, info.repo_digests if info else ())
     labels = info.labels if info else {}
     non_root, archs = _image_facts(labels)

@@ -15,9 +15,8 @@ from pathlib import Path
 
 from buildkit.core.errors import ReproduceError
 from buildkit.core.platforms import DEFAULT_PLATFORM
-from buildkit.engine.api import get_engine
 from buildkit.oci.imageref import name_of
-from buildkit.oci.ocilayout import open_image
+from buildkit.oci.ocilayout import EngineImages, open_image
 from buildkit.plan.inputs import BUILD_KEY_LABEL, INPUTS_LABEL, BuildInputs, from_labels as inputs_from_labels, \
     from_lock_entry, need
 from buildkit.release.lock import read_lock
@@ -126,16 +125,17 @@ def from_lock(path: Path, key: str | None = None) -> Recorded:
                     labels=dict(entry["labels"]), debian_packages=dict(entry.get("debian_packages") or {}))
 
 
-def from_image(spec: str, platform: str = DEFAULT_PLATFORM) -> Recorded:
-    """A record from the labels of an image (registry reference, local engine image or OCI archive)."""
+def from_image(spec: str, platform: str = DEFAULT_PLATFORM, engine: EngineImages | None = None) -> Recorded:
+    """A record from the labels of an image (registry reference, the engine's image or OCI archive; without an
+    engine, none of its images is looked at)."""
     with ExitStack() as stack:
-        image = open_image(spec, stack, platform=platform, engine=get_engine())
+        image = open_image(spec, stack, platform=platform, engine=engine)
         return from_labels(image.labels, f"image {spec}", image_digest=image.manifest_digest,
                            originals=(spec,))
 
 
-def load_record(target: str, key: str | None = None) -> Recorded | IndexRecorded:
-    """LOCK file or IMAGE reference."""
+def load_record(target: str, key: str | None = None, engine: EngineImages | None = None) -> Recorded | IndexRecorded:
+    """LOCK file or IMAGE reference (engine: the one whose images IMAGE may name)."""
     path = Path(target).expanduser()
     if path.is_file():
         # A lock is JSON (it starts with "{"); an OCI archive is a tar. A damaged lock is still a lock:
@@ -149,4 +149,4 @@ def load_record(target: str, key: str | None = None) -> Recorded | IndexRecorded
                 if name is not None:
                     return from_lock_index(path, data, name)
             return from_lock(path, key)
-    return from_image(target)
+    return from_image(target, engine=engine)

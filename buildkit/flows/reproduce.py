@@ -35,12 +35,12 @@ from typing import Any
 
 from buildkit import __version__
 from buildkit.plan.patchqueue import queue_required
-from buildkit.engine.baseimages import engine_digest
+from buildkit.engine.baseimages import local_digest
 from buildkit.engine.buildx import BuildOptions, check_buildx
 from buildkit.plan.config import ResolvedConfig, load_config
 from buildkit.core.errors import BuildkitError, ReproduceError
 from buildkit.oci.imagediff import ImageDiff, diff_images
-from buildkit.engine.api import OutStream, get_engine
+from buildkit.engine.api import Engine, Images, OutStream
 from buildkit.oci.ocilayout import OciArchive, open_image
 from buildkit.plan.inputs import INPUTS, cuda_wheel_hashes
 from buildkit.source.patches import load_patch_queue
@@ -112,7 +112,7 @@ def overrides_for(rec: Recorded, source: str | None = None, patches: str | None 
     return o
 
 
-def check_inputs(rec: Recorded, cfg: ResolvedConfig, stream: OutStream | None = None) -> list[str]:
+def check_inputs(rec: Recorded, cfg: ResolvedConfig, engine: Images, stream: OutStream | None = None) -> list[str]:
     """Compare what is here with the record before any work; errors stop, warnings are returned
     (and written to stream as they are found, so a warning is seen even when an error follows)."""
     i = rec.inputs
@@ -133,8 +133,8 @@ def check_inputs(rec: Recorded, cfg: ResolvedConfig, stream: OutStream | None = 
         raise ReproduceError(f"the patch set in {patch_dir(cfg)} ({names}) hashes to {queue.sha256[:12]}, the recorded "
                              f"one{recorded} to {i.patch_set_sha256[:12]}; point --patches at the recorded patches")
     for base in i.base_images:
-        now = engine_digest(base.ref)
-        if now != base.digest and get_engine().image_id(f"{name_of(base.ref)}@{base.digest}") is None:
+        now = local_digest(engine, base.ref)
+        if now != base.digest and engine.image_id(f"{name_of(base.ref)}@{base.digest}") is None:
             raise ReproduceError(f"base image {base.ref} is {now or 'not in the engine'}, the recorded build used "
                                  f"{base.digest}; make that digest available (docker pull {base.ref}@{base.digest})")
     return warnings
@@ -187,14 +187,14 @@ def _check_prepared(rec: Recorded, prepared: Any, cuda_hashes: list[str] | None)
 def reproduce(rec: Recorded, *, config_path: Path | None = None, env: Mapping[str, str] | None = None,
               source: str | None = None, patches: str | None = None, keep: Path | None = None,
               use_cache: bool = False, provenance: bool = False, compare: bool = True,
-              stream: OutStream | None = None) -> ReproduceResult:
+              stream: OutStream | None = None, engine: Engine) -> ReproduceResult:
     """Rebuild rec with its inputs into an OCI archive and compare manifest digests."""
     env = os.environ if env is None else env
     cfg = load_config(config_path, env, overrides_for(rec, source, patches))
     request = make_request(cfg)
     stream = sys.stderr if stream is None else stream
-    warnings = check_inputs(rec, cfg, stream)
-    check_buildx()
+    warnings = check_inputs(rec, cfg, engine, stream)
+    check_buildx(engine)
     with tempfile.TemporaryDirectory(prefix="buildkit-reproduce-") as tmp:
         # a clean rebuild compiles every object again, also where the recorded build used a ccache
         # the recorded Debian package versions: installed as they were, or one line naming those the mirror lacks
@@ -211,22 +211,22 @@ def reproduce(rec: Recorded, *, config_path: Path | None = None, env: Mapping[st
                                load=False, no_cache=not use_cache, provenance=provenance, oci_archive=archive)
         metadata = Path(tmp) / "metadata.json"
         spec = build_spec(prepared.plan, prepared.rendered, options, metadata)
-        built = run_build_explained(spec, options.session(metadata), stream=stream)
+        built = run_build_explained(spec, options.session(metadata), stream=stream, engine=engine)
         result = ReproduceResult(recorded=rec, digest=built.digest, archive=archive if keep else None,
                                  warnings=warnings)
         if result.reproduced or not compare:
             return result
-        result.diff, result.original = compare_with_original(rec, archive)
+        result.diff, result.original = compare_with_original(rec, archive, engine)
         return result
 
 
-def compare_with_original(rec: Recorded, archive: Path) -> tuple[ImageDiff | None, str]:
+def compare_with_original(rec: Recorded, archive: Path, engine: Engine) -> tuple[ImageDiff | None, str]:
     """Diff the recorded image (the first of its originals that can be read) against the rebuild."""
     tried = []
     for spec in rec.originals:
         with ExitStack() as stack:
             try:
-                original = open_image(spec, stack, platform=rec.inputs.platform, engine=get_engine())
+                original = open_image(spec, stack, platform=rec.inputs.platform, engine=engine)
             except BuildkitError as exc:
                 tried.append(f"{spec}: {exc}")
                 continue

@@ -30,7 +30,7 @@ from buildkit.plan.tags import TagSet, build_key_tag
 from buildkit.verify.buildfailure import run_build_explained
 
 if TYPE_CHECKING:
-    from buildkit.engine.api import OutStream
+    from buildkit.engine.api import Engine, Images, OutStream
     from buildkit.flows.nightlysummary import VariantResult
     from buildkit.flows.pipeline import Prepared
     from buildkit.oci.imageref import ImageRef
@@ -75,7 +75,7 @@ def builds_tests(arch: Arch, backend: str) -> bool:
 
 
 def build_tests_image(prepared: Prepared, options: BuildOptions, image: BuildResult, work_dir: Path, *,
-                      stream: OutStream | None = None) -> BuiltTestsImage:
+                      stream: OutStream | None = None, engine: Engine | None = None) -> BuiltTestsImage:
     """Build the tests target of prepared's context (loaded with options.load, in an OCI archive of its own with
     the reproducible exporter, beside the image's, which a publication still pushes)."""
     tag = tests_tag(image.tags[0]) if image.tags else tests_tag(prepared.plan.tags[0])
@@ -85,12 +85,12 @@ def build_tests_image(prepared: Prepared, options: BuildOptions, image: BuildRes
     spec = replace(spec, target=TESTS_TARGET, tags=(tag,), labels=((TESTS_LABEL, image.digest or image.config_digest),),
                    annotations=(), cache_to=(), oci_archive=archive, load=options.load or archive is None,
                    push=False, provenance=False)
-    built = run_build_explained(spec, options.session(metadata), stream=stream)
+    built = run_build_explained(spec, options.session(metadata), stream=stream, engine=engine)
     return BuiltTestsImage(tag, built.digest if archive is not None else "", archive)
 
 
 def push_tests_image(client: RegistryClient, repository: ImageRef, tests: BuiltTestsImage, tag: str, *,
-                     stream: OutStream | None = None) -> BuiltTestsImage:
+                     stream: OutStream | None = None, engine: Images | None = None) -> BuiltTestsImage:
     """tests under its registry tag (bk-<key>-<variant>-tests; the same inputs may replace it), unsigned."""
     from buildkit.release.artifact import Image
     from buildkit.release.publish import local_image, publish
@@ -98,9 +98,9 @@ def push_tests_image(client: RegistryClient, repository: ImageRef, tests: BuiltT
     if tests.archive is not None:
         artifact = Image(tests.digest, archive=tests.archive)
     else:  # the classic store: the engine's copy, by docker push
-        artifact = Image("", engine_ref=local_image(tests.tag).id)
+        artifact = Image("", engine_ref=local_image(tests.tag, engine).id)
     done: Published = publish(client, repository, artifact, TagSet((tag,), (), ((tag, "build_key"),)), force=True,
-                              stream=stream)
+                              stream=stream, engine=engine)
     return replace(tests, digest=done.digest, reference=f"{repository.name}@{done.digest}")
 
 

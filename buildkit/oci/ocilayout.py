@@ -285,7 +285,7 @@ def open_image(spec: str, stack: ExitStack, *, platform: str | None = DEFAULT_PL
                engine: EngineImages | None = None) -> Image:
     """An image from `oci:PATH`, `docker:REF` (the engine's), `registry:REF`, or, without a prefix,
     an existing path, then an image the engine has, then a registry reference. Without an engine
-    (get_engine() is what the flows pass) no engine image is looked at."""
+    (the one the CLI made is what the flows pass) no engine image is looked at."""
     kind, _, rest = spec.partition(":")
     if kind in ("oci", "docker", "registry") and rest:
         forced, target = kind, rest

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from buildkit.engine.api import ImageInfo, OutStream, get_engine
+from buildkit.engine.api import ImageInfo, Images, OutStream, get_engine
 from buildkit.plan.config import ResolvedConfig
 from buildkit.core.errors import ConfigError, ImageSourceError, RegistryError, TamperedError
 from buildkit.core.printable import printable
@@ -138,17 +138,24 @@ def check_immutable_free(client: RegistryClient, repo: str, tags: TagSet, allowe
                                 "never overwritten (use --release to choose another version, or --bump)")
 
 
-def docker_push(ref: str, stream: OutStream | None = None) -> None:
+def _engine(engine: Images | None) -> Images:
+    """The engine passed in; get_engine() for the calls of flows/buildunit.py and flows/publishing.py, until
+    they pass theirs (issue 49: this default then goes)."""
+    return engine if engine is not None else get_engine()
+
+
+def docker_push(engine: Images, ref: str, stream: OutStream | None = None) -> None:
     """Push one tag with the engine: it uploads the blobs with the user's credentials."""
-    get_engine().push(ref, stream=stream)
+    engine.push(ref, stream=stream)
 
 
-def local_image_with_key(key: str, repository: str | None = None) -> tuple[ImageInfo, str | None] | tuple[None, None]:
+def local_image_with_key(key: str, repository: str | None = None, engine: Images | None = None
+                         ) -> tuple[ImageInfo, str | None] | tuple[None, None]:
     """(image, its version label) for an image in the engine built with this key, else (None, None).
 
     With repository, only an image tagged in that repository counts: reproducible builds give the
     same key (and digest) to the same inputs in another project, whose version label is not ours."""
-    images = get_engine().images_with_label(BUILD_KEY_LABEL, key)
+    images = _engine(engine).images_with_label(BUILD_KEY_LABEL, key)
     if repository is not None:
         images = [i for i in images if any(name_of(t) == repository for t in (i.tags or ()))]
     # A nightly of the same inputs carries a nightly version label: it is not this release's image.
@@ -158,8 +165,8 @@ def local_image_with_key(key: str, repository: str | None = None) -> tuple[Image
     return images[0], (images[0].labels or {}).get(VERSION_LABEL)
 
 
-def local_image(ref: str) -> ImageInfo:
-    image = get_engine().image(ref)
+def local_image(ref: str, engine: Images | None = None) -> ImageInfo:
+    image = _engine(engine).image(ref)
     if image is None:
         raise RegistryError(f"the image {ref[:19]} is not in the local engine")
     return image
@@ -174,18 +181,19 @@ def is_nightly_version(version: str) -> bool:
     return bool(prerelease) and str(prerelease).split(".")[0] == "nightly"
 
 
-def tag_locally(image: ImageInfo, repository: ImageRef, tags: tuple[str, ...]) -> None:
+def tag_locally(image: ImageInfo, repository: ImageRef, tags: tuple[str, ...], engine: Images | None = None) -> None:
     for tag in tags:
-        get_engine().tag(image.id, f"{repository.name}:{tag}")
+        _engine(engine).tag(image.id, f"{repository.name}:{tag}")
 
 
 def publish(client: RegistryClient, repository: ImageRef, artifact: Artifact, tags: TagSet, *,
-            force: bool = False, sign: SignStep | None = None, stream: OutStream | None = None) -> Published:
+            force: bool = False, sign: SignStep | None = None, stream: OutStream | None = None,
+            engine: Images | None = None) -> Published:
     """The one publication path of every flow: no immutable tag may point elsewhere; the artifact's bytes go
     up by digest (unless the registry has them already); sign signs that digest and attaches its
     attestations; then every tag is put on it, the immutable ones first, the build-key tag last (it marks a
     complete publication). Published.pushed names the tags that point at the digest (a first-come sha tag
-    that names another build's image is not among them)."""
+    that names another build's image is not among them). engine: the one holding an Image's engine_ref."""
     repo = repository.repository
     check_immutable_free(client, repo, tags, artifact.digest or None, force=force)
     if in_registry(artifact):
@@ -193,7 +201,7 @@ def publish(client: RegistryClient, repository: ImageRef, artifact: Artifact, ta
             raise RegistryError(f"{repository.name}@{artifact.digest} is not in the registry: nothing to tag")
         digest, tagged = artifact.digest, None
     else:
-        digest, tagged = _upload(client, repository, artifact, tags, stream)
+        digest, tagged = _upload(client, repository, artifact, tags, stream, engine)
     signed = sign(client, repository, digest) if sign is not None else ()
     key_tags = tuple(t for t in tags.all if tags.role(t) == "build_key")
     elsewhere: list[str] = []
@@ -206,7 +214,7 @@ def publish(client: RegistryClient, repository: ImageRef, artifact: Artifact, ta
 
 
 def _upload(client: RegistryClient, repository: ImageRef, artifact: Artifact, tags: TagSet,
-            stream: OutStream | None) -> tuple[str, str | None]:
+            stream: OutStream | None, engine: Images | None) -> tuple[str, str | None]:
     """The artifact's bytes in the registry by digest, checked against the artifact's: (the digest, the tag the
     upload had to write: docker push of the classic store's image, else None)."""
     from buildkit.oci.ocilayout import OCI_INDEX, OciArchive, push_layout
@@ -229,15 +237,15 @@ def _upload(client: RegistryClient, repository: ImageRef, artifact: Artifact, ta
                 raise RegistryError(f"the archive {artifact.archive} holds {image.manifest_digest}, "
                                     f"not the built {artifact.digest}")
             digest = push_layout(client, repo, image, [image.manifest_digest])
-    elif artifact.digest and get_engine().image_store() != "classic":
+    elif artifact.digest and _engine(engine).image_store() != "classic":
         assert artifact.engine_ref is not None
-        digest = _push_engine_image(client, repo, artifact.engine_ref, artifact.digest)
+        digest = _push_engine_image(_engine(engine), client, repo, artifact.engine_ref, artifact.digest)
     else:  # the classic store: the manifest pushed exists only once docker push made it, under a tag
         assert artifact.engine_ref is not None
         first = tags.immutable[0]
         before = client.head_manifest(repo, first)
-        get_engine().tag(artifact.engine_ref, f"{repository.name}:{first}")
-        docker_push(f"{repository.name}:{first}", stream)
+        _engine(engine).tag(artifact.engine_ref, f"{repository.name}:{first}")
+        docker_push(_engine(engine), f"{repository.name}:{first}", stream)
         pushed = client.head_manifest(repo, first)
         if pushed is None:
             raise RegistryError(f"after docker push, {repository.name}:{first} is not in the registry")
@@ -248,7 +256,7 @@ def _upload(client: RegistryClient, repository: ImageRef, artifact: Artifact, ta
     return digest, tagged
 
 
-def _push_engine_image(client: RegistryClient, repo: str, ref: str, digest: str) -> str:
+def _push_engine_image(engine: Images, client: RegistryClient, repo: str, ref: str, digest: str) -> str:
     """The engine's image (containerd store: its id is its manifest's or index's digest) saved as an OCI
     archive and pushed through the registry API by digest, byte for byte: no tag names it before it is signed."""
     import tempfile
@@ -258,7 +266,7 @@ def _push_engine_image(client: RegistryClient, repo: str, ref: str, digest: str)
     from buildkit.oci.ociindex import push_index
 
     with tempfile.TemporaryDirectory(prefix="buildkit-push-") as tmp:
-        archive = get_engine().save(ref, Path(tmp) / "image.tar")
+        archive = engine.save(ref, Path(tmp) / "image.tar")
         with OciArchive(archive) as layout:
             top = Descriptor.from_json((layout.index().get("manifests") or [{}])[0])
             if top.digest != digest:

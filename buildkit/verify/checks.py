@@ -39,7 +39,7 @@ from buildkit.verify.cpuhost import cpu_flags, host_cpu_flags, host_platform_arc
 from buildkit.core.paths import cache_dir
 from buildkit.core.errors import BuildkitError, VerifyError
 from buildkit.core.treewalk import files_below
-from buildkit.engine.api import Engine, EngineError, get_engine
+from buildkit.engine.api import Engine, EngineError
 from buildkit.plan.buildplan import BuildPlan
 from buildkit.plan.platforms import cpu_arch, machine_platform
 from buildkit.verify.imagetree import ImageTree, exported
@@ -54,8 +54,7 @@ def cpu_code_cache() -> Path:
     return cache_dir() / "verify" / "cpu-code"
 
 
-def _engine() -> Engine:
-    engine = get_engine()
+def _reachable(engine: Engine) -> Engine:
     try:
         engine.ping()
     except EngineError as exc:
@@ -350,10 +349,10 @@ def _header(tree: ImageTree | None, plan: BuildPlan) -> bytes:
 VMM_NOT_RUN = "a VMM build needs the NVIDIA driver's libcuda.so.1 to start; no driver here"
 
 
-def verify_image(plan: BuildPlan, image: str, *, cuda_roots: Sequence[Path] = (),
+def verify_image(plan: BuildPlan, image: str, engine: Engine, *, cuda_roots: Sequence[Path] = (),
                  archive: Path | None = None) -> VerifyReport:
     """archive: the OCI archive the build exported that image to (its files are read from it)."""
-    engine = _engine()
+    engine = _reachable(engine)
     with ExitStack() as stack:
         checks: list[Check] = []
         header = _header(None, plan)

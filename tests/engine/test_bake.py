@@ -10,6 +10,7 @@ import docker
 import pytest
 
 from buildkit.engine.bake import run_bake
+from buildkit.engine.dockerengine import DockerEngine
 from buildkit.engine.bakefile import bake_target, target_tags, write_bake_file
 from buildkit.engine.specs import BuildSpec
 from buildkit.plan.matrix import bake_target_name, matrix_variants
@@ -114,7 +115,7 @@ RUN echo "x.cu:3:2: error: #error broken on purpose" && exit 2
         "group": {"default": {"targets": ["a", "b"]}},
         "target": {"a": target("a", "ok", 1), "b": target("b", "ok", 2), "bad": target("bad", "bad")}})
     try:
-        together = run_bake(bake_file, ["a", "b"], BuildOptions(progress="plain"), tmp_path / "w1",
+        together = run_bake(DockerEngine(), bake_file, ["a", "b"], BuildOptions(progress="plain"), tmp_path / "w1",
                             stream=io.StringIO())
         assert all(o.ok and not o.isolated for o in together.values())
         for name in ("a", "b"):
@@ -123,8 +124,8 @@ RUN echo "x.cu:3:2: error: #error broken on purpose" && exit 2
         for name in ("a", "b"):
             client.images.remove(f"buildkit-test/bake-{name}:{suffix}")
         log = io.StringIO()
-        outcomes = run_bake(bake_file, ["a", "bad", "b"], BuildOptions(progress="plain"), tmp_path / "w2",
-                            stream=log)
+        outcomes = run_bake(DockerEngine(), bake_file, ["a", "bad", "b"], BuildOptions(progress="plain"),
+                            tmp_path / "w2", stream=log)
         assert outcomes["bad"].ok is False and not outcomes["bad"].isolated  # failed by itself: not retried
         assert outcomes["bad"].error == ("build failed: [bad bad 2/2] x.cu:3:2: error: #error broken on purpose "
                                          "(exit code 2)")

@@ -291,6 +291,7 @@ def test_verify_catches_a_runtime_stage_without_a_shared_library(project, client
     from buildkit.flows.pipeline import prepare
     from buildkit.core.check import Status
     from buildkit.verify.checks import verify_image
+    from buildkit.engine.dockerengine import DockerEngine
 
     (tmp_path / "Dockerfile").write_text("FROM buildkit-test/tiny-fork:cpu\nRUN rm -f /app/lib/libllama-common.so*\n")
     subprocess.run(["docker", "buildx", "build", "--load", "-t", "buildkit-test/tiny-fork:broken-runtime",
@@ -299,7 +300,7 @@ def test_verify_catches_a_runtime_stage_without_a_shared_library(project, client
         cfg = load_config(project["root"] / "buildkit.toml", env=project["env"],
                           overrides={"build.arch": ("cpu", "test")})
         plan = prepare(cfg, tmp_path / "ctx").plan
-        report = verify_image(plan, "buildkit-test/tiny-fork:broken-runtime")
+        report = verify_image(plan, "buildkit-test/tiny-fork:broken-runtime", DockerEngine())
         failed = report.failures()
         assert failed and failed[0].status == Status.FAILED and "libllama-common.so.0" in failed[0].detail
     finally:

@@ -128,6 +128,7 @@ def test_needed_check_names_a_library_missing_from_an_arm64_image(arm64_cpu_buil
     from buildkit.plan.config import load_config
     from buildkit.core.check import Status
     from buildkit.verify.checks import verify_image
+    from buildkit.engine.dockerengine import DockerEngine
 
     broken = f"{IMAGE}:no-libggml"
     (tmp_path / "Dockerfile").write_text(
@@ -142,7 +143,7 @@ def test_needed_check_names_a_library_missing_from_an_arm64_image(arm64_cpu_buil
         cfg = load_config(project["root"] / "buildkit.toml", env=project["env"],
                           overrides={"build.arch": ("cpu", "test"), "build.platform": ("linux/arm64", "test")})
         plan = prepare(cfg, tmp_path / "ctx").plan
-        report = {c.name: c for c in verify_image(plan, broken).checks}
+        report = {c.name: c for c in verify_image(plan, broken, DockerEngine()).checks}
         assert report["elf-machine"].status == Status.PASSED
         needed = report["needed-libraries"]
         assert needed.status == Status.FAILED

@@ -243,7 +243,7 @@ def test_bake_locks_each_unit_it_built_and_verified_and_no_other(tmp_path, monke
     lock = tmp_path / "buildkit.lock"
     with use_engine(engine):
         (build,), indexes, _ = matrix.bake_locked([variant], BuildOptions(progress="plain"), tmp_path / "work", lock,
-                                                  verify=verify)
+                                                  engine=engine, verify=verify)
     assert indexes == [] and [c[0] for c in engine.calls][:1] == ["bake"]
     assert build.outcome is not None and build.outcome.result is not None
     if verify:

@@ -14,13 +14,18 @@ from click.testing import CliRunner
 from buildkit.engine.api import use_engine
 from buildkit.engine.buildx import BuildOptions, check_buildx, parse_buildx_version
 from buildkit.engine.dockerengine import DockerEngine
-from buildkit.flows.buildspec import build_command as buildx_argv
+from buildkit.flows.buildspec import build_command
 from buildkit.cli.main import main
 from buildkit.core.errors import BuildError, LockError
 from buildkit.plan.inputs import BaseImage
 from buildkit.release.lock import LockEntry, read_lock, update_lock, write_lock_entry
 from buildkit.plan.render import RenderResult
 from test_plan_render import plan_for
+
+
+def buildx_argv(plan, rendered, options, metadata_file) -> list[str]:
+    """The command line the Docker engine runs for a plan (flows/buildspec.build_command)."""
+    return build_command(plan, rendered, options, metadata_file, DockerEngine())
 
 
 def rendered(tmp_path: Path, named=()) -> RenderResult:

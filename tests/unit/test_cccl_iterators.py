@@ -177,8 +177,8 @@ def test_the_engine_hands_a_failure_back_and_the_layer_above_explains_it(tmp_pat
     compiler's output from the marker on, buildx's most telling line); what a failure means comes from
     verify/buildfailure.py, and engine/ imports neither the source's CCCL facts nor the plan's CPU levels."""
     spec = BuildSpec(context=tmp_path, dockerfile=tmp_path / "Dockerfile", tags=("x:cuda13.5-sm120",))
-    with use_engine(CompileFails(NVCC_FAILURE)), pytest.raises(BuildFailed) as failed:
-        run_build(spec, BuildSession(progress="plain"), stream=io.StringIO())
+    with pytest.raises(BuildFailed) as failed:
+        run_build(spec, BuildSession(progress="plain"), CompileFails(NVCC_FAILURE), stream=io.StringIO())
     assert str(failed.value).startswith("docker buildx build failed (exit 1): ") and failed.value.code == 1
     first = first_compile_error(failed.value.compile_lines) or ""
     assert first.startswith("ggml/src/ggml-cuda/argsort.cu(48): error")

@@ -130,14 +130,14 @@ def test_a_base_no_one_can_provide_names_the_whole_offline_path():
     engine.images["local/debian:bookworm"] = ImageInfo(id="sha256:" + "2" * 64)
     with use_engine(engine):
         with pytest.raises(BaseImageError) as caught:
-            resolve_base_images([gone])
+            resolve_base_images([gone], engine=engine)
         said = str(caught.value)
         assert "--provider wheels" in said and "--os-image" in said and "buildkit base debian" in said
-        check = check_bases([gone, "local/debian:bookworm"])
+        check = check_bases([gone, "local/debian:bookworm"], engine)
         assert check.status == Status.WARNED and gone in check.detail and "local/debian" not in check.detail
         assert "--provider wheels" in check.fix and "buildkit base debian" in check.fix
-        assert check_bases(["local/debian:bookworm"]).status == Status.PASSED
-        offline = check_bases([gone], offline=True)
+        assert check_bases(["local/debian:bookworm"], engine).status == Status.PASSED
+        offline = check_bases([gone], engine, offline=True)
         assert offline.status == Status.WARNED and "its registry was not asked" in offline.detail
 
 

@@ -8,16 +8,18 @@ import stat
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from buildkit.core.errors import VerifyError
 from buildkit.core.filelock import file_lock
-from buildkit.engine.api import ImageInfo, get_engine, use_engine
+from buildkit.engine.api import Host, ImageInfo, get_engine, use_engine
 from buildkit.engine.bake import TargetOutcome, run_bake
 from buildkit.engine.bakefile import bake_document, write_bake_file
 from buildkit.engine.buildx import BuildOptions, BuildResult
 from buildkit.engine.dockerengine import DockerEngine
+from buildkit.flows.enginecheck import check_buildx_and_builder, check_engine, engine_info
 from buildkit.flows.matrix import verify_variant
 from buildkit.plan.buildplan import SourceFacts, make_plan, make_request
 from buildkit.plan.config import load_config
@@ -48,13 +50,42 @@ def test_get_engine_answers_the_engine_in_use():
     assert get_engine() is not fake
 
 
+class HostOnly:
+    """A second engine of one role (engine/api.py's Host), no Engine subclass: mypy checks it structurally."""
+
+    def ping(self) -> None:
+        pass
+
+    def buildx_version(self) -> tuple[int, int, int]:
+        return (0, 19, 3)
+
+    def info(self) -> dict[str, Any]:
+        return {"ServerVersion": "28.1.1", "DockerRootDir": "/var/lib/docker",
+                "DriverStatus": [["driver-type", "io.containerd.snapshotter.v1"]]}
+
+    def inspect_builder(self, name: str = "") -> str:
+        return "Name: default\nDriver: docker\nStatus: running\nPlatforms: linux/amd64, linux/arm64"
+
+    def arch(self) -> str:
+        return "amd64"
+
+
+def test_a_function_asks_only_for_the_role_it_uses() -> None:
+    """doctor's engine checks are handed a Host: an engine with those five methods only is enough."""
+    host: Host = HostOnly()
+    info, why = engine_info(host)
+    assert check_engine(info, why).status == "ok"
+    check, platforms = check_buildx_and_builder("", host)
+    assert check.status == "ok" and platforms == ["linux/amd64", "linux/arm64"], check
+
+
 def test_bake_loads_each_oci_target_under_its_tags_in_one_engine_turn(tmp_path):
     fake = FakeEngine()
     doc = bake_document({"a": _oci_target(tmp_path, "a", ["x/a:1", "x/a:sha"]),
                          "b": _oci_target(tmp_path, "b", ["x/b:1"])})
     bake_file = write_bake_file(tmp_path / "docker-bake.json", doc)
-    with use_engine(fake):
-        outcomes = run_bake(bake_file, ["a", "b"], BuildOptions(progress="plain"), tmp_path / "w", stream=io.StringIO())
+    outcomes = run_bake(fake, bake_file, ["a", "b"], BuildOptions(progress="plain"), tmp_path / "w",
+                        stream=io.StringIO())
     assert all(o.ok for o in outcomes.values())
     loads = [c for c in fake.calls if c[0] == "load"]
     assert loads == [("load", str(tmp_path / "a.oci.tar"), ("x/a:1", "x/a:sha")),
@@ -77,9 +108,8 @@ def test_a_missing_cache_to_import_is_not_a_targets_failure(tmp_path):
     doc = bake_document({n: _oci_target(tmp_path, n, [f"x/app:{n}"]) for n in ("cpu", "cpu-light")})
     bake_file = write_bake_file(tmp_path / "docker-bake.json", doc)
     stream = io.StringIO()
-    with use_engine(fake):
-        outcomes = run_bake(bake_file, ["cpu", "cpu-light"], BuildOptions(progress="plain"), tmp_path / "w",
-                            stream=stream)
+    outcomes = run_bake(fake, bake_file, ["cpu", "cpu-light"], BuildOptions(progress="plain"), tmp_path / "w",
+                        stream=stream)
     assert "the bake of 2 targets failed (cpu-light); baking cpu again one by one" in stream.getvalue()
     light = outcomes["cpu-light"]
     assert not light.isolated and light.error.endswith("500 Internal Server Error")
@@ -92,8 +122,8 @@ def test_bake_with_a_no_cache_target_takes_the_engine_alone_and_reports_a_failed
     target = _oci_target(tmp_path, "a", ["x/a:1"], **{"no-cache": True})
     (tmp_path / "a.oci.tar").unlink()  # the exporter wrote nothing: the load fails
     bake_file = write_bake_file(tmp_path / "docker-bake.json", bake_document({"a": target}))
-    with use_engine(fake):
-        outcome = run_bake(bake_file, ["a"], BuildOptions(progress="plain"), tmp_path / "w", stream=io.StringIO())["a"]
+    outcome = run_bake(fake, bake_file, ["a"], BuildOptions(progress="plain"), tmp_path / "w",
+                       stream=io.StringIO())["a"]
     assert fake.turns == [True]
     assert not outcome.ok and outcome.error.startswith("docker load of the built image failed")
 
@@ -106,7 +136,7 @@ def test_a_failed_verification_removes_every_tag_and_keeps_the_report():
         fake.images[tag] = ImageInfo(id="sha256:" + "4" * 64, tags=tags)
     with use_engine(fake):
         with pytest.raises(FailedVerification, match="failed verification and was removed") as info:
-            verified_or_removed(_plan(), tags)
+            verified_or_removed(_plan(), tags, engine=fake)
     assert ("untag", tags) in fake.calls and not fake.images
     assert any(c.name == "version" and "libgomp.so.1" in c.detail for c in info.value.report.failures())
 
@@ -115,7 +145,7 @@ def test_verification_that_cannot_reach_the_engine_removes_the_tags_too():
     fake = FakeEngine(reachable=False)
     with use_engine(fake):
         with pytest.raises(VerifyError, match="cannot verify the image"):
-            verified_or_removed(_plan(), ("x/app:cpu",))
+            verified_or_removed(_plan(), ("x/app:cpu",), engine=fake)
     assert fake.calls == [("untag", ("x/app:cpu",))]
 
 
@@ -149,11 +179,10 @@ def test_bake_waits_for_the_engine_while_a_no_cache_build_holds_it(tmp_path, mon
         {"a": {"context": str(tmp_path), "tags": ["x/a:1"], "output": ["type=docker"]}}))
     log = io.StringIO()
     done: dict = {}
-    # the lock is exclusive, on its own descriptor: another holder as far as flock is concerned; run_bake
-    # takes its engine before it waits for the turn
-    with use_engine(DockerEngine(str(docker))), file_lock(lock):
+    # the lock is exclusive, on its own descriptor: another holder as far as flock is concerned
+    with file_lock(lock):
         thread = threading.Thread(target=lambda: done.update(run_bake(
-            bake_file, ["a"], BuildOptions(progress="plain"), tmp_path / "w", stream=log)))
+            DockerEngine(str(docker)), bake_file, ["a"], BuildOptions(progress="plain"), tmp_path / "w", stream=log)))
         thread.start()
         while "waiting for a --no-cache build to finish" not in log.getvalue():
             assert thread.is_alive(), log.getvalue()
@@ -177,8 +206,7 @@ def test_a_target_cancelled_mid_export_by_another_targets_failure_is_baked_again
                          "cuda": _oci_target(tmp_path, "cuda", ["x/a:cuda"])})
     bake_file = write_bake_file(tmp_path / "docker-bake.json", doc)
     log = io.StringIO()
-    with use_engine(fake):
-        outcomes = run_bake(bake_file, ["cpu", "cuda"], BuildOptions(progress="plain"), tmp_path / "w", stream=log)
+    outcomes = run_bake(fake, bake_file, ["cpu", "cuda"], BuildOptions(progress="plain"), tmp_path / "w", stream=log)
     assert [c[2] for c in fake.calls if c[0] == "bake"] == [("cpu", "cuda"), ("cpu",)]
     assert "baking cpu again one by one" in log.getvalue()
     assert not outcomes["cuda"].isolated and "error: #error broken on purpose" in outcomes["cuda"].error

@@ -25,6 +25,7 @@ from buildkit.plan.inputs import INPUTS, LABEL_PREFIX, BaseImage, plan_inputs
 from buildkit.plan.matrix import matrix_variants
 from buildkit.release.lock import update_lock
 from buildkit.source.patches import load_patch_queue
+from fakeengine import FakeEngine
 
 HEAD = "c0ffee" + "0" * 34
 URL = "https://example.invalid/fork"
@@ -152,7 +153,7 @@ def test_same_commit_patches_and_config_is_up_to_date(tmp_path, registry):
     got = plan(cfg)
     assert not got["build"] and got["matrix"] == {"include": []}
     assert [(v["build"], v["reason"]) for v in got["variants"]] == [(False, "")]
-    summary = run_nightly(cfg, date="20261202")
+    summary = run_nightly(cfg, date="20261202", engine=FakeEngine())
     assert summary.up_to_date and [(v.status, v.reason) for v in summary.variants] == [("skipped", "")]
 
 
@@ -169,7 +170,7 @@ def test_a_changed_config_rebuilds_the_same_commit_and_says_why(tmp_path, regist
     assert got["build"] and [(v["variant"], v["reason"]) for v in got["variants"]] == [(key, reason)]
     assert [u["reason"] for u in got["matrix"]["include"]] == [reason]
     monkeypatch.setattr(nightly, "_build_and_publish", build_nothing)
-    summary = run_nightly(cfg, date="20261202")
+    summary = run_nightly(cfg, date="20261202", engine=FakeEngine())
     assert not summary.up_to_date and [(v.status, v.reason) for v in summary.variants] == [(PASSED, reason)]
     assert summary.to_dict()["variants"][0]["reason"] == reason
     assert f"| `{key}` | passed ({reason.replace('|', chr(92) + '|')})" in summary.to_markdown()
@@ -233,13 +234,14 @@ def test_a_quiet_night_asks_the_registry_as_often_as_before(tmp_path, registry):
     cfg = config(tmp_path)
     key, inputs = built_inputs(cfg)
     registry.push(f"nightly-{key}", inputs.to_labels("b" * 64))
-    run = run_nightly(cfg, date="20261202")  # no lock: the image's labels, read once, say everything
+    # no lock: the image's labels, read once, say everything
+    run = run_nightly(cfg, date="20261202", engine=FakeEngine())
     assert run.up_to_date and run.variants[0].known_from == "registry"
     assert [r.split()[0] + " " + r.split()[1] for r in registry.requests] == [
         "HEAD nightly-cpu", "GET manifest", "GET blob"]
     registry.requests.clear()
     lock_of_nightly(cfg, registry, key, inputs)
-    run = run_nightly(cfg, date="20261202")  # the lock's record and entry: one request
+    run = run_nightly(cfg, date="20261202", engine=FakeEngine())  # the lock's record and entry: one request
     assert run.up_to_date and run.variants[0].known_from == "lock"
     assert registry.requests == [f"HEAD nightly-{key}"]
     registry.requests.clear()

@@ -9,7 +9,8 @@ from dataclasses import asdict
 import pytest
 
 from buildkit.engine.buildx import BuildOptions
-from buildkit.flows.buildspec import build_command as buildx_argv
+from buildkit.engine.dockerengine import DockerEngine
+from buildkit.flows.buildspec import build_command
 from buildkit.core.errors import ReproduceError
 from buildkit.plan.inputs import INPUTS_LABEL, BaseImage
 from buildkit.engine.baseimages import BaseSource
@@ -79,6 +80,10 @@ def test_a_lock_without_recorded_labels_is_an_error(tmp_path):
         from_lock(path)
     with pytest.raises(ReproduceError, match="no such lock file"):
         from_lock(tmp_path / "nothing.lock")
+
+
+def buildx_argv(plan, rendered, options, metadata_file) -> list[str]:
+    return build_command(plan, rendered, options, metadata_file, DockerEngine())
 
 
 def test_reproducible_argv_exports_oci_with_rewritten_timestamps(tmp_path):

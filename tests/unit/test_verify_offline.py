@@ -117,7 +117,7 @@ def test_a_foreign_image_is_run_only_where_a_handler_can_emulate_it(tmp_path, mo
     monkeypatch.setattr(binfmt, "BINFMT_DIR", tmp_path)
     fake = FakeEngine(run_result=lambda image, entrypoint, args: (0, f"version: 1 (build 1, commit {COMMIT})"))
     with use_engine(fake):
-        report = {c.name: c for c in verify_image(plan_for(), "x/app:cpu").checks}
+        report = {c.name: c for c in verify_image(plan_for(), "x/app:cpu", fake).checks}
     assert not [c for c in fake.calls if c[0] == "run"]
     assert report["version"].status == "skipped"
     assert report["version"].detail.startswith("linux/arm64 image on a linux/amd64 engine and no binfmt handler")
@@ -125,7 +125,7 @@ def test_a_foreign_image_is_run_only_where_a_handler_can_emulate_it(tmp_path, mo
     (tmp_path / "qemu-aarch64").write_text(QEMU_AARCH64)
     fake.calls.clear()
     with use_engine(fake):
-        report = {c.name: c for c in verify_image(plan_for(), "x/app:cpu").checks}
+        report = {c.name: c for c in verify_image(plan_for(), "x/app:cpu", fake).checks}
     assert [c[2] for c in fake.calls if c[0] == "run"] == [("/app/llama-server",)]
     assert report["version"].status == "passed"
     assert report["version"].detail.endswith("(emulated: /usr/libexec/qemu-binfmt/aarch64-binfmt-P)")
@@ -274,7 +274,7 @@ def test_verify_reads_app_lib_from_the_built_archive_without_copying_it_out(tmp_
     fake = FakeEngine()
     with use_engine(fake):
         report = {c.name: c for c in verify_image(plan_for(platform="linux/amd64", **{"build.cpu_level": "x86-64-v3"}),
-                                                  "x/app:cpu", archive=archive).checks}
+                                                  "x/app:cpu", fake, archive=archive).checks}
     assert report["cpu-backends"].status == "passed", report["cpu-backends"].detail
     assert "libggml-cpu.so" in report["cpu-backends"].detail
     assert not [c for c in fake.calls if c[0] == "copy_out"]

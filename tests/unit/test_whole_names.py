@@ -8,6 +8,7 @@ import pytest
 from buildkit.core.errors import ConfigError
 from buildkit.plan.buildplan import make_request
 from buildkit.plan.config import load_config
+from fakeengine import FakeEngine
 
 
 @pytest.mark.parametrize("key,value,message", [
@@ -39,4 +40,4 @@ def test_a_nightly_job_refuses_a_commit_with_a_trailing_newline():
     cfg = load_config(None, {}, {"matrix.archs": (["cpu"], "t"), "source.commit": ("a" * 40 + "\n", "--commit"),
                                  "image.version": ("1.0.0", "--release")})
     with pytest.raises(ConfigError, match="--job needs --commit with the plan's full 40-hex commit"):
-        run_job(cfg, "cpu")
+        run_job(cfg, "cpu", engine=FakeEngine())
