@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from buildkit.core.check import Status
 from buildkit.core.errors import VerifyError
 from buildkit.core.filelock import file_lock
 from buildkit.engine.api import Host, ImageInfo, get_engine, use_engine
@@ -74,9 +75,9 @@ def test_a_function_asks_only_for_the_role_it_uses() -> None:
     """doctor's engine checks are handed a Host: an engine with those five methods only is enough."""
     host: Host = HostOnly()
     info, why = engine_info(host)
-    assert check_engine(info, why).status == "ok"
+    assert check_engine(info, why).status == Status.PASSED
     check, platforms = check_buildx_and_builder("", host)
-    assert check.status == "ok" and platforms == ["linux/amd64", "linux/arm64"], check
+    assert check.status == Status.PASSED and platforms == ["linux/amd64", "linux/arm64"], check
 
 
 def test_bake_loads_each_oci_target_under_its_tags_in_one_engine_turn(tmp_path):
