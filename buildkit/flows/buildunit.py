@@ -32,7 +32,7 @@ from buildkit.flows.buildspec import build_spec
 from buildkit.flows.debpackages import debian_packages
 from buildkit.flows.compiletimes import compile_curve_path, read_compile_curve, save_compile_curve
 from buildkit.flows.testsimage import BuiltTestsImage, build_tests_image, push_tests_image
-from buildkit.flows.pipeline import Prepared, build_options, check_build_machine, last_build_seconds, lock_entry
+from buildkit.flows.pipeline import Prepared, build_options, check_build_machine, last_build_seconds
 from buildkit.source.cudasource import cuda_object_count
 from buildkit.oci.imageref import ImageRef
 from buildkit.oci.registry import RegistryClient
@@ -160,12 +160,12 @@ def _run(run: _Run, cfg: ResolvedConfig | None, built: BuildResult | None) -> No
         with run.step("verify", result.tags[0] if result.tags else ""):
             run.report = verified_or_removed(prepared.plan, result.tags, prepared.cuda_roots or prepared.cuda_root,
                                              result.oci_archive)
-    packages = None
+    entry = None  # the unit's lock entry, made once for its build (again only when the publication untagged it)
     if options.lock_path is not None and (options.publish is None or options.lock_first):
         with run.step("lock"):
-            packages = debian_packages(prepared, result, options.build or _options(cfg))
-            run.entry = replace(lock_entry(prepared, result), debian_packages=packages)
-            write_lock_entry(options.lock_path, run.entry)
+            entry = _entry(prepared, result, debian_packages(prepared, result, options.build or _options(cfg)))
+            write_lock_entry(options.lock_path, entry)
+            run.entry = entry
     if options.tests:
         build = options.build or _options(cfg)
         if options.publish is not None and not options.publish.keep_loaded:  # --no-load: its archive only
@@ -178,10 +178,10 @@ def _run(run: _Run, cfg: ResolvedConfig | None, built: BuildResult | None) -> No
     target = options.publish
     sign = None
     if target.signer is not None:  # the signed provenance lists the build stage's packages: read them first
-        packages = packages or debian_packages(prepared, result, options.build or _options(cfg))
-        sign = sign_step(replace(lock_entry(prepared, result), version=target.version, debian_packages=packages),
-                         target.signer)
+        entry = entry or _entry(prepared, result, debian_packages(prepared, result, options.build or _options(cfg)))
+        sign = sign_step(replace(entry, version=target.version), target.signer)
     with run.step("publish"):
+        built = result
         run.published, result = _publish(target, result, options, sign, prepared.plan.request.platform)
         if run.tests is not None and target.tests_tag:  # after the image: unsigned, never a release tag
             run.tests = push_tests_image(target.client, target.repository, run.tests, target.tests_tag,
@@ -189,9 +189,16 @@ def _run(run: _Run, cfg: ResolvedConfig | None, built: BuildResult | None) -> No
     run.result = result
     if options.lock_path is not None:
         with run.step("lock"):
-            packages = packages or debian_packages(prepared, result, options.build or _options(cfg))
-            run.entry = record(options.lock_path, replace(lock_entry(prepared, result), debian_packages=packages),
-                               run.published, target.version)
+            if entry is None or result is not built:  # (the engine's tags of an image pushed with --no-load: gone)
+                packages = entry.debian_packages if entry is not None else None
+                entry = _entry(prepared, result, packages or debian_packages(prepared, result,
+                                                                             options.build or _options(cfg)))
+            run.entry = record(options.lock_path, entry, run.published, target.version)
+
+
+def _entry(prepared: Prepared, result: BuildResult, packages: dict[str, Any] | None) -> LockEntry:
+    """The unit's lock entry: its plan's and what its build produced (with the build stage's packages)."""
+    return LockEntry.of(prepared.plan, prepared.outcome(result, debian_packages=packages))
 
 
 def _options(cfg: ResolvedConfig | None) -> BuildOptions:

@@ -26,7 +26,7 @@ from buildkit.engine.api import Engine, OutStream
 from buildkit.engine.buildx import BuildResult, check_buildx
 from buildkit.flows.buildunit import UnitOptions, run_unit
 from buildkit.flows.debpackages import debian_packages
-from buildkit.flows.pipeline import Prepared, build_options, lock_entry, prepared_context
+from buildkit.flows.pipeline import Prepared, build_options, prepared_context
 from buildkit.oci.ociindex import write_index_archive
 from buildkit.plan.buildkey import index_key
 from buildkit.plan.buildplan import BuildRequest, make_request
@@ -55,6 +55,10 @@ class PlatformBuild:
     result: BuildResult
     report: VerifyReport
     packages: dict[str, Any] | None = None  # its Debian packages (flows/debpackages.py), when it was built here
+
+    def entry(self) -> LockEntry:
+        """This platform's lock entry (LockEntry.of its plan and its build)."""
+        return LockEntry.of(self.prepared.plan, self.prepared.outcome(self.result))
 
 
 @dataclass(frozen=True)
@@ -109,16 +113,9 @@ def platform_requests(cfg: ResolvedConfig) -> list[tuple[str, ResolvedConfig, Bu
     return out
 
 
-def _key_tag_only(prepared: Prepared) -> Prepared:
-    """A platform's build keeps its build-key tag only: the shared tags belong to the index."""
-    tags = tuple(t for t in prepared.plan.tags if t.rsplit(":", 1)[-1].startswith("bk-"))
-    return replace(prepared, plan=replace(prepared.plan, tags=tags))
-
-
 def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None = None, bump: str = "patch",
                 force: bool = False, verify: bool = True, load: bool = True, stream: OutStream | None = None,
                 extra_tags: tuple[str, ...] = (), signer: Signer | None = None, engine: Engine) -> MultiResult:
-    from buildkit.flows.publishing import with_version
     from buildkit.oci.registry import client_for
     from buildkit.flows.signpublished import index_sign_step
     from buildkit.release.publish import (publish, publish_repository, reuse_published, check_immutable_free,
@@ -153,7 +150,7 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
                                                         extra_tags, found, prove=mine, version=version)
             if reused is not None:
                 done, version, tags = reused
-                versioned = [(p, replace(pr, plan=with_version(pr, version))) for p, _, pr in prepared]
+                versioned = [(p, pr.replanned(version=version)) for p, _, pr in prepared]
                 builds = _published_platforms(client, repository.repository, done.digest, versioned)
                 lock_path = cfg.lock.path
                 record_index(lock_path, builds, target, image_name, done.digest, key, (), version, done.pushed)
@@ -164,10 +161,10 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
             tags = release_tags(version, commit, variant, default_variant=is_default, build_key=key,
                                 extra=extra_tags)
             check_immutable_free(client, repository.repository, tags, None, force=force)
-            prepared = [(p, sub, replace(pr, plan=with_version(pr, version))) for p, sub, pr in prepared]
+            prepared = [(p, sub, pr.replanned(version=version)) for p, sub, pr in prepared]
         builds = []
         for platform, sub, pr in prepared:
-            pr = _key_tag_only(pr)
+            pr = pr.replanned(shared_tags=False)  # its build-key tag only: the shared tags belong to the index
             # verified like any build; no lock entry yet: the platforms' entries go with the index's
             unit = run_unit(pr, UnitOptions(verify=verify, build=replace(options, load=load or verify), stream=stream),
                             cfg=sub)
@@ -192,7 +189,7 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
             assert client is not None and repository is not None and tags is not None
             sign = None
             if signer is not None:  # each platform's image with its own provenance and SBOM, then the index
-                entries = [replace(lock_entry(b.prepared, b.result), version=version or "") for b in builds]
+                entries = [replace(b.entry(), version=version or "") for b in builds]
                 sign = index_sign_step(signer, commit=commit, version=version or "", entries=entries)
             with stage("push", f"{repository.name}:{tags.immutable[0]} (the index and {len(builds)} manifests)"):
                 done = publish(client, repository, Index(digest, archive=archive,
@@ -222,7 +219,7 @@ def _index_prover(client: RegistryClient, repo: str, lock_path: Path, key: str, 
 
     lock = read_lock(lock_path)
     public = public_key_of(signer)
-    platforms = [(p, key_parameters(lock_entry(pr, BuildResult("", "", (), 0.0)))) for p, _, pr in prepared]
+    platforms = [(p, key_parameters(LockEntry.of(pr.plan, pr.outcome()))) for p, _, pr in prepared]
 
     def mine(ref: str, digest: str) -> Proof:
         return prove(ref, digest, lock, key, public, lambda k: index_signature_proof(
@@ -256,7 +253,7 @@ def record_index(lock_path: Path, builds: list[PlatformBuild], target: str, imag
     entries: dict[str, LockEntry] = {}
     records = []
     for b in builds:
-        entry = lock_entry(b.prepared, b.result)
+        entry = b.entry()
         name = platform_entry_key(entry.variant, entry.target, b.platform)
         # a platform found in the registry, not built here: the packages its entry recorded when it was built
         kept = b.packages or _recorded_packages(lock_path, name, b.result.digest)

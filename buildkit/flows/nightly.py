@@ -316,7 +316,6 @@ def _publish_index(client: RegistryClient, repository: ImageRef, summary: Summar
     """A baked multi-platform variant: its index (each platform's manifest by digest, then the index)
     under the nightly tags; the lock gets the index and each platform's entry."""
     from buildkit.flows.multiplatform import index_platforms, record_index
-    from buildkit.flows.pipeline import lock_entry
     from buildkit.flows.signpublished import index_sign_step
     from buildkit.release.artifact import Index
     from buildkit.release.publish import publish
@@ -335,7 +334,7 @@ def _publish_index(client: RegistryClient, repository: ImageRef, summary: Summar
                                                  platforms=tuple(u.variant.request.platform for u in index.units)),
                        tags, sign=None if signer is None else index_sign_step(
                            signer, commit=head, version=summary.version,
-                           entries=[replace(lock_entry(b.prepared, b.result), version=summary.version)
+                           entries=[replace(b.entry(), version=summary.version)
                                     for b in index_platforms(index)]))
         digest, added, pushed = done.digest, done.added, done.pushed
         record_index(lock_path, index_platforms(index), v.request.target, v.request.image_name, digest,

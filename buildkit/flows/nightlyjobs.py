@@ -45,6 +45,7 @@ from buildkit.oci.registry import RegistryClient, client_for
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.matrix import Variant, bake_target_name, matrix_variants
 from buildkit.core.urlcreds import split_credentials
+from buildkit.release.lock import LockEntry
 from buildkit.release.artifact import Published
 from buildkit.release.signer import Signer, public_key_of
 
@@ -254,10 +255,10 @@ def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream: OutStream 
             out["digest"] = b.unit.published.digest
             out["tests_digest"] = b.unit.tests.digest if b.unit.tests is not None else ""
             if attest_dir is not None and b.unit.result is not None:
-                from buildkit.flows.pipeline import lock_entry
                 from buildkit.flows.signpublished import write_predicates
 
-                entry = replace(lock_entry(b.unit.prepared, b.unit.result), version=version)
+                done = b.unit
+                entry = replace(LockEntry.of(done.prepared.plan, done.prepared.outcome(done.result)), version=version)
                 write_predicates(entry, b.unit.published.digest, repository.name, attest_dir)
             out["status"] = PASSED
         except BuildkitError as exc:

@@ -30,27 +30,26 @@ from collections.abc import Iterator
 from buildkit import __version__
 from buildkit.engine.api import OutStream, get_engine
 from buildkit.engine.baseimages import BaseSource, check_base_history, check_base_platforms, resolve_base_images
-from buildkit.plan.buildkey import key_of
 from buildkit.engine.buildx import BuildOptions, BuildResult, check_buildx, image_store
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.cpulevels import gcc_line
 from buildkit.verify.cpuhost import host_cpu_id
 from buildkit.flows.cudacontexts import cache_root as cache_root, check_cuda_available, cuda_contexts  # (cli uses it)
 from buildkit.core.errors import BuildkitError, ConfigError, SourceError
-from buildkit.release.lock import LockEntry
+from buildkit.release.lock import BuildOutcome
 
 if TYPE_CHECKING:  # buildunit builds on this module
     from buildkit.flows.buildunit import UnitResult
 from buildkit.plan import patchqueue
 from buildkit.source.patches import PatchQueue, apply_patches, load_patch_queue
 from buildkit.core.progress import stage
-from buildkit.plan.buildplan import BuildPlan, BuildRequest, SourceFacts, clean_ccache_id, make_plan, make_request
+from buildkit.plan.buildplan import (BuildPlan, BuildRequest, PlanOptions, Resolved, SourceFacts, make_plan,
+                                     make_request, render_view)
 from buildkit.plan.inputs import BaseImage, BuildInputs, plan_inputs
 from buildkit.plan.platforms import engine_platform, judge_build_machine, long_double_differs
 from buildkit.plan.aptpins import AptPins
 from buildkit.plan.archs import parse_cuda_version
 from buildkit.plan.render import RenderResult, render_dockerfile, templates_sha256, write_context
-from buildkit.plan.tags import build_key_tag
 from buildkit.source.cpuvariants import declared_variants
 from buildkit.source.cudasource import CUB_DROPPED_ITERATORS_FROM, cub_dropped_iterator_uses, long_double_uses
 from buildkit.source.fetch import SourceInfo, export_tree, fetch_source, mirror_dir
@@ -65,22 +64,59 @@ SHA_LEN = 40
 
 @dataclass(frozen=True)
 class Prepared:
+    """A unit ready to build: its plan (made once, from resolved and options), its rendered context."""
     plan: BuildPlan
     rendered: RenderResult
     source: SourceInfo
     patches: PatchQueue
     cuda_root: Path | None  # the build machine's toolkit (nvcc, cuobjdump), provider wheels
-    base_images: tuple[BaseImage, ...]
-    build_key: str
-    cuda_manifest: dict[str, Any] | None = None  # the wheels of the CUDA root(s), for the inputs and the lock
+    resolved: Resolved  # what the plan was made of (replanned makes it again)
+    options: PlanOptions = PlanOptions()
     # every CUDA root laid out (a cross build: the build machine's and the target's): verify reads the
     # image with the cuobjdump of whichever runs on this machine (an emulated build machine's does not)
     cuda_roots: tuple[Path, ...] = ()
     unpinned_dockerfile: str = ""  # `reproduce` with apt pins: the Dockerfile as the recorded build rendered it
 
+    @property
+    def build_key(self) -> str:
+        return self.plan.build_key
+
+    @property
+    def base_images(self) -> tuple[BaseImage, ...]:
+        return self.resolved.base_images
+
+    @property
+    def cuda_manifest(self) -> dict[str, Any] | None:  # the wheels of the CUDA root(s), for the inputs and the lock
+        return self.resolved.cuda_manifest
+
     def inputs(self) -> BuildInputs:
-        """Every input of this build (the plan's version: publish re-makes the plan with its own)."""
-        return plan_inputs(self.plan, self.base_images, self.cuda_manifest, _cpu_host(self.plan.request))
+        """Every input of this build (its plan's)."""
+        return self.plan.inputs
+
+    def replanned(self, *, version: str | None = None, shared_tags: bool = True) -> Prepared:
+        """This unit with its plan made anew from the same resolved inputs (make_plan): at a publication's
+        version (its label; the build key is unchanged), or with its build-key tag only (shared_tags=False: a
+        platform of an index, whose shared tags are the index's). The rendered context stays as it is."""
+        request = self.plan.request if version is None else replace(self.plan.request, version=version)
+        options = replace(self.options, shared_tags=shared_tags)
+        return Prepared(make_plan(request, self.resolved, options), self.rendered, self.source, self.patches,
+                        self.cuda_root, self.resolved, options, self.cuda_roots, self.unpinned_dockerfile)
+
+    def outcome(self, result: BuildResult | None = None, *, image_digest: str | None = None,
+                debian_packages: dict[str, Any] | None = None) -> BuildOutcome:
+        """What the build of this unit produced, for its lock entry (LockEntry.of): result's digest, the engine's
+        id of its image, tags and times; without result (an image the registry has: image_digest) none of them."""
+        rendered = self.rendered.dockerfile_sha256
+        if result is None:
+            return BuildOutcome(dockerfile_sha256=rendered, image_digest=image_digest or "",
+                                debian_packages=debian_packages)
+        image_id = _local_image_id(result.tags[0], result.config_digest) if result.tags else result.config_digest
+        started, finished = build_times(result)
+        return BuildOutcome(dockerfile_sha256=rendered, image_digest=result.digest if image_digest is None
+                            else image_digest, image_id=image_id, tags=result.tags,
+                            exporter="oci" if result.oci_archive is not None else "load",
+                            build_seconds=round(result.seconds, 1), build_started=started, build_finished=finished,
+                            debian_packages=debian_packages)
 
 
 def patch_dir(cfg: ResolvedConfig) -> Path:
@@ -126,6 +162,8 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
     lay_out=False (--print, render): the CUDA roots are resolved from the package index, not downloaded.
     apt_pins (`reproduce`): the recorded Debian package versions the apt steps install (no input)."""
     request = request or make_request(cfg)  # an unknown arch or unbuildable CUDA version stops here
+    options = PlanOptions(extra_tags=extra_tags, clean_ccache=ccache_recache or cfg.build.no_cache,
+                          apt_pins=apt_pins or None)
     check_cuda_available(request, cfg)  # a CUDA release the index does not have, too
     queue = load_patch_queue(patch_dir(cfg), required=patchqueue.queue_required(cfg))
     ref, pin = ref_and_pin(cfg)
@@ -148,19 +186,17 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
         check_cuda_sources(request, out_dir / "src")
         facts = SourceFacts(url=info.url, commit=info.commit, commit_time=info.commit_time,
                             build_number=info.build_number, patch_set_sha256=queue.sha256,
-                            patch_names=queue.names, cpu_variants=declared_variants(out_dir / "src"))
-        plan = make_plan(request, facts, template_sha256=templates_sha256(), tool_version=__version__,
-                         extra_tags=extra_tags)
-        if ccache_recache or cfg.build.no_cache:
-            plan = replace(plan, ccache_recache=True, ccache_id=clean_ccache_id(plan.ccache_id))
+                            patch_names=queue.names, cpu_variants=declared_variants(out_dir / "src"), ref=info.ref,
+                            patch_sha256=queue.digests)
         with stage("render", request.variant):
             cuda_root, cuda_manifest, cuda_named = cuda_contexts(request, cfg, lay_out=lay_out)
             named = cuda_named + tuple(c for c in (s.named_context() for s in sources) if c is not None)
-            key = key_of(plan_inputs(plan, bases, cuda_manifest, _cpu_host(request)))
-            plan = replace(with_labels(plan, bases, cuda_manifest, key), tags=with_key_tag(plan.tags, request, key))
-            unpinned = render_dockerfile(from_plan(plan, sources)) if apt_pins else ""
-            plan = replace(plan, apt_pins=apt_pins or None)
-            rendered = write_context(from_plan(plan, sources), out_dir, named)
+            resolved = Resolved(source=facts, template_sha256=templates_sha256(), tool_version=__version__,
+                                base_images=bases, from_refs=from_refs(sources), cuda_manifest=cuda_manifest,
+                                cpu_host=_cpu_host(request))
+            plan = make_plan(request, resolved, options)
+            unpinned = render_dockerfile(render_view(plan, resolved.from_refs, pinned=False)) if apt_pins else ""
+            rendered = write_context(render_view(plan, resolved.from_refs), out_dir, named)
     except BaseException:
         # a kept folder stays: the next sync_tree brings src/ back to its commit, whatever a failed patch left
         if created:
@@ -170,9 +206,8 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
                 remove_tree(child)
         raise
     roots = tuple(path for name, path in cuda_named if name in ("cuda-root", "cuda-target"))
-    return Prepared(plan=plan, rendered=rendered, source=info, patches=queue, cuda_root=cuda_root,
-                    base_images=bases, build_key=key, cuda_manifest=cuda_manifest, cuda_roots=roots,
-                    unpinned_dockerfile=unpinned)
+    return Prepared(plan=plan, rendered=rendered, source=info, patches=queue, cuda_root=cuda_root, resolved=resolved,
+                    options=options, cuda_roots=roots, unpinned_dockerfile=unpinned)
 
 
 def base_platforms(request: BuildRequest) -> tuple[tuple[str, ...], str]:
@@ -215,14 +250,6 @@ def check_cuda_sources(request: BuildRequest, tree: Path) -> None:
             f"build on a {request.platform} machine (leave build.build_platform unset there), or patch them out")
 
 
-def with_key_tag(tags: tuple[str, ...], request: BuildRequest, key: str) -> tuple[str, ...]:
-    """The local tags and <image>:bk-<key>-<variant>: the sha- tag moves to a later build of the same
-    commit with other inputs (other CMake flags), the build-key tag never does, so every build stays
-    reachable by a tag of its own (the same tag `build --push` gives it in the registry)."""
-    tag = f"{request.image_name}:{build_key_tag(key, request.artifact_variant)}"
-    return tags if tag in tags else tags + (tag,)
-
-
 def _cpu_host(request: BuildRequest) -> str | None:
     """cpu_level native compiles for the build machine: its CPU is then an input."""
     return host_cpu_id() if request.cpu_level.native else None
@@ -245,16 +272,10 @@ def build_options(cfg: ResolvedConfig) -> BuildOptions:
 
 # --------------------------------------------------------------------------- deterministic inputs
 
-def from_plan(plan: BuildPlan, sources: tuple[BaseSource, ...]) -> BuildPlan:
-    """The plan with each base image replaced by what the FROM line names (ref@digest, its pinned name
-    in the engine, or the named context of its OCI layout), for rendering only: labels, lock and build
-    key keep the configured names, and the digests are recorded beside them."""
-    names = {s.ref: s.from_ref for s in sources if s.digest}
-    req = plan.request
-    devel, runtime = names.get(req.devel_image, req.devel_image), names.get(req.runtime_image, req.runtime_image)
-    if (devel, runtime) == (req.devel_image, req.runtime_image):
-        return plan
-    return replace(plan, request=replace(req, devel_image=devel, runtime_image=runtime))
+def from_refs(sources: tuple[BaseSource, ...]) -> tuple[tuple[str, str], ...]:
+    """What the FROM line names for each base image with a digest (ref@digest, its pinned name in the engine,
+    or the named context of its OCI layout): Resolved.from_refs, for rendering only (buildplan.render_view)."""
+    return tuple((s.ref, s.from_ref) for s in sources if s.digest)
 
 
 def inputs_record(plan: BuildPlan, bases: tuple[BaseImage, ...],
@@ -263,32 +284,10 @@ def inputs_record(plan: BuildPlan, bases: tuple[BaseImage, ...],
     return plan_inputs(plan, bases, cuda_manifest, _cpu_host(plan.request)).record()
 
 
-def with_labels(plan: BuildPlan, bases: tuple[BaseImage, ...], cuda_manifest: dict[str, Any] | None,
-                key: str) -> BuildPlan:
-    """The plan with every label of its image: its inputs' (BuildInputs.to_labels, the one label writer),
-    once the base images and the CUDA root are known, and its build key."""
-    inputs = plan_inputs(plan, bases, cuda_manifest, _cpu_host(plan.request))
-    return replace(plan, labels=tuple(inputs.to_labels(key).items()))
-
-
 def _local_image_id(tag: str, fallback: str) -> str:
     """The engine's id for the loaded image (the config digest on the classic store, the index
     digest on the containerd store); buildx's metadata only has the former on the classic store."""
     return get_engine().image_id(tag) or fallback
-
-
-def lock_entry(prepared: Prepared, result: BuildResult) -> LockEntry:
-    plan, info, req = prepared.plan, prepared.source, prepared.plan.request
-    image_id = _local_image_id(result.tags[0], result.config_digest) if result.tags else result.config_digest
-    return LockEntry(
-        **prepared.inputs().lock_fields(), ref=info.ref, template=req.template,
-        dockerfile_sha256=prepared.rendered.dockerfile_sha256, cuda_root=prepared.cuda_manifest,
-        cmake_archs=req.arch.cmake_archs, image_name=req.image_name, build_key=prepared.build_key,
-        image_digest=result.digest, image_id=image_id, tags=result.tags, labels=dict(plan.labels),
-        exporter="oci" if result.oci_archive is not None else "load", build_seconds=round(result.seconds, 1),
-        patch_sha256=prepared.patches.digests, build_started=build_times(result)[0],
-        build_finished=build_times(result)[1],
-    )
 
 
 def build_times(result: BuildResult) -> tuple[str, str]:

@@ -9,17 +9,17 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from buildkit.core.errors import ConfigError, LockError, RegistryError
 from buildkit.engine.api import OutStream, get_engine
 from buildkit.engine.buildx import BuildOptions, BuildResult, check_buildx
 from buildkit.flows.buildunit import RELEASE, Publication, UnitOptions, run_unit
-from buildkit.flows.pipeline import Prepared, build_options, lock_entry, prepared_context, with_labels
+from buildkit.flows.pipeline import Prepared, build_options, prepared_context
 from buildkit.flows.testsimage import build_tests_image, push_tests_image, registry_tests_tag, tests_of_image
-from buildkit.oci.imageref import ImageRef, tag_of
+from buildkit.oci.imageref import ImageRef
 from buildkit.oci.registry import RegistryClient, client_for
-from buildkit.plan.buildplan import BuildPlan, make_plan, make_request
+from buildkit.plan.buildplan import make_request
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.tags import check_tag, next_version, parse_version
 from buildkit.plan.tagset import release_tags
@@ -67,7 +67,8 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
                                                     extra_tags, found_sign, prove=mine, version=version)
         if reused is not None:
             done, version, tags = reused
-            record(cfg.lock.path, lock_entry(prepared, BuildResult(done.digest, "", (), 0.0)), done, version)
+            record(cfg.lock.path, LockEntry.of(prepared.plan, prepared.outcome(image_digest=done.digest)), done,
+                   version)
             return PublishResult(repository.name, version, done.digest, tags.all, done.added, origin="registry",
                                  build_key=key, signed=done.signed,
                                  tests=_published_tests(client, repository, prepared, done.digest, options, stream,
@@ -78,7 +79,7 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
         version = local_version or version or next_version(client.list_tags(repo), variant, bump)
         tags = release_tags(version, commit, variant, default_variant=is_default, build_key=key, extra=extra_tags)
         check_immutable_free(client, repo, tags, local.id if local is not None else None, force=force)
-        prepared = replace(prepared, plan=with_version(prepared, version))
+        prepared = prepared.replanned(version=version)
         publication = Publication(client, repository, tags, version, how=RELEASE, force=force, keep_loaded=load,
                                   signer=signer, tests_tag=registry_tests_tag(key, variant) if tests else "")
         lock_path = cfg.lock.path
@@ -136,7 +137,7 @@ def built_before(lock_path: Path, key: str) -> tuple[float, float]:
 
 def _unbuilt(prepared: Prepared) -> LockEntry:
     """The prepared unit's lock entry before anything is built: its inputs and build key."""
-    return lock_entry(prepared, BuildResult("", "", (), 0.0))
+    return LockEntry.of(prepared.plan, prepared.outcome())
 
 
 def image_prover(client: RegistryClient, repo: str, lock_path: Path, key: str, expected: dict[str, Any],
@@ -159,7 +160,7 @@ def _found_sign_step(prepared: Prepared, signer: Signer) -> SignStep:
     its labels say (a publication found again is signed as a new one is)."""
 
     def sign(client: RegistryClient, repository: ImageRef, digest: str) -> tuple[str, ...]:
-        found = replace(lock_entry(prepared, BuildResult(digest, "", (), 0.0)),
+        found = replace(LockEntry.of(prepared.plan, prepared.outcome(image_digest=digest)),
                         version=image_labels(client, repository.repository, digest).get(VERSION_LABEL, ""))
         return sign_step(found, signer)(client, repository, digest)
 
@@ -200,14 +201,4 @@ def push_local(cfg: ResolvedConfig, *, force: bool = False, stream: OutStream | 
     record(lock_path, recorded, done, version)
     return PublishResult(repository.name, version, done.digest, tags.all, done.added,
                          origin="registry" if reused is not None else "engine", build_key=key, signed=done.signed)
-
-
-def with_version(prepared: Prepared, version: str) -> BuildPlan:
-    """The plan again with the publication's version (its label); the build key is unchanged."""
-    plan = prepared.plan
-    # (a plan's tags are all <image>:<tag>: tag_of finds each one's tag)
-    new = make_plan(replace(plan.request, version=version), plan.source, template_sha256=plan.template_sha256,
-                    tool_version=plan.tool_version, extra_tags=tuple(cast(str, tag_of(t)) for t in plan.tags[2:]))
-    return with_labels(new, prepared.base_images, prepared.cuda_manifest, prepared.build_key)
-
 

@@ -2,14 +2,16 @@
 
 Two steps. `make_request` checks the resolved config before any work is done (unknown arch,
 an arch the CUDA version cannot build, a malformed image name or CMake flag all stop here).
-`make_plan` adds what only the source and the patch queue know (commit, epoch, hashes) and
-derives CMake flags, labels and tags. Nothing here touches git, Docker or the network.
+`make_plan` takes what the I/O stages resolved (`Resolved`: the source and patch queue's facts, the base
+images' digests, the CUDA root's manifest) and gives the final plan in one go: CMake flags, inputs, build
+key, labels, tags (bk-<key> included), the ccache mount. Nothing here touches git, Docker or the network.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from buildkit.plan.archs import Arch, check_cuda_release, check_cuda_support, check_platform, default_platform, get_arch
 from buildkit.plan.config import PLATFORM_FOLLOWS, ResolvedConfig
@@ -18,11 +20,12 @@ from buildkit.plan.cpulevels import (CpuLevel, cmake_flags as cpu_cmake_flags, c
 from buildkit.plan.aptpins import AptPins, check_apt_snapshot
 from buildkit.core.errors import ConfigError
 from buildkit.oci.imageref import InvalidReference, parse_image_ref
-from buildkit.plan.inputs import OCI, request_inputs
+from buildkit.plan.buildkey import key_of
+from buildkit.plan.inputs import OCI, BaseImage, BuildInputs, request_inputs
 from buildkit.plan.platforms import (TOOLCHAIN_PATH, Platform, cpu_arch, cuda_char_flags, gcc_commands, is_cross,
                                      machine_platform)
-from buildkit.plan.tags import (artifact_variant, build_tags, check_repository, normalise_version, target_variant,
-                                 variant)
+from buildkit.plan.tags import (artifact_variant, build_key_tag, build_tags, check_repository, normalise_version,
+                                target_variant, variant)
 
 
 # What may reach a shell line or a FROM line. Values are also shell-quoted in the templates.
@@ -113,6 +116,33 @@ class SourceFacts:
     patch_names: tuple[str, ...]
     # (name, features) of the CPU variants the tree's ggml declares (source/cpuvariants.py)
     cpu_variants: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    ref: str = ""  # what was fetched (a branch, tag or the pinned SHA): the lock's ref
+    patch_sha256: tuple[str, ...] = ()  # each patch file's sha256, in the order of patch_names
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Everything the plan needs that only I/O finds (flows/pipeline.prepare resolves it, make_plan uses it)."""
+    source: SourceFacts
+    template_sha256: str  # this buildkit's templates
+    tool_version: str
+    base_images: tuple[BaseImage, ...] = ()  # configured names with their digests
+    # what a FROM line names for a base image (ref@digest, its pinned name in the engine, an OCI layout's
+    # named context): for rendering only (render_view); labels, lock and build key keep the configured names
+    from_refs: tuple[tuple[str, str], ...] = ()
+    cuda_manifest: dict[str, Any] | None = None  # the wheels of the CUDA root(s)
+    cpu_host: str | None = None  # cpu_level native: the build machine's CPU (its code depends on it)
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """How this build of a request is made, beside its inputs."""
+    extra_tags: tuple[str, ...] = ()  # --tag: local tags too
+    # a clean build's compile (build --no-cache, reproduce): reads nothing from the ccache, writes into a
+    # cache mount of its own (BuildPlan.ccache_recache, clean_ccache_id)
+    clean_ccache: bool = False
+    apt_pins: AptPins | None = None  # reproduce: the recorded Debian package versions the apt steps install
+    shared_tags: bool = True  # False: the build-key tag only (a platform of an index: the others are the index's)
 
 
 @dataclass(frozen=True)
@@ -126,6 +156,9 @@ class BuildPlan:
     labels: tuple[tuple[str, str], ...]
     tags: tuple[str, ...]
     ccache_id: str
+    inputs: BuildInputs  # every input of the build (plan/inputs.py): its labels, lock fields and key
+    build_key: str
+    cuda_manifest: dict[str, Any] | None  # the CUDA root's wheels (the lock's cuda_root)
     # the GCC release the build stage installs and compiles with, None for the base's own (cpulevels.gcc_needed)
     gcc_major: int | None = None
     # compile every object again and store it, reading nothing from the ccache (CCACHE_RECACHE): how
@@ -322,23 +355,43 @@ def clean_ccache_id(warm: str) -> str:
     return f"{warm}-clean"
 
 
-def make_plan(request: BuildRequest, source: SourceFacts, *, template_sha256: str,
-              tool_version: str, extra_tags: tuple[str, ...] = ()) -> BuildPlan:
+def with_key_tag(tags: tuple[str, ...], request: BuildRequest, key: str) -> tuple[str, ...]:
+    """The local tags and <image>:bk-<key>-<variant>: the sha- tag moves to a later build of the same
+    commit with other inputs (other CMake flags), the build-key tag never does, so every build stays
+    reachable by a tag of its own (the same tag `build --push` gives it in the registry)."""
+    tag = f"{request.image_name}:{build_key_tag(key, request.artifact_variant)}"
+    return tags if tag in tags else tags + (tag,)
+
+
+def make_plan(request: BuildRequest, resolved: Resolved, options: PlanOptions | None = None) -> BuildPlan:
+    """The final plan of request, from what was resolved (pure: the same arguments, the same plan)."""
+    source, options = resolved.source, options or PlanOptions()
     if not SHA_RE.fullmatch(source.commit):
         raise ConfigError(f"commit {source.commit!r} is not a full 40-hex SHA")
     flags = cmake_args(request, source)
+    inputs = request_inputs(request, source, template_sha256=resolved.template_sha256,
+                            tool_version=resolved.tool_version, cmake_args=flags, base_images=resolved.base_images,
+                            cuda_manifest=resolved.cuda_manifest, cpu_host=resolved.cpu_host)
+    key = key_of(inputs)
+    tags = build_tags(request.image_name, request.artifact_variant, source.commit, options.extra_tags)
+    tags = with_key_tag(tags if options.shared_tags else (), request, key)
+    # per arch, CUDA version and target platform, shared by the CPU levels: their objects outside ggml-cpu are
+    # the same
+    warm = ccache_id(request)
     return BuildPlan(
-        request=request,
-        source=source,
-        template_sha256=template_sha256,
-        tool_version=tool_version,
-        cmake_args=flags,
+        request=request, source=source, template_sha256=resolved.template_sha256,
+        tool_version=resolved.tool_version, cmake_args=flags,
         gcc_major=gcc_needed(request.cpu_level, request.platform, source.cpu_variants),
-        build_targets=TARGET_BINARIES[request.target],
-        labels=tuple(request_inputs(request, source, template_sha256=template_sha256, tool_version=tool_version,
-                                    cmake_args=flags).to_labels(record=False).items()),
-        tags=build_tags(request.image_name, request.artifact_variant, source.commit, extra_tags),
-        # per arch, CUDA version and target platform, shared by the CPU levels: their objects outside
-        # ggml-cpu are the same
-        ccache_id=ccache_id(request),
-    )
+        build_targets=TARGET_BINARIES[request.target], labels=tuple(inputs.to_labels(key).items()), tags=tags,
+        ccache_id=clean_ccache_id(warm) if options.clean_ccache else warm, ccache_recache=options.clean_ccache,
+        inputs=inputs, build_key=key, cuda_manifest=resolved.cuda_manifest, apt_pins=options.apt_pins)
+
+
+def render_view(plan: BuildPlan, from_refs: tuple[tuple[str, str], ...], *, pinned: bool = True) -> BuildPlan:
+    """The plan as the Dockerfile renders it: each base image as its FROM line names it (Resolved.from_refs),
+    and without the apt pins unless pinned (the Dockerfile the recorded build rendered, for `reproduce`).
+    A view: the plan's labels, lock and build key keep the configured names."""
+    names, req = dict(from_refs), plan.request
+    request = replace(req, devel_image=names.get(req.devel_image, req.devel_image),
+                      runtime_image=names.get(req.runtime_image, req.runtime_image))
+    return replace(plan, request=request, apt_pins=plan.apt_pins if pinned else None)

@@ -259,8 +259,10 @@ class _Made:  # "tool.x": what this buildkit brings; "made.x": what the plan mad
 
 
 def request_inputs(request: BuildRequest, source: SourceFacts, *, template_sha256: str, tool_version: str,
-                   cmake_args: tuple[str, ...]) -> BuildInputs:
-    """The inputs known before the base images and the CUDA root are resolved (each input's `of`)."""
+                   cmake_args: tuple[str, ...], base_images: Iterable[BaseImage] = (),
+                   cuda_manifest: dict[str, Any] | None = None, cpu_host: str | None = None) -> BuildInputs:
+    """Every input of a build: each input's `of`, and what was resolved (its base images with digests, the CUDA
+    root's manifest, for cpu_level native the build machine's CPU)."""
     made = _Made(template_sha256, tool_version, tuple(cmake_args))
     scope = {"request": request, "source": source, "tool": made, "made": made}
 
@@ -271,18 +273,19 @@ def request_inputs(request: BuildRequest, source: SourceFacts, *, template_sha25
         got = getattr(scope[where], name)
         return tuple(got) if isinstance(got, list) else got
 
-    return BuildInputs(**{i.name: value(i.of) for i in INPUTS if i.of is not None})
+    wheels = cuda_wheel_hashes(cuda_manifest)
+    return BuildInputs(**{i.name: value(i.of) for i in INPUTS if i.of is not None}, base_images=tuple(base_images),
+                       cuda_wheels=None if wheels is None else tuple(wheels),
+                       cublas=_cublas(request.provider, cuda_manifest), cpu_host=cpu_host)
 
 
 def plan_inputs(plan: BuildPlan, base_images: Iterable[BaseImage] = (), cuda_manifest: dict[str, Any] | None = None,
                 cpu_host: str | None = None) -> BuildInputs:
     """Every input of a planned build, once its base images (with digests) and CUDA root are known.
     cpu_host: for cpu_level native, the build machine's CPU (its code depends on it)."""
-    inputs = request_inputs(plan.request, plan.source, template_sha256=plan.template_sha256,
-                            tool_version=plan.tool_version, cmake_args=plan.cmake_args)
-    wheels = cuda_wheel_hashes(cuda_manifest)
-    return replace(inputs, base_images=tuple(base_images), cuda_wheels=None if wheels is None else tuple(wheels),
-                   cublas=_cublas(plan.request.provider, cuda_manifest), cpu_host=cpu_host)
+    return request_inputs(plan.request, plan.source, template_sha256=plan.template_sha256,
+                          tool_version=plan.tool_version, cmake_args=plan.cmake_args, base_images=base_images,
+                          cuda_manifest=cuda_manifest, cpu_host=cpu_host)
 
 
 # --------------------------------------------------------------------------- the parser

@@ -26,11 +26,27 @@ from buildkit.plan.inputs import BaseImage, BuildInputs, from_lock_entry
 from buildkit.plan.schema import JSON_TYPES, JsonType, json_type
 from buildkit.core.platforms import DEFAULT_PLATFORM, cpu_arch
 from buildkit.plan.archs import ARCHS, default_platform
+from buildkit.plan.buildplan import BuildPlan
 from buildkit.plan.tags import artifact_variant
 from buildkit.release.artifact import Published
 
 LOCK_VERSION = 1
 LOCK_LIMIT = 256 * MiB  # read whole: a lock of thousands of builds is a few MB
+
+
+@dataclass(frozen=True)
+class BuildOutcome:
+    """What a build of a plan produced (flows/pipeline.Prepared.outcome): all a lock entry holds beside the plan.
+    An image the registry already has (nothing built here) has its digest only."""
+    dockerfile_sha256: str  # the rendered Dockerfile's
+    image_digest: str = ""
+    image_id: str = ""  # the engine's id of the loaded image
+    tags: tuple[str, ...] = ()
+    exporter: str = "load"  # "oci" or "load" (LockEntry.exporter)
+    build_seconds: float = 0.0
+    build_started: str = ""  # RFC 3339, UTC ("" without a build here)
+    build_finished: str = ""
+    debian_packages: dict[str, Any] | None = None  # flows/debpackages.py, when read
 
 
 @dataclass(frozen=True)
@@ -91,6 +107,19 @@ class LockEntry:
     # a later `push` signs it; "" for a lock written before them, or an image pushed without a build here
     build_started: str = ""
     build_finished: str = ""
+
+    @classmethod
+    def of(cls, plan: BuildPlan, outcome: BuildOutcome) -> LockEntry:
+        """The lock entry of plan's build (the one maker of an entry from a plan): the plan's inputs, build key,
+        labels and source, and what the build produced."""
+        req = plan.request
+        return cls(**plan.inputs.lock_fields(), ref=plan.source.ref, template=req.template,
+                   dockerfile_sha256=outcome.dockerfile_sha256, cuda_root=plan.cuda_manifest,
+                   cmake_archs=req.arch.cmake_archs, image_name=req.image_name, build_key=plan.build_key,
+                   image_digest=outcome.image_digest, image_id=outcome.image_id, tags=outcome.tags,
+                   labels=dict(plan.labels), exporter=outcome.exporter, build_seconds=outcome.build_seconds,
+                   patch_sha256=plan.source.patch_sha256, build_started=outcome.build_started,
+                   build_finished=outcome.build_finished, debian_packages=outcome.debian_packages)
 
     @property
     def key(self) -> str:

@@ -126,11 +126,10 @@ def test_ccache_import_then_export_round_trips_through_the_cache_mount(remote, t
     """What the workflow does around the nightly: a folder goes into the builder's cache mount of
     each variant, and comes out again, on the second engine."""
     from buildkit.plan.config import load_config
-    from buildkit.plan.buildplan import SourceFacts, make_plan, make_request
+    from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request
 
     cfg = load_config(remote["project"] / "buildkit.toml", {}, {})
-    plan = make_plan(make_request(cfg), SourceFacts("u", "a" * 40, 0, 1, "", ()), template_sha256="t",
-                     tool_version="0")
+    plan = make_plan(make_request(cfg), Resolved(SourceFacts("u", "a" * 40, 0, 1, "", ()), "t", "0"))
     assert plan.ccache_id == "llama-buildkit-ccache-cpu-amd64"  # the mount the compile step uses
     env = dict(remote["env"], **remote["engine"].env)
     seed = tmp_path / "in"

@@ -19,7 +19,7 @@ from test_registry import push_tiny_image
 from buildkit.oci.registry import RegistryClient
 from buildkit.oci.referrers import fallback_tag
 from buildkit.plan.buildkey import key_of
-from buildkit.plan.buildplan import SourceFacts, make_plan, make_request
+from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request
 from buildkit.plan.config import load_config
 from buildkit.plan.inputs import BaseImage, plan_inputs
 from buildkit.release import cosignformat as cf
@@ -42,7 +42,7 @@ def lock_entry(digest: str) -> LockEntry:
     cfg = load_config(None, env={}, overrides={"build.arch": ("cpu", "test")})
     facts = SourceFacts(url="https://example.invalid/fork", commit="9" * 40, commit_time=1767225600,
                         build_number=1, patch_set_sha256="ab" * 32, patch_names=("0001-x.patch",))
-    plan = make_plan(make_request(cfg), facts, template_sha256="7" * 64, tool_version="9.9.9")
+    plan = make_plan(make_request(cfg), Resolved(facts, "7" * 64, "9.9.9"))
     inputs = plan_inputs(plan, (BaseImage("buildkit-test/debian:bookworm", "sha256:" + "cd" * 32),), None, None)
     key = key_of(inputs)
     return LockEntry(**inputs.lock_fields(), ref="main", template="t.j2", dockerfile_sha256="d" * 64,

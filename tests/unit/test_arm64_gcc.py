@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from buildkit.verify.buildfailure import known_failure
-from buildkit.plan.buildplan import make_plan, make_request
+from buildkit.plan.buildplan import Resolved, make_plan, make_request
 from buildkit.plan.config import load_config
 from buildkit.plan.cpulevels import LEVELS, gcc_needed
 from buildkit.plan.render import render_dockerfile, render_toolchain, templates_sha256
@@ -43,8 +43,7 @@ def tree_with(tmp_path: Path, text: str) -> Path:
 
 def plan_of(variants, **overrides):
     cfg = load_config(None, env={}, overrides={k: (v, "test") for k, v in overrides.items()})
-    return make_plan(make_request(cfg), replace(FACTS, cpu_variants=variants), template_sha256=templates_sha256(),
-                     tool_version="9.9.9")
+    return make_plan(make_request(cfg), Resolved(replace(FACTS, cpu_variants=variants), templates_sha256(), "9.9.9"))
 
 
 def test_the_declared_variants_are_read_from_ggml_cmake_without_comments(tmp_path):

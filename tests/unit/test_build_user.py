@@ -41,8 +41,8 @@ def test_root_unless_asked_and_the_uid_can_be_chosen():
     assert "USER" not in render_dockerfile(plan_for(**{"build.arch": "cpu"}))
     cfg = load_config(None, env={"LLAMA_BUILDKIT_BUILD_USER": "svc:1234", "LLAMA_BUILDKIT_BUILD_BUILD_PLATFORM":
                                  "linux/amd64"})
-    from buildkit.plan.buildplan import make_plan, make_request
-    plan = make_plan(make_request(cfg), FACTS, template_sha256="7" * 64, tool_version="9.9.9")
+    from buildkit.plan.buildplan import Resolved, make_plan, make_request
+    plan = make_plan(make_request(cfg), Resolved(FACTS, "7" * 64, "9.9.9"))
     assert re.findall(r"^USER (\S+)$", render_dockerfile(plan), re.M) == ["1234:1234"]
 
 

@@ -14,7 +14,7 @@ from forkrepo import make_fork_repo
 from test_plan_render import FACTS
 
 from buildkit.plan.buildkey import key_of
-from buildkit.plan.buildplan import make_plan, make_request
+from buildkit.plan.buildplan import Resolved, make_plan, make_request
 from buildkit.plan.config import ConfigDocument, load_config
 from buildkit.plan.inputs import plan_inputs
 from buildkit.plan.render import render_dockerfile, templates_sha256
@@ -46,7 +46,7 @@ def noted_fork(tmp_path_factory) -> Path:
 def _plan(config: Path):
     cfg = load_config(ConfigDocument(config, tomllib.loads(config.read_text())), env={}, overrides={},
                       cwd=config.parent)
-    return make_plan(make_request(cfg), replace(FACTS), template_sha256=templates_sha256(), tool_version="9.9.9")
+    return make_plan(make_request(cfg), Resolved(replace(FACTS), templates_sha256(), "9.9.9"))
 
 
 def test_only_cuda_flags_on_cmake_lines_that_buildkit_does_not_set_itself():

@@ -21,7 +21,7 @@ from buildkit.flows.buildunit import LOADED, Publication, UnitOptions, attempt_u
 from buildkit.flows.pipeline import Prepared
 from buildkit.oci.imageref import parse_image_ref
 from buildkit.oci.registry import ManifestInfo
-from buildkit.plan.buildplan import SourceFacts, make_plan, make_request
+from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request
 from buildkit.plan.config import load_config
 from buildkit.plan.render import RenderResult
 from buildkit.plan.tags import TagSet
@@ -120,13 +120,13 @@ def prepared_unit(tmp_path: Path) -> Prepared:
     cfg = load_config(None, env={}, overrides={"build.arch": ("cpu", "test"), "image.name": (REPO, "test")})
     facts = SourceFacts(url="https://example.invalid/fork", commit=COMMIT, commit_time=1767225600,
                         build_number=1, patch_set_sha256="", patch_names=())
-    plan = make_plan(make_request(cfg), facts, template_sha256="t", tool_version="9.9.9")
+    plan = make_plan(make_request(cfg), Resolved(facts, "t", "9.9.9"))
     rendered = RenderResult(context_dir=tmp_path / "context", dockerfile=tmp_path / "context" / "Dockerfile",
                             dockerfile_sha256="d" * 64)
     source = SourceInfo(url=facts.url, ref="master", commit=COMMIT, commit_time=facts.commit_time, build_number=1,
                         subject="", fetched=False, bytes_fetched=0)
     return Prepared(plan=plan, rendered=rendered, source=source, patches=PatchQueue(tmp_path, (), "", ()),
-                    cuda_root=None, base_images=(), build_key="b" * 64)
+                    cuda_root=None, resolved=Resolved(facts, "t", "9.9.9"))
 
 
 def loaded(engine: FakeEngine, prepared: Prepared) -> BuildResult:
@@ -182,7 +182,7 @@ def test_a_published_unit_is_locked_with_the_registry_digest_and_every_tag(tmp_p
     assert set(unit.published.added) == set(TAGS.all)
     entry = read_lock(lock)["builds"]["cpu/server"]
     assert entry["version"] == "1.0.0-nightly.1" and entry["image_digest"] == IMAGE_ID
-    assert entry["pushed"] == [f"{REPO}:{t}" for t in TAGS.all] and entry["build_key"] == "b" * 64
+    assert entry["pushed"] == [f"{REPO}:{t}" for t in TAGS.all] and entry["build_key"] == unit.prepared.plan.build_key
     assert entry["debian_packages"] == PACKAGES  # also where the entry is written after the push only
 
 

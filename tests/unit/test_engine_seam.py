@@ -22,7 +22,7 @@ from buildkit.engine.buildx import BuildOptions, BuildResult
 from buildkit.engine.dockerengine import DockerEngine
 from buildkit.flows.enginecheck import check_buildx_and_builder, check_engine, engine_info
 from buildkit.flows.matrix import verify_variant
-from buildkit.plan.buildplan import SourceFacts, make_plan, make_request
+from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request
 from buildkit.plan.config import load_config
 from buildkit.verify.gate import FailedVerification, verified_or_removed
 from fakeengine import FakeEngine
@@ -34,7 +34,7 @@ def _plan():
     cfg = load_config(None, env={}, overrides={"build.arch": ("cpu", "test")})
     facts = SourceFacts(url="https://example.invalid/fork", commit=COMMIT, commit_time=1767225600,
                         build_number=1, patch_set_sha256="", patch_names=())
-    return make_plan(make_request(cfg), facts, template_sha256="t", tool_version="9.9.9")
+    return make_plan(make_request(cfg), Resolved(facts, "t", "9.9.9"))
 
 
 def _oci_target(tmp_path: Path, name: str, tags: list[str], **extra) -> dict:

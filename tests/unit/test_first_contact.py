@@ -212,14 +212,14 @@ def test_v_versions_everywhere():
 def _fake_prepare(monkeypatch):
     """prepare() without fetching or the engine: a real plan, rendered into out_dir."""
     from buildkit.flows import pipeline
-    from buildkit.plan.buildplan import SourceFacts, make_plan, make_request
+    from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request
     from buildkit.plan.render import write_context
 
     def prepare(cfg, out_dir, **_):
         out_dir.mkdir(parents=True)
         (out_dir / "src").mkdir()
         facts = SourceFacts(url="u", commit=C, commit_time=1, build_number=1, patch_set_sha256="p", patch_names=())
-        plan = make_plan(make_request(cfg), facts, template_sha256="t", tool_version="1")
+        plan = make_plan(make_request(cfg), Resolved(facts, "t", "1"))
         return SimpleNamespace(plan=plan, rendered=write_context(plan, out_dir), source=SimpleNamespace(commit=C))
 
     monkeypatch.setattr(pipeline, "prepare", prepare)

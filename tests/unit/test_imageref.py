@@ -12,10 +12,9 @@ from buildkit.core.errors import BuildkitError, ConfigError, RegistryError
 from buildkit.flows.pipeline import Prepared
 from buildkit.oci.imageref import (InvalidReference, name_of, names_registry, parse_image_ref, parse_repository,
                                    split_reference, tag_of)
-from buildkit.plan.buildplan import make_plan, make_request
+from buildkit.plan.buildplan import PlanOptions, Resolved, make_plan, make_request
 from buildkit.plan.config import load_config
 from buildkit.plan.render import templates_sha256
-from buildkit.flows.publishing import with_version
 from buildkit.plan.tags import check_repository, check_tag
 from test_parsers_property import SETTINGS, one_line_or_value
 from test_plan_render import FACTS
@@ -25,8 +24,7 @@ DIGEST = "sha256:" + "ab" * 32
 
 def plan_for(extra=(), **overrides):
     cfg = load_config(None, env={}, overrides={k: (v, "test") for k, v in overrides.items()})
-    return make_plan(make_request(cfg), FACTS, template_sha256=templates_sha256(), tool_version="9.9.9",
-                     extra_tags=extra)
+    return make_plan(make_request(cfg), Resolved(FACTS, templates_sha256(), "9.9.9"), PlanOptions(extra_tags=extra))
 
 
 def test_a_bad_registry_host_is_refused_at_plan_time_as_at_publish_time():
@@ -54,11 +52,12 @@ def test_a_registry_port_is_not_a_tag():
 def test_publishing_keeps_the_extra_tags_of_a_repository_on_a_registry_port():
     """publish re-plans with the release version and keeps --tag's tags: it once split them at the port."""
     plan = plan_for(("x",), **{"image.name": "127.0.0.1:5000/n/t"})
-    assert plan.tags[2:] == ("127.0.0.1:5000/n/t:x",)
+    assert plan.tags[2:3] == ("127.0.0.1:5000/n/t:x",) and plan.tags[3].startswith("127.0.0.1:5000/n/t:bk-")
     prepared = Prepared(plan=plan, rendered=None, source=None, patches=None,  # type: ignore[arg-type]  # unused here
-                        cuda_root=None, base_images=(), build_key="k" * 64)
-    again = with_version(prepared, "1.2.3")
-    assert again.tags == plan.tags and again.request.version == "1.2.3"
+                        cuda_root=None, resolved=Resolved(FACTS, templates_sha256(), "9.9.9"),
+                        options=PlanOptions(extra_tags=("x",)))
+    again = prepared.replanned(version="1.2.3").plan
+    assert again.tags == plan.tags and again.request.version == "1.2.3" and again.build_key == plan.build_key
 
 
 def test_names_registry():

@@ -11,7 +11,7 @@ from buildkit.core.errors import InputsError
 from buildkit.flows.pipeline import inputs_record
 from buildkit.flows.record import from_lock
 from buildkit.plan.buildkey import build_key, key_of
-from buildkit.plan.buildplan import SourceFacts, make_plan, make_request
+from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request
 from buildkit.plan.config import load_config
 from buildkit.plan.inputs import BaseImage, from_labels, plan_inputs
 from buildkit.release.lock import LockEntry, entry_from_dict, read_lock, write_lock_entry
@@ -28,7 +28,7 @@ NVIDIA = (BaseImage("docker.io/nvidia/cuda:13.1.0-devel-ubuntu24.04", "sha256:" 
 
 def plan(**overrides):
     cfg = load_config(None, env={}, overrides={k: (v, "test") for k, v in overrides.items()})
-    return make_plan(make_request(cfg), FACTS, template_sha256="7" * 64, tool_version="9.9.9")
+    return make_plan(make_request(cfg), Resolved(FACTS, "7" * 64, "9.9.9"))
 
 
 CASES = {  # name: (plan, bases, CUDA manifest, cpu_host, the build key the code before the model gave)
@@ -67,8 +67,11 @@ def test_model_to_labels_to_model_is_the_same_model(name):
     inputs = plan_inputs(make(), bases, manifest, host)
     labels = inputs.to_labels(key_of(inputs))
     assert from_labels(labels, "image x") == inputs
-    # the plan's own labels are the model's (one serialiser)
-    assert dict(make().labels).items() <= labels.items()
+    # the plan made with what was resolved has the model's labels (one serialiser) and its key
+    plan = make()
+    resolved = make_plan(plan.request, Resolved(plan.source, plan.template_sha256, plan.tool_version, base_images=bases,
+                                                cuda_manifest=manifest, cpu_host=host))
+    assert dict(resolved.labels) == labels and resolved.build_key == key_of(inputs) and resolved.inputs == inputs
 
 
 def _entry(inputs, key: str) -> LockEntry:

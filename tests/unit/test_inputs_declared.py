@@ -13,7 +13,7 @@ from buildkit.core.errors import ConfigError
 from buildkit.flows.record import Recorded, from_lock
 from buildkit.flows.reproduce import overrides_for
 from buildkit.plan.buildkey import key_of
-from buildkit.plan.buildplan import make_plan, make_request
+from buildkit.plan.buildplan import Resolved, make_plan, make_request
 from buildkit.plan.config import load_config
 from buildkit.plan.inputs import OCI, from_labels, plan_inputs
 from buildkit.release.lock import entry_from_dict, read_lock, write_lock_entry
@@ -157,8 +157,7 @@ def test_a_lock_written_before_the_declarations_loads_with_its_inputs_and_key(tm
 def _rebuilt_labels(rec: Recorded) -> dict[str, str]:
     """The labels a rebuild of rec gets: the config reproduce makes from it, planned with its sources."""
     cfg = load_config(None, env={}, overrides=overrides_for(rec))
-    again = make_plan(make_request(cfg), FACTS, template_sha256=rec.inputs.template_sha256,
-                      tool_version=rec.inputs.tool_version)
+    again = make_plan(make_request(cfg), Resolved(FACTS, rec.inputs.template_sha256, rec.inputs.tool_version))
     inputs = plan_inputs(again, rec.inputs.base_images, None, rec.inputs.cpu_host)
     return inputs.to_labels(key_of(inputs))
 

@@ -18,7 +18,7 @@ from buildkit.flows import nightly, nightlyjobs
 from buildkit.flows.nightly import PASSED, Previous, is_current, one_per_key, patch_dir, run_nightly
 from buildkit.flows.nightlyprevious import config_of, stale_reason, update_nightly_record
 from buildkit.oci.registry import ManifestInfo
-from buildkit.plan.buildplan import SourceFacts, make_plan
+from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan
 from buildkit.plan.config import load_config
 from buildkit.plan.configinputs import CONFIG_INPUTS, config_decided
 from buildkit.plan.inputs import INPUTS, LABEL_PREFIX, BaseImage, plan_inputs
@@ -107,7 +107,7 @@ def built_inputs(cfg, *, tool_version: str = __version__):
     (variant,) = one_per_key(matrix_variants(cfg)[0])
     facts = SourceFacts(url=URL, commit=HEAD, commit_time=1767225600, build_number=7,
                         patch_set_sha256=patch_set(cfg), patch_names=())
-    plan = make_plan(variant.request, facts, template_sha256=templates_sha256(), tool_version=tool_version)
+    plan = make_plan(variant.request, Resolved(facts, templates_sha256(), tool_version))
     return variant.key, plan_inputs(plan, DEBIAN)
 
 

@@ -4,7 +4,7 @@ import pytest
 
 from buildkit.plan.config import load_config
 from buildkit.core.errors import ArchError, ConfigError
-from buildkit.plan.buildplan import SourceFacts, make_plan, make_request
+from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request
 from buildkit.plan.render import render_dockerfile, templates_sha256
 from buildkit.plan.tags import build_tags, check_tag, variant
 from buildkit.plan.archs import get_arch
@@ -17,7 +17,7 @@ FACTS = SourceFacts(url="https://example.invalid/fork", commit=COMMIT, commit_ti
 def plan_for(**overrides):
     overrides.setdefault("build.build_platform", "linux/amd64")  # the same plan on any test machine
     cfg = load_config(None, env={}, overrides={k: (v, "test") for k, v in overrides.items()})
-    return make_plan(make_request(cfg), FACTS, template_sha256=templates_sha256(), tool_version="9.9.9")
+    return make_plan(make_request(cfg), Resolved(FACTS, templates_sha256(), "9.9.9"))
 
 
 def test_sm120_dockerfile_has_120a_real_and_no_vmm():

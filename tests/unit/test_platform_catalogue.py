@@ -152,7 +152,7 @@ platforms.ARCHES["riscv64"] = dataclasses.replace(
     cuda_target=None, legacy_wheel_tags=(), github_runners=(), github_arch="riscv64", cpu=None)
 
 from buildkit.cli.main import main
-from buildkit.plan.buildplan import SourceFacts, make_plan, make_request
+from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request
 from buildkit.plan.config import load_config
 from buildkit.plan.platforms import parse_platforms
 from buildkit.plan.render import render_dockerfile, render_toolchain
@@ -165,7 +165,7 @@ from buildkit.flows.platformcheck import judge_emulation
 def plan(**values):
     cfg = load_config(None, env={}, overrides={k: (v, "test") for k, v in values.items()})
     facts = SourceFacts(url="u", commit="c" * 40, commit_time=1, build_number=1, patch_set_sha256="p", patch_names=())
-    return make_plan(make_request(cfg), facts, template_sha256="t", tool_version="1")
+    return make_plan(make_request(cfg), Resolved(facts, "t", "1"))
 
 def error(call):
     try:

@@ -15,8 +15,10 @@ from buildkit.release.lock import entry_dict, find_entry, read_lock, update_lock
 def test_an_arm64_build_gets_tags_of_its_own():
     amd = plan_for(**{"build.arch": "cpu", "build.platform": "linux/amd64"})
     arm = plan_for(**{"build.arch": "cpu", "build.platform": "linux/arm64"})
-    assert [t.split(":")[1] for t in amd.tags] == ["cpu", f"sha-{amd.source.commit[:7]}-cpu"]
-    assert [t.split(":")[1] for t in arm.tags] == ["cpu-arm64", f"sha-{arm.source.commit[:7]}-cpu-arm64"]
+    assert [t.split(":")[1] for t in amd.tags] == ["cpu", f"sha-{amd.source.commit[:7]}-cpu",
+                                                   build_key_tag(amd.build_key, "cpu")]
+    assert [t.split(":")[1] for t in arm.tags] == ["cpu-arm64", f"sha-{arm.source.commit[:7]}-cpu-arm64",
+                                                   build_key_tag(arm.build_key, "cpu-arm64")]
     assert not set(amd.tags) & set(arm.tags)
     key = "a" * 64
     assert build_key_tag(key, arm.request.artifact_variant) != build_key_tag(key, amd.request.artifact_variant)
@@ -79,7 +81,8 @@ def test_an_arch_that_exists_on_arm64_only_keeps_its_plain_name_there(tmp_path):
     """sm_121 (GB10) has no amd64 build to be told apart from: its arm64 image is cuda13.1-sm121, as before."""
     plan = plan_for(**{"build.arch": "sm_121", "build.cuda_version": "13.1"})
     assert plan.request.platform == "linux/arm64"
-    assert [t.split(":")[1] for t in plan.tags] == ["cuda13.1-sm121", f"sha-{plan.source.commit[:7]}-cuda13.1-sm121"]
+    assert [t.split(":")[1] for t in plan.tags] == ["cuda13.1-sm121", f"sha-{plan.source.commit[:7]}-cuda13.1-sm121",
+                                                    build_key_tag(plan.build_key, "cuda13.1-sm121")]
     path = tmp_path / "buildkit.lock"
     write_lock_entry(path, entry(arch="sm_121", variant="cuda13.1-sm121", platform="linux/arm64"))
     assert set(read_lock(path)["builds"]) == {"cuda13.1-sm121/server"}

@@ -14,7 +14,8 @@ from buildkit.flows.buildspec import build_command
 from buildkit.core.errors import ReproduceError
 from buildkit.plan.inputs import INPUTS_LABEL, BaseImage
 from buildkit.engine.baseimages import BaseSource
-from buildkit.flows.pipeline import from_plan, inputs_record
+from buildkit.flows.pipeline import from_refs, inputs_record
+from buildkit.plan.buildplan import render_view
 from buildkit.plan.render import RenderResult, render_dockerfile
 from buildkit.flows.record import from_labels, from_lock, select_entry
 from buildkit.flows.reproduce import overrides_for
@@ -102,12 +103,12 @@ def test_reproducible_argv_exports_oci_with_rewritten_timestamps(tmp_path):
 def test_registry_bases_are_pinned_by_digest_and_local_ones_named_by_content(tmp_path):
     plan = plan_for(**{"build.arch": "cpu", "base.os_image": "example.org/debian:bookworm"})
     registry = BaseSource("example.org/debian:bookworm", DIGEST)
-    text = render_dockerfile(from_plan(plan, (registry,)))
+    text = render_dockerfile(render_view(plan, from_refs((registry,))))
     assert f"FROM example.org/debian:bookworm@{DIGEST} AS build" in text
     assert f"FROM example.org/debian:bookworm@{DIGEST} AS base" in text
     assert registry.named_context() is None
     local = BaseSource("example.org/debian:bookworm", DIGEST, layout=tmp_path / "layout")
-    text = render_dockerfile(from_plan(plan, (local,)))
+    text = render_dockerfile(render_view(plan, from_refs((local,))))
     name = "local-base-" + DIGEST.removeprefix("sha256:")[:12]
     assert f"FROM {name} AS build" in text and f"FROM {name} AS base" in text
     assert "example.org" not in "\n".join(line for line in text.splitlines() if line.startswith("FROM"))
@@ -115,7 +116,7 @@ def test_registry_bases_are_pinned_by_digest_and_local_ones_named_by_content(tmp
     # a digest already in the reference is kept as it is
     assert BaseSource("a@" + DIGEST, DIGEST).from_ref == "a@" + DIGEST
     # an unresolved base (planning without an engine) is left as configured
-    assert from_plan(plan, (BaseSource("example.org/debian:bookworm", ""),)) == plan
+    assert render_view(plan, from_refs((BaseSource("example.org/debian:bookworm", ""),))) == plan
 
 
 def test_inputs_record_is_plain_json():
@@ -163,7 +164,7 @@ def test_the_clean_rebuilds_own_ccache_mount_is_no_dockerfile_difference(tmp_pat
     from types import SimpleNamespace
 
     from buildkit.flows.reproduce import _check_prepared
-    from buildkit.plan.buildplan import clean_ccache_id
+    from buildkit.plan.buildplan import PlanOptions, Resolved, clean_ccache_id, make_plan
     from buildkit.plan.render import write_context
 
     plan = plan_for(**{"build.arch": "cpu", "base.os_image": "buildkit-test/debian:bookworm"})
@@ -172,12 +173,15 @@ def test_the_clean_rebuilds_own_ccache_mount_is_no_dockerfile_difference(tmp_pat
     recorded = write_context(plan, tmp_path / "warm")
     rec = replace(from_labels(labels_of(plan), "image x", image_digest=DIGEST),
                   dockerfile_sha256=recorded.dockerfile_sha256)
-    clean = replace(plan, ccache_recache=True, ccache_id=clean_ccache_id(plan.ccache_id))
+    clean = make_plan(plan.request, Resolved(plan.source, plan.template_sha256, plan.tool_version),
+                      PlanOptions(clean_ccache=True))
+    assert clean.ccache_recache and clean.ccache_id == clean_ccache_id(plan.ccache_id)
+    assert (clean.labels, clean.build_key, clean.tags) == (plan.labels, plan.build_key, plan.tags)  # in no input
     (tmp_path / "clean").mkdir()
     rendered = write_context(clean, tmp_path / "clean")
     assert rendered.dockerfile_sha256 != recorded.dockerfile_sha256  # what reproduce renders does differ
     source = SimpleNamespace(commit=plan.source.commit, commit_time=plan.source_date_epoch)
-    prepared = SimpleNamespace(source=source, plan=clean, rendered=rendered, build_key="")
+    prepared = SimpleNamespace(source=source, plan=clean, rendered=rendered, build_key=clean.build_key)
     assert _check_prepared(rec, prepared, None) == []
     # a Dockerfile that differs in anything else is still named
     other = replace(clean, request=replace(clean.request, jobs=clean.request.jobs + 1))

@@ -85,7 +85,7 @@ def test_tags_of_the_full_target_are_its_own_and_never_the_servers():
 
 def test_build_bake_and_tags_give_a_variant_one_name():
     from buildkit.plan.matrix import matrix_variants
-    from buildkit.plan.buildplan import SourceFacts, make_plan, make_request
+    from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request
 
     cfg = _cfg(**{"matrix.archs": ["sm_120", "cpu"], "matrix.cuda_versions": ["13.1"],
                   "matrix.targets": ["server", "full"]})
@@ -94,7 +94,7 @@ def test_build_bake_and_tags_give_a_variant_one_name():
     facts = SourceFacts(url="u", commit=C, commit_time=1, build_number=1, patch_set_sha256="p", patch_names=())
     for v in variants:
         assert v.request.tag_variant == v.key
-        plan = make_plan(v.request, facts, template_sha256="t", tool_version="1")
+        plan = make_plan(v.request, Resolved(facts, "t", "1"))
         assert plan.tags[:2] == (f"{v.request.image_name}:{v.key}", f"{v.request.image_name}:sha-9054832-{v.key}")
     assert make_request(_cfg(**{"build.target": "light"})).tag_variant == "cuda13.1-sm120-light"
 
@@ -114,9 +114,8 @@ def test_cli_tags_for_the_full_target(tmp_path):
 
 
 def test_two_builds_of_one_commit_with_other_flags_keep_a_tag_each():
-    from buildkit.flows.pipeline import with_key_tag
     from buildkit.plan.buildkey import build_key
-    from buildkit.plan.buildplan import SourceFacts, make_plan, make_request
+    from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request, with_key_tag
     from buildkit.plan.inputs import BaseImage
 
     facts = SourceFacts(url="u", commit=C, commit_time=1, build_number=1, patch_set_sha256="p", patch_names=())
@@ -124,9 +123,10 @@ def test_two_builds_of_one_commit_with_other_flags_keep_a_tag_each():
     tags = []
     for flags in ([], ["-DGGML_LTO=ON"]):
         request = make_request(_cfg(**{"build.arch": "cpu", "build.cmake_args": flags}))
-        plan = make_plan(request, facts, template_sha256="t", tool_version="1")
+        plan = make_plan(request, Resolved(facts, "t", "1", base_images=bases))
         key = build_key(plan, bases, None)
-        tags.append(with_key_tag(plan.tags, request, key))
+        assert plan.build_key == key  # the plan is made with its key and its build-key tag
+        tags.append(plan.tags)
         assert tags[-1][-1] == f"buun-llama-cpp:bk-{key[:24]}-cpu"
         assert with_key_tag(tags[-1], request, key) == tags[-1]
     a, b = tags

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from buildkit.engine.api import use_engine
-from buildkit.plan.buildplan import SourceFacts, make_plan, make_request
+from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request
 from buildkit.plan.config import load_config
 from buildkit.verify import binfmt
 from buildkit.verify.elfcheck import check_elf_machine, check_needed, elf_files, expected_absent
@@ -39,7 +39,7 @@ def plan_for(arch: str = "cpu", platform: str = "linux/arm64", **overrides):
     cfg = load_config(None, env={}, overrides=values)
     facts = SourceFacts(url="https://example.invalid/fork", commit=COMMIT, commit_time=1767225600,
                         build_number=1, patch_set_sha256="", patch_names=())
-    return make_plan(make_request(cfg), facts, template_sha256="t", tool_version="9.9.9")
+    return make_plan(make_request(cfg), Resolved(facts, "t", "9.9.9"))
 
 
 # ---------------------------------------------------------------- ld.so's folders per machine
