@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 
 import click
 
+from buildkit.cli.output import emit_json
 from buildkit.plan.archs import arch_table
 
 
@@ -15,7 +15,7 @@ def archs(as_json: bool) -> None:
     """List the architectures buildkit can build, with CMake string and minimum CUDA."""
     rows = arch_table()
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        emit_json(rows)
         return
     cols = list(rows[0])
     widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in cols}

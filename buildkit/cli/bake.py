@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 import click
 
 from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, resolve
+from buildkit.cli.output import emit_json
 
 
 @click.command(cls=BuildkitCommand)
@@ -51,7 +51,7 @@ def bake(print_only: bool, bake_path: str | None, no_verify: bool, as_json: bool
             raise BuildkitError("; ".join(f"{k}: {e}" for k, e in errors.items()))
         document = matrix_document(variants, prepared, options, work)
         path = write_bake_file(Path(bake_path) if bake_path else work / "docker-bake.json", document)
-        click.echo(json.dumps(document, indent=2))
+        emit_json(document)
         click.echo(f"# written to {path}; build it with: docker buildx bake --file {path}"
                    f"{' --builder ' + options.builder if options.builder else ''}", err=True)
         return
@@ -98,8 +98,8 @@ def bake(print_only: bool, bake_path: str | None, no_verify: bool, as_json: bool
             if not as_json:
                 click.echo(f"{index.key}: index {index.digest} of {', '.join(platforms)}")
     if as_json:
-        click.echo(json.dumps({"lock": str(lock_path), "ok": not failed, "variants": rows,
-                               "excluded": [{"combination": c, "reason": r} for c, r in excluded]}, indent=2))
+        emit_json({"lock": str(lock_path), "ok": not failed, "variants": rows,
+                   "excluded": [{"combination": c, "reason": r} for c, r in excluded]})
     else:
         click.echo(f"lock: {lock_path}")
     sys.exit(1 if failed else 0)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -14,6 +13,7 @@ import click
 from buildkit.bench.protocol import (DEFAULT_MAX_TOKENS, DEFAULT_PROMPT, DEFAULT_RUNS, DEFAULT_TIMEOUT,
                                      DEGRADATION_THRESHOLD, Protocol, check_seconds, read_prompt)
 from buildkit.cli.options import handle_errors
+from buildkit.cli.output import emit_json
 from buildkit.core import interrupts
 from buildkit.plan.config import find_config_file, load_config, read_document
 from buildkit.core.errors import BenchError
@@ -236,7 +236,7 @@ def bench(url: str | None, image: str | None, model: str | None, model_draft: st
                 gate_problem = str(exc)
     unsaved = save_report(Path(output), report, doc) if output else ""  # "" or where the report went instead
     if as_json:
-        click.echo(json.dumps(doc, indent=2))
+        emit_json(doc)
     else:
         click.echo(format_report(report))
         if compare_image and other is not None:

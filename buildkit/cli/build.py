@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -13,8 +12,8 @@ import click
 
 from buildkit.cli.options import (BuildkitCommand, Decorator, config_options, handle_errors, release_option,
                                   resolve)
-from buildkit.cli.output import echo_published
-from buildkit.cli.signing import sign_key_option, signing_key
+from buildkit.cli.output import echo_published, emit_json
+from buildkit.cli.signing import make_signer, sign_key_option
 from buildkit.core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -87,7 +86,7 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
         raise ConfigError("--no-load goes with --push (a build without --push is for the engine)")
     if sign_key is not None and not push:
         raise ConfigError("--sign-key goes with --push (it signs what is published)")
-    key = signing_key(cfg, sign_key) if push and not print_only else None
+    signer = make_signer(sign_key, cfg) if push and not print_only else None
     from buildkit.plan.platforms import is_multi
     if tests and (print_only or is_multi(cfg.build.platform)):
         raise ConfigError("--tests goes with a build of one platform (not --print or several)")
@@ -98,7 +97,7 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
                               "(--platform linux/amd64, then --platform linux/arm64)")
         return _build_multi(cfg, push=push, version=version, bump=bump, force=force, verify=not no_verify,
                             load=not no_load, extra_tags=extra_tags, preflight=not no_preflight,
-                            min_free_gb=min_free_gb, as_json=as_json, sign_key=key)
+                            min_free_gb=min_free_gb, as_json=as_json, signer=signer)
     if print_only:
         from buildkit.flows.pipeline import prepared_context
 
@@ -111,9 +110,9 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
             argv = build_command(prepared.plan, prepared.rendered, build_options(cfg), metadata)
             if as_json:
                 plan = prepared.plan
-                click.echo(json.dumps({"argv": argv, "variant": plan.request.variant, "build_key": prepared.build_key,
-                                       "commit": plan.source.commit, "tags": list(plan.tags),
-                                       "cmake_args": list(plan.cmake_args), "labels": dict(plan.labels)}, indent=2))
+                emit_json({"argv": argv, "variant": plan.request.variant, "build_key": prepared.build_key,
+                           "commit": plan.source.commit, "tags": list(plan.tags),
+                           "cmake_args": list(plan.cmake_args), "labels": dict(plan.labels)})
             else:
                 click.echo(shlex.join(argv))
         click.echo("(its Dockerfile was rendered into buildkit's build folder and removed again; `buildkit render "
@@ -138,7 +137,7 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
         with _display(cfg):
             published = build_and_push(cfg, version=version, bump=bump, force=force, verify=not no_verify,
                                        load=not no_load, extra_tags=extra_tags, before_build=before_build,
-                                       sign_key=key, tests=tests)
+                                       signer=signer, tests=tests)
         what = {"built": "built, verified and pushed",
                 "engine": "pushed the image with this build key already in the engine, nothing built",
                 "registry": "already published (the registry has this build key), nothing built"}[published.origin]
@@ -159,13 +158,13 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
                     built.result.compressed_size,
                     built.result.ccache, stages().times, built.result.tty)
     if as_json:
-        click.echo(json.dumps({
+        emit_json({
             "image": built.result.tags[0] if built.result.tags else None, "digest": built.result.digest,
             "image_id": built.result.config_digest, "tags": list(built.result.tags),
             "commit": built.prepared.source.commit, "build_key": built.prepared.build_key,
-            "lock": str(built.lock_path), "verify": [vars(c) for c in built.report.checks],
+            "lock": str(built.lock_path), "verify": [c.to_json() for c in built.report.checks],
             "tests_image": built.tests.tag if built.tests else None,
-            "summary": facts}, indent=2))
+            "summary": facts})
         return
     for check in built.report.checks:
         click.echo(f"verify {check.name}: {check.status}: {check.detail}")
@@ -200,7 +199,7 @@ def _build_multi(cfg: ResolvedConfig, *, preflight: bool, min_free_gb: float | N
         run_preflight(cfg, min_free_gb=min_free_gb, echo=lambda line: click.echo(line, err=True))
     result = build_multi(cfg, **kwargs)
     if as_json:
-        click.echo(json.dumps(result.to_json(), indent=2))
+        emit_json(result)
         return
     for p in result.platforms:
         for check in p.report.checks:

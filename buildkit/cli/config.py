@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, resolve
+from buildkit.cli.output import emit_json
 from buildkit.plan.config import KEYS
 
 
@@ -22,8 +23,7 @@ def config_cmd(as_json: bool, **kwargs: Any) -> None:
     cfg = resolve(kwargs, notice=False)  # it says `# config file: none (defaults)` itself
     shown = {k.name: redact_url(cfg[k.name]) if isinstance(cfg[k.name], str) else cfg[k.name] for k in KEYS}
     if as_json:
-        click.echo(json.dumps({k.name: {"value": shown[k.name], "origin": cfg.origins[k.name]} for k in KEYS},
-                              indent=2))
+        emit_json({k.name: {"value": shown[k.name], "origin": cfg.origins[k.name]} for k in KEYS})
         return
     click.echo(f"# config file: {cfg.path if cfg.path else 'none (defaults)'}")
     width = max(len(k.name) for k in KEYS)

@@ -5,13 +5,13 @@ Exit codes: 0 identical; 2 the digests differ (the report says where); 1 an erro
 
 from __future__ import annotations
 
-import json
 import sys
 from contextlib import ExitStack
 
 import click
 
 from buildkit.cli.options import handle_errors
+from buildkit.cli.output import json_text
 from buildkit.core.platforms import DEFAULT_PLATFORM
 
 DIFFERENT = 2  # exit code of diff and reproduce when the digests differ
@@ -39,6 +39,6 @@ def diff(a: str, b: str, platform: str, no_files: bool, as_json: bool) -> None:
         image_a = open_image(a, stack, platform=platform, engine=get_engine())
         image_b = open_image(b, stack, platform=platform, engine=get_engine())
         result = diff_images(image_a, image_b, files=not no_files)
-    click.echo(json.dumps(result.to_json(), indent=2) if as_json else result.report())
+    click.echo(json_text(result) if as_json else result.report())
     if not result.same:
         sys.exit(DIFFERENT)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
 import click
 
 from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, resolve
+from buildkit.cli.output import emit_json
 
 
 @click.command(cls=BuildkitCommand)
@@ -35,7 +35,7 @@ def doctor(min_free_gb: float | None, matrix: bool, offline: bool, push: bool, a
     cfg = resolve(kwargs)
     checks = run_checks(cfg, min_free_gb=min_free_gb, matrix=matrix, offline=offline, push=push)
     if as_json:
-        click.echo(json.dumps(checks_json(checks), indent=2))
+        emit_json(checks_json(checks))
     else:
         for line in format_checks(checks):
             click.echo(line)

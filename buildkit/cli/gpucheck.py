@@ -7,7 +7,6 @@ backend-ops` runs the bundle's test-backend-ops and this command reads its log (
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import click
 
 from buildkit.cli.options import handle_errors
+from buildkit.cli.output import json_text
 from buildkit.core.errors import BuildkitError, LockError
 from buildkit.core.printable import markdown_cell, markdown_code, printable
 from buildkit.verify.backendops import BackendOps, parse
@@ -181,7 +181,7 @@ def gpu_check(image: str | None, ops: tuple[str, ...], backend: str | None, gpus
         click.echo(printable(f"new failing cases (not in the release, not known): "
                              f"{', '.join(f.case for f in new) or 'none'}"))
     if json_file:
-        _save(json_file, json.dumps(check.to_dict(), indent=2) + "\n", "the result")
+        _save(json_file, json_text(check.to_dict()) + "\n", "the result")
     if step_summary:
         _save(step_summary, _summary(check, new), "the step summary", append=True)
     if attach_lock:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -10,13 +9,14 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, release_option, resolve
-from buildkit.cli.signing import sign_key_option, signing_key
+from buildkit.cli.output import emit_json, json_text
+from buildkit.cli.signing import make_signer, sign_key_option
 from buildkit.core.errors import ConfigError
 from buildkit.flows.nightlysummary import PASSED
 
 if TYPE_CHECKING:
     from buildkit.plan.config import ResolvedConfig
-    from buildkit.release.signkeys import SigningKey
+    from buildkit.release.signer import Signer
 
 
 class NightlyCommand(BuildkitCommand):
@@ -127,9 +127,9 @@ def nightly(as_json: bool, summary_path: str | None, date: str | None, force: bo
     if version:
         kwargs["image_version"] = version
     cfg = resolve(kwargs)
-    key = signing_key(cfg, sign_key)  # read before any build: a bad key stops first (--plan: checks what it skips)
+    signer = make_signer(sign_key, cfg)  # before any build: a bad key stops first (--plan: checks what it skips)
     if plan_only or job_unit:
-        _ci_step(cfg, as_json, summary_path, plan_only, runners, job_unit, date, force, not no_verify, key,
+        _ci_step(cfg, as_json, summary_path, plan_only, runners, job_unit, date, force, not no_verify, signer,
                  Path(attest_dir) if attest_dir else None)
         return
     if assemble_dir:
@@ -141,7 +141,7 @@ def nightly(as_json: bool, summary_path: str | None, date: str | None, force: bo
         from buildkit.flows.nightly import repository_of
         from buildkit.flows.nightlyjobs import write_github_outputs
 
-        summary = assemble(cfg, Path(assemble_dir), sign_key=key)
+        summary = assemble(cfg, Path(assemble_dir), signer=signer)
         if bench_gate is not None:
             summary.bench_gate = bench_gate_line(bench_gate, summary)
         # what the night published (an index, or a job's image), for the workflow's keyless signing step
@@ -158,11 +158,11 @@ def nightly(as_json: bool, summary_path: str | None, date: str | None, force: bo
         for problem in write_github_outputs(outputs):
             click.echo(f"warning: {problem}", err=True)
     else:
-        summary = run_nightly(cfg, date=date, force=force, verify=not no_verify, sign_key=key)
+        summary = run_nightly(cfg, date=date, force=force, verify=not no_verify, signer=signer)
     unsaved = write_summaries(summary, summary_path)
     out = sys.stderr if as_json else sys.stdout
     if as_json:
-        click.echo(json.dumps(summary.to_dict(), indent=2))
+        emit_json(summary.to_dict())
     click.echo(summary.headline(), file=out)
     if not summary.up_to_date and summary.new_commit:
         click.echo(f"old commit: {summary.old_commit or 'none'}", file=out)
@@ -195,7 +195,7 @@ def _check_bench_gate(folder: Path, gate: str) -> None:
 
 
 def _ci_step(cfg: ResolvedConfig, as_json: bool, summary_path: str | None, plan_only: bool, runners: tuple[str, ...],
-             job_unit: str | None, date: str | None, force: bool, verify: bool, sign_key: SigningKey | None = None,
+             job_unit: str | None, date: str | None, force: bool, verify: bool, signer: Signer | None = None,
              attest_dir: Path | None = None) -> None:
     """--plan or --job: a JSON document (--json, --summary), one-line outputs to $GITHUB_OUTPUT, a line of text."""
     from buildkit.flows.nightlyjobs import (DEFAULT_RUNNERS, github_outputs, parse_runners, plan_nightly,
@@ -204,7 +204,7 @@ def _ci_step(cfg: ResolvedConfig, as_json: bool, summary_path: str | None, plan_
 
     if plan_only:
         plan = plan_nightly(cfg, runners=parse_runners(runners) or dict(DEFAULT_RUNNERS), date=date, force=force,
-                            key=sign_key.key.public_key() if sign_key is not None else None)
+                            signer=signer)
         outputs = github_outputs(plan)
         units = [u.id for u in plan.units]
         line = (f"to build from {plan.commit[:12]} as {plan.version}: {' '.join(units)}" if units else
@@ -215,7 +215,7 @@ def _ci_step(cfg: ResolvedConfig, as_json: bool, summary_path: str | None, plan_
         from buildkit.flows.nightly import repository_of
 
         assert job_unit is not None  # --job, the other way here (nightly())
-        result = run_job(cfg, job_unit, verify=verify, sign_key=sign_key, attest_dir=attest_dir)
+        result = run_job(cfg, job_unit, verify=verify, signer=signer, attest_dir=attest_dir)
         name = repository_of(cfg).name
         outputs = {"built": "true" if result.built else "false",  # reference: what the job pushed, to sign
                    "reference": f"{name}@{result.digest}" if result.status == PASSED else "",
@@ -227,7 +227,7 @@ def _ci_step(cfg: ResolvedConfig, as_json: bool, summary_path: str | None, plan_
         data, ok = result.to_dict(), result.status == PASSED
     problems += write_github_outputs(outputs)
     if as_json:
-        click.echo(json.dumps(data, indent=2))
+        emit_json(data)
     if summary_path:
         from buildkit.core.savefile import write_or_keep
 
@@ -236,7 +236,7 @@ def _ci_step(cfg: ResolvedConfig, as_json: bool, summary_path: str | None, plan_
         except OSError:
             pass  # write_or_keep says why the file cannot be written
         what = "the plan" if plan_only else "the job's result"
-        problems += [p for p in [write_or_keep(Path(summary_path), json.dumps(data, indent=2) + "\n", what)] if p]
+        problems += [p for p in [write_or_keep(Path(summary_path), json_text(data) + "\n", what)] if p]
     click.echo(line, file=sys.stderr if as_json else sys.stdout)
     if problems:
         click.echo(f"error: {'; '.join(problems)}", err=True)

@@ -9,7 +9,7 @@ import click
 
 from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, resolve
 from buildkit.cli.output import echo_published
-from buildkit.cli.signing import sign_key_option, signing_key
+from buildkit.cli.signing import make_signer, sign_key_option
 
 
 @click.command(cls=BuildkitCommand)
@@ -28,6 +28,5 @@ def push(force: bool, as_json: bool, sign_key: Path | None, **kwargs: Any) -> No
     from buildkit.flows.publishing import push_local
 
     cfg = resolve(kwargs)
-    key = signing_key(cfg, sign_key)
-    published = push_local(cfg, force=force, sign_key=key)
+    published = push_local(cfg, force=force, signer=make_signer(sign_key, cfg))
     echo_published(published, f"pushed {published.repository}@{published.digest} version {published.version}", as_json)

@@ -6,7 +6,6 @@ Exit codes: 0 reproduced / identical; 2 the digests differ (the report says wher
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ import click
 
 from buildkit.cli.diff import DIFFERENT
 from buildkit.cli.options import handle_errors
+from buildkit.cli.output import emit_json, json_text
 from buildkit.core.errors import ConfigError
 
 
@@ -56,14 +56,12 @@ def reproduce(target: str, build_key: str | None, config_path: str | None, patch
     from buildkit.plan.config import find_config_file
     from buildkit.flows.record import IndexRecorded, load_record
     from buildkit.flows.reproduce import reproduce as run, reproduce_index
-    from buildkit.release.signkeys import load_signing_key
+    from buildkit.cli.signing import make_signer
 
     if sign_key is not None and not attest:
         raise ConfigError("--sign-key goes with --attest")
-    key = load_signing_key(sign_key) if attest else None  # read first: a bad key stops before the rebuild
-    if key is not None and key.warning:
-        click.echo(f"warning: {key.warning}", err=True)
-    if attest and key is None:
+    signer = make_signer(sign_key) if attest else None  # made first: a bad key stops before the rebuild
+    if attest and signer is None:
         raise ConfigError("--attest signs with the rebuilder's own key: give --sign-key FILE or set "
                           "LLAMA_BUILDKIT_SIGN_KEY")
     if attest and use_cache:
@@ -76,24 +74,24 @@ def reproduce(target: str, build_key: str | None, config_path: str | None, patch
         index = reproduce_index(record, config_path=cfg_path, source=source, patches=patches,
                                 keep=Path(keep).resolve() if keep else None, use_cache=use_cache,
                                 provenance=provenance)
-        click.echo(json.dumps(index.to_json(), indent=2) if as_json else index.report())
+        click.echo(json_text(index) if as_json else index.report())
         if not index.reproduced:
             sys.exit(DIFFERENT)
         return
     result = run(record, config_path=cfg_path, source=source, patches=patches,
                  keep=Path(keep).resolve() if keep else None, use_cache=use_cache, provenance=provenance)
     attested: tuple[str, ...] = ()
-    if key is not None and result.reproduced:
+    if signer is not None and result.reproduced:
         from buildkit.flows.signpublished import attest_reproduction
 
-        attested = attest_reproduction(record.image_digest, record.originals, key)
+        attested = attest_reproduction(record.image_digest, record.originals, signer)
     if as_json:
-        click.echo(json.dumps({
+        emit_json({
             "reproduced": result.reproduced, "recorded": record.image_digest, "rebuilt": result.digest,
             "origin": record.origin, "warnings": result.warnings, "archive": str(result.archive or ""),
             "compared_with": result.original, "diff": result.diff.to_json() if result.diff else None,
             "attested": list(attested),
-        }, indent=2))
+        })
     else:
         click.echo(result.report())
         if attested:

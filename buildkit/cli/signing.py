@@ -12,7 +12,7 @@ from buildkit.cli.options import BuildkitCommand, handle_errors
 
 if TYPE_CHECKING:
     from buildkit.plan.config import ResolvedConfig
-    from buildkit.release.signkeys import SigningKey
+    from buildkit.release.signer import Signer
 
 sign_key_option = click.option(
     "--sign-key", "sign_key", type=click.Path(path_type=Path), default=None,
@@ -20,12 +20,15 @@ sign_key_option = click.option(
          "file [default: sign.key_file, else LLAMA_BUILDKIT_SIGN_KEY's PEM, else no signing].")
 
 
-def signing_key(cfg: ResolvedConfig, flag: Path | None) -> SigningKey | None:
-    """The key that signs what this command publishes: --sign-key, else sign.key_file, else the PEM of
-    LLAMA_BUILDKIT_SIGN_KEY, else None. Read before anything is built or pushed: a bad key stops first."""
+def make_signer(flag: Path | None, cfg: ResolvedConfig | None = None) -> Signer | None:
+    """The one place a command's signer is made (release/signer.Signer), then handed to every flow that signs:
+    the key file of --sign-key, else of sign.key_file (cfg; `reproduce --attest` has none), else the PEM of
+    LLAMA_BUILDKIT_SIGN_KEY, else None (nothing is signed). Made before anything is built or pushed: a bad key
+    stops first. Another kind of signer (keyless, a KMS) is its choice here (docs/design.md, "Adding a
+    signer")."""
     from buildkit.release.signkeys import load_signing_key
 
-    key = load_signing_key(flag or cfg.sign.key_file)
+    key = load_signing_key(flag or (cfg.sign.key_file if cfg is not None else None))
     if key is not None and key.warning:
         click.echo(f"warning: {key.warning}", err=True)
     return key
@@ -65,11 +68,11 @@ def verify_image(ref: str, key: Path, lock: Path | None) -> None:
     with --lock that its inputs are the lock's; one line per check, exit 1 on any failure."""
     from buildkit.oci.imageref import parse_image_ref
     from buildkit.oci.registry import client_for
-    from buildkit.release.verifyimage import verify_image as run_checks
+    from buildkit.release.verifyimage import line, verify_image as run_checks
 
     with client_for(parse_image_ref(ref).registry) as client:
         checks = run_checks(client, ref, key, lock)
     for check in checks:
-        click.echo(check.line())
-    if not all(check.ok for check in checks):
+        click.echo(line(check))
+    if any(check.failed for check in checks):
         raise SystemExit(1)

@@ -4,13 +4,13 @@ The sha- tag's commit is --commit (source.commit), 7 to 40 hex digits: one optio
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 import click
 
 from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, release_option, resolve
+from buildkit.cli.output import emit_json
 from buildkit.core.errors import ConfigError
 
 _SHA = re.compile(r"[0-9a-fA-F]{7,40}")
@@ -42,10 +42,9 @@ def tags(version: str, as_json: bool, **kwargs: Any) -> None:
     rules = publish_rules(name, commit)
     repo = cfg.image.name
     if as_json:
-        click.echo(json.dumps({"repository": repo, "version": version, "commit": commit, "variant": name,
-                               "immutable": list(tag_set.immutable), "moving": list(tag_set.moving),
-                               "rules": [{"tag": r.pattern, "kind": r.kind, "when": r.when} for r in rules]},
-                              indent=2))
+        emit_json({"repository": repo, "version": version, "commit": commit, "variant": name,
+                   "immutable": list(tag_set.immutable), "moving": list(tag_set.moving),
+                   "rules": [{"tag": r.pattern, "kind": r.kind, "when": r.when} for r in rules]})
         return
     for tag in tag_set.immutable:
         click.echo(f"{repo}:{tag}    immutable")

@@ -8,7 +8,6 @@ workload.json (--result), records it (--attach-lock) and compares it with the re
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import click
 from buildkit.bench.acceptance import ACCEPTANCE_TOLERANCE
 from buildkit.bench.lossless import NEAR_TIE
 from buildkit.cli.options import handle_errors
+from buildkit.cli.output import json_text
 from buildkit.core.errors import BenchError, BuildkitError, LockError
 
 CHECKS = ("lossless", "acceptance", "kv")
@@ -177,7 +177,7 @@ def workload_check(image: str | None, profile_name: str, model: str | None, mode
     for line in verdict.lines():
         click.echo(line)
     record = verdict.to_dict()
-    for path, text, what, append in ((json_file, json.dumps(record, indent=2) + "\n", "the verdict", False),
+    for path, text, what, append in ((json_file, json_text(record) + "\n", "the verdict", False),
                                      (step_summary, verdict.markdown(), "the step summary", True)):
         if path and (trouble := write_or_keep(path, text, what, append=append)):
             click.echo(f"warning: {trouble}", err=True)

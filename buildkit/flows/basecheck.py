@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from buildkit.engine.api import get_engine
 from buildkit.engine.baseimages import OFFLINE_BASE_HINT, local_digest, registry_digest
-from buildkit.flows.doctorcheck import OK, WARN, Check
+from buildkit.core.check import Check, Status
 
 TIMEOUT = 5  # seconds a registry is given, as the build gives it for an image the engine has
 
@@ -27,6 +27,6 @@ def check_bases(refs: Sequence[str], *, offline: bool = False) -> Check:
         if not digest:
             missing.append(f"{ref} (not in the engine, and {why})")
     if not missing:
-        return Check("bases", OK, f"{', '.join(wanted)}: in the engine or its registry")
-    return Check("bases", WARN, "a build cannot start from " + "; ".join(missing),
+        return Check("bases", Status.PASSED, f"{', '.join(wanted)}: in the engine or its registry")
+    return Check("bases", Status.WARNED, "a build cannot start from " + "; ".join(missing),
                  OFFLINE_BASE_HINT.replace("load it", "load each", 1).replace("name it", "name each", 1))

@@ -40,10 +40,10 @@ from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.tags import TagSet
 from buildkit.release.lock import LockEntry
 from buildkit.release.lockfile import record, write_lock_entry
-from buildkit.flows.signpublished import signer_for
-from buildkit.release.artifact import Image, Published, Signer
+from buildkit.flows.signpublished import sign_step
+from buildkit.release.artifact import Image, Published, SignStep
 from buildkit.release.publish import local_image, publish, tag_locally
-from buildkit.release.signkeys import SigningKey
+from buildkit.release.signer import Signer
 from buildkit.verify.report import VerifyReport
 from buildkit.verify.gate import FailedVerification, verified_or_removed
 from buildkit.verify.buildfailure import run_build_explained
@@ -67,7 +67,7 @@ class Publication:
     how: str = RELEASE
     force: bool = False
     keep_loaded: bool = True  # RELEASE through the archive: False removes the engine's tags after the push
-    sign_key: SigningKey | None = None  # sign the pushed digest, with the unit's provenance and SBOM attached
+    signer: Signer | None = None  # signs the pushed digest, with the unit's provenance and SBOM attached
     tests_tag: str = ""  # where the unit's tests image goes (testsimage.registry_tests_tag; "": not pushed)
 
 
@@ -177,13 +177,13 @@ def _run(run: _Run, cfg: ResolvedConfig | None, built: BuildResult | None) -> No
     if options.publish is None:
         return
     target = options.publish
-    signer = None
-    if target.sign_key is not None:  # the signed provenance lists the build stage's packages: read them first
+    sign = None
+    if target.signer is not None:  # the signed provenance lists the build stage's packages: read them first
         packages = packages or debian_packages(prepared, result, options.build or _options(cfg))
-        signer = signer_for(replace(lock_entry(prepared, result), version=target.version, debian_packages=packages),
-                            target.sign_key)
+        sign = sign_step(replace(lock_entry(prepared, result), version=target.version, debian_packages=packages),
+                         target.signer)
     with run.step("publish"):
-        run.published, result = _publish(target, result, options, signer, prepared.plan.request.platform)
+        run.published, result = _publish(target, result, options, sign, prepared.plan.request.platform)
         if run.tests is not None and target.tests_tag:  # after the image: unsigned, never a release tag
             run.tests = push_tests_image(target.client, target.repository, run.tests, target.tests_tag,
                                          stream=options.stream)
@@ -221,7 +221,7 @@ def _build(run: _Run, cfg: ResolvedConfig | None) -> BuildResult:
     return result
 
 
-def _publish(target: Publication, result: BuildResult, options: UnitOptions, signer: Signer | None,
+def _publish(target: Publication, result: BuildResult, options: UnitOptions, sign: SignStep | None,
              platform: str) -> tuple[Published, BuildResult]:
     """(what the registry got, the build as the engine now holds it)."""
     client, repository, tags = target.client, target.repository, target.tags
@@ -236,7 +236,7 @@ def _publish(target: Publication, result: BuildResult, options: UnitOptions, sig
                          platform=platform)
         how = "docker push"
     with stage("push", f"{first} ({how})") if options.stages else nullcontext():
-        published = publish(client, repository, artifact, tags, force=target.force, signer=signer,
+        published = publish(client, repository, artifact, tags, force=target.force, sign=sign,
                             stream=options.stream)
     if archive is not None and target.how == RELEASE:
         if not target.keep_loaded:

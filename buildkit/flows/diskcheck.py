@@ -8,7 +8,8 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from buildkit.flows.doctorcheck import FAIL, OK, WARN, Check, Variant
+from buildkit.core.check import Check, Status
+from buildkit.flows.doctorcheck import Variant
 
 # Free disk space (GB) a build needs on the engine's data root, by variant kind: the base images,
 # the build stage's layers, the exported archive and the loaded image, plus the ccache mount.
@@ -75,12 +76,12 @@ def check_disk(places: Sequence[tuple[str, Path]], need_gb: float, origin: str) 
     if unknown:
         detail += f"; cannot measure {', '.join(unknown)}"
     if short:
-        return Check("disk", FAIL, detail, f"free space on {', '.join(short)}: `docker image prune` (your own "
+        return Check("disk", Status.FAILED, detail, f"free space on {', '.join(short)}: `docker image prune` (your own "
                      "images), `docker buildx prune --keep-storage 20GB`, move cache.dir to a larger disk, or "
                      "set --min-free-gb if you know the build needs less")
     if unknown and not found:
-        return Check("disk", WARN, detail, "check free space by hand (`df -h`)")
-    return Check("disk", OK, detail)
+        return Check("disk", Status.WARNED, detail, "check free space by hand (`df -h`)")
+    return Check("disk", Status.PASSED, detail)
 
 
 def _existing(path: Path) -> Path:

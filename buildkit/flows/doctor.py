@@ -28,13 +28,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
 from pathlib import Path
 
 from buildkit.core.errors import BuildError, BuildkitError, ConfigError
 from buildkit.flows.basecheck import check_bases
 from buildkit.flows.diskcheck import check_disk, disk_kind, required_gb
-from buildkit.flows.doctorcheck import FAIL, OK, WARN, Check, Variant
+from buildkit.core.check import Check, Status
+from buildkit.flows.doctorcheck import Variant
 from buildkit.flows.enginecheck import check_buildx_and_builder, check_engine, engine_info
 from buildkit.flows.platformcheck import check_driver, check_emulation, judge_cross_cuda
 from buildkit.flows.registrycheck import check_registry
@@ -109,7 +109,7 @@ def run_checks(cfg: ResolvedConfig, *, min_free_gb: float | None = None, matrix:
     try:
         variants = variants_of(cfg, matrix)
     except BuildkitError as exc:
-        return [Check("config", FAIL, str(exc), "fix the setting named (see `buildkit config`)")]
+        return [Check("config", Status.FAILED, str(exc), "fix the setting named (see `buildkit config`)")]
     info, why = engine_info()
     checks.append(check_engine(info, why))
     if min_free_gb is not None:
@@ -125,10 +125,10 @@ def run_checks(cfg: ResolvedConfig, *, min_free_gb: float | None = None, matrix:
     if info is not None:
         buildx, builder_platforms = check_buildx_and_builder(cfg.build.builder)
     else:
-        buildx, builder_platforms = Check("buildx", WARN, "not checked: no engine", "fix the engine first"), []
+        buildx, builder_platforms = Check("buildx", Status.WARNED, "not checked: no engine", "fix the engine first"), []
     checks.insert(1, buildx)
     if offline:
-        checks.append(Check("registry", OK, "not contacted (--offline)"))
+        checks.append(Check("registry", Status.PASSED, "not contacted (--offline)"))
     else:
         checks.append(check_registry(cfg.image.name, push=push))
     checks.append(check_bases(base_refs(cfg, matrix), offline=offline))
@@ -140,8 +140,12 @@ def run_checks(cfg: ResolvedConfig, *, min_free_gb: float | None = None, matrix:
     return checks
 
 
+# doctor's words for a status, in its lines and its JSON (a doctor check is never skipped)
+WORDS = {Status.PASSED: "ok", Status.WARNED: "warn", Status.FAILED: "fail"}
+
+
 def failed(checks: Sequence[Check]) -> list[Check]:
-    return [c for c in checks if c.status == FAIL]
+    return [c for c in checks if c.failed]
 
 
 def format_checks(checks: Sequence[Check]) -> list[str]:
@@ -149,15 +153,15 @@ def format_checks(checks: Sequence[Check]) -> list[str]:
     width = max((len(c.name) for c in checks), default=0)
     lines = []
     for c in checks:
-        line = f"{c.status:<4}  {c.name:<{width}}  {c.detail}"
-        if c.fix and c.status != OK:
+        line = f"{WORDS[c.status]:<4}  {c.name:<{width}}  {c.detail}"
+        if c.fix and c.status != Status.PASSED:
             line += f" -> fix: {c.fix}"
         lines.append(line)
     return lines
 
 
 def as_json(checks: Sequence[Check]) -> dict[str, Any]:
-    return {"ok": not failed(checks), "checks": [asdict(c) for c in checks]}
+    return {"ok": not failed(checks), "checks": [{**c.to_json(WORDS), "fix": c.fix} for c in checks]}
 
 
 def refusal(check: Check) -> BuildError:
@@ -174,7 +178,7 @@ def preflight(cfg: ResolvedConfig, *, min_free_gb: float | None = None, matrix: 
     checks = run_checks(cfg, min_free_gb=min_free_gb, matrix=matrix, cheap_only=True)
     bad = failed(checks)
     if echo is not None:
-        for line in format_checks([c for c in checks if c.status == WARN]):
+        for line in format_checks([c for c in checks if c.status == Status.WARNED]):
             echo(line)
     if bad and defer_disk and all(c.name == "disk" for c in bad):
         return bad[0]

@@ -1,5 +1,6 @@
-"""What one check of `buildkit doctor` gives (Check), what it knows of a variant (Variant), and the
-helpers the checks share: running a tool with a bound, its last line, version numbers."""
+"""What `buildkit doctor` knows of a variant (Variant), and the helpers its checks share: running a tool
+with a bound, its last line, version numbers. Each check gives a core/check.py Check (passed, warned or
+failed, with the fix); doctor.py prints the statuses as ok, warn and fail."""
 
 from __future__ import annotations
 
@@ -7,17 +8,6 @@ import re
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-OK, WARN, FAIL = "ok", "warn", "fail"
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: str  # ok, warn or fail
-    detail: str
-    fix: str = ""
-
 
 @dataclass(frozen=True)
 class Variant:

@@ -10,7 +10,8 @@ from collections.abc import Iterable
 
 from buildkit.core.errors import BuildError
 from buildkit.engine.buildx import MIN_BUILDX, check_buildx
-from buildkit.flows.doctorcheck import FAIL, OK, WARN, Check, version_tuple
+from buildkit.core.check import Check, Status
+from buildkit.flows.doctorcheck import version_tuple
 
 MIN_ENGINE = (23, 0)  # BuildKit as the default builder, `docker buildx` integration
 
@@ -28,19 +29,20 @@ def engine_info() -> tuple[dict[str, Any] | None, str]:
 def check_engine(info: dict[str, Any] | None, why: str) -> Check:
     if info is None:
         where = os.environ.get("DOCKER_HOST") or "the default socket (or the current docker context)"
-        return Check("engine", FAIL, f"no Docker engine at {where}: {why}",
+        return Check("engine", Status.FAILED, f"no Docker engine at {where}: {why}",
                      "start the engine (`sudo systemctl start docker`), or point DOCKER_HOST / "
                      "`docker context use` at one that runs")
     version = info.get("ServerVersion", "")
     store = "containerd" if "io.containerd.snapshotter" in json.dumps(info.get("DriverStatus")) else "classic"
     detail = f"Docker {version}, {store} image store, data root {info.get('DockerRootDir') or '?'}"
     if version_tuple(version)[:2] < MIN_ENGINE:
-        return Check("engine", FAIL, detail, f"upgrade Docker Engine to {'.'.join(map(str, MIN_ENGINE))} or newer")
+        return Check("engine", Status.FAILED, detail,
+                     f"upgrade Docker Engine to {'.'.join(map(str, MIN_ENGINE))} or newer")
     if store == "classic":
-        return Check("engine", WARN, detail + " (digests are not reproducible on the classic store)",
+        return Check("engine", Status.WARNED, detail + " (digests are not reproducible on the classic store)",
                      'enable the containerd image store: {"features": {"containerd-snapshotter": true}} in '
                      "/etc/docker/daemon.json, then restart dockerd")
-    return Check("engine", OK, detail)
+    return Check("engine", Status.PASSED, detail)
 
 
 # --------------------------------------------------------------------------- buildx
@@ -50,7 +52,7 @@ def check_buildx_and_builder(builder: str) -> tuple[Check, list[str]]:
     try:
         version = check_buildx()
     except BuildError as exc:
-        return Check("buildx", FAIL, str(exc), "install the docker-buildx plugin "
+        return Check("buildx", Status.FAILED, str(exc), "install the docker-buildx plugin "
                      f"({'.'.join(map(str, MIN_BUILDX))} or newer): the docker-buildx package, or "
                      "https://github.com/docker/buildx/releases into ~/.docker/cli-plugins/"), []
     from buildkit.engine.api import EngineError, get_engine
@@ -60,7 +62,7 @@ def check_buildx_and_builder(builder: str) -> tuple[Check, list[str]]:
         described = get_engine().inspect_builder(builder)
     except EngineError as exc:
         why = str(exc)
-        return Check("buildx", FAIL, f"buildx {'.'.join(map(str, version))}; {shown}: {why}",
+        return Check("buildx", Status.FAILED, f"buildx {'.'.join(map(str, version))}; {shown}: {why}",
                      "list the builders with `docker buildx ls`; create one with `docker buildx create --name "
                      f"{builder or 'NAME'} [--driver docker-container]`, or leave build.builder empty"), []
     fields = dict(_inspect_fields(described))
@@ -71,9 +73,9 @@ def check_buildx_and_builder(builder: str) -> tuple[Check, list[str]]:
     detail = f"buildx {'.'.join(map(str, version))}; builder {name} (driver {driver}" + \
         (f", {status}" if status else "") + ")"
     if status and status not in ("running", "inactive"):
-        return Check("buildx", FAIL, detail, f"`docker buildx inspect --bootstrap {name}`, or remove and "
+        return Check("buildx", Status.FAILED, detail, f"`docker buildx inspect --bootstrap {name}`, or remove and "
                      "re-create the builder"), platforms
-    return Check("buildx", OK, detail), platforms
+    return Check("buildx", Status.PASSED, detail), platforms
 
 
 def _inspect_fields(text: str) -> Iterable[tuple[str, str]]:

@@ -33,7 +33,7 @@ from buildkit.plan.buildplan import BuildRequest, make_request
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.matrix import with_values
 from buildkit.plan.platforms import parse_platforms
-from buildkit.release.signkeys import SigningKey
+from buildkit.release.signer import Signer, public_key_of
 
 if TYPE_CHECKING:
     from buildkit.flows.matrix import IndexBuild
@@ -79,7 +79,7 @@ class MultiResult:
             "version": self.version, "pushed": list(self.pushed), "added": list(self.added),
             "lock": str(self.lock_path), "origin": self.origin, "signed": list(self.signed),
             "platforms": [{"platform": p.platform, "digest": p.result.digest, "build_key": p.prepared.build_key,
-                           "verify": [vars(c) for c in p.report.checks]} for p in self.platforms],
+                           "verify": [c.to_json() for c in p.report.checks]} for p in self.platforms],
         }
 
 
@@ -117,10 +117,10 @@ def _key_tag_only(prepared: Prepared) -> Prepared:
 
 def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None = None, bump: str = "patch",
                 force: bool = False, verify: bool = True, load: bool = True, stream: OutStream | None = None,
-                extra_tags: tuple[str, ...] = (), sign_key: SigningKey | None = None) -> MultiResult:
+                extra_tags: tuple[str, ...] = (), signer: Signer | None = None) -> MultiResult:
     from buildkit.flows.publishing import with_version
     from buildkit.oci.registry import client_for
-    from buildkit.flows.signpublished import index_signer
+    from buildkit.flows.signpublished import index_sign_step
     from buildkit.release.publish import (publish, publish_repository, reuse_published, check_immutable_free,
                                           default_variant)
 
@@ -147,8 +147,8 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
             repository = publish_repository(image_name)
             client = stack.enter_context(client_for(repository.registry))
             is_default = variant == default_variant(cfg)
-            found = index_signer(sign_key, commit=commit, version=version or "") if sign_key is not None else None
-            mine = _index_prover(client, repository.repository, cfg.lock.path, key, commit, prepared, sign_key)
+            found = index_sign_step(signer, commit=commit, version=version or "") if signer is not None else None
+            mine = _index_prover(client, repository.repository, cfg.lock.path, key, commit, prepared, signer)
             reused = None if force else reuse_published(client, repository, key, variant, commit, is_default,
                                                         extra_tags, found, prove=mine, version=version)
             if reused is not None:
@@ -190,14 +190,14 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
         signed: tuple[str, ...] = ()
         if push:
             assert client is not None and repository is not None and tags is not None
-            signer = None
-            if sign_key is not None:  # each platform's image with its own provenance and SBOM, then the index
+            sign = None
+            if signer is not None:  # each platform's image with its own provenance and SBOM, then the index
                 entries = [replace(lock_entry(b.prepared, b.result), version=version or "") for b in builds]
-                signer = index_signer(sign_key, commit=commit, version=version or "", entries=entries)
+                sign = index_sign_step(signer, commit=commit, version=version or "", entries=entries)
             with stage("push", f"{repository.name}:{tags.immutable[0]} (the index and {len(builds)} manifests)"):
                 done = publish(client, repository, Index(digest, archive=archive,
                                                          platforms=tuple(b.platform for b in builds)),
-                               tags, force=force, signer=signer)
+                               tags, force=force, sign=sign)
                 digest, added, signed = done.digest, list(done.added), done.signed
             pushed = done.pushed
             if load:
@@ -214,14 +214,14 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
 
 
 def _index_prover(client: RegistryClient, repo: str, lock_path: Path, key: str, commit: str,
-                  prepared: list[tuple[str, ResolvedConfig, Prepared]], sign_key: SigningKey | None) -> Prover:
+                  prepared: list[tuple[str, ResolvedConfig, Prepared]], signer: Signer | None) -> Prover:
     """The proof that an index a tag names is ours (release/ownership.py): the lock recorded it for this build
     key, or our key signed it with a provenance of this commit and these platforms, and each image it lists
     with a provenance of its platform's inputs."""
     from buildkit.release.ownership import index_signature_proof, key_parameters, prove
 
     lock = Lock.read(lock_path)
-    public = sign_key.key.public_key() if sign_key is not None else None
+    public = public_key_of(signer)
     platforms = [(p, key_parameters(lock_entry(pr, BuildResult("", "", (), 0.0)))) for p, _, pr in prepared]
 
     def mine(ref: str, digest: str) -> Proof:

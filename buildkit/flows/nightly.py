@@ -35,7 +35,7 @@ import re
 import sys
 import tempfile
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,7 +59,7 @@ from buildkit.core.errors import BuildkitError, ConfigError, PatchError, Registr
 from buildkit.oci.imageref import ImageRef, parse_image_ref
 from buildkit.source.patches import load_patch_queue
 from buildkit.oci.registry import RegistryClient, client_for
-from buildkit.release.signkeys import SigningKey
+from buildkit.release.signer import Signer, public_key_of
 from buildkit.plan.tags import TagSet, next_version, parse_version
 from buildkit.plan.tagset import release_tags
 from buildkit.core.urlcreds import UrlAuth, redact_text, split_credentials
@@ -181,7 +181,7 @@ def _result_for(variant: Variant, status: str, **fields: Any) -> VariantResult:
 
 
 def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = False, verify: bool = True,
-                stream: OutStream | None = None, sign_key: SigningKey | None = None) -> Summary:
+                stream: OutStream | None = None, signer: Signer | None = None) -> Summary:
     """One nightly run; failures of the night are in the summary (Summary.ok), not raised."""
     start = time.monotonic()
     stream = sys.stderr if stream is None else stream
@@ -202,7 +202,7 @@ def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = F
         summary.new_commit = head
         with client_for(repository.registry) as client:
             previous = previous_builds(client, repository, variants, lock_path, url, branch,
-                                       sign_key.key.public_key() if sign_key is not None else None)
+                                       public_key_of(signer))
             summary.check_seconds = time.monotonic() - start
             summary.old_commit = old_commit_of(previous)
             reasons = stale_variants(previous, variants, head, queue.sha256, url, force)
@@ -219,7 +219,7 @@ def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = F
             existing = client.list_tags(repository.repository)
             summary.version = nightly_version(existing, [v.key for v in variants], date)
             _build_and_publish(cfg, client, repository, summary, variants, todo, previous, head, queue.sha256,
-                               lock_path, verify=verify, stream=stream, sign_key=sign_key)
+                               lock_path, verify=verify, stream=stream, signer=signer)
     except BuildkitError as exc:
         if isinstance(exc, ConfigError):
             raise
@@ -237,7 +237,7 @@ def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = F
 def _build_and_publish(cfg: ResolvedConfig, client: RegistryClient, repository: ImageRef, summary: Summary,
                        variants: list[Variant], todo: list[Variant], previous: dict[str, Previous | None], head: str,
                        patch_set: str, lock_path: Path, *, verify: bool, stream: OutStream,
-                       sign_key: SigningKey | None = None) -> None:
+                       signer: Signer | None = None) -> None:
     from buildkit.flows.buildunit import LOADED, Publication, UnitOptions
     from buildkit.flows.matrix import assemble_indexes, build_matrix
     from buildkit.source.changelog import changelog
@@ -262,7 +262,7 @@ def _build_and_publish(cfg: ResolvedConfig, client: RegistryClient, repository: 
         tests = builds_tests(v.request.arch, v.cfg.options.gpu_check.backend)  # under bk-<key>-<variant>-tests
         return UnitOptions(lock_path=lock_path, lock_first=False, tests=tests, publish=Publication(
             client, repository, nightly_tags(summary.version, head, v.key), summary.version, how=LOADED,
-            sign_key=sign_key, tests_tag=registry_tests_tag(prepared.build_key, v.key) if tests else ""))
+            signer=signer, tests_tag=registry_tests_tag(prepared.build_key, v.key) if tests else ""))
 
     with tempfile.TemporaryDirectory(prefix="buildkit-nightly-") as tmp:
         try:
@@ -281,13 +281,13 @@ def _build_and_publish(cfg: ResolvedConfig, client: RegistryClient, repository: 
         summary.changelog = changelog(cache_root(cfg), summary.url, summary.old_commit, head)
         for index in assemble_indexes(builds, Path(tmp)):
             results[index.key] = _publish_index(client, repository, summary, index, previous[index.key], head,
-                                                patch_set, lock_path, sign_key)
+                                                patch_set, lock_path, signer)
         for b in builds:
             if b.variant.platform_split:  # published with its index, above
                 continue
             v, p = b.variant, previous[b.variant.key]
             seconds = b.outcome.seconds if b.outcome else None
-            checks = [asdict(c) for c in b.report.checks] if b.report else []
+            checks = [c.to_json() for c in b.report.checks] if b.report else []
             published, error = (b.unit.published, b.error) if b.unit is not None else (None, b.error)
             if b.unit is not None and b.unit.failed in ("lock", "publish"):  # built and verified
                 error = f"built, not published: {b.error}"
@@ -312,18 +312,18 @@ def _build_and_publish(cfg: ResolvedConfig, client: RegistryClient, repository: 
 
 def _publish_index(client: RegistryClient, repository: ImageRef, summary: Summary, index: IndexBuild,
                    p: Previous | None, head: str, patch_set: str,
-                   lock_path: Path, sign_key: SigningKey | None = None) -> VariantResult:
+                   lock_path: Path, signer: Signer | None = None) -> VariantResult:
     """A baked multi-platform variant: its index (each platform's manifest by digest, then the index)
     under the nightly tags; the lock gets the index and each platform's entry."""
     from buildkit.flows.multiplatform import index_platforms, record_index
     from buildkit.flows.pipeline import lock_entry
-    from buildkit.flows.signpublished import index_signer
+    from buildkit.flows.signpublished import index_sign_step
     from buildkit.release.artifact import Index
     from buildkit.release.publish import publish
 
     v = index.units[0].variant
     seconds = max((u.outcome.seconds for u in index.units if u.outcome), default=None)
-    checks = [dict(asdict(c), platform=u.variant.request.platform) for u in index.units if u.report
+    checks = [dict(c.to_json(), platform=u.variant.request.platform) for u in index.units if u.report
               for c in u.report.checks]
     previous_commit = p.commit if p else None
     if not index.ok:
@@ -333,8 +333,8 @@ def _publish_index(client: RegistryClient, repository: ImageRef, summary: Summar
     try:
         done = publish(client, repository, Index(index.digest, archive=index.archive,
                                                  platforms=tuple(u.variant.request.platform for u in index.units)),
-                       tags, signer=None if sign_key is None else index_signer(
-                           sign_key, commit=head, version=summary.version,
+                       tags, sign=None if signer is None else index_sign_step(
+                           signer, commit=head, version=summary.version,
                            entries=[replace(lock_entry(b.prepared, b.result), version=summary.version)
                                     for b in index_platforms(index)]))
         digest, added, pushed = done.digest, done.added, done.pushed

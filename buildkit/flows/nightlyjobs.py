@@ -46,7 +46,7 @@ from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.matrix import Variant, bake_target_name, matrix_variants
 from buildkit.core.urlcreds import split_credentials
 from buildkit.release.artifact import Published
-from buildkit.release.signkeys import SigningKey
+from buildkit.release.signer import Signer, public_key_of
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -114,9 +114,10 @@ def _unit_entry(v: Variant, runners: dict[str, str], reason: str) -> PlannedUnit
 
 
 def plan_nightly(cfg: ResolvedConfig, *, runners: dict[str, str], date: str | None = None,
-                 force: bool = False, key: ec.EllipticCurvePublicKey | None = None) -> NightlyPlan:
-    """What tonight's jobs are: the head, the version, and the units that need a build (the matrix). With key,
-    a nightly image the lock does not record must be signed by it to be skipped (nightlyprevious.py)."""
+                 force: bool = False, signer: Signer | None = None) -> NightlyPlan:
+    """What tonight's jobs are: the head, the version, and the units that need a build (the matrix). With a
+    signer's key, a nightly image the lock does not record must be signed by it to be skipped
+    (nightlyprevious.py)."""
     from buildkit.flows.cudacontexts import check_cuda_available
     from buildkit.source.patches import load_patch_queue
 
@@ -132,7 +133,8 @@ def plan_nightly(cfg: ResolvedConfig, *, runners: dict[str, str], date: str | No
     queue = load_patch_queue(patch_dir(cfg), required=queue_required(cfg))
     head = ls_remote_head(url, branch, auth=split_credentials(cfg.source.url)[1])
     with client_for(repository.registry) as client:
-        previous = previous_builds(client, repository, variants, cfg.lock.path, url, branch, key)
+        previous = previous_builds(client, repository, variants, cfg.lock.path, url, branch,
+                                   public_key_of(signer))
         reasons = stale_variants(previous, variants, head, queue.sha256, url, force)
         todo = [v for v in variants if reasons[v.key]]
         version = nightly_version(client.list_tags(repository.repository), [v.key for v in variants], date) \
@@ -198,14 +200,14 @@ def find_unit(cfg: ResolvedConfig, unit: str) -> Variant:
 
 
 def run_job(cfg: ResolvedConfig, unit: str, *, verify: bool = True, stream: OutStream | None = None,
-            sign_key: SigningKey | None = None, attest_dir: Path | None = None) -> JobResult:
+            signer: Signer | None = None, attest_dir: Path | None = None) -> JobResult:
     """Build, verify and push one unit (source.commit and image.version: the plan's) by digest under
-    its build-key tag, signed with sign_key; attest_dir: the predicates of the pushed image for `cosign attest`
+    its build-key tag, signed by signer; attest_dir: the predicates of the pushed image for `cosign attest`
     (the keyless form). A failure is in the result (status failed), not raised, but for ConfigError."""
-    return JobResult(**_run_job(cfg, unit, verify=verify, stream=stream, sign_key=sign_key, attest_dir=attest_dir))
+    return JobResult(**_run_job(cfg, unit, verify=verify, stream=stream, signer=signer, attest_dir=attest_dir))
 
 
-def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream: OutStream | None, sign_key: SigningKey | None,
+def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream: OutStream | None, signer: Signer | None,
              attest_dir: Path | None = None) -> dict[str, Any]:
     from buildkit.flows.buildunit import BY_DIGEST, Publication, UnitOptions
     from buildkit.flows.matrix import build_matrix
@@ -229,7 +231,7 @@ def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream: OutStream 
     def by_digest(_: Variant, prepared: Prepared) -> UnitOptions:
         tags = TagSet((), ()).plus(build_key_tag(prepared.build_key, v.key), "build_key", immutable=True)
         return UnitOptions(tests=tests, publish=Publication(
-            client, repository, tags, version, how=BY_DIGEST, force=True, sign_key=sign_key,
+            client, repository, tags, version, how=BY_DIGEST, force=True, signer=signer,
             tests_tag=registry_tests_tag(prepared.build_key, v.key) if tests else ""))
 
     with tempfile.TemporaryDirectory(prefix="buildkit-job-") as tmp:
@@ -239,7 +241,7 @@ def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream: OutStream 
                                        stop_on=(PatchError,), finish=by_digest)
             out["built"] = b.outcome is not None and b.outcome.ok
             out["build_seconds"] = b.outcome.seconds if b.outcome else None
-            out["checks"] = tuple(asdict(c) for c in b.report.checks) if b.report else ()
+            out["checks"] = tuple(c.to_json() for c in b.report.checks) if b.report else ()
             if b.unit is not None and b.unit.failed != "verify":  # verified (pushed, or not: the error says)
                 assert b.prepared is not None  # a unit ran: it was prepared
                 out["build_key"] = b.prepared.build_key
@@ -291,7 +293,7 @@ def _no_result(unit: PlannedUnit, plan: NightlyPlan) -> JobResult:
                      build_seconds=None, checks=(), error="no result from its job", tests_tag="", tests_digest="")
 
 
-def assemble(cfg: ResolvedConfig, folder: Path, *, sign_key: SigningKey | None = None) -> Summary:
+def assemble(cfg: ResolvedConfig, folder: Path, *, signer: Signer | None = None) -> Summary:
     """The nightly tags (and, for a multi-platform variant, its index) on the digests the jobs pushed."""
     plan, results = read_results(folder)
     summary = plan_summary(plan)
@@ -314,7 +316,7 @@ def assemble(cfg: ResolvedConfig, folder: Path, *, sign_key: SigningKey | None =
                                                  build_seconds=seconds, checks=checks)
                 continue
             try:
-                published = _tag_variant(client, repository, plan, entry, units, got, sign_key)
+                published = _tag_variant(client, repository, plan, entry, units, got, signer)
             except BuildkitError as exc:
                 done[entry.variant] = _result(entry, FAILED, previous_commit=_prev(entry), build_seconds=seconds,
                                                  error=f"built, not published: {exc}", checks=checks)
@@ -347,10 +349,10 @@ def _prev(entry: PlannedVariant) -> str | None:
 
 
 def _tag_variant(client: RegistryClient, repository: ImageRef, plan: NightlyPlan, entry: PlannedVariant,
-                 units: list[PlannedUnit], got: list[JobResult], sign_key: SigningKey | None = None) -> Published:
+                 units: list[PlannedUnit], got: list[JobResult], signer: Signer | None = None) -> Published:
     """A single-platform unit's digest gets the nightly tags (its job signed it); several platforms get an
     index over their manifests first (under its own build-key tag, last), signed here."""
-    from buildkit.flows.signpublished import index_signer
+    from buildkit.flows.signpublished import index_sign_step
     from buildkit.oci.ociindex import PlatformManifest, index_document
     from buildkit.oci.ocilayout import sha256_digest
     from buildkit.plan.buildkey import index_key
@@ -359,9 +361,10 @@ def _tag_variant(client: RegistryClient, repository: ImageRef, plan: NightlyPlan
     from buildkit.release.publish import publish
 
     repo = repository.repository
-    if sign_key is not None:  # nothing is tagged or signed here that the jobs did not build and sign
+    public = public_key_of(signer)
+    if public is not None:  # nothing is tagged or signed here that the jobs did not build and sign
         for u, r in zip(units, got, strict=True):
-            _check_job_image(client, repo, sign_key, plan, u, r)
+            _check_job_image(client, repo, public, plan, u, r)
     tags = nightly_tags(plan.version, plan.commit, entry.variant)
     if not any(u.split for u in units):
         return publish(client, repository, Image(got[0].digest, platform=units[0].platform), tags)
@@ -373,12 +376,12 @@ def _tag_variant(client: RegistryClient, repository: ImageRef, plan: NightlyPlan
     key = index_key((u.platform, r.build_key) for u, r in zip(units, got, strict=True))
     tags = tags.plus(build_key_tag(key, entry.variant), "build_key", immutable=True)
     index = Index(sha256_digest(document), document=document, platforms=tuple(u.platform for u in units))
-    signer = index_signer(sign_key, commit=plan.commit, version=plan.version) if sign_key is not None else None
-    return publish(client, repository, index, tags, signer=signer)  # (each job signed its own image)
+    sign = index_sign_step(signer, commit=plan.commit, version=plan.version) if signer is not None else None
+    return publish(client, repository, index, tags, sign=sign)  # (each job signed its own image)
 
 
-def _check_job_image(client: RegistryClient, repo: str, key: SigningKey, plan: NightlyPlan, unit: PlannedUnit,
-                     result: JobResult) -> None:
+def _check_job_image(client: RegistryClient, repo: str, key: ec.EllipticCurvePublicKey, plan: NightlyPlan,
+                     unit: PlannedUnit, result: JobResult) -> None:
     """That the digest a job's result names is signed by key with a provenance of the plan's commit and version
     and the job's build key (release/ownership.py), else the one line saying it is not ours."""
     from buildkit.core.errors import TamperedError
@@ -386,7 +389,7 @@ def _check_job_image(client: RegistryClient, repo: str, key: SigningKey, plan: N
 
     expected = {"commit": plan.commit, "version": plan.version, "build_key": result.build_key}
     try:
-        image_signature_proof(client, repo, result.digest, key.key.public_key(), expected)
+        image_signature_proof(client, repo, result.digest, key, expected)
     except BuildkitError as exc:
         raise TamperedError(f"{unit.unit}'s job result names {result.digest}, which this project did not publish "
                             f"({exc}): tampered? nothing was tagged or signed") from None

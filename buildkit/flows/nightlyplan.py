@@ -172,7 +172,7 @@ class JobResult:
     build_key: str
     tag: str
     build_seconds: float | None
-    checks: tuple[dict[str, Any], ...]  # verify's checks (asdict of verify's Check)
+    checks: tuple[dict[str, Any], ...]  # verify's checks (Check.to_json)
     error: str
     tests_tag: str  # the tests image's tag (bk-<key>-<variant>-tests), "" when the unit builds none
     tests_digest: str  # the manifest pushed under tests_tag, "" when none was

@@ -13,7 +13,8 @@ from pathlib import Path
 from buildkit.core.platforms import ARCHES, NVIDIA_CROSS, machine_arch
 from buildkit.plan.platforms import cpu_arch, cuda_char_flags
 from buildkit.verify import binfmt
-from buildkit.flows.doctorcheck import FAIL, OK, WARN, Check, Variant, last_line, run_tool, version_tuple
+from buildkit.core.check import Check, Status
+from buildkit.flows.doctorcheck import Variant, last_line, run_tool, version_tuple
 
 # Minimum host driver per CUDA major, NVIDIA's "CUDA Toolkit 11.x, 12.x, and 13.x Minimum Required
 # Driver Versions" table (docs.nvidia.com/deploy/cuda-compatibility, minor version compatibility):
@@ -41,12 +42,12 @@ def judge_driver(rows: Sequence[tuple[str, str, str]], variants: Sequence[Varian
     """Pure: the host's GPUs and driver against the CUDA variants to be run here."""
     cuda_variants = [v for v in variants if v.cuda is not None]
     if not rows:
-        return Check("driver", WARN, "nvidia-smi found no GPU", "check the driver: `nvidia-smi`")
+        return Check("driver", Status.WARNED, "nvidia-smi found no GPU", "check the driver: `nvidia-smi`")
     driver = rows[0][0]
     gpus = ", ".join(f"{name} (sm_{cap.replace('.', '')})" for _, name, cap in rows)
     detail = f"driver {driver}; {gpus}"
     if not cuda_variants:
-        return Check("driver", OK, detail + "; cpu variant: no driver needed")
+        return Check("driver", Status.PASSED, detail + "; cpu variant: no driver needed")
     too_old = []
     for v in cuda_variants:
         need = min_driver(v.cuda)  # type: ignore[arg-type]
@@ -55,29 +56,30 @@ def judge_driver(rows: Sequence[tuple[str, str, str]], variants: Sequence[Varian
     if too_old:
         need = max(n for _, n in too_old)
         versions = ", ".join(sorted({c for c, _ in too_old}))
-        return Check("driver", FAIL, f"{detail}; CUDA {versions} needs driver >= {need}",
+        return Check("driver", Status.FAILED, f"{detail}; CUDA {versions} needs driver >= {need}",
                      f"install NVIDIA driver {need} or newer on this host, or build with an older --cuda "
                      "(CUDA 12.x runs on >= 525)")
     caps = {"sm_" + cap.replace(".", "") for _, _, cap in rows}
     archs = {v.arch for v in cuda_variants}
     if caps and not caps & archs:
-        return Check("driver", WARN, f"{detail}; the image is built for {', '.join(sorted(archs))}: on this GPU it "
+        return Check("driver", Status.WARNED,
+                     f"{detail}; the image is built for {', '.join(sorted(archs))}: on this GPU it "
                      "stops with \"no kernel image is available\"",
                      f"build with --arch {sorted(caps)[0]} to run it here")
-    return Check("driver", OK, detail)
+    return Check("driver", Status.PASSED, detail)
 
 
 def check_driver(variants: Sequence[Variant]) -> Check:
     if not any(v.cuda for v in variants):
-        return Check("driver", OK, "cpu variant: no GPU driver needed")
+        return Check("driver", Status.PASSED, "cpu variant: no GPU driver needed")
     if shutil.which("nvidia-smi") is None:
         need = sorted({d for v in variants if v.cuda and (d := min_driver(v.cuda))})
-        return Check("driver", OK, "no nvidia-smi here: fine for building; the host that runs the image needs "
-                     f"driver >= {need[-1] if need else '?'}")
+        return Check("driver", Status.PASSED, "no nvidia-smi here: fine for building; the host that runs the "
+                     f"image needs driver >= {need[-1] if need else '?'}")
     proc = run_tool(["nvidia-smi", "--query-gpu=driver_version,name,compute_cap", "--format=csv,noheader"])
     if proc is None or proc.returncode != 0:
         why = "timed out" if proc is None else last_line(proc.stderr or proc.stdout)
-        return Check("driver", WARN, f"nvidia-smi failed: {why}", "check the NVIDIA driver installation")
+        return Check("driver", Status.WARNED, f"nvidia-smi failed: {why}", "check the NVIDIA driver installation")
     return judge_driver(parse_nvidia_smi(proc.stdout), variants)
 
 
@@ -125,14 +127,14 @@ def judge_emulation(platforms: Sequence[str], host_arch: str, handlers: list[str
     detail += f"; {shown}"
     if missing:
         arches = ",".join(p.split("/")[-1] for p in missing)
-        return Check("emulation", FAIL, detail + f"; nothing here can run {', '.join(missing)}",
+        return Check("emulation", Status.FAILED, detail + f"; nothing here can run {', '.join(missing)}",
                      f"compile on this machine: unset build.build_platform (a cross build runs nothing of {arches} "
                      "here); or QEMU from Debian's packages, no image pulled: `apt-get install qemu-user-static` "
                      "(systemd-binfmt registers it; a CUDA build under emulation takes many hours), with a base "
                      f"that has {', '.join(missing)} made offline by `buildkit base debian --platform "
                      f"linux/{host_arch},{','.join(missing)} --tag NAME`; or a builder with a native node: "
                      "`docker buildx create --append --name B ssh://arm64-host`")
-    return Check("emulation", OK, detail)
+    return Check("emulation", Status.PASSED, detail)
 
 
 def check_emulation(variants: Sequence[Variant], builder_platforms: Sequence[str]) -> Check:
@@ -167,4 +169,4 @@ def judge_cross_cuda(variants: Sequence[Variant]) -> Check | None:
                      f"({flags}); long double in CUDA sources stops the build (no flag fixes it)")
     if not lines:
         return None
-    return Check("cross-cuda", OK, "; ".join(lines) + "; " + CROSS_CUDA_VERIFIED)
+    return Check("cross-cuda", Status.PASSED, "; ".join(lines) + "; " + CROSS_CUDA_VERIFIED)

@@ -26,19 +26,19 @@ from buildkit.plan.tagset import release_tags
 from buildkit.release.lock import LockEntry
 from buildkit.release.lockfile import Lock, record
 from buildkit.release.ownership import Proof, image_signature_proof, key_parameters, prove
-from buildkit.flows.signpublished import signer_for
-from buildkit.release.artifact import Image, Signer
+from buildkit.flows.signpublished import sign_step
+from buildkit.release.artifact import Image, SignStep
 from buildkit.release.publish import (VERSION_LABEL, Prover, PublishResult, check_immutable_free,
                                       default_variant, image_labels, local_image_with_key, publish,
                                       publish_repository, reuse_published)
-from buildkit.release.signkeys import SigningKey
+from buildkit.release.signer import Signer, public_key_of
 
 
 def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str = "patch",
                    force: bool = False, verify: bool = True, stream: OutStream | None = None, load: bool = True,
                    extra_tags: tuple[str, ...] = (),
                    before_build: Callable[[], None] | None = None,
-                   sign_key: SigningKey | None = None, tests: bool = False) -> PublishResult:
+                   signer: Signer | None = None, tests: bool = False) -> PublishResult:
     """`buildkit build --push`. With the reproducible exporter the OCI archive itself is pushed
     (release/publish.publish of an Image from its archive); load=False keeps the image out of the engine:
     never loaded without verify, else loaded for the checks only and its tags removed after the push.
@@ -62,10 +62,10 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
     with client_for(repository.registry) as client, \
             prepared_context(cfg, request=request, extra_tags=extra_tags) as prepared:
         key, commit = prepared.build_key, prepared.source.commit
-        found_signer = _found_signer(prepared, sign_key) if sign_key is not None else None
-        mine = image_prover(client, repo, cfg.lock.path, key, key_parameters(_unbuilt(prepared)), sign_key)
+        found_sign = _found_sign_step(prepared, signer) if signer is not None else None
+        mine = image_prover(client, repo, cfg.lock.path, key, key_parameters(_unbuilt(prepared)), signer)
         reused = None if force else reuse_published(client, repository, key, variant, commit, is_default,
-                                                    extra_tags, found_signer, prove=mine, version=version)
+                                                    extra_tags, found_sign, prove=mine, version=version)
         if reused is not None:
             done, version, tags = reused
             record(cfg.lock.path, lock_entry(prepared, BuildResult(done.digest, "", (), 0.0)), done, version)
@@ -81,7 +81,7 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
         check_immutable_free(client, repo, tags, local.id if local is not None else None, force=force)
         prepared = replace(prepared, plan=with_version(prepared, version))
         publication = Publication(client, repository, tags, version, how=RELEASE, force=force, keep_loaded=load,
-                                  sign_key=sign_key, tests_tag=registry_tests_tag(key, variant) if tests else "")
+                                  signer=signer, tests_tag=registry_tests_tag(key, variant) if tests else "")
         lock_path = cfg.lock.path
         if local is None:
             if before_build is not None:
@@ -141,12 +141,12 @@ def _unbuilt(prepared: Prepared) -> LockEntry:
 
 
 def image_prover(client: RegistryClient, repo: str, lock_path: Path, key: str, expected: dict[str, Any],
-                 sign_key: SigningKey | None) -> Prover:
+                 signer: Signer | None) -> Prover:
     """The proof that the image a tag names is ours (release/ownership.py): the lock at lock_path recorded it
-    for this build key, or sign_key's public half verifies its signature and a provenance of these parameters
+    for this build key, or the signer's public key verifies its signature and a provenance of these parameters
     (ownership.key_parameters)."""
     lock = Lock.read(lock_path)
-    public = sign_key.key.public_key() if sign_key is not None else None
+    public = public_key_of(signer)
 
     def mine(ref: str, digest: str) -> Proof:
         return prove(ref, digest, lock, key, public,
@@ -155,20 +155,20 @@ def image_prover(client: RegistryClient, repo: str, lock_path: Path, key: str, e
     return mine
 
 
-def _found_signer(prepared: Prepared, key: SigningKey) -> Signer:
-    """The signer of an image the registry has under this build key: the prepared inputs, at the version
+def _found_sign_step(prepared: Prepared, signer: Signer) -> SignStep:
+    """The signing of an image the registry has under this build key: the prepared inputs, at the version
     its labels say (a publication found again is signed as a new one is)."""
 
     def sign(client: RegistryClient, repository: ImageRef, digest: str) -> tuple[str, ...]:
         found = replace(lock_entry(prepared, BuildResult(digest, "", (), 0.0)),
                         version=image_labels(client, repository.repository, digest).get(VERSION_LABEL, ""))
-        return signer_for(found, key)(client, repository, digest)
+        return sign_step(found, signer)(client, repository, digest)
 
     return sign
 
 
 def push_local(cfg: ResolvedConfig, *, force: bool = False, stream: OutStream | None = None,
-               sign_key: SigningKey | None = None) -> PublishResult:
+               signer: Signer | None = None) -> PublishResult:
     """`buildkit push`: publish the image of the lock's entry for this variant, already in the engine."""
     request = make_request(cfg)
     repository = publish_repository(request.image_name)
@@ -186,18 +186,18 @@ def push_local(cfg: ResolvedConfig, *, force: bool = False, stream: OutStream | 
                             "run buildkit build again")
     key, version, commit = recorded.build_key, recorded.version, recorded.commit
     is_default = request.artifact_variant == default_variant(cfg)
-    signer = signer_for(recorded, sign_key) if sign_key is not None else None
+    sign = sign_step(recorded, signer) if signer is not None else None
     with client_for(repository.registry) as client:
-        mine = image_prover(client, repository.repository, lock_path, key, key_parameters(recorded), sign_key)
+        mine = image_prover(client, repository.repository, lock_path, key, key_parameters(recorded), signer)
         reused = None if force else reuse_published(client, repository, key, request.artifact_variant, commit,
-                                                    is_default, signer=signer, prove=mine, version=version,
+                                                    is_default, sign=sign, prove=mine, version=version,
                                                     asked_by=f"the lock's entry {name}")
         if reused is not None:
             done, version, tags = reused
         else:
             tags = release_tags(version, commit, request.artifact_variant, default_variant=is_default, build_key=key)
             done = publish(client, repository, Image(image.id, engine_ref=image.id, platform=request.platform), tags,
-                           force=force, signer=signer, stream=stream)
+                           force=force, sign=sign, stream=stream)
     record(lock_path, recorded, done, version)
     return PublishResult(repository.name, version, done.digest, tags.all, done.added,
                          origin="registry" if reused is not None else "engine", build_key=key, signed=done.signed)

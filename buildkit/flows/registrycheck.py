@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from buildkit.core.errors import BuildkitError
-from buildkit.flows.doctorcheck import FAIL, OK, WARN, Check
+from buildkit.core.check import Check, Status
 
 
 def check_registry(image_name: str, *, env: Mapping[str, str] | None = None, timeout: float = 10,
@@ -20,25 +20,25 @@ def check_registry(image_name: str, *, env: Mapping[str, str] | None = None, tim
     try:
         ref = parse_image_ref(image_name)
     except BuildkitError as exc:
-        return Check("registry", FAIL, str(exc), "set image.name to [registry/]repository, e.g. "
+        return Check("registry", Status.FAILED, str(exc), "set image.name to [registry/]repository, e.g. "
                      "ghcr.io/you/buun-llama-cpp")
     if not names_registry(image_name):
-        return Check("registry", WARN, f"image.name {image_name!r} names no registry (it would go to Docker Hub "
-                     "as docker.io/" + ref.repository + "); not contacted",
+        return Check("registry", Status.WARNED, f"image.name {image_name!r} names no registry (it would go to "
+                     "Docker Hub as docker.io/" + ref.repository + "); not contacted",
                      "to publish, set image.name to REGISTRY/REPOSITORY (ghcr.io/you/name, localhost:5000/name)")
     try:
         with client_for(ref.registry, env, timeout=timeout, retries=0) as client:
             who = client.credentials.describe() if client.credentials else "anonymous"
             client.list_tags(ref.repository)
     except AuthError as exc:
-        return Check("registry", FAIL, str(exc), f"`docker login {ref.registry}` with a user that may push to "
+        return Check("registry", Status.FAILED, str(exc), f"`docker login {ref.registry}` with a user that may push to "
                      f"{ref.repository} (buildkit reads the credentials docker stores)")
     except RegistryError as exc:
         reach = f"check that {ref.registry} is up and reachable from here (proxy, TLS CA in " \
                 "/etc/docker/certs.d/HOST/ca.crt)"
         if push:
-            return Check("registry", FAIL, str(exc), reach + " before `buildkit build --push`")
-        return Check("registry", WARN, str(exc) + "; only a push needs it",
+            return Check("registry", Status.FAILED, str(exc), reach + " before `buildkit build --push`")
+        return Check("registry", Status.WARNED, str(exc) + "; only a push needs it",
                      reach + " before pushing; `buildkit build` without --push does not need it "
                      "(`doctor --push` makes this a failure)")
-    return Check("registry", OK, f"{ref.registry} answers; {ref.repository} readable as {who}")
+    return Check("registry", Status.PASSED, f"{ref.registry} answers; {ref.repository} readable as {who}")

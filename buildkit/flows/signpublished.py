@@ -1,10 +1,10 @@
 """Signing what a publish pushed (issue 38): the digest of a lock entry, its SLSA provenance (from the entry's
 inputs) and its SBOM (from the pushed image's own layers), in cosign's formats through the registry client.
 
-Called after a push with the configured key (release/signkeys.load_signing_key: `--sign-key FILE` or
-LLAMA_BUILDKIT_SIGN_KEY); nothing is signed without one. The image itself is not touched: its digest is
-the one pushed. signer_for(entry, key) is what release/publish.publish() calls, for every flow that
-publishes; sign_entry signs a lock entry pushed before.
+Called after a push with the signer the CLI made (cli/signing.make_signer, a release/signer.Signer: today the
+key of `--sign-key FILE`, sign.key_file or LLAMA_BUILDKIT_SIGN_KEY); nothing is signed without one. The image
+itself is not touched: its digest is the one pushed. sign_step(entry, signer) is what release/publish.publish()
+calls, for every flow that publishes; sign_entry signs a lock entry pushed before.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from buildkit.oci.imageref import ImageRef, parse_image_ref
 from buildkit.oci.ocilayout import open_image
 from buildkit.oci.registry import RegistryClient, client_for
 from buildkit.release import provenance, sbom
-from buildkit.release.artifact import Signer
+from buildkit.release.artifact import SignStep
 from buildkit.release.lock import LockEntry, entry_dict
 from buildkit.release.lockfile import Lock
 from buildkit.release.ownership import index_manifests
 from buildkit.release.signing import Attestation, sign_image
-from buildkit.release.signkeys import SigningKey
+from buildkit.release.signer import Signer
 
 
 def _now() -> str:
@@ -40,7 +40,7 @@ class Signed:
     written: tuple[str, ...]  # the .sig and .att references
 
 
-def signer_for(entry: LockEntry, key: SigningKey) -> Signer:
+def sign_step(entry: LockEntry, signer: Signer) -> SignStep:
     """What release/publish.publish() calls once the registry holds the image: signs its digest and attaches
     the SLSA provenance of entry's inputs and the SBOM of the pushed image's own layers."""
 
@@ -49,7 +49,7 @@ def signer_for(entry: LockEntry, key: SigningKey) -> Signer:
         statement, document = _statements(entry, digest, name)
         attestations = [Attestation(provenance.PREDICATE_TYPE, statement),
                         Attestation(sbom.PREDICATE_TYPE, sbom.sbom_statement(document, digest, name))]
-        return tuple(sign_image(client, repository.repository, digest, key, attestations))
+        return tuple(sign_image(client, repository.repository, digest, signer, attestations))
 
     return sign
 
@@ -66,7 +66,8 @@ def _statements(entry: LockEntry, digest: str, name: str) -> tuple[bytes, bytes]
 
 
 def write_predicates(entry: LockEntry, digest: str, name: str, folder: Path) -> tuple[Path, Path]:
-    """The keyless form (a CI job's OIDC identity signs with cosign itself): the predicates `cosign attest
+    """The workflow's keyless form (a CI job's OIDC identity signs with cosign itself, outside buildkit: no Signer
+    here): the predicates `cosign attest
     --type slsaprovenance1 / cyclonedx --predicate FILE` attaches, written as folder/provenance.json and
     folder/sbom.json, the same documents buildkit signs with a key."""
     from buildkit.core.wholefile import write_whole
@@ -79,15 +80,15 @@ def write_predicates(entry: LockEntry, digest: str, name: str, folder: Path) -> 
     return folder / "provenance.json", folder / "sbom.json"
 
 
-def index_signer(key: SigningKey, *, commit: str, version: str, entries: Sequence[LockEntry] = ()) -> Signer:
-    """An index's signer: each platform's image first, with its own provenance and SBOM (entries: the lock
+def index_sign_step(signer: Signer, *, commit: str, version: str, entries: Sequence[LockEntry] = ()) -> SignStep:
+    """An index's signing: each platform's image first, with its own provenance and SBOM (entries: the lock
     entries of images not signed when they were pushed; a nightly job signs its own), then the index's digest
     with a provenance whose dependencies are its images by digest, as the registry's index lists them."""
 
     def sign(client: RegistryClient, repository: ImageRef, digest: str) -> tuple[str, ...]:
         written: list[str] = []
         for entry in entries:
-            written += signer_for(entry, key)(client, repository, entry.image_digest)
+            written += sign_step(entry, signer)(client, repository, entry.image_digest)
         platforms = index_manifests(client, repository.repository, digest)
         name = f"{repository.registry}/{repository.repository}"
         # the index is assembled, not built: its images' builds' times where this run has them
@@ -96,14 +97,14 @@ def index_signer(key: SigningKey, *, commit: str, version: str, entries: Sequenc
         run = provenance.RunDetails(str(uuid.uuid4()), started, finished)
         statement = provenance.index_provenance_statement(name, digest, platforms, commit=commit, version=version,
                                                           run=run)
-        written += sign_image(client, repository.repository, digest, key,
+        written += sign_image(client, repository.repository, digest, signer,
                               [Attestation(provenance.PREDICATE_TYPE, statement)])
         return tuple(written)
 
     return sign
 
 
-def sign_entry(lock_path: Path, entry_key: str, key: SigningKey) -> Signed:
+def sign_entry(lock_path: Path, entry_key: str, signer: Signer) -> Signed:
     """Sign the digest lock_path's entry entry_key was pushed at, with its provenance and SBOM attached."""
     lock = Lock.read(lock_path)
     if entry_key not in lock.builds:
@@ -114,11 +115,11 @@ def sign_entry(lock_path: Path, entry_key: str, key: SigningKey) -> Signed:
     ref = parse_image_ref(entry.pushed[0])
     name = f"{ref.registry}/{ref.repository}"
     with client_for(ref.registry) as client:
-        written = signer_for(entry, key)(client, ref, entry.image_digest)
+        written = sign_step(entry, signer)(client, ref, entry.image_digest)
     return Signed(f"{name}@{entry.image_digest}", written)
 
 
-def attest_reproduction(image_digest: str, originals: tuple[str, ...], key: SigningKey) -> tuple[str, ...]:
+def attest_reproduction(image_digest: str, originals: tuple[str, ...], signer: Signer) -> tuple[str, ...]:
     """`reproduce --attest`: the rebuilder's signed VSA (release/reproduced.py) on the recorded digest, in the
     registry the record names (a lock entry's pushed repository, or the image reference reproduced)."""
     from buildkit.core.errors import ReproduceError
@@ -133,6 +134,6 @@ def attest_reproduction(image_digest: str, originals: tuple[str, ...], key: Sign
     name = f"{ref.registry}/{ref.repository}"
     statement = reproduced.reproduction_statement(name, image_digest, time_verified=_now())
     with client_for(ref.registry) as client:
-        written = sign_image(client, ref.repository, image_digest, key,
+        written = sign_image(client, ref.repository, image_digest, signer,
                              [Attestation(reproduced.PREDICATE_TYPE, statement)], sign=False)
     return tuple(written)

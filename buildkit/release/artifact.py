@@ -68,9 +68,10 @@ class Published:
         return tuple(ref.rsplit(":", 1)[1] for ref in self.pushed)
 
 
-# Called once the registry holds the artifact under its first immutable tag and before any moving tag
-# points at it: signs the digest (and attaches what it attests); returns the references it wrote.
-Signer = Callable[[RegistryClient, ImageRef, str], tuple[str, ...]]
+# publish()'s signing step (flows/signpublished.py makes them of a release/signer.Signer): called once the
+# registry holds the artifact by digest and before any tag points at it, signs the digest (and attaches what
+# it attests); returns the references it wrote.
+SignStep = Callable[[RegistryClient, ImageRef, str], tuple[str, ...]]
 
 
-__all__ = ["Artifact", "Image", "Index", "Published", "Signer", "in_registry"]
+__all__ = ["Artifact", "Image", "Index", "Published", "SignStep", "in_registry"]

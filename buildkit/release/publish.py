@@ -42,7 +42,7 @@ from buildkit.plan.inputs import BUILD_KEY_LABEL
 from buildkit.oci.registry import RegistryClient
 from buildkit.plan.tags import TagSet, build_key_tag, highest_version, normalise_version, parse_version
 from buildkit.plan.tagset import release_tags
-from buildkit.release.artifact import Artifact, Image, Index, Published, Signer, in_registry
+from buildkit.release.artifact import Artifact, Image, Index, Published, SignStep, in_registry
 from buildkit.release.ownership import Proof
 
 VERSION_LABEL = "org.opencontainers.image.version"
@@ -180,9 +180,9 @@ def tag_locally(image: ImageInfo, repository: ImageRef, tags: tuple[str, ...]) -
 
 
 def publish(client: RegistryClient, repository: ImageRef, artifact: Artifact, tags: TagSet, *,
-            force: bool = False, signer: Signer | None = None, stream: OutStream | None = None) -> Published:
+            force: bool = False, sign: SignStep | None = None, stream: OutStream | None = None) -> Published:
     """The one publication path of every flow: no immutable tag may point elsewhere; the artifact's bytes go
-    up by digest (unless the registry has them already); the signer signs that digest and attaches its
+    up by digest (unless the registry has them already); sign signs that digest and attaches its
     attestations; then every tag is put on it, the immutable ones first, the build-key tag last (it marks a
     complete publication). Published.pushed names the tags that point at the digest (a first-come sha tag
     that names another build's image is not among them)."""
@@ -194,7 +194,7 @@ def publish(client: RegistryClient, repository: ImageRef, artifact: Artifact, ta
         digest, tagged = artifact.digest, None
     else:
         digest, tagged = _upload(client, repository, artifact, tags, stream)
-    signed = signer(client, repository, digest) if signer is not None else ()
+    signed = sign(client, repository, digest) if sign is not None else ()
     key_tags = tuple(t for t in tags.all if tags.role(t) == "build_key")
     elsewhere: list[str] = []
     added = [tagged] if tagged is not None else []
@@ -280,7 +280,7 @@ Prover = Callable[[str, str], Proof]
 
 
 def reuse_published(client: RegistryClient, repository: ImageRef, key: str, variant: str, commit: str,
-                    is_default: bool, extra_tags: tuple[str, ...] = (), signer: Signer | None = None, *,
+                    is_default: bool, extra_tags: tuple[str, ...] = (), sign: SignStep | None = None, *,
                     prove: Prover, version: str | None = None, asked_by: str = "--release",
                     ) -> tuple[Published, str, TagSet] | None:
     """What the registry already has of this build key, completed: (what was published, its version, its tags);
@@ -291,7 +291,7 @@ def reuse_published(client: RegistryClient, repository: ImageRef, key: str, vari
     tag, the release tag of the version asked for (else the variant's highest) whose image proves ours with
     this build key is a publication a kill cut short (its tags go on only after its signature): it is
     completed the same way. The version is the one it was published as; a version asked for that differs is
-    an error, never ignored. An image proved ours by the lock alone is signed now (signer); one proved by its
+    an error, never ignored. An image proved ours by the lock alone is signed now (sign); one proved by its
     signature is signed already. An index's build key is found the same way (its tag is on the index)."""
     repo = repository.repository
     key_tag = build_key_tag(key, variant)
@@ -311,7 +311,7 @@ def reuse_published(client: RegistryClient, repository: ImageRef, key: str, vari
                           f"image of the same inputs: leave out --release to complete {shown}, "
                           "or add --force to build it anew as that version and move the build-key tag")
     tags = release_tags(published_as, commit, variant, default_variant=is_default, build_key=key, extra=extra_tags)
-    done = publish(client, repository, Image(proof.digest), tags, signer=signer if proof.how == "lock" else None)
+    done = publish(client, repository, Image(proof.digest), tags, sign=sign if proof.how == "lock" else None)
     return done, published_as, tags
 
 

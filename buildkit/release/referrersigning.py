@@ -30,7 +30,7 @@ from buildkit.oci.registry import RegistryClient
 from buildkit.release import cosignformat as cf
 from buildkit.release import sigstorebundle as sb
 from buildkit.release.signing import Attestation, envelope_statement, layer_verifies
-from buildkit.release.signkeys import SigningKey
+from buildkit.release.signer import Signer
 
 MAX_READ = 64  # referrer manifests a reader opens
 BUNDLE_SIGNATURE = "a sigstore bundle"  # cosign 3's
@@ -53,17 +53,16 @@ def subject_descriptor(client: RegistryClient, repo: str, digest: str) -> dict[s
     return {"mediaType": info.media_type, "digest": digest, "size": info.size}
 
 
-def attach_referrers(client: RegistryClient, repo: str, digest: str, key: SigningKey,
+def attach_referrers(client: RegistryClient, repo: str, digest: str, signer: Signer,
                      attestations: Sequence[Attestation] = (), *, sign: bool = True) -> list[str]:
     """Attach digest's signature (sign=True) and each attestation as referrers; the references written."""
     subject = subject_descriptor(client, repo, digest)
     api = client.referrers_api(repo, digest) is not None
     name = f"{client.host}/{repo}"
-    hint = sb.key_hint(key.key.public_key())
     manifests: list[bytes] = []
     if sign:
         payload = cf.simple_signing_payload(name, digest)
-        layer = cf.signature_layer(payload, key.sign(payload))
+        layer = signer.signature_layer(payload)
         body, config = sb.signature_manifest([layer], subject)
         for blob in (config, payload):
             _upload(client, repo, blob)
@@ -73,8 +72,7 @@ def attach_referrers(client: RegistryClient, repo: str, digest: str, key: Signin
         _upload(client, repo, EMPTY_BLOB)
     created = _now()
     for attestation in attestations:
-        envelope = cf.envelope(attestation.statement, key.sign(cf.pae(cf.IN_TOTO, attestation.statement)))
-        bundle = sb.bundle(envelope, hint)
+        bundle = signer.bundle(signer.envelope(attestation.statement))
         _upload(client, repo, bundle)
         manifests.append(sb.bundle_manifest(bundle, attestation.predicate_type, subject, created))
     pushed: list[Referrer] = []

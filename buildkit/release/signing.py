@@ -22,7 +22,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from buildkit.core.errors import RegistryError, VerifyError
 from buildkit.oci.registry import RegistryClient
 from buildkit.release import cosignformat as cf
-from buildkit.release.signkeys import SigningKey, verifies
+from buildkit.release.signer import Signer
+from buildkit.release.signkeys import verifies
 
 MAX_LAYERS = 64  # of a .sig or .att manifest buildkit reads back
 
@@ -55,33 +56,33 @@ def _push(client: RegistryClient, repo: str, tag: str, layers: Sequence[cf.Layer
     return client.put_manifest(repo, tag, body, cf.OCI_MANIFEST)
 
 
-def sign_image(client: RegistryClient, repo: str, digest: str, key: SigningKey,
+def sign_image(client: RegistryClient, repo: str, digest: str, signer: Signer,
                attestations: Sequence[Attestation] = (), *, sign: bool = True) -> list[str]:
     """Sign digest (in client's repo) and attach the attestations; the references written. sign=False
-    attaches the attestations only (a rebuilder's word about an image it did not publish)."""
-    public = key.key.public_key()
+    attaches the attestations only (a rebuilder's word about an image it did not publish). What the signer
+    wrote before (its key verifies it) is replaced; a signer without a key (an identity) replaces nothing."""
+    public = signer.public_key
     written = []
     if sign:
         payload = cf.simple_signing_payload(f"{client.host}/{repo}", digest)
-        layer = cf.signature_layer(payload, key.sign(payload))
+        layer = signer.signature_layer(payload)
         sig_tag = cf.tag_for(digest, "sig")
         kept = [old for old in _existing(client, repo, sig_tag)
-                if not (old.body == payload and layer_verifies(public, old))]
+                if not (old.body == payload and public is not None and layer_verifies(public, old))]
         _push(client, repo, sig_tag, [*kept, layer])
         written.append(f"{client.host}/{repo}:{sig_tag}")
     if attestations:
         att_tag = cf.tag_for(digest, "att")
         types = {a.predicate_type for a in attestations}
         kept = [old for old in _existing(client, repo, att_tag)
-                if not (dict(old.annotations).get(cf.PREDICATE_ANNOTATION) in types
+                if not (dict(old.annotations).get(cf.PREDICATE_ANNOTATION) in types and public is not None
                         and envelope_statement(public, old.body) is not None)]
-        new = [cf.attestation_layer(cf.envelope(a.statement, key.sign(cf.pae(cf.IN_TOTO, a.statement))),
-                                    a.predicate_type) for a in attestations]
+        new = [cf.attestation_layer(signer.envelope(a.statement), a.predicate_type) for a in attestations]
         _push(client, repo, att_tag, [*kept, *new])
         written.append(f"{client.host}/{repo}:{att_tag}")
     from buildkit.release.referrersigning import attach_referrers  # (it imports this module)
 
-    return written + attach_referrers(client, repo, digest, key, attestations, sign=sign)  # where cosign 3 looks
+    return written + attach_referrers(client, repo, digest, signer, attestations, sign=sign)  # where cosign 3 looks
 
 
 def layer_verifies(key: ec.EllipticCurvePublicKey, layer: cf.Layer) -> bool:

@@ -1,4 +1,5 @@
-"""Signing keys (issue 38): an ECDSA P-256 key pair, as cosign's own `--key` files use.
+"""Signing keys (issue 38): an ECDSA P-256 key pair, as cosign's own `--key` files use; a loaded private key
+(`SigningKey`) is the key file's signer (release/signer.Signer, issue 49).
 
 The private key is a PKCS#8 PEM written with mode 0600 from its creation; buildkit reads it from a file
 or from the variable LLAMA_BUILDKIT_SIGN_KEY (the PEM text itself), never from argv, and never says it
@@ -23,6 +24,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from buildkit.core.boundedread import read_regular
 from buildkit.core.errors import ConfigError
 from buildkit.core.wholefile import write_whole
+from buildkit.release import cosignformat as cf
+from buildkit.release import sigstorebundle as sb
 
 KEY_ENV = "LLAMA_BUILDKIT_SIGN_KEY"  # the private key's PEM text (a CI secret)
 KEY_LIMIT = 64 * 1024
@@ -30,14 +33,32 @@ KEY_LIMIT = 64 * 1024
 
 @dataclass(frozen=True)
 class SigningKey:
-    """A private key and where it came from (a file's path or the variable's name: never its text)."""
+    """A private key and where it came from (a file's path or the variable's name: never its text): the key
+    file's Signer (release/signer.py), whose signatures cosign verifies with `--key` and its public half."""
 
     key: ec.EllipticCurvePrivateKey
     origin: str
     warning: str = ""  # what the CLI says before using it (a key file others can read)
 
+    @property
+    def name(self) -> str:
+        return self.origin
+
+    @property
+    def public_key(self) -> ec.EllipticCurvePublicKey:
+        return self.key.public_key()
+
     def sign(self, data: bytes) -> bytes:
         return self.key.sign(data, ec.ECDSA(hashes.SHA256()))
+
+    def signature_layer(self, payload: bytes) -> cf.Layer:
+        return cf.signature_layer(payload, self.sign(payload))
+
+    def envelope(self, statement: bytes) -> bytes:
+        return cf.envelope(statement, self.sign(cf.pae(cf.IN_TOTO, statement)))
+
+    def bundle(self, envelope: bytes) -> bytes:
+        return sb.bundle(envelope, sb.key_hint(self.public_key))
 
     def public_pem(self) -> bytes:
         return public_pem(self.key.public_key())

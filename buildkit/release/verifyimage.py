@@ -14,10 +14,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from buildkit.core.check import Check, Status
 from buildkit.core.errors import BuildkitError
 from buildkit.core.printable import printable
 from buildkit.oci.imageref import parse_image_ref
@@ -31,14 +31,9 @@ from buildkit.release.signing import attested_statement, check_signature
 from buildkit.release.signkeys import load_public_key
 
 
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    detail: str
-
-    def line(self) -> str:
-        return f"{'ok' if self.ok else 'FAIL'}  {self.name}: {printable(self.detail)}"
+def line(check: Check) -> str:
+    """One check as verify-image prints it: ok or FAIL (a check here passes or fails), its name, its detail."""
+    return f"{'FAIL' if check.failed else 'ok'}  {check.name}: {printable(check.detail)}"
 
 
 def _expected(lock: Lock, digest: str, name: str) -> tuple[str, dict[str, Any]] | None:
@@ -60,12 +55,12 @@ def lock_check(statement: dict[str, Any], digest: str, lock_path: Path, name: st
     """The signed statement's buildDefinition against the one the lock's entry of digest makes."""
     found = _expected(Lock.read(lock_path), digest, name)
     if found is None:
-        return Check("lock", False, f"no entry of {lock_path} built {digest}")
+        return Check("lock", Status.FAILED, f"no entry of {lock_path} built {digest}")
     key, expected = found
     differ = definition_differences(statement, expected)
     if differ:
-        return Check("lock", False, f"the provenance's {', '.join(differ)} not as in {key} of {lock_path}")
-    return Check("lock", True, f"the provenance's inputs are {key} of {lock_path}")
+        return Check("lock", Status.FAILED, f"the provenance's {', '.join(differ)} not as in {key} of {lock_path}")
+    return Check("lock", Status.PASSED, f"the provenance's inputs are {key} of {lock_path}")
 
 
 def verify_image(client: RegistryClient, ref_text: str, key_path: Path, lock_path: Path | None = None) -> list[Check]:
@@ -73,12 +68,12 @@ def verify_image(client: RegistryClient, ref_text: str, key_path: Path, lock_pat
     ref = parse_image_ref(ref_text)
     reference = ref.digest or ref.tag or "latest"
     if client.head_manifest(ref.repository, reference) is None:  # (only to say "not there" in one line)
-        return [Check("digest", False, f"{ref_text} is not in the registry")]
+        return [Check("digest", Status.FAILED, f"{ref_text} is not in the registry")]
     # the manifest verified is the one a GET serves: its digest computed from the bytes received (checked against
     # the digest asked by, or the answer's Docker-Content-Digest), never what the HEAD said, so a registry whose
     # HEAD names one image while its GET serves another never passes
     _, _, digest = client.get_manifest(ref.repository, reference)
-    checks = [Check("digest", True, f"{ref_text} is {digest}")]
+    checks = [Check("digest", Status.PASSED, f"{ref_text} is {digest}")]
     try:  # where cosign 3 looks (release/referrersigning.py); cosign's tags are where cosign 2 looks
         referred = find_referrers(client, ref.repository, digest, key)
     except BuildkitError as exc:
@@ -91,8 +86,8 @@ def verify_image(client: RegistryClient, ref_text: str, key_path: Path, lock_pat
         why = str(exc)
     if referred.signed:
         places.append(f"{' and '.join(referred.signatures)} through {referred.route}")
-    checks.append(Check("signature", True, f"{digest} is signed by {key_path} ({'; '.join(places)})") if places
-                  else Check("signature", False, f"{why}, nor through {referred.route}"))
+    checks.append(Check("signature", Status.PASSED, f"{digest} is signed by {key_path} ({'; '.join(places)})") if places
+                  else Check("signature", Status.FAILED, f"{why}, nor through {referred.route}"))
     statement: dict[str, Any] | None = None
     places, why = [], ""
     try:
@@ -104,10 +99,11 @@ def verify_image(client: RegistryClient, ref_text: str, key_path: Path, lock_pat
     if provenances:
         statement = statement or provenances[0]
         places.append(f"a sigstore bundle through {referred.route}")
-    checks.append(Check("provenance", True, f"a signed SLSA provenance v1 of {digest} ({'; '.join(places)})")
-                  if statement is not None else Check("provenance", False, f"{why}, nor through {referred.route}"))
+    checks.append(Check("provenance", Status.PASSED, f"a signed SLSA provenance v1 of {digest} ({'; '.join(places)})")
+                  if statement is not None
+                  else Check("provenance", Status.FAILED, f"{why}, nor through {referred.route}"))
     if lock_path is not None:
         name = f"{ref.registry}/{ref.repository}"
         checks.append(lock_check(statement, digest, lock_path, name) if statement is not None
-                      else Check("lock", False, "no provenance to compare with the lock"))
+                      else Check("lock", Status.FAILED, "no provenance to compare with the lock"))
     return checks

@@ -43,9 +43,8 @@ from buildkit.engine.api import Engine, EngineError, get_engine
 from buildkit.plan.buildplan import BuildPlan
 from buildkit.plan.platforms import cpu_arch, machine_platform
 from buildkit.verify.imagetree import ImageTree, exported
-# re-exported: callers read a report's names from the checks that make it
-from buildkit.verify.report import (FAILED as FAILED, PASSED as PASSED, SKIPPED as SKIPPED, Check as Check,
-                                    VerifyReport as VerifyReport)
+from buildkit.core.check import Check, Status
+from buildkit.verify.report import VerifyReport
 
 ELF_ARCH_RE = re.compile(r"\b(sm_\d+[af]?)\b")
 
@@ -70,16 +69,16 @@ def check_version(engine: Engine, plan: BuildPlan, image: str) -> Check:
     text = output.strip()
     missing = re.search(r"error while loading shared libraries: ([^:]+)", text)
     if missing:
-        return Check("version", FAILED, f"{binary} cannot start: shared library {missing.group(1)} "
-                                        "is missing from the runtime stage")
+        return Check("version", Status.FAILED, f"{binary} cannot start: shared library {missing.group(1)} "
+                                               "is missing from the runtime stage")
     commit = plan.source.commit
     if code != 0:
-        return Check("version", FAILED, f"{binary} --version exited {code}: {text.splitlines()[-1:]}")
+        return Check("version", Status.FAILED, f"{binary} --version exited {code}: {text.splitlines()[-1:]}")
     if commit not in text and commit[:7] not in text:
-        return Check("version", FAILED, f"{binary} --version does not report commit {commit[:12]}: "
-                                        f"{text.splitlines()[:1]}")
+        return Check("version", Status.FAILED, f"{binary} --version does not report commit {commit[:12]}: "
+                                               f"{text.splitlines()[:1]}")
     line = next((ln for ln in text.splitlines() if ln.startswith("version:")), text.splitlines()[0])
-    return Check("version", PASSED, line.strip())
+    return Check("version", Status.PASSED, line.strip())
 
 
 def find_cuobjdump(extra_dirs: Sequence[Path] = ()) -> str | None:
@@ -156,16 +155,16 @@ def check_cuda_library(engine: Engine, plan: BuildPlan, image: str, cuda_roots: 
     with app_lib(engine, image, lib_dir) as libs:
         library = _cuda_library(libs)
         if library is None:
-            return [Check("cuda-library", FAILED, "libggml-cuda.so is not in /app/lib of the image")]
+            return [Check("cuda-library", Status.FAILED, "libggml-cuda.so is not in /app/lib of the image")]
         needed = needed_libraries(library)
         needs_driver = "libcuda.so.1" in needed
         if plan.request.no_vmm and needs_driver:
-            checks.append(Check("no-vmm", FAILED, f"{library.name} needs libcuda.so.1 although built with "
-                                                  "GGML_CUDA_NO_VMM=ON"))
+            checks.append(Check("no-vmm", Status.FAILED, f"{library.name} needs libcuda.so.1 although built with "
+                                                         "GGML_CUDA_NO_VMM=ON"))
         elif plan.request.no_vmm:
-            checks.append(Check("no-vmm", PASSED, f"{library.name} does not need libcuda.so.1"))
+            checks.append(Check("no-vmm", Status.PASSED, f"{library.name} does not need libcuda.so.1"))
         else:
-            checks.append(Check("vmm", PASSED if needs_driver else FAILED,
+            checks.append(Check("vmm", Status.PASSED if needs_driver else Status.FAILED,
                                 f"{library.name} {'needs' if needs_driver else 'does not need'} libcuda.so.1 "
                                 "(VMM build, linked against the stub)"))
         cuobjdump = find_cuobjdump(cuda_roots)
@@ -173,11 +172,11 @@ def check_cuda_library(engine: Engine, plan: BuildPlan, image: str, cuda_roots: 
         assert elf_arch is not None  # a CUDA arch's: verify_image checks the CUDA library for those only
         expected = {elf_arch}
         if cuobjdump is None:
-            checks.append(Check("cuda-archs", SKIPPED, "no cuobjdump on this machine (PATH, CUDA_HOME, "
-                                                       "/usr/local/cuda); install nvidia-cuda-cuobjdump"))
+            checks.append(Check("cuda-archs", Status.SKIPPED, "no cuobjdump on this machine (PATH, CUDA_HOME, "
+                                                              "/usr/local/cuda); install nvidia-cuda-cuobjdump"))
         else:
             found = elf_archs(cuobjdump, library)
-            status = PASSED if found == expected else FAILED
+            status = Status.PASSED if found == expected else Status.FAILED
             checks.append(Check("cuda-archs", status, f"cuobjdump lists {', '.join(sorted(found)) or 'nothing'}; "
                                                       f"expected {', '.join(sorted(expected))}"))
     return checks
@@ -258,16 +257,17 @@ def check_cpu_backends(engine: Engine, plan: BuildPlan, image: str, *, not_run: 
             what = [f"missing {', '.join(f'libggml-cpu-{v}.so' if v else 'libggml-cpu.so' for v in missing)}"] \
                 if missing else []
             what += [f"unexpected {', '.join(libs[n].name for n in extra)}"] if extra else []
-            return [Check("cpu-backends", FAILED, f"cpu level {level.name}: /app/lib holds {shown}; {'; '.join(what)}")]
-        checks = [Check("cpu-backends", PASSED, f"cpu level {level.name}: {shown}")]
+            return [Check("cpu-backends", Status.FAILED,
+                          f"cpu level {level.name}: /app/lib holds {shown}; {'; '.join(what)}")]
+        checks = [Check("cpu-backends", Status.PASSED, f"cpu level {level.name}: {shown}")]
         objdump = cpucode.find_objdump(arch)
         if objdump is None:
-            checks.append(Check("cpu-code", SKIPPED,
+            checks.append(Check("cpu-code", Status.SKIPPED,
                                 f"no objdump for {arch} code on this machine; {objdump_hint(arch)}"))
         else:
             checks.append(_check_code(plan, libs, objdump, host))
     if not_run:
-        checks.append(Check("cpu-load", SKIPPED, not_run))
+        checks.append(Check("cpu-load", Status.SKIPPED, not_run))
     else:
         checks.append(check_cpu_loaded(engine, plan, image, names, host))
     return checks
@@ -287,8 +287,8 @@ def _check_code(plan: BuildPlan, libs: dict[str, Path], objdump: str, host: set[
         shown = cpucode.summary(counts, always=("sme",) if wanted == "sme" else ())
         (bad if why else good).append(f"{label} ({wanted}): {'; '.join(why) if why else shown}")
     if bad:
-        return Check("cpu-code", FAILED, "CPU backend without the code of its level: " + " | ".join(bad))
-    return Check("cpu-code", PASSED, " | ".join(good))
+        return Check("cpu-code", Status.FAILED, "CPU backend without the code of its level: " + " | ".join(bad))
+    return Check("cpu-code", Status.PASSED, " | ".join(good))
 
 
 def check_cpu_loaded(engine: Engine, plan: BuildPlan, image: str, names: list[str], host: set[str]) -> Check:
@@ -296,20 +296,20 @@ def check_cpu_loaded(engine: Engine, plan: BuildPlan, image: str, names: list[st
     the one ggml chose, and must be the one its score picks for this CPU."""
     platform, level = plan.request.platform, plan.request.cpu_level
     if cpulevels.platform_arch(platform) != engine_arch(engine):
-        return Check("cpu-load", SKIPPED, f"{platform} image on a {engine_arch(engine)} engine (emulated)")
+        return Check("cpu-load", Status.SKIPPED, f"{platform} image on a {engine_arch(engine)} engine (emulated)")
     if not level.backend_dl:
-        return Check("cpu-load", SKIPPED, "cpu level native links libggml-cpu; nothing is chosen at start-up")
+        return Check("cpu-load", Status.SKIPPED, "cpu level native links libggml-cpu; nothing is chosen at start-up")
     if level.all_variants:
         expected = cpulevels.best_variant([n for n in names if n], host, platform)
         if expected is None:
-            return Check("cpu-load", SKIPPED, "no variant in the image runs on this machine's CPU")
+            return Check("cpu-load", Status.SKIPPED, "no variant in the image runs on this machine's CPU")
         want = f"libggml-cpu-{expected}.so"
     else:
         need = cpulevels.level_features(level)
         lacking = [f for f in need if f not in host]
         if lacking:
-            return Check("cpu-load", SKIPPED, f"this machine lacks {', '.join(lacking)}: the {level.name} backend "
-                                              "cannot load here")
+            return Check("cpu-load", Status.SKIPPED,
+                         f"this machine lacks {', '.join(lacking)}: the {level.name} backend cannot load here")
         want = "libggml-cpu.so"
     binary = "/app/llama-cli" if plan.request.target == "light" else "/app/llama-server"
     # the loader's trace says which backend stayed loaded (loadertrace.py: llama.cpp's own log line may be
@@ -322,11 +322,11 @@ def check_cpu_loaded(engine: Engine, plan: BuildPlan, image: str, names: list[st
     if len(mapped) != 1:
         said = loadertrace.program_lines(output)[-3:]
         what = f"kept {len(mapped)} CPU backends loaded ({', '.join(mapped)})" if mapped else "loaded no CPU backend"
-        return Check("cpu-load", FAILED, f"{binary} --list-devices (exit {code}) {what}: {said}")
+        return Check("cpu-load", Status.FAILED, f"{binary} --list-devices (exit {code}) {what}: {said}")
     loaded = mapped[0]
     if Path(loaded).name != want:
-        return Check("cpu-load", FAILED, f"loaded {loaded}; this machine's best is {want}")
-    return Check("cpu-load", PASSED, f"loaded {loaded} (the best for this CPU)")
+        return Check("cpu-load", Status.FAILED, f"loaded {loaded}; this machine's best is {want}")
+    return Check("cpu-load", Status.PASSED, f"loaded {loaded} (the best for this CPU)")
 
 
 def check_files(plan: BuildPlan, tree: ImageTree) -> list[Check]:
@@ -363,7 +363,7 @@ def verify_image(plan: BuildPlan, image: str, *, cuda_roots: Sequence[Path] = ()
             checks += check_files(plan, tree)
             header = _header(tree, plan)
         except BuildkitError as exc:  # the engine's or the archive's own message
-            checks.append(Check("elf-machine", FAILED, f"cannot read the image's files: {exc}"))
+            checks.append(Check("elf-machine", Status.FAILED, f"cannot read the image's files: {exc}"))
         return _run_checks(engine, plan, image, checks, header, _lib_dir(tree), cuda_roots)
 
 
@@ -380,18 +380,18 @@ def _run_checks(engine: Engine, plan: BuildPlan, image: str, checks: list[Check]
     """verify_image's checks after the file checks: the CUDA library, the CPU backends, the version."""
     if plan.arch.is_cuda:
         checks += check_cuda_library(engine, plan, image, list(cuda_roots), lib_dir)
-    vmm_needs_driver = any(c.name == "vmm" and c.status == PASSED for c in checks)
+    vmm_needs_driver = any(c.name == "vmm" and c.status == Status.PASSED for c in checks)
     handlers = binfmt.registered()
     not_run = VMM_NOT_RUN if vmm_needs_driver else binfmt.not_runnable(plan.request.platform, engine_arch(engine),
                                                                      header, handlers)
     checks += check_cpu_backends(engine, plan, image, not_run=not_run, lib_dir=lib_dir)
     if not_run:
-        checks.append(Check("version", SKIPPED, not_run))
+        checks.append(Check("version", Status.SKIPPED, not_run))
     else:
         version = check_version(engine, plan, image)
         foreign = plan.request.target_cpu.docker != engine_arch(engine)
         emulator = binfmt.handler_for(header, handlers) if foreign else None
-        if emulator is not None and version.status == PASSED:
-            version = Check("version", PASSED, f"{version.detail} (emulated: {emulator.interpreter})")
+        if emulator is not None and version.status == Status.PASSED:
+            version = Check("version", Status.PASSED, f"{version.detail} (emulated: {emulator.interpreter})")
         checks.append(version)
     return VerifyReport(image=image, checks=tuple(checks))

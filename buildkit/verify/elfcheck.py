@@ -22,7 +22,7 @@ from buildkit.plan.buildplan import BuildPlan
 from buildkit.plan.platforms import ARCHES
 from buildkit.verify.elfdeps import ElfError, ElfInfo, machine_system_dirs, read_elf
 from buildkit.verify.imagetree import ImageTree, resolve_in_tree
-from buildkit.verify.report import FAILED, PASSED, Check
+from buildkit.core.check import Check, Status
 
 DRIVER_LIBRARY = "libcuda.so.1"
 ELF_MAGIC = b"\x7fELF"
@@ -87,16 +87,17 @@ def mismatches(files: ElfFiles, machine: int) -> list[str]:
 def check_elf_machine(plan: BuildPlan, tree: ImageTree, files: ElfFiles) -> Check:
     cpu = plan.request.target_cpu
     if not files:
-        return Check("elf-machine", FAILED, "no ELF file under /app of the image")
+        return Check("elf-machine", Status.FAILED, "no ELF file under /app of the image")
     bad = mismatches(files, cpu.elf_machine)
     if bad:
-        return Check("elf-machine", FAILED, f"{len(bad)} of {len(files)} ELF files under /app are not "
-                                            f"{cpu.elf_name} 64-bit ({plan.request.platform}): {_listed(bad)}")
+        return Check("elf-machine", Status.FAILED, f"{len(bad)} of {len(files)} ELF files under /app are not "
+                                                   f"{cpu.elf_name} 64-bit ({plan.request.platform}): {_listed(bad)}")
     if tree.architecture != cpu.docker:
-        return Check("elf-machine", FAILED, f"the image's config says architecture {tree.architecture or 'nothing'}, "
-                                            f"not {cpu.docker} ({plan.request.platform})")
+        return Check("elf-machine", Status.FAILED,
+                     f"the image's config says architecture {tree.architecture or 'nothing'}, "
+                     f"not {cpu.docker} ({plan.request.platform})")
     names = [Path(p).name for p in sorted(files.infos)]
-    return Check("elf-machine", PASSED,
+    return Check("elf-machine", Status.PASSED,
                  f"{len(files)} ELF files under /app are {cpu.elf_name} 64-bit: {_listed(names)}")
 
 
@@ -126,7 +127,7 @@ def check_needed(plan: BuildPlan, tree: ImageTree, files: ElfFiles) -> Check:
     cpu = plan.request.target_cpu
     roots = [p for p, info in sorted(files.infos.items()) if info.machine == cpu.elf_machine and info.elf_class == 2]
     if not roots:
-        return Check("needed-libraries", FAILED, f"no {cpu.elf_name} ELF file under /app to resolve")
+        return Check("needed-libraries", Status.FAILED, f"no {cpu.elf_name} ELF file under /app to resolve")
     dirs = machine_system_dirs(cpu.elf_machine)
     resolution = resolve_in_tree(tree, roots, tree.ld_library_path, dirs)
     absent_ok = expected_absent(plan)
@@ -135,15 +136,15 @@ def check_needed(plan: BuildPlan, tree: ImageTree, files: ElfFiles) -> Check:
     if missing:
         where = f"LD_LIBRARY_PATH={':'.join(tree.ld_library_path) or '(unset)'} and {', '.join(dirs)}"
         shown = missing
-        return Check("needed-libraries", FAILED, f"{_count(len(missing))} not found in the image ({where}): "
-                                                 f"{_listed(shown)}")
+        return Check("needed-libraries", Status.FAILED, f"{_count(len(missing))} not found in the image ({where}): "
+                                                        f"{_listed(shown)}")
     found = len(resolution.libraries) - len(resolution.missing)
     driver = [r.soname for r in resolution.missing if r.soname in absent_ok]
     note = f"; {', '.join(driver)} absent as expected (the NVIDIA driver's, mounted at run time)" if driver else ""
     interpreters = sorted({i for i in (files.infos[p].interpreter for p in roots) if i})
     note += f"; interpreter {', '.join(interpreters)} present" if interpreters else ""
-    return Check("needed-libraries", PASSED, f"{_count(found)} needed by {len(roots)} ELF files under /app "
-                                             f"resolve inside the image{note}")
+    return Check("needed-libraries", Status.PASSED, f"{_count(found)} needed by {len(roots)} ELF files under /app "
+                                                    f"resolve inside the image{note}")
 
 
 __all__ = ["ElfFiles", "check_elf_machine", "check_needed", "elf_files", "expected_absent", "machine_name",

@@ -12,7 +12,8 @@ from pathlib import Path
 from buildkit.core.errors import BuildkitError, VerifyError
 from buildkit.engine.api import get_engine
 from buildkit.plan.buildplan import BuildPlan
-from buildkit.verify.checks import VerifyReport, verify_image
+from buildkit.verify.checks import verify_image
+from buildkit.verify.report import VerifyReport
 
 
 class FailedVerification(VerifyError):

@@ -1,17 +1,10 @@
-"""What verification found: one Check per smoke check, and the report of one image."""
+"""What verification found: the report of one image, one Check (core/check.py) per smoke check."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: str
-    detail: str
+from buildkit.core.check import Check
 
 
 @dataclass(frozen=True)
@@ -21,10 +14,10 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
-        return all(c.status != FAILED for c in self.checks)
+        return not self.failures()
 
     def failures(self) -> list[Check]:
-        return [c for c in self.checks if c.status == FAILED]
+        return [c for c in self.checks if c.failed]
 
 
-__all__ = ["Check", "FAILED", "PASSED", "SKIPPED", "VerifyReport"]
+__all__ = ["VerifyReport"]

@@ -289,7 +289,8 @@ def test_verify_catches_a_runtime_stage_without_a_shared_library(project, client
     """A runtime stage that forgot libllama-common.so.0 (seen in published images) fails verification."""
     from buildkit.plan.config import load_config
     from buildkit.flows.pipeline import prepare
-    from buildkit.verify.checks import FAILED, verify_image
+    from buildkit.core.check import Status
+    from buildkit.verify.checks import verify_image
 
     (tmp_path / "Dockerfile").write_text("FROM buildkit-test/tiny-fork:cpu\nRUN rm -f /app/lib/libllama-common.so*\n")
     subprocess.run(["docker", "buildx", "build", "--load", "-t", "buildkit-test/tiny-fork:broken-runtime",
@@ -300,6 +301,6 @@ def test_verify_catches_a_runtime_stage_without_a_shared_library(project, client
         plan = prepare(cfg, tmp_path / "ctx").plan
         report = verify_image(plan, "buildkit-test/tiny-fork:broken-runtime")
         failed = report.failures()
-        assert failed and failed[0].status == FAILED and "libllama-common.so.0" in failed[0].detail
+        assert failed and failed[0].status == Status.FAILED and "libllama-common.so.0" in failed[0].detail
     finally:
         client.images.remove("buildkit-test/tiny-fork:broken-runtime", force=True)

@@ -126,7 +126,8 @@ def test_needed_check_names_a_library_missing_from_an_arm64_image(arm64_cpu_buil
     name. It is made from the built one by COPY only: nothing of arm64 runs to make it."""
     from buildkit.flows.pipeline import prepare
     from buildkit.plan.config import load_config
-    from buildkit.verify.checks import FAILED, PASSED, verify_image
+    from buildkit.core.check import Status
+    from buildkit.verify.checks import verify_image
 
     broken = f"{IMAGE}:no-libggml"
     (tmp_path / "Dockerfile").write_text(
@@ -142,9 +143,9 @@ def test_needed_check_names_a_library_missing_from_an_arm64_image(arm64_cpu_buil
                           overrides={"build.arch": ("cpu", "test"), "build.platform": ("linux/arm64", "test")})
         plan = prepare(cfg, tmp_path / "ctx").plan
         report = {c.name: c for c in verify_image(plan, broken).checks}
-        assert report["elf-machine"].status == PASSED
+        assert report["elf-machine"].status == Status.PASSED
         needed = report["needed-libraries"]
-        assert needed.status == FAILED
+        assert needed.status == Status.FAILED
         assert "libggml.so.0 (needed by /app/lib/libllama" in needed.detail
         assert report["version"].detail == NOT_RUN
     finally:

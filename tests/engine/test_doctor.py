@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from buildkit.flows.diskcheck import required_gb
-from buildkit.flows.doctorcheck import FAIL, OK, WARN, Variant, version_tuple
+from buildkit.core.check import Status
+from buildkit.flows.doctorcheck import Variant, version_tuple
 from buildkit.flows.platformcheck import judge_driver, judge_emulation, parse_nvidia_smi
 from cliutil import buildkit_env
 
@@ -40,24 +41,24 @@ def test_required_space_grows_with_the_matrix_and_cuda_needs_more_than_cpu():
 def test_driver_too_old_for_cuda13_fails_with_the_figure():
     rows = parse_nvidia_smi("570.133.07, NVIDIA GeForce RTX 5090, 12.0\n")
     check = judge_driver(rows, [CUDA131])
-    assert check.status == FAIL and ">= 580" in check.detail and "580 or newer" in check.fix
-    assert judge_driver(rows, [CUDA128]).status == OK  # CUDA 12.x runs on >= 525
+    assert check.status == Status.FAILED and ">= 580" in check.detail and "580 or newer" in check.fix
+    assert judge_driver(rows, [CUDA128]).status == Status.PASSED  # CUDA 12.x runs on >= 525
 
 
 def test_driver_580_runs_cuda13_and_a_wrong_gpu_is_a_warning_naming_the_arch():
     rows = parse_nvidia_smi("580.65.06, NVIDIA GeForce RTX 5090, 12.0\n")
-    assert judge_driver(rows, [CUDA131]).status == OK
+    assert judge_driver(rows, [CUDA131]).status == Status.PASSED
     ada = parse_nvidia_smi("580.65.06, NVIDIA GeForce RTX 4090, 8.9\n")
     check = judge_driver(ada, [CUDA131])
-    assert check.status == WARN and "no kernel image" in check.detail and "--arch sm_89" in check.fix
+    assert check.status == Status.WARNED and "no kernel image" in check.detail and "--arch sm_89" in check.fix
 
 
 def test_emulation_native_ok_foreign_needs_a_handler_or_a_node():
-    assert judge_emulation(["linux/amd64"], "amd64", None, []).status == OK
+    assert judge_emulation(["linux/amd64"], "amd64", None, []).status == Status.PASSED
     missing = judge_emulation(["linux/arm64"], "amd64", [], [])
-    assert missing.status == FAIL and "apt-get install qemu-user-static" in missing.fix
-    assert judge_emulation(["linux/arm64"], "amd64", ["qemu-aarch64"], []).status == OK
-    assert judge_emulation(["linux/arm64"], "amd64", None, ["linux/amd64", "linux/arm64"]).status == OK
+    assert missing.status == Status.FAILED and "apt-get install qemu-user-static" in missing.fix
+    assert judge_emulation(["linux/arm64"], "amd64", ["qemu-aarch64"], []).status == Status.PASSED
+    assert judge_emulation(["linux/arm64"], "amd64", None, ["linux/amd64", "linux/arm64"]).status == Status.PASSED
 
 
 def test_emulation_says_one_thing_and_names_only_what_can_be_had_offline():
@@ -65,14 +66,14 @@ def test_emulation_says_one_thing_and_names_only_what_can_be_had_offline():
     "no emulation needed" and then "fail ... nothing here can run linux/arm64", and its fix pulled an image from
     docker.io."""
     check = judge_emulation(["linux/arm64"], "amd64", None, [], cross=["linux/amd64"])
-    assert check.status == FAIL and "nothing here can run linux/arm64" in check.detail
+    assert check.status == Status.FAILED and "nothing here can run linux/arm64" in check.detail
     assert "no emulation needed" not in check.detail and "needs emulation" in check.detail
     assert "docker run" not in check.fix and "tonistiigi" not in check.fix  # no image from docker.io
     assert "buildkit base debian --platform linux/amd64,linux/arm64" in check.fix
     assert "unset build.build_platform" in check.fix
     # the ordinary cross build compiles here: that one says no emulation is needed, and passes
     here = judge_emulation(["linux/amd64"], "amd64", None, [], cross=["linux/arm64"])
-    assert here.status == OK and "no emulation needed" in here.detail
+    assert here.status == Status.PASSED and "no emulation needed" in here.detail
 
 
 # --------------------------------------------------------------------------- the real CLI
@@ -106,7 +107,7 @@ def test_doctor_passes_on_this_machine(tmp_path, docker_engine, registry_plain):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     checks = by_name(proc)
     assert set(checks) == {"engine", "buildx", "disk", "registry", "bases", "driver", "emulation"}
-    assert all(c["status"] == OK for c in checks.values()), checks
+    assert all(c["status"] == "ok" for c in checks.values()), checks
     assert "containerd image store" in checks["engine"]["detail"]
     # the text form: one line per check
     env = buildkit_env()
@@ -134,7 +135,7 @@ def test_doctor_fails_naming_the_fix_when_the_engine_is_unreachable(tmp_path, do
     proc = doctor(project(tmp_path, "localhost:1/x"), "--offline", env_extra={"DOCKER_HOST": f"unix://{dead}"})
     assert proc.returncode == 1
     engine = by_name(proc)["engine"]
-    assert engine["status"] == FAIL and str(dead) in engine["detail"]
+    assert engine["status"] == "fail" and str(dead) in engine["detail"]
     assert "start the engine" in engine["fix"] and "DOCKER_HOST" in engine["fix"]
 
 
@@ -164,8 +165,8 @@ def test_the_disk_figure_comes_from_build_min_free_gb_else_the_estimate(tmp_path
                           timeout=300)
     assert proc.returncode == 1
     disk = by_name(proc)["disk"]
-    assert disk["status"] == FAIL and "need 1e+06 GB (build.min_free_gb)" in disk["detail"], disk
-    assert by_name(doctor(root, "--offline", "--min-free-gb", "0"))["disk"]["status"] == OK  # the option wins
+    assert disk["status"] == "fail" and "need 1e+06 GB (build.min_free_gb)" in disk["detail"], disk
+    assert by_name(doctor(root, "--offline", "--min-free-gb", "0"))["disk"]["status"] == "ok"  # the option wins
     bad = doctor(root, "--offline", env_extra={"LLAMA_BUILDKIT_BUILD_MIN_FREE_GB": "-5"})
     assert bad.returncode != 0 and "build.min_free_gb must be" in bad.stdout + bad.stderr
     assert "Traceback" not in bad.stderr
@@ -178,7 +179,7 @@ def test_doctor_fails_when_disk_space_is_short(tmp_path, docker_engine):
     proc = doctor(root, "--offline", "--min-free-gb", "1000000")
     assert proc.returncode == 1
     disk = by_name(proc)["disk"]
-    assert disk["status"] == FAIL and "need 1e+06 GB (--min-free-gb)" in disk["detail"]
+    assert disk["status"] == "fail" and "need 1e+06 GB (--min-free-gb)" in disk["detail"]
     assert "docker buildx prune" in disk["fix"]
     # a real small file system as cache.dir, against the default need of a cpu variant
     small = tmp_path / "small"
@@ -190,7 +191,7 @@ def test_doctor_fails_when_disk_space_is_short(tmp_path, docker_engine):
         proc = doctor(root, "--offline", "--cache-dir", str(small))
         assert proc.returncode == 1
         disk = by_name(proc)["disk"]
-        assert disk["status"] == FAIL and f"{small} (cache.dir)" in disk["fix"]
+        assert disk["status"] == "fail" and f"{small} (cache.dir)" in disk["fix"]
     finally:
         subprocess.run(["umount", str(small)], check=True)
 
@@ -210,10 +211,10 @@ def test_doctor_fails_when_the_registry_login_is_wrong(tmp_path, docker_engine, 
     wrong = doctor(root, env_extra=with_login("not-the-password"))
     assert wrong.returncode == 1
     reg = by_name(wrong)["registry"]
-    assert reg["status"] == FAIL and "rejected the credentials" in reg["detail"]
+    assert reg["status"] == "fail" and "rejected the credentials" in reg["detail"]
     assert f"docker login {registry_auth.host}" in reg["fix"]
     right = doctor(root, env_extra=with_login(password))
-    assert by_name(right)["registry"]["status"] == OK, right.stdout
+    assert by_name(right)["registry"]["status"] == "ok", right.stdout
     assert user in by_name(right)["registry"]["detail"]
 
 
@@ -229,10 +230,10 @@ def test_an_unreachable_registry_is_a_warning_unless_asked_to_push(tmp_path, doc
     root = project(tmp_path, f"127.0.0.1:{port}/team/doctor")
     proc = doctor(root)
     reg = by_name(proc)["registry"]
-    assert reg["status"] == WARN and "only a push needs it" in reg["detail"], proc.stdout
+    assert reg["status"] == "warn" and "only a push needs it" in reg["detail"], proc.stdout
     assert proc.returncode == 0, proc.stdout
     pushing = doctor(root, "--push")
-    assert pushing.returncode == 1 and by_name(pushing)["registry"]["status"] == FAIL, pushing.stdout
+    assert pushing.returncode == 1 and by_name(pushing)["registry"]["status"] == "fail", pushing.stdout
 
 
 def test_tags_json_is_the_tag_set(tmp_path):

@@ -341,7 +341,7 @@ def test_no_tag_names_the_digest_before_it_is_signed(tmp_path):
     seen: list[dict[str, str]] = []
     tags = TAGS.plus("bk-" + "b" * 24 + "-cpu", "build_key", immutable=True)
 
-    def signer_for(entry, key):
+    def sign_step(entry, signer):
         def sign(client, repository, digest):
             seen.append(dict(registry.tags))
             assert registry.bodies[digest] == BODY  # the bytes are there, by digest
@@ -359,9 +359,9 @@ def test_no_tag_names_the_digest_before_it_is_signed(tmp_path):
     engine = PushingEngine(registry)
     prepared = prepared_unit(tmp_path)
     publication = Publication(registry, parse_image_ref(REPO), tags, "1.0.0-nightly.1",  # type: ignore[arg-type]
-                              how=LOADED, sign_key=object())  # type: ignore[arg-type]
+                              how=LOADED, signer=object())  # type: ignore[arg-type]
     with use_engine(engine), pytest.MonkeyPatch.context() as patch:
-        patch.setattr(flow, "signer_for", signer_for)
+        patch.setattr(flow, "sign_step", sign_step)
         unit = run_unit(prepared, UnitOptions(verify=False, publish=publication, stages=False),
                         built=loaded(engine, prepared))
     assert seen == [{}] and unit.published is not None and unit.published.signed == ("signed",)

@@ -138,11 +138,12 @@ def test_a_cross_build_needs_both_platforms_of_its_base(tmp_path):
 
 
 def test_doctor_says_what_the_seed_direction_is_and_what_buildkit_does():
-    from buildkit.flows.doctorcheck import OK, Variant
+    from buildkit.core.check import Status
+    from buildkit.flows.doctorcheck import Variant
     from buildkit.flows.platformcheck import judge_cross_cuda
 
     seed = judge_cross_cuda([Variant("cuda13.1-sm120", (13, 1), "sm_120", "linux/amd64", "linux/arm64", "nvidia")])
-    assert seed is not None and seed.status == OK and seed.name == "cross-cuda"
+    assert seed is not None and seed.status == Status.PASSED and seed.name == "cross-cuda"
     assert "not the direction NVIDIA documents" in seed.detail
     assert "-Xcudafe=--signed_chars -Xcicc=--signed_chars" in seed.detail and "long double" in seed.detail
     assert "verified" in seed.detail

@@ -123,7 +123,7 @@ def test_a_base_no_one_can_provide_names_the_whole_offline_path():
     from buildkit.engine.api import ImageInfo, use_engine
     from buildkit.engine.baseimages import resolve_base_images
     from buildkit.flows.basecheck import check_bases
-    from buildkit.flows.doctorcheck import OK, WARN
+    from buildkit.core.check import Status
 
     gone = "127.0.0.1:1/nobody/cuda:13.1.0-devel-ubuntu24.04"  # a registry that refuses connections
     engine = FakeEngine()
@@ -134,11 +134,11 @@ def test_a_base_no_one_can_provide_names_the_whole_offline_path():
         said = str(caught.value)
         assert "--provider wheels" in said and "--os-image" in said and "buildkit base debian" in said
         check = check_bases([gone, "local/debian:bookworm"])
-        assert check.status == WARN and gone in check.detail and "local/debian" not in check.detail
+        assert check.status == Status.WARNED and gone in check.detail and "local/debian" not in check.detail
         assert "--provider wheels" in check.fix and "buildkit base debian" in check.fix
-        assert check_bases(["local/debian:bookworm"]).status == OK
+        assert check_bases(["local/debian:bookworm"]).status == Status.PASSED
         offline = check_bases([gone], offline=True)
-        assert offline.status == WARN and "its registry was not asked" in offline.detail
+        assert offline.status == Status.WARNED and "its registry was not asked" in offline.detail
 
 
 def test_the_base_is_dated_by_its_suites_release_file(tmp_path):

@@ -12,7 +12,7 @@ from pathlib import Path
 from buildkit.core import ggmlcpu
 from buildkit.verify import loadertrace
 from buildkit.verify.checks import check_cpu_loaded
-from buildkit.verify.report import FAILED, PASSED
+from buildkit.core.check import Status
 from fakeengine import FakeEngine
 from test_plan_render import plan_for
 
@@ -55,9 +55,9 @@ def test_several_backends_left_mapped_are_named():
     kept_open = "\n".join(ln for ln in TRACE.splitlines() if "destroying link map" not in ln)
     assert len(loadertrace.mapped_at_exit(kept_open, "libggml-cpu") or []) == 14
     # verify then takes the one llama.cpp's log line names, and fails without it
-    assert cpu_load(kept_open).status == PASSED
+    assert cpu_load(kept_open).status == Status.PASSED
     failed = cpu_load(kept_open.replace(LOG_LINE, ""))
-    assert failed.status == FAILED and "kept 14 CPU backends loaded" in failed.detail
+    assert failed.status == Status.FAILED and "kept 14 CPU backends loaded" in failed.detail
 
 
 ZEN4 = set(ggmlcpu.X86_VARIANTS["zen4"])  # the trace's machine, as the features ggml's score reads
@@ -77,10 +77,11 @@ def cpu_load(output: str, host: set[str] = ZEN4):
 def test_verify_names_the_variant_in_use_with_or_without_the_log_line():
     for output in (TRACE, TRACE.replace(LOG_LINE, "")):
         check = cpu_load(output)
-        assert (check.status, check.detail) == (PASSED, "loaded /app/lib/libggml-cpu-zen4.so (the best for this CPU)")
+        assert (check.status, check.detail) == (Status.PASSED,
+                                                "loaded /app/lib/libggml-cpu-zen4.so (the best for this CPU)")
     # the image's ggml took zen4 where ggml's score picks another variant: failed
     wrong = cpu_load(TRACE, set(ggmlcpu.X86_VARIANTS["haswell"]))
-    assert wrong.status == FAILED and wrong.detail.endswith("this machine's best is libggml-cpu-haswell.so")
+    assert wrong.status == Status.FAILED and wrong.detail.endswith("this machine's best is libggml-cpu-haswell.so")
     # CI's case: no trace and no log line
     lost = cpu_load("Available devices:\n  (none)\n")
-    assert lost.status == FAILED and "loaded no CPU backend: ['Available devices:', '  (none)']" in lost.detail
+    assert lost.status == Status.FAILED and "loaded no CPU backend: ['Available devices:', '  (none)']" in lost.detail
