@@ -34,7 +34,7 @@ from buildkit.bench.container import (Served, container_spec, docker_client, loc
                                       wait_ready)
 from buildkit.bench.format import (compare, degradation_line, format_compare, format_report,
                                    invalid_text, protocol_differences, run_row)
-from buildkit.bench.lockrecord import attach_to_lock, find_lock_entry
+from buildkit.bench.lockrecord import attach_to_lock
 from buildkit.bench.protocol import (BENCH_LABEL, DEFAULT_MAX_TOKENS, DEFAULT_PROMPT, DEFAULT_RUNS,
                                      DEFAULT_TIMEOUT, DEGRADATION_THRESHOLD, REPORT_VERSION, Protocol)
 from buildkit.bench.results import (BenchReport, RequestResult, RunResult, combine, degradation,
@@ -44,6 +44,6 @@ from buildkit.bench.results import (BenchReport, RequestResult, RunResult, combi
 __all__ = ["Endpoint", "InvalidFigures", "StreamError", "error_text", "endpoint", "measure_run", "run_bench",
            "stream_chat", "Served", "container_spec", "docker_client", "local_image_id", "served", "wait_ready",
            "compare", "degradation_line", "format_compare", "format_report", "invalid_text", "protocol_differences",
-           "run_row", "attach_to_lock", "find_lock_entry", "BENCH_LABEL", "DEFAULT_MAX_TOKENS", "DEFAULT_PROMPT",
+           "run_row", "attach_to_lock", "BENCH_LABEL", "DEFAULT_MAX_TOKENS", "DEFAULT_PROMPT",
            "DEFAULT_RUNS", "DEFAULT_TIMEOUT", "DEGRADATION_THRESHOLD", "REPORT_VERSION", "Protocol", "BenchReport",
            "RequestResult", "RunResult", "combine", "degradation", "load_report", "save_report", "stats", "summarize"]

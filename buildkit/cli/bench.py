@@ -115,7 +115,7 @@ def bench(url: str | None, image: str | None, model: str | None, model_draft: st
     from buildkit.bench.client import run_bench
     from buildkit.bench.container import docker_client, local_image_id, served
     from buildkit.bench.format import compare, format_compare, format_report, invalid_text
-    from buildkit.bench.lockrecord import attach_to_lock, find_lock_entry
+    from buildkit.bench.lockrecord import attach_to_lock
     from buildkit.bench.results import load_report, save_report
     from buildkit.bench.gate import failed_markdown, make_gate
 
@@ -172,15 +172,16 @@ def bench(url: str | None, image: str | None, model: str | None, model_draft: st
         overrides = {"lock.path": (lock_path, "--lock")} if lock_path else {}
         cfg = load_config(document if document is not None else cfg_path, os.environ, overrides)
         lock_file = cfg.lock.path
-        from buildkit.release.lock import read_lock
+        from buildkit.release.lockfile import Lock
 
-        builds = read_lock(lock_file)["builds"]
+        lock = Lock.read(lock_file)
+        builds = lock.builds
         if lock_entry:
             key = lock_entry
             if key not in builds:
                 raise BenchError(f"{lock_file} has no entry {key!r} (entries: {', '.join(builds) or 'none'})")
         elif image:
-            key = find_lock_entry(builds, image, image_id)
+            key = lock.describing(image, image_id)
             if key is None:
                 raise BenchError(f"no entry of {lock_file} describes image {image} "
                                  f"(entries: {', '.join(builds) or 'none'}); name one with --lock-entry")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -30,18 +29,14 @@ def backend_ops_args(backend: str, ops: tuple[str, ...]) -> list[str]:
 
 
 def _attach(lock_path: Path, image: str, key: str | None, check: GpuCheck) -> str:
-    from buildkit.bench.lockrecord import find_lock_entry
-    from buildkit.release.lock import read_lock, update_lock
+    from buildkit.release.lockfile import Lock, update_lock
 
-    builds = read_lock(lock_path)["builds"]
-    key = key or find_lock_entry(builds, image)
-    if key is None or key not in builds:
-        raise LockError(f"no entry of {lock_path} describes {key or image} (entries: {', '.join(builds) or 'none'}); "
-                        "name one with --lock-entry")
-
-    def change(data: dict[str, Any]) -> None:
-        data["builds"][key]["gpu_check"] = check.to_dict()
-    update_lock(lock_path, change)
+    lock = Lock.read(lock_path)
+    key = key or lock.describing(image)
+    if key is None or key not in lock.builds:
+        raise LockError(f"no entry of {lock_path} describes {key or image} "
+                        f"(entries: {', '.join(lock.builds) or 'none'}); name one with --lock-entry")
+    update_lock(lock_path, lambda lock: lock.with_attached(key, "gpu_check", check.to_dict()))
     return key
 
 
@@ -58,11 +53,11 @@ def _release(path: str | None, lock_path: Path, entry: str | None) -> GpuCheck |
         if path:
             record = read_json_object(path, COMPARE_LIMIT)
         elif entry:
-            from buildkit.release.lock import read_lock
+            from buildkit.release.lockfile import Lock
 
             where = f"{lock_path} builds[{entry!r}].gpu_check"
-            builds = read_lock(lock_path)["builds"]
-            record = builds[entry].get("gpu_check") if isinstance(builds.get(entry), dict) else None
+            found = Lock.read(lock_path).builds.get(entry)
+            record = found.gpu_check if found is not None else None
         return GpuCheck.from_dict(record) if record is not None else None
     except (OSError, ValueError, RecursionError) as exc:
         why = ("nested too deeply" if isinstance(exc, RecursionError)

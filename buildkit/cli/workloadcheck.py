@@ -42,12 +42,13 @@ def _release(path: str | None, lock_path: Path, entry: str | None) -> Any:
     if path:
         record, where = _read_report(path, "--compare"), f"--compare {path}"
     else:
-        from buildkit.release.lock import read_lock
+        from buildkit.release.lockfile import Lock
 
         where = f"{lock_path} builds[{entry!r}].workload"
-        record = read_lock(lock_path)["builds"].get(entry, {}).get("workload")
-        if record is None:
+        found = Lock.read(lock_path).builds.get(entry or "")
+        if found is None or found.workload is None:
             raise BenchError(f"{where}: the release has no workload record to compare with")
+        record = found.workload
     try:
         return from_record(record)
     except (ValueError, TypeError) as exc:
@@ -55,18 +56,14 @@ def _release(path: str | None, lock_path: Path, entry: str | None) -> Any:
 
 
 def _attach(lock_path: Path, image: str, key: str | None, record: dict[str, Any]) -> str:
-    from buildkit.bench.lockrecord import find_lock_entry
-    from buildkit.release.lock import read_lock, update_lock
+    from buildkit.release.lockfile import Lock, update_lock
 
-    builds = read_lock(lock_path)["builds"]
-    key = key or find_lock_entry(builds, image)
-    if key is None or key not in builds:
-        raise LockError(f"no entry of {lock_path} describes {key or image} (entries: {', '.join(builds) or 'none'}); "
-                        "name one with --lock-entry")
-
-    def change(data: dict[str, Any]) -> None:
-        data["builds"][key]["workload"] = record
-    update_lock(lock_path, change)
+    lock = Lock.read(lock_path)
+    key = key or lock.describing(image)
+    if key is None or key not in lock.builds:
+        raise LockError(f"no entry of {lock_path} describes {key or image} "
+                        f"(entries: {', '.join(lock.builds) or 'none'}); name one with --lock-entry")
+    update_lock(lock_path, lambda lock: lock.with_attached(key, "workload", record))
     return key
 
 

@@ -38,7 +38,8 @@ from buildkit.oci.imageref import ImageRef
 from buildkit.oci.registry import RegistryClient
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.tags import TagSet
-from buildkit.release.lock import LockEntry, record, write_lock_entry
+from buildkit.release.lock import LockEntry
+from buildkit.release.lockfile import record, write_lock_entry
 from buildkit.flows.signpublished import sign_step
 from buildkit.release.artifact import Image, Published, SignStep
 from buildkit.release.publish import local_image, publish, tag_locally

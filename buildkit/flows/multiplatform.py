@@ -43,8 +43,8 @@ if TYPE_CHECKING:
 from buildkit.plan.tags import build_key_tag, check_tag, next_version, parse_version, platform_suffix
 from buildkit.plan.tagset import release_tags
 from buildkit.release.artifact import Index
-from buildkit.release.lock import (IndexEntry, LockEntry, PlatformRecord, platform_entry_key, read_lock,
-                                   write_index_entry)
+from buildkit.release.lock import IndexEntry, LockEntry, PlatformRecord, platform_entry_key
+from buildkit.release.lockfile import Lock, write_index_entry
 from buildkit.verify.report import VerifyReport
 
 
@@ -217,7 +217,7 @@ def _index_prover(client: RegistryClient, repo: str, lock_path: Path, key: str, 
     with a provenance of its platform's inputs."""
     from buildkit.release.ownership import index_signature_proof, key_parameters, prove
 
-    lock = read_lock(lock_path)
+    lock = Lock.read(lock_path)
     public = public_key_of(signer)
     platforms = [(p, key_parameters(LockEntry.of(pr.plan, pr.outcome()))) for p, _, pr in prepared]
 
@@ -270,8 +270,7 @@ def record_index(lock_path: Path, builds: list[PlatformBuild], target: str, imag
 def _recorded_packages(lock_path: Path, name: str, digest: str) -> dict[str, Any] | None:
     """debian_packages of the lock's entry NAME when it records this manifest digest (else None)."""
     try:
-        entry = read_lock(lock_path)["builds"].get(name)
+        entry = Lock.read(lock_path).builds.get(name)
     except BuildkitError:  # no readable lock: nothing kept (the write that follows says why)
         return None
-    found = entry.get("debian_packages") if isinstance(entry, dict) and entry.get("image_digest") == digest else None
-    return found if isinstance(found, dict) else None
+    return entry.debian_packages if entry is not None and entry.image_digest == digest else None

@@ -33,15 +33,14 @@ from buildkit.core.paths import templates_sha256
 from buildkit.oci.imageref import ImageRef
 from buildkit.oci.registry import RegistryClient
 from buildkit.plan.configinputs import config_changes, config_inputs
-from buildkit.plan.inputs import BuildInputs, from_labels, from_lock_entry
+from buildkit.plan.inputs import BuildInputs, from_labels
 from buildkit.plan.matrix import Variant
-from buildkit.release.lock import read_lock, update_lock
+from buildkit.release.lockfile import Lock, update_lock
 
 REVISION_LABEL = "org.opencontainers.image.revision"
 PATCH_SET_LABEL = "org.llama-buildkit.patch-set"
 RECORD_FIELDS = ("commit", "patch_set_sha256", "digest", "version", "date")  # of each variant's record
 VERSION_LABEL = "org.opencontainers.image.version"
-NIGHTLY_RECORD = "nightly"
 
 
 def nightly_tag(key: str) -> str:
@@ -70,11 +69,11 @@ class Previous:
                 "known_from": self.known_from}
 
 
-def _lock_of(lock_path: Path) -> dict[str, Any]:
+def _lock_of(lock_path: Path) -> Lock:
     try:
-        return read_lock(lock_path)
+        return Lock.read(lock_path)
     except LockError:
-        return {}
+        return Lock.empty(lock_path)
 
 
 def read_nightly_record(lock_path: Path, url: str, branch: str) -> dict[str, Any]:
@@ -83,8 +82,8 @@ def read_nightly_record(lock_path: Path, url: str, branch: str) -> dict[str, Any
     return _record_of(_lock_of(lock_path), url, branch)
 
 
-def _record_of(lock: dict[str, Any], url: str, branch: str) -> dict[str, Any]:
-    record = lock.get(NIGHTLY_RECORD) or {}
+def _record_of(lock: Lock, url: str, branch: str) -> dict[str, Any]:
+    record = dict(lock.nightly)
     return record if _ours(record, url, branch) else {}
 
 
@@ -97,36 +96,33 @@ def _ours(record: dict[str, Any], url: str, branch: str) -> bool:
 
 def update_nightly_record(lock_path: Path, url: str, branch: str, key: str, entry: dict[str, Any]) -> None:
     """Set the record of one variant (atomically, under the lock's writer lock)."""
-    def change(data: dict[str, Any]) -> None:
-        record = data.get(NIGHTLY_RECORD) or {}
+    def change(lock: Lock) -> Lock:
+        record = dict(lock.nightly)
         if not _ours(record, url, branch):
             record = {"url": url, "branch": branch, "variants": {}}
-        record.setdefault("variants", {})[key] = entry
-        record["variants"] = dict(sorted(record["variants"].items()))
-        data[NIGHTLY_RECORD] = record
+        record["variants"] = dict(sorted({**record.get("variants", {}), key: entry}.items()))
+        return lock.with_nightly(record)
     update_lock(lock_path, change)
 
 
-def lock_inputs(lock: dict[str, Any], digest: str, platform: str) -> BuildInputs | None:
+def lock_inputs(lock: Lock, digest: str, platform: str) -> BuildInputs | None:
     """The inputs of the lock's entry for the image at digest (a multi-platform index: its entry of
     platform, else its first); None when the lock has no readable entry of it."""
-    builds, indexes = lock.get("builds") or {}, lock.get("indexes") or {}
-    name = next((k for k, e in builds.items() if e.get("image_digest") == digest), None)
-    index = next((i for i in indexes.values() if i.get("index_digest") == digest), None)
-    if name is None and index is not None:
-        entries = [p["entry"] for p in index["platforms"] if p["platform"] == platform] or \
-                  [p["entry"] for p in index["platforms"]]
-        name = entries[0]
-    if name is None or name not in builds:
+    name = lock.by_digest(digest)
+    found = lock.index_by_digest(digest)
+    if name is None and found is not None:
+        index = found[1]
+        name = next((p.entry for p in index.platforms if p.platform == platform), index.platforms[0].entry)
+    if name is None or name not in lock.builds:
         return None
     try:
-        return from_lock_entry(builds[name], f"lock entry {name}")
+        return lock.inputs(name, f"lock entry {name}")
     except InputsError:
         return None
 
 
 def last_built(client: RegistryClient, repo: str, variant: Variant, record: dict[str, Any] | None,
-               lock: dict[str, Any], key: ec.EllipticCurvePublicKey | None = None) -> Previous | None:
+               lock: Lock, key: ec.EllipticCurvePublicKey | None = None) -> Previous | None:
     """What nightly-<key> in the registry was built from; None when there is no such image. With key, an
     image the lock does not record must be signed by it (else Previous.foreign says why not)."""
     info = client.head_manifest(repo, nightly_tag(variant.key))

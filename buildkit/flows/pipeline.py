@@ -332,18 +332,17 @@ def prepared_context(cfg: ResolvedConfig, *, request: BuildRequest | None = None
 
 def last_build_seconds(cfg: ResolvedConfig, request: BuildRequest) -> float | None:
     """How long the lock's last build of this variant took (None when unknown)."""
-    from buildkit.release.lock import find_entry, read_lock
+    from buildkit.release.lockfile import Lock
 
     try:
-        builds = read_lock(cfg.lock.path)["builds"]
-        name = f"{request.variant}/{request.target}"
-        found = find_entry(builds, request.variant, request.target, request.platform, request.cpu_level.name,
-                           request.arch.name)
-        entry = found[1] if found else builds.get(f"{name}@{request.platform}")  # (a platform of several)
+        lock = Lock.read(cfg.lock.path)
+        found = lock.find(request.variant, request.target, request.platform, request.cpu_level.name,
+                          request.arch.name)
+        entry = found[1] if found else lock.builds.get(f"{request.variant}/{request.target}@{request.platform}")
     except BuildkitError:  # no lock, or one this version cannot read (LockError): no estimate, not an error
         return None
-    seconds = (entry or {}).get("build_seconds")
-    return float(seconds) if isinstance(seconds, (int, float)) and seconds > 0 else None
+    seconds = entry.build_seconds if entry is not None else 0  # (a platform of several: its own key)
+    return float(seconds) if seconds > 0 else None
 
 
 def check_build_machine(request: BuildRequest, stream: OutStream | None = None, *, warn: bool = True) -> None:

@@ -23,7 +23,8 @@ from buildkit.plan.buildplan import make_request
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.tags import check_tag, next_version, parse_version
 from buildkit.plan.tagset import release_tags
-from buildkit.release.lock import LockEntry, entry_from_dict, find_entry, read_lock, record
+from buildkit.release.lock import LockEntry
+from buildkit.release.lockfile import Lock, record
 from buildkit.release.ownership import Proof, image_signature_proof, key_parameters, prove
 from buildkit.flows.signpublished import sign_step
 from buildkit.release.artifact import Image, SignStep
@@ -124,11 +125,11 @@ def _published_tests(client: RegistryClient, repository: ImageRef, prepared: Pre
 def built_before(lock_path: Path, key: str) -> tuple[float, float]:
     """(seconds, finished_at) of the build the lock recorded with this build key (the engine's image of a
     `buildkit build` that a later `build --push` pushes); (0, 0) when it recorded none."""
-    for entry in read_lock(lock_path)["builds"].values():
-        if isinstance(entry, dict) and entry.get("build_key") == key and entry.get("build_finished"):
+    for entry in Lock.read(lock_path).builds.values():
+        if entry.build_key == key and entry.build_finished:
             try:
-                started, finished = (datetime.strptime(str(entry.get(name)), "%Y-%m-%dT%H:%M:%SZ")
-                                     .replace(tzinfo=UTC).timestamp() for name in ("build_started", "build_finished"))
+                started, finished = (datetime.strptime(when, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+                                     for when in (entry.build_started, entry.build_finished))
             except ValueError:
                 continue
             return finished - started, finished
@@ -145,7 +146,7 @@ def image_prover(client: RegistryClient, repo: str, lock_path: Path, key: str, e
     """The proof that the image a tag names is ours (release/ownership.py): the lock at lock_path recorded it
     for this build key, or the signer's public key verifies its signature and a provenance of these parameters
     (ownership.key_parameters)."""
-    lock = read_lock(lock_path)
+    lock = Lock.read(lock_path)
     public = public_key_of(signer)
 
     def mine(ref: str, digest: str) -> Proof:
@@ -173,18 +174,18 @@ def push_local(cfg: ResolvedConfig, *, force: bool = False, stream: OutStream | 
     request = make_request(cfg)
     repository = publish_repository(request.image_name)
     lock_path = cfg.lock.path
-    found = find_entry(read_lock(lock_path)["builds"], request.variant, request.target, request.platform,
-                       request.cpu_level.name, request.arch.name)
+    lock = Lock.read(lock_path)
+    found = lock.find(request.variant, request.target, request.platform, request.cpu_level.name, request.arch.name)
     if found is None:
         raise LockError(f"{lock_path} has no build of {request.variant}/{request.target} for {request.platform}; "
                         "run buildkit build first")
-    name, entry = found
-    recorded = entry_from_dict(entry, f"{lock_path}: builds[{name!r}]")  # every key there
-    image = get_engine().image(entry["image_id"])
+    name = found[0]
+    recorded = lock.entry(name, f"{lock_path}: builds[{name!r}]")  # every key there
+    image = get_engine().image(recorded.image_id)
     if image is None:
-        raise RegistryError(f"the image {entry['image_id'][:19]} of {request.variant} is not in the local engine; "
+        raise RegistryError(f"the image {recorded.image_id[:19]} of {request.variant} is not in the local engine; "
                             "run buildkit build again")
-    key, version, commit = entry["build_key"], entry["version"], entry["commit"]
+    key, version, commit = recorded.build_key, recorded.version, recorded.commit
     is_default = request.artifact_variant == default_variant(cfg)
     sign = sign_step(recorded, signer) if signer is not None else None
     with client_for(repository.registry) as client:

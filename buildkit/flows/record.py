@@ -6,7 +6,7 @@ record adds where it came from, what it produced and where the original can be r
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 import json
 from collections.abc import Mapping
 from contextlib import ExitStack
@@ -18,9 +18,10 @@ from buildkit.core.platforms import DEFAULT_PLATFORM
 from buildkit.oci.imageref import name_of
 from buildkit.oci.ocilayout import EngineImages, open_image
 from buildkit.plan.inputs import BUILD_KEY_LABEL, INPUTS_LABEL, BuildInputs, from_labels as inputs_from_labels, \
-    from_lock_entry, need
-from buildkit.release.lock import read_lock
+    need
+from buildkit.release.lockfile import Lock
 
+T = TypeVar("T")
 REPRODUCE_NAME = "buildkit-reproduce"  # the image name is not an input (the rebuild is never tagged)
 
 
@@ -55,7 +56,7 @@ def from_labels(labels: Mapping[str, str], where: str, *, image_digest: str, ori
                     build_key=labels.get(BUILD_KEY_LABEL, ""), labels=dict(labels))
 
 
-def select_entry(builds: Mapping[str, dict[str, Any]], key: str | None, path: Path) -> tuple[str, dict[str, Any]]:
+def select_entry(builds: Mapping[str, T], key: str | None, path: Path) -> tuple[str, T]:
     if key:
         if key not in builds:
             raise ReproduceError(f"{path} has no build {key!r}; it has: {', '.join(builds) or 'none'}")
@@ -77,52 +78,50 @@ class IndexRecorded:
     platforms: tuple[tuple[str, Recorded], ...]  # (platform, its record)
 
 
-def _index_of(data: dict[str, Any], key: str | None) -> str | None:
+def _index_of(lock: Lock, key: str | None) -> str | None:
     """The indexes[] key a reproduce of this lock means: the one named, or the only build recorded
     when that is one multi-platform build (its platforms' entries are part of it)."""
-    indexes = data.get("indexes") or {}
     if key is not None:
-        return key if key in indexes else None
-    if len(indexes) != 1:
+        return key if key in lock.indexes else None
+    if len(lock.indexes) != 1:
         return None
-    name, index = next(iter(indexes.items()))
-    members = {p["entry"] for p in index["platforms"]}
-    return name if set(data["builds"]) <= members else None
+    name, index = next(iter(lock.indexes.items()))
+    return name if set(lock.builds) <= {p.entry for p in index.platforms} else None
 
 
-def from_lock_index(path: Path, data: dict[str, Any], name: str) -> IndexRecorded:
-    index = data["indexes"][name]
+def from_lock_index(path: Path, lock: Lock, name: str) -> IndexRecorded:
+    index = lock.indexes[name]
     where = f"lock {path} ({name})"
     platforms = []
-    for item in index["platforms"]:
-        if item["entry"] not in data["builds"]:
-            raise ReproduceError(f"{where}: the entry {item['entry']!r} of {item['platform']} is missing")
-        rec = from_lock(path, item["entry"])
-        if rec.image_digest != item["manifest_digest"]:
-            raise ReproduceError(f"{where}: {item['entry']} records {rec.image_digest}, the index "
-                                 f"{item['manifest_digest']}")
-        platforms.append((item["platform"], rec))
-    return IndexRecorded(origin=where, index_digest=index["index_digest"], platforms=tuple(platforms))
+    for item in index.platforms:
+        if item.entry not in lock.builds:
+            raise ReproduceError(f"{where}: the entry {item.entry!r} of {item.platform} is missing")
+        rec = from_lock(path, item.entry)
+        if rec.image_digest != item.manifest_digest:
+            raise ReproduceError(f"{where}: {item.entry} records {rec.image_digest}, the index "
+                                 f"{item.manifest_digest}")
+        platforms.append((item.platform, rec))
+    return IndexRecorded(origin=where, index_digest=index.index_digest, platforms=tuple(platforms))
 
 
 def from_lock(path: Path, key: str | None = None) -> Recorded:
     """A record from a lock entry: its fields, and the labels it recorded for the rest."""
     if not path.is_file():
         raise ReproduceError(f"{path}: no such lock file")
-    data = read_lock(path)
-    key, entry = select_entry(data["builds"], key, path)
+    lock = Lock.read(path)
+    key, entry = select_entry(lock.builds, key, path)
     where = f"lock {path} ({key})"
-    inputs = _exact(from_lock_entry(entry, where), where)
-    digest = need(entry, "image_digest", where, "image digest")
-    originals = [f"docker:{entry['image_id']}"] if entry.get("image_id") else []
-    for ref in entry.get("pushed") or ():
+    inputs = _exact(lock.inputs(key, where), where)  # (an entry lacking a key: its labels say the rest)
+    digest = need(vars(entry), "image_digest", where, "image digest")
+    originals = [f"docker:{entry.image_id}"] if entry.image_id else []
+    for ref in entry.pushed:
         spec = f"registry:{name_of(ref)}@{digest}"
         if spec not in originals:
             originals.append(spec)
-    return Recorded(origin=where, inputs=inputs, image_name=need(entry, "image_name", where, "image name"),
-                    image_digest=digest, originals=tuple(originals),
-                    dockerfile_sha256=entry.get("dockerfile_sha256", ""), build_key=entry.get("build_key", ""),
-                    labels=dict(entry["labels"]), debian_packages=dict(entry.get("debian_packages") or {}))
+    return Recorded(origin=where, inputs=inputs, image_name=need(vars(entry), "image_name", where, "image name"),
+                    image_digest=digest, originals=tuple(originals), dockerfile_sha256=entry.dockerfile_sha256,
+                    build_key=entry.build_key, labels=dict(entry.labels),
+                    debian_packages=dict(entry.debian_packages or {}))
 
 
 def from_image(spec: str, platform: str = DEFAULT_PLATFORM, engine: EngineImages | None = None) -> Recorded:
@@ -144,9 +143,9 @@ def load_record(target: str, key: str | None = None, engine: EngineImages | None
             head = fh.read(512).lstrip()
         if head.startswith(b"{") or path.suffix == ".lock":
             if path.is_file():
-                data = read_lock(path)
-                name = _index_of(data, key)
+                lock = Lock.read(path)
+                name = _index_of(lock, key)
                 if name is not None:
-                    return from_lock_index(path, data, name)
+                    return from_lock_index(path, lock, name)
             return from_lock(path, key)
     return from_image(target, engine=engine)

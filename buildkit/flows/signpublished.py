@@ -23,7 +23,8 @@ from buildkit.oci.ocilayout import open_image
 from buildkit.oci.registry import RegistryClient, client_for
 from buildkit.release import provenance, sbom
 from buildkit.release.artifact import SignStep
-from buildkit.release.lock import LockEntry, entry_dict, entry_from_dict, read_lock
+from buildkit.release.lock import LockEntry, entry_dict
+from buildkit.release.lockfile import Lock
 from buildkit.release.ownership import index_manifests
 from buildkit.release.signing import Attestation, sign_image
 from buildkit.release.signer import Signer
@@ -105,10 +106,10 @@ def index_sign_step(signer: Signer, *, commit: str, version: str, entries: Seque
 
 def sign_entry(lock_path: Path, entry_key: str, signer: Signer) -> Signed:
     """Sign the digest lock_path's entry entry_key was pushed at, with its provenance and SBOM attached."""
-    data = read_lock(lock_path).get("builds", {}).get(entry_key)
-    if not isinstance(data, dict):
+    lock = Lock.read(lock_path)
+    if entry_key not in lock.builds:
         raise LockError(f"{lock_path} has no build {entry_key} to sign")
-    entry = entry_from_dict(data, f"{lock_path}: builds[{entry_key!r}]")
+    entry = lock.entry(entry_key, f"{lock_path}: builds[{entry_key!r}]")
     if not entry.pushed or not entry.image_digest.startswith("sha256:"):
         raise LockError(f"{entry_key} of {lock_path} was not pushed: nothing to sign (buildkit push first)")
     ref = parse_image_ref(entry.pushed[0])

@@ -31,6 +31,7 @@ from buildkit.core.printable import printable
 from buildkit.oci.registry import RegistryClient
 from buildkit.plan.inputs import INPUTS
 from buildkit.release.lock import LockEntry, entry_dict
+from buildkit.release.lockfile import Lock
 from buildkit.release.provenance import BUILD_TYPE, INDEX_BUILD_TYPE, PREDICATE_TYPE, signed_definition
 from buildkit.release.signing import attested_statement, check_signature
 
@@ -50,24 +51,15 @@ def key_parameters(entry: LockEntry) -> dict[str, Any]:
     return {"build_key": entry.build_key, **{name: data.get(name) for name in names}}
 
 
-def lock_proof(lock: Mapping[str, Any], build_key: str, digest: str) -> Proof | None:
+def lock_proof(lock: Lock, build_key: str, digest: str) -> Proof | None:
     """The lock's record of digest under build_key (a build's entry, or a multi-platform index's)."""
-    for entry in (lock.get("builds") or {}).values():
-        if isinstance(entry, dict) and entry.get("build_key") == build_key and entry.get("image_digest") == digest:
-            return Proof(digest, "lock", str(entry.get("version") or ""))
-    for index in (lock.get("indexes") or {}).values():
-        if isinstance(index, dict) and index.get("build_key") == build_key and index.get("index_digest") == digest:
-            return Proof(digest, "lock", str(index.get("version") or ""))
+    for entry in lock.builds.values():
+        if entry.build_key == build_key and entry.image_digest == digest:
+            return Proof(digest, "lock", entry.version)
+    for index in lock.indexes.values():
+        if index.build_key == build_key and index.index_digest == digest:
+            return Proof(digest, "lock", index.version)
     return None
-
-
-def _recorded(lock: Mapping[str, Any], build_key: str) -> list[str]:
-    """The digests the lock records for build_key."""
-    found = [e.get("image_digest") for e in (lock.get("builds") or {}).values()
-             if isinstance(e, dict) and e.get("build_key") == build_key]
-    found += [i.get("index_digest") for i in (lock.get("indexes") or {}).values()
-              if isinstance(i, dict) and i.get("build_key") == build_key]
-    return [d for d in found if isinstance(d, str) and d]
 
 
 def _parameters(statement: Any, build_type: str) -> dict[str, Any]:
@@ -142,7 +134,7 @@ def index_manifests(client: RegistryClient, repo: str, digest: str) -> list[tupl
 _ABSENT = object()
 
 
-def prove(tag_ref: str, digest: str, lock: Mapping[str, Any], build_key: str, key: ec.EllipticCurvePublicKey | None,
+def prove(tag_ref: str, digest: str, lock: Lock, build_key: str, key: ec.EllipticCurvePublicKey | None,
           by_signature: Callable[[ec.EllipticCurvePublicKey], Proof]) -> Proof:
     """The proof that the image tag_ref names (at digest) is ours: the lock's record, else by_signature(key) (a
     call of image_signature_proof or index_signature_proof); TamperedError naming the tag, the digest and why
@@ -150,7 +142,7 @@ def prove(tag_ref: str, digest: str, lock: Mapping[str, Any], build_key: str, ke
     found = lock_proof(lock, build_key, digest)
     if found is not None:
         return found
-    recorded = _recorded(lock, build_key)
+    recorded = lock.digests_of(build_key)
     reasons = [f"the lock records {', '.join(recorded)} for build key {build_key[:24]}" if recorded
                else f"the lock records no image of build key {build_key[:24]}"]
     if key is None:

@@ -22,7 +22,7 @@ from buildkit.core.errors import BuildkitError
 from buildkit.core.printable import printable
 from buildkit.oci.imageref import parse_image_ref
 from buildkit.oci.registry import RegistryClient
-from buildkit.release.lock import entry_from_dict, index_from_dict, read_lock
+from buildkit.release.lockfile import Lock
 from buildkit.release.provenance import (PREDICATE_TYPE, build_definition, definition_differences,
                                          index_build_definition)
 from buildkit.release.cosignformat import tag_for
@@ -36,25 +36,24 @@ def line(check: Check) -> str:
     return f"{'FAIL' if check.failed else 'ok'}  {check.name}: {printable(check.detail)}"
 
 
-def _expected(lock: dict[str, Any], digest: str, name: str) -> tuple[str, dict[str, Any]] | None:
+def _expected(lock: Lock, digest: str, name: str) -> tuple[str, dict[str, Any]] | None:
     """(the lock's key of the entry that built digest, the buildDefinition it makes); None when none did."""
-    builds, indexes = lock.get("builds") or {}, lock.get("indexes") or {}
-    for key, data in sorted(builds.items()):
-        if isinstance(data, dict) and data.get("image_digest") == digest:
-            return key, build_definition(entry_from_dict(data, f"lock entry {key}"))
-    for key, data in sorted(indexes.items()):
-        if isinstance(data, dict) and data.get("index_digest") == digest:
-            index = index_from_dict(data, f"lock index {key}")
-            first = builds.get(index.platforms[0].entry)
-            commit = first.get("commit", "") if isinstance(first, dict) else ""
-            platforms = [(p.platform, p.manifest_digest) for p in index.platforms]
-            return key, index_build_definition(name, platforms, commit=commit, version=index.version)
+    key = lock.by_digest(digest)
+    if key is not None:
+        return key, build_definition(lock.entry(key, f"lock entry {key}"))
+    found = lock.index_by_digest(digest)
+    if found is not None:
+        key, index = found
+        first = lock.builds.get(index.platforms[0].entry)
+        platforms = [(p.platform, p.manifest_digest) for p in index.platforms]
+        return key, index_build_definition(name, platforms, commit=first.commit if first else "",
+                                                 version=index.version)
     return None
 
 
 def lock_check(statement: dict[str, Any], digest: str, lock_path: Path, name: str = "") -> Check:
     """The signed statement's buildDefinition against the one the lock's entry of digest makes."""
-    found = _expected(read_lock(lock_path), digest, name)
+    found = _expected(Lock.read(lock_path), digest, name)
     if found is None:
         return Check("lock", Status.FAILED, f"no entry of {lock_path} built {digest}")
     key, expected = found

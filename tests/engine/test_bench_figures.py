@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from buildkit.release.lock import LOCK_VERSION
+from buildkit.release.lockfile import LOCK_VERSION
 from cliutil import cli_env, run_cli
 from hostile import HostileServer
 

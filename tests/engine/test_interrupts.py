@@ -23,7 +23,8 @@ from typing import Any
 
 import pytest
 
-from buildkit.release.lock import LOCK_VERSION, LockEntry
+from buildkit.release.lock import LockEntry
+from buildkit.release.lockfile import LOCK_VERSION
 from buildkit.source.fetch import fetch_source, mirror_dir
 from cliutil import buildkit_env, default_sigint
 from githttp import serve_http

@@ -26,7 +26,8 @@ from buildkit.oci.referrers import EMPTY_MEDIA_TYPE, fallback_tag
 from buildkit.oci.registry import RegistryClient
 from buildkit.release import cosignformat as cf
 from buildkit.release import sigstorebundle as sb
-from buildkit.release.lock import entry_dict, write_lock_entry
+from buildkit.release.lock import entry_dict
+from buildkit.release.lockfile import write_lock_entry
 from buildkit.release.provenance import PREDICATE_TYPE, RunDetails, provenance_statement
 from buildkit.release.referrersigning import attach_referrers, find_referrers
 from buildkit.release.sbom import PREDICATE_TYPE as SBOM_TYPE

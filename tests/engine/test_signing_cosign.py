@@ -23,7 +23,8 @@ from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_reque
 from buildkit.plan.config import load_config
 from buildkit.plan.inputs import BaseImage, plan_inputs
 from buildkit.release import cosignformat as cf
-from buildkit.release.lock import LockEntry, entry_dict, write_lock_entry
+from buildkit.release.lock import LockEntry, entry_dict
+from buildkit.release.lockfile import write_lock_entry
 from buildkit.release.provenance import PREDICATE_TYPE, RunDetails, provenance_statement
 from buildkit.release.sbom import PREDICATE_TYPE as SBOM_TYPE
 from buildkit.release.sbom import sbom_document, sbom_statement

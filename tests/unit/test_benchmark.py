@@ -9,10 +9,10 @@ import re
 import pytest
 
 from buildkit.bench.benchmark import (BenchReport, Protocol, RequestResult, RunResult, error_text, attach_to_lock,
-                                combine, compare, degradation, endpoint, find_lock_entry, format_compare,
+                                combine, compare, degradation, endpoint, format_compare,
                                 format_report, load_report, stats, summarize)
 from buildkit.core.errors import BenchError, LockError
-from buildkit.release.lock import LOCK_VERSION, read_lock
+from buildkit.release.lockfile import LOCK_VERSION, Lock
 
 
 def run(n: int, tps: float, tokens: int = 800, predicted: float | None = None, draft: tuple | None = None) -> RunResult:
@@ -184,13 +184,14 @@ def lock_doc() -> dict:
     }}
 
 
-def test_find_lock_entry_by_tag_pushed_name_or_id():
-    builds = lock_doc()["builds"]
-    assert find_lock_entry(builds, "buun:sha-1234567-cpu") == "cpu/server"
-    assert find_lock_entry(builds, "reg.example/buun:1.0.0-cuda13.1-sm120") == "cuda13.1-sm120/server"
-    assert find_lock_entry(builds, "other:tag", "sha256:bbb") == "cuda13.1-sm120/server"
-    assert find_lock_entry(builds, "other:tag", "sha256:ccc") == "cuda13.1-sm120/server"
-    assert find_lock_entry(builds, "other:tag", "sha256:zzz") is None
+def test_the_lock_entry_describing_an_image_by_tag_pushed_name_or_id(tmp_path):
+    (tmp_path / "buildkit.lock").write_text(json.dumps(lock_doc()))
+    lock = Lock.read(tmp_path / "buildkit.lock")
+    assert lock.describing("buun:sha-1234567-cpu") == "cpu/server"
+    assert lock.describing("reg.example/buun:1.0.0-cuda13.1-sm120") == "cuda13.1-sm120/server"
+    assert lock.describing("other:tag", "sha256:bbb") == "cuda13.1-sm120/server"
+    assert lock.describing("other:tag", "sha256:ccc") == "cuda13.1-sm120/server"
+    assert lock.describing("other:tag", "sha256:zzz") is None
 
 
 def test_attach_to_lock_writes_the_bench_into_the_entry_only(tmp_path):
@@ -198,7 +199,7 @@ def test_attach_to_lock_writes_the_bench_into_the_entry_only(tmp_path):
     path.write_text(json.dumps(lock_doc()))
     rep = report([10.0, 9.0], error="run 3 of 3: interrupted")
     attach_to_lock(path, "cpu/server", rep)
-    data = read_lock(path)
+    data = json.loads(path.read_text())
     bench = data["builds"]["cpu/server"]["bench"]
     assert [r["client_tps"] for r in bench["runs"]] == [10.0, 9.0] and bench["error"] == "run 3 of 3: interrupted"
     assert "bench" not in data["builds"]["cuda13.1-sm120/server"]
@@ -357,5 +358,5 @@ def test_attach_to_lock_records_the_gate_with_the_bench(tmp_path):
     path.write_text(json.dumps(lock_doc()))
     gate = make_gate(compare(report([100.0]), report([80.0])), 5, "buun:sha-1234567-cpu", "buun:cpu")
     attach_to_lock(path, "cpu/server", report([80.0]), gate)
-    recorded = read_lock(path)["builds"]["cpu/server"]["bench"]["gate"]
+    recorded = json.loads(path.read_text())["builds"]["cpu/server"]["bench"]["gate"]
     assert recorded["ratio"] == pytest.approx(0.8) and recorded["verdict"].startswith("stays a nightly: 20.0% slower")

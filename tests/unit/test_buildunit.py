@@ -26,7 +26,6 @@ from buildkit.plan.config import load_config
 from buildkit.plan.render import RenderResult
 from buildkit.plan.tags import TagSet
 from buildkit.plan.tagset import release_tags
-from buildkit.release.lock import read_lock
 from buildkit.source.fetch import SourceInfo
 from buildkit.source.patches import PatchQueue
 from buildkit.verify.gate import FailedVerification
@@ -180,7 +179,7 @@ def test_a_published_unit_is_locked_with_the_registry_digest_and_every_tag(tmp_p
     assert registry.tags == {t: IMAGE_ID for t in TAGS.all}
     assert unit.published is not None and unit.published.digest == IMAGE_ID
     assert set(unit.published.added) == set(TAGS.all)
-    entry = read_lock(lock)["builds"]["cpu/server"]
+    entry = json.loads(lock.read_text())["builds"]["cpu/server"]
     assert entry["version"] == "1.0.0-nightly.1" and entry["image_digest"] == IMAGE_ID
     assert entry["pushed"] == [f"{REPO}:{t}" for t in TAGS.all] and entry["build_key"] == unit.prepared.plan.build_key
     assert entry["debian_packages"] == PACKAGES  # also where the entry is written after the push only
@@ -208,7 +207,7 @@ def test_a_refused_publication_pushes_nothing_and_locks_only_the_verified_build_
     assert not [c for c in engine.calls if c[0] == "push"]
     assert registry.tags == {TAGS.immutable[0]: "sha256:" + "9" * 64}
     if lock_first:
-        entry = read_lock(lock)["builds"]["cpu/server"]
+        entry = json.loads(lock.read_text())["builds"]["cpu/server"]
         assert entry["image_digest"] == IMAGE_ID and entry.get("pushed") in (None, [])
     else:
         assert not lock.exists()
@@ -221,7 +220,7 @@ def test_a_unit_locked_without_publishing_keeps_its_local_tags(tmp_path):
     with use_engine(engine):
         built = loaded(engine, prepared)
         unit = run_unit(prepared, UnitOptions(verify=False, lock_path=lock, stages=False), built=built)
-    entry = read_lock(lock)["builds"]["cpu/server"]
+    entry = json.loads(lock.read_text())["builds"]["cpu/server"]
     assert entry["tags"] == list(built.tags) and entry["image_digest"] == IMAGE_ID
     assert entry["debian_packages"] == PACKAGES  # both stages' packages, with the entry (issue 41)
     assert unit.published is None and all(t in engine.images for t in built.tags)
@@ -251,7 +250,7 @@ def test_bake_locks_each_unit_it_built_and_verified_and_no_other(tmp_path, monke
         assert ("untag", build.outcome.result.tags) in engine.calls and not lock.exists()
     else:
         assert build.ok and build.unit is not None and build.unit.entry is not None
-        entry = read_lock(lock)["builds"]["cpu/server"]
+        entry = json.loads(lock.read_text())["builds"]["cpu/server"]
         assert entry["image_digest"] == build.outcome.result.digest and entry["tags"] == list(build.outcome.result.tags)
 
 
@@ -388,5 +387,5 @@ def test_a_first_come_tag_on_another_image_is_not_among_the_pushed_references(tm
                                               lock_first=False), built=loaded(engine, prepared))
     assert registry.tags["sha-c0ffee0-cpu"] == other and registry.tags["1.0.0-cpu"] == registry.tags["cpu"] == IMAGE_ID
     assert unit.published is not None and f"{REPO}:sha-c0ffee0-cpu" not in unit.published.pushed
-    entry = read_lock(lock)["builds"]["cpu/server"]
+    entry = json.loads(lock.read_text())["builds"]["cpu/server"]
     assert entry["pushed"] == [f"{REPO}:{t}" for t in tags.all if t != "sha-c0ffee0-cpu"] and len(entry["pushed"]) > 2

@@ -18,7 +18,8 @@ from buildkit.flows.buildspec import build_command
 from buildkit.cli.main import main
 from buildkit.core.errors import BuildError, LockError
 from buildkit.plan.inputs import BaseImage
-from buildkit.release.lock import LockEntry, read_lock, update_lock, write_lock_entry
+from buildkit.release.lock import LockEntry
+from buildkit.release.lockfile import Lock, update_lock, write_lock_entry
 from buildkit.plan.render import RenderResult
 from test_plan_render import plan_for
 
@@ -103,7 +104,7 @@ def test_lock_keeps_other_variants_and_replaces_its_own(tmp_path):
     write_lock_entry(path, entry())
     write_lock_entry(path, entry(variant="cuda13.1-sm120", arch="sm_120"))
     write_lock_entry(path, entry(image_digest="sha256:new"))
-    builds = read_lock(path)["builds"]
+    builds = json.loads(path.read_text())["builds"]
     assert set(builds) == {"cpu/server", "cuda13.1-sm120/server"}
     assert builds["cpu/server"]["image_digest"] == "sha256:new"
     assert os.listdir(tmp_path) == ["buildkit.lock"]  # no temporary or guard file left behind
@@ -126,13 +127,13 @@ def test_lock_write_failure_leaves_the_old_file(tmp_path, monkeypatch):
 def test_update_lock_is_one_read_modify_write_and_a_failing_change_writes_nothing(tmp_path):
     path = tmp_path / "sub" / "buildkit.lock"
     write_lock_entry(path, entry())
-    update_lock(path, lambda data: data.setdefault("nightly", {}).update(url="u"))
-    data = read_lock(path)
-    assert data["nightly"] == {"url": "u"} and set(data["builds"]) == {"cpu/server"}
+    written = update_lock(path, lambda lock: lock.with_nightly({"url": "u"}))
+    lock = Lock.read(path)
+    assert lock == written and lock.nightly == {"url": "u"} and set(lock.builds) == {"cpu/server"}
     before = path.read_bytes()
 
-    def change(data):
-        data["builds"].clear()
+    def change(lock):
+        lock.without("cpu/server")
         raise LockError("no such entry")
     with pytest.raises(LockError, match="no such entry"):
         update_lock(path, change)
@@ -143,10 +144,10 @@ def test_unreadable_lock_is_one_error(tmp_path):
     path = tmp_path / "buildkit.lock"
     path.write_text("{not json")
     with pytest.raises(LockError, match="cannot read the lock file"):
-        read_lock(path)
+        Lock.read(path)
     path.write_text(json.dumps({"lock_version": 99, "builds": {}}))
     with pytest.raises(LockError, match="not a buildkit lock of version 1"):
-        read_lock(path)
+        Lock.read(path)
 
 
 def run_cli(*args, env=None, cwd=None):

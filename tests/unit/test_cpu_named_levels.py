@@ -24,7 +24,8 @@ from buildkit.plan import cpulevels
 from buildkit.plan.buildkey import key_of
 from buildkit.plan.inputs import BaseImage, plan_inputs
 from buildkit.plan.render import render_dockerfile
-from buildkit.release.lock import LockEntry, entry_from_dict, read_lock, write_lock_entry
+from buildkit.release.lock import LockEntry
+from buildkit.release.lockfile import Lock, write_lock_entry
 from buildkit.verify import cpucode
 from buildkit.verify.checks import _check_code, backend_class, expected_backends
 from cliutil import run_cli
@@ -99,7 +100,7 @@ def test_labels_lock_and_reproduce_record_carry_the_level(level, tmp_path):
                       image_id="sha256:" + "f" * 64, tags=(f"x/y:cpu-{level}",), build_key=key,
                       labels=inputs.to_labels(key))
     write_lock_entry(tmp_path / "buildkit.lock", entry)
-    again = entry_from_dict(read_lock(tmp_path / "buildkit.lock")["builds"][entry.key])
+    again = Lock.read(tmp_path / "buildkit.lock").entry(entry.key)
     assert again.cpu_level == level and key_of(again.inputs()) == key
     assert any(f"-march={level}" in a or "armv9-a" in a for a in again.cmake_args)
 

@@ -32,7 +32,7 @@ from buildkit.bench.protocol import Protocol, read_prompt
 from buildkit.core.errors import BuildkitError
 from buildkit.core.savefile import write_or_keep
 from buildkit.plan.config import load_toml
-from buildkit.release.lock import read_lock
+from buildkit.release.lockfile import Lock
 from buildkit.source.cpuvariants import VARIANTS_FILE, declared_variants
 from buildkit.source.cudasource import long_double_uses
 from buildkit.cli.main import main
@@ -370,7 +370,7 @@ def _docker_config(path: Path):
 
 FIFO_READERS = {  # what buildkit reads from a file the user names: each a FIFO there
     "buildkit.toml": ("buildkit.toml", load_toml),
-    "the lock": ("buildkit.lock", read_lock),
+    "the lock": ("buildkit.lock", Lock.read),
     "bench --compare": ("report.json", load_report),
     "bench --prompt-file": ("prompt.txt", read_prompt),
     "Docker's config.json": ("config.json", _docker_config),
@@ -512,11 +512,11 @@ def test_a_scratch_folder_of_a_run_killed_with_sigkill_is_swept_by_the_next(tmp_
 
 def test_a_lock_write_sweeps_the_temporaries_of_earlier_versions(tmp_path) -> None:
     """`.buildkit.lock.XXXXXXXX.tmp`, what a killed lock write left before (100 MB after 11 kills)."""
-    from buildkit.release.lock import update_lock
+    from buildkit.release.lockfile import update_lock
 
     (tmp_path / ".buildkit.lock.k2_x9aqz.tmp").write_text("half")
     (tmp_path / ".other.lock.k2_x9aqz.tmp").write_text("not ours")
-    update_lock(tmp_path / "buildkit.lock", lambda data: None)
+    update_lock(tmp_path / "buildkit.lock", lambda lock: lock)
     assert sorted(p.name for p in tmp_path.iterdir()) == [".other.lock.k2_x9aqz.tmp", "buildkit.lock"]
 
 

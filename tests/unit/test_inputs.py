@@ -14,7 +14,8 @@ from buildkit.plan.buildkey import build_key, key_of
 from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request
 from buildkit.plan.config import load_config
 from buildkit.plan.inputs import BaseImage, from_labels, plan_inputs
-from buildkit.release.lock import LockEntry, entry_from_dict, read_lock, write_lock_entry
+from buildkit.release.lock import LockEntry
+from buildkit.release.lockfile import Lock, write_lock_entry
 
 COMMIT = "905483277823858fdec17ff5c3750451cb1b7cdc"
 FACTS = SourceFacts(url="https://example.invalid/fork", commit=COMMIT, commit_time=1767225600,
@@ -89,7 +90,7 @@ def test_model_to_lock_to_model_is_the_same_model(name, tmp_path):
     assert entry.inputs() == inputs
     path = tmp_path / "buildkit.lock"
     write_lock_entry(path, entry)
-    again = entry_from_dict(read_lock(path)["builds"][entry.key])
+    again = Lock.read(path).entry(entry.key)
     assert again == entry and again.inputs() == inputs and key_of(again.inputs()) == expected
     rec = from_lock(path)
     assert rec.inputs == inputs and rec.build_key == expected
@@ -117,7 +118,7 @@ def test_a_lock_file_as_written_before_the_model_still_loads(tmp_path):
            "build_key": "k", "pushed": [], "labels": labels, "exporter": "oci", "bench": None, "build_seconds": 1.5}
     path = tmp_path / "buildkit.lock"
     path.write_text(json.dumps({"lock_version": 1, "builds": {"cpu/server": old}}))
-    assert entry_from_dict(read_lock(path)["builds"]["cpu/server"]).inputs() == inputs
+    assert Lock.read(path).entry("cpu/server").inputs() == inputs
     assert from_lock(path).inputs == inputs
 
 

@@ -16,7 +16,7 @@ from buildkit.plan.buildkey import key_of
 from buildkit.plan.buildplan import Resolved, make_plan, make_request
 from buildkit.plan.config import load_config
 from buildkit.plan.inputs import OCI, from_labels, plan_inputs
-from buildkit.release.lock import entry_from_dict, read_lock, write_lock_entry
+from buildkit.release.lockfile import Lock, write_lock_entry
 from test_inputs import CASES, FACTS, NVIDIA, plan
 
 NEW_LABELS = (OCI + "description", OCI + "url", OCI + "base.name", OCI + "base.digest")
@@ -141,7 +141,7 @@ def _lock(tmp_path, text: str = LOCK_BEFORE):
 
 def test_a_lock_written_before_the_declarations_loads_with_its_inputs_and_key(tmp_path):
     path = _lock(tmp_path)
-    entry = entry_from_dict(read_lock(path)["builds"]["cuda13.1-sm90/server"])
+    entry = Lock.read(path).entry("cuda13.1-sm90/server")
     make, bases, manifest, host, key = CASES["nvidia"]
     # the inputs it recorded; the labels issue 24 added are not in it
     assert entry.inputs() == replace(plan_inputs(make(), bases, manifest, host), description="", url="", base_name="")

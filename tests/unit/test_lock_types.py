@@ -13,7 +13,8 @@ import pytest
 from mypy import api as mypy_api
 
 from buildkit.plan.inputs import INPUTS, NEEDED
-from buildkit.release.lock import LockEntry, entry_dict, entry_from_dict, read_lock
+from buildkit.release.lock import LockEntry, entry_dict
+from buildkit.release.lockfile import Lock
 
 ROOT = Path(__file__).resolve().parents[2]
 OLD_LOCKS = sorted((ROOT / "docs" / "gpu-runs").glob("*/*.buildkit.lock"))
@@ -50,11 +51,11 @@ def test_the_input_fields_are_those_declared_lock():
 
 @pytest.mark.parametrize("path", OLD_LOCKS, ids=[f"{p.parent.name}/{p.name}" for p in OLD_LOCKS])
 def test_an_old_lock_reads_and_writes_back_the_same(path):
-    data = read_lock(path)
-    assert data["builds"]
-    for key, raw in data["builds"].items():
-        entry = entry_from_dict(raw, key)
-        assert entry.key == key
+    lock = Lock.read(path)
+    assert lock.builds and lock.text() == path.read_text()  # read and written back: the same bytes
+    for key, raw in json.loads(path.read_text())["builds"].items():
+        entry = lock.entry(key)
+        assert entry.key == key and lock.builds[key] == entry
         assert isinstance(entry.source_date_epoch, int) and isinstance(entry.cmake_args, tuple)
         written = json.loads(json.dumps(entry_dict(entry)))
         assert {k: written[k] for k in raw} == raw  # every key kept, with its value

@@ -21,8 +21,8 @@ from buildkit.plan.buildkey import index_key
 from buildkit.plan.config import load_config
 from buildkit.plan.inputs import BaseImage, plan_inputs
 from buildkit.plan.platforms import parse_platforms
-from buildkit.release.lock import (IndexEntry, LockEntry, PlatformRecord, index_from_dict, platform_entry_key,
-                                   read_lock, write_index_entry)
+from buildkit.release.lock import IndexEntry, LockEntry, PlatformRecord, platform_entry_key
+from buildkit.release.lockfile import Lock, write_index_entry
 from test_plan_render import plan_for
 
 DIGEST = "sha256:" + "ab" * 32
@@ -194,10 +194,10 @@ def test_lock_round_trip_of_an_index_and_reproduce_reads_it_as_one_build(tmp_pat
                                        for p, d in digests.items()),
                        tags=("reg/x:cpu",), version="0.1.0", pushed=("127.0.0.1:5000/x:cpu",))
     write_index_entry(path, index, entries)
-    data = read_lock(path)
-    assert set(data["builds"]) == {"cpu/server@linux/amd64", "cpu/server@linux/arm64"}
-    assert index_from_dict(data["indexes"]["cpu/server"]) == index
-    assert data["builds"]["cpu/server@linux/arm64"]["image_digest"] == digests["linux/arm64"]
+    lock = Lock.read(path)
+    assert set(lock.builds) == {"cpu/server@linux/amd64", "cpu/server@linux/arm64"}
+    assert lock.indexes == {"cpu/server": index} and lock.index_by_digest(index.index_digest) == ("cpu/server", index)
+    assert lock.builds["cpu/server@linux/arm64"].image_digest == digests["linux/arm64"]
     record = load_record(str(path))
     assert isinstance(record, IndexRecorded) and record.index_digest == index.index_digest
     assert [(p, r.image_digest, r.inputs.platform) for p, r in record.platforms] == [
@@ -212,7 +212,7 @@ def test_a_malformed_index_entry_is_one_error(tmp_path):
                                                            "index_digest": DIGEST, "build_key": "k",
                                                            "platforms": [{"platform": "linux/amd64"}]}}}))
     with pytest.raises(LockError, match=r"indexes\['cpu/server'\].platforms\[0\]: expected an object"):
-        read_lock(path)
+        Lock.read(path)
 
 
 def test_a_matrix_with_several_platforms_has_one_unit_per_platform_and_one_key_per_variant():

@@ -23,7 +23,8 @@ from buildkit.plan.config import load_config
 from buildkit.plan.configinputs import CONFIG_INPUTS, config_decided
 from buildkit.plan.inputs import INPUTS, LABEL_PREFIX, BaseImage, plan_inputs
 from buildkit.plan.matrix import matrix_variants
-from buildkit.release.lock import update_lock
+from buildkit.release.lock import entry_from_dict
+from buildkit.release.lockfile import update_lock
 from buildkit.source.patches import load_patch_queue
 from fakeengine import FakeEngine
 
@@ -225,7 +226,7 @@ def lock_of_nightly(cfg, registry: Registry, key: str, inputs) -> None:
     entry = {**fields, "ref": f"{REPO}:x", "template": "cpu.Dockerfile.j2", "dockerfile_sha256": "d" * 64,
              "cuda_root": None, "cmake_archs": None, "image_name": REPO, "image_digest": digest, "image_id": digest,
              "tags": [], "labels": inputs.to_labels("b" * 64)}
-    update_lock(cfg.lock.path, lambda data: data["builds"].__setitem__(f"{inputs.variant}/server", entry))
+    update_lock(cfg.lock.path, lambda lock: lock.with_entry(entry_from_dict(entry), f"{inputs.variant}/server"))
     update_nightly_record(cfg.lock.path, URL, "master", key, {"commit": HEAD, "patch_set_sha256": patch_set(cfg),
                                                              "digest": digest, "version": "v", "date": "20261201"})
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from buildkit.plan.config import KEYS, load_config, parse_set_option, parse_text, read_config_file
 from buildkit.core.errors import BuildkitError
 from buildkit.oci.imageref import parse_image_ref
-from buildkit.release.lock import entry_from_dict, read_lock
+from buildkit.release.lockfile import Lock
 from buildkit.plan.inputs import INPUTS_LABEL, LABEL_PREFIX
 from buildkit.oci.registryauth import parse_www_authenticate
 from buildkit.flows.record import from_labels
@@ -131,7 +131,7 @@ VALID_ENTRY = {
 def test_lock_of_any_bytes(tmp_path_factory, raw) -> None:
     path = tmp_path_factory.mktemp("lock") / "buildkit.lock"
     path.write_bytes(raw)
-    one_line_or_value(read_lock, path)
+    one_line_or_value(Lock.read, path)
     assert path.read_bytes() == raw  # reading never changes it
 
 
@@ -141,10 +141,11 @@ def test_lock_of_any_bytes(tmp_path_factory, raw) -> None:
 def test_lock_of_any_json(tmp_path_factory, doc) -> None:
     path = tmp_path_factory.mktemp("lock") / "buildkit.lock"
     path.write_text(json.dumps(doc))
-    got = one_line_or_value(read_lock, path)
+    got = one_line_or_value(Lock.read, path)
     if got is not None:
-        for key, entry in got["builds"].items():
-            one_line_or_value(entry_from_dict, entry, key)
+        for key in got.builds:  # every entry read (typed), and a complete one or one line
+            one_line_or_value(got.entry, key)
+        got.text()
 
 
 @SETTINGS
@@ -158,9 +159,10 @@ def test_lock_entry_with_one_field_changed(tmp_path_factory, field, value, drop)
         entry[field] = value
     path = tmp_path_factory.mktemp("lock") / "buildkit.lock"
     path.write_text(json.dumps({"lock_version": 1, "builds": {"cpu/server": entry}}))
-    got = one_line_or_value(read_lock, path)
+    got = one_line_or_value(Lock.read, path)
     if got is not None:
-        one_line_or_value(entry_from_dict, got["builds"]["cpu/server"])
+        assert got.builds["cpu/server"].variant == entry.get("variant", "")
+        one_line_or_value(got.entry, "cpu/server")
 
 
 # ------------------------------------------------------------------ labels of an image to reproduce

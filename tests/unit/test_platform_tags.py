@@ -9,7 +9,7 @@ from test_buildx_lock_cli import entry
 from test_plan_render import plan_for
 
 from buildkit.plan.tags import artifact_variant, build_key_tag
-from buildkit.release.lock import entry_dict, find_entry, read_lock, update_lock, write_lock_entry
+from buildkit.release.lockfile import Lock, update_lock, write_lock_entry
 
 
 def test_an_arm64_build_gets_tags_of_its_own():
@@ -36,23 +36,23 @@ def test_lock_keys_of_the_two_platforms_differ(tmp_path):
     path = tmp_path / "buildkit.lock"
     write_lock_entry(path, entry())
     write_lock_entry(path, entry(platform="linux/arm64", image_digest="sha256:arm"))
-    builds = read_lock(path)["builds"]
-    assert set(builds) == {"cpu/server", "cpu-arm64/server"}
-    assert builds["cpu/server"]["platform"] == "linux/amd64"
-    found = find_entry(builds, "cpu", "server", "linux/arm64")
-    assert found is not None and found[1]["image_digest"] == "sha256:arm"
+    lock = Lock.read(path)
+    assert set(lock.builds) == {"cpu/server", "cpu-arm64/server"}
+    assert lock.builds["cpu/server"].platform == "linux/amd64"
+    found = lock.find("cpu", "server", "linux/arm64")
+    assert found is not None and found[1].image_digest == "sha256:arm"
 
 
 def test_an_old_locks_arm64_entry_is_not_the_amd64_build_and_moves_to_its_key(tmp_path):
     path = tmp_path / "buildkit.lock"
     old = entry(platform="linux/arm64", image_digest="sha256:old-arm")
-    update_lock(path, lambda data: data["builds"].__setitem__("cpu/server", entry_dict(old)))
-    builds = read_lock(path)["builds"]
-    assert find_entry(builds, "cpu", "server", "linux/amd64") is None
-    assert find_entry(builds, "cpu", "server", "linux/arm64") == ("cpu/server", builds["cpu/server"])
+    update_lock(path, lambda lock: lock.with_entry(old, "cpu/server"))
+    lock = Lock.read(path)
+    assert lock.find("cpu", "server", "linux/amd64") is None
+    assert lock.find("cpu", "server", "linux/arm64") == ("cpu/server", old)
     write_lock_entry(path, replace(old, image_digest="sha256:new-arm"))
-    builds = read_lock(path)["builds"]
-    assert set(builds) == {"cpu-arm64/server"} and builds["cpu-arm64/server"]["image_digest"] == "sha256:new-arm"
+    builds = Lock.read(path).builds
+    assert set(builds) == {"cpu-arm64/server"} and builds["cpu-arm64/server"].image_digest == "sha256:new-arm"
 
 
 def test_cli_tags_name_the_arm64_platform(tmp_path):
@@ -85,4 +85,4 @@ def test_an_arch_that_exists_on_arm64_only_keeps_its_plain_name_there(tmp_path):
                                                     build_key_tag(plan.build_key, "cuda13.1-sm121")]
     path = tmp_path / "buildkit.lock"
     write_lock_entry(path, entry(arch="sm_121", variant="cuda13.1-sm121", platform="linux/arm64"))
-    assert set(read_lock(path)["builds"]) == {"cuda13.1-sm121/server"}
+    assert set(Lock.read(path).builds) == {"cuda13.1-sm121/server"}

@@ -15,7 +15,8 @@ from test_inputs import CASES, _entry
 
 from buildkit.plan.buildkey import key_of
 from buildkit.plan.inputs import plan_inputs
-from buildkit.release.lock import entry_dict, entry_from_dict, read_lock, write_lock_entry
+from buildkit.release.lock import entry_dict, entry_from_dict
+from buildkit.release.lockfile import write_lock_entry
 from buildkit.release.provenance import provenance_statement, run_details
 from buildkit.release.sbom import DebPackage, OsRelease, installed, os_release, sbom_document
 from buildkit.source.patches import load_patch_queue
@@ -44,7 +45,7 @@ def locked(tmp_path: Path) -> dict:
                     patch_set_sha256=queue.sha256, patch_sha256=queue.digests, debian_packages=PACKAGES,
                     build_started="2026-12-06T03:26:48Z", build_finished="2026-12-06T03:41:02Z")
     write_lock_entry(tmp_path / "buildkit.lock", entry)
-    return read_lock(tmp_path / "buildkit.lock")["builds"][entry.key]
+    return json.loads((tmp_path / "buildkit.lock").read_text())["builds"][entry.key]
 
 
 def test_the_provenance_says_what_the_lock_says(tmp_path):

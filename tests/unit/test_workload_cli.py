@@ -41,7 +41,8 @@ def test_a_recorded_verdict_stays_a_lock_entry_buildkit_reads(tmp_path: Path):
     verify-image) takes it as a LockEntry, which refused an unknown key before the field existed."""
     from test_buildx_lock_cli import entry
 
-    from buildkit.release.lock import entry_from_dict, read_lock, write_lock_entry
+    from buildkit.release.lock import entry_from_dict
+    from buildkit.release.lockfile import write_lock_entry
 
     (tmp_path / "buildkit.toml").write_text("schema_version = 1\n")
     write_lock_entry(tmp_path / "buildkit.lock", entry())
@@ -51,8 +52,8 @@ def test_a_recorded_verdict_stays_a_lock_entry_buildkit_reads(tmp_path: Path):
     proc = run_cli(tmp_path, "workload-check", "--result", str(tmp_path / "w.json"), "--attach-lock",
                    "--lock-entry", "cpu/server", timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    data = read_lock(tmp_path / "buildkit.lock")["builds"]["cpu/server"]
+    data = json.loads((tmp_path / "buildkit.lock").read_text())["builds"]["cpu/server"]
     assert data["workload"]["passed"] is True
     assert entry_from_dict(data).workload == data["workload"]
     write_lock_entry(tmp_path / "buildkit.lock", entry())  # a rebuild's entry: no record of the last image's checks
-    assert "workload" not in read_lock(tmp_path / "buildkit.lock")["builds"]["cpu/server"]
+    assert "workload" not in json.loads((tmp_path / "buildkit.lock").read_text())["builds"]["cpu/server"]
