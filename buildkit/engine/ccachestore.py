@@ -25,9 +25,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildkit.engine.api import OutStream
+from buildkit.engine.api import OutStream, get_engine
 from buildkit.core.errors import BuildError
 from buildkit.engine.specs import BuildSession, BuildSpec
+from buildkit.oci.imageref import parse_image_ref
+from buildkit.oci.registry import client_for
 
 CCACHE_TAG_PREFIX = "ccache-"
 
@@ -65,8 +67,6 @@ def helper_spec(dockerfile: Path, context: Path, target: CcacheTarget, output: s
 
 def _run(spec: BuildSpec, builder: str, what: str, stream: OutStream) -> None:
     """A helper build, quiet unless it fails; it runs in the engine turn like every build."""
-    from buildkit.engine.api import get_engine
-
     lines: list[str] = []
     session = BuildSession(builder=builder, progress="plain")
     finished = get_engine().build(spec, session, lines.append, stream=io.StringIO())
@@ -130,9 +130,6 @@ def import_ccache(targets: Sequence[CcacheTarget], *, src_dir: Path | None = Non
 
 
 def _registry_has(ref_text: str) -> bool:
-    from buildkit.oci.imageref import parse_image_ref
-    from buildkit.oci.registry import client_for
-
     ref = parse_image_ref(ref_text)
     with client_for(ref.registry) as client:
         return client.head_manifest(ref.repository, ref.reference) is not None

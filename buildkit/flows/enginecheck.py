@@ -9,6 +9,7 @@ import os
 from collections.abc import Iterable
 
 from buildkit.core.errors import BuildError
+from buildkit.engine.api import EngineError, get_engine
 from buildkit.engine.buildx import MIN_BUILDX, check_buildx
 from buildkit.flows.doctorcheck import FAIL, OK, WARN, Check, version_tuple
 
@@ -17,8 +18,6 @@ MIN_ENGINE = (23, 0)  # BuildKit as the default builder, `docker buildx` integra
 
 def engine_info() -> tuple[dict[str, Any] | None, str]:
     """(docker info as a dict, "") when the engine answers, else (None, why)."""
-    from buildkit.engine.api import EngineError, get_engine
-
     try:
         return get_engine().info(), ""
     except EngineError as exc:
@@ -53,7 +52,6 @@ def check_buildx_and_builder(builder: str) -> tuple[Check, list[str]]:
         return Check("buildx", FAIL, str(exc), "install the docker-buildx plugin "
                      f"({'.'.join(map(str, MIN_BUILDX))} or newer): the docker-buildx package, or "
                      "https://github.com/docker/buildx/releases into ~/.docker/cli-plugins/"), []
-    from buildkit.engine.api import EngineError, get_engine
 
     shown = builder or "the current builder"
     try:

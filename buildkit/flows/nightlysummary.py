@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from buildkit.core.savefile import write_or_keep
 from buildkit.source.changelog import Changelog
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
@@ -148,8 +149,6 @@ def _md(text: str) -> str:
 def write_summaries(summary: Summary, summary_path: str | None, env: Mapping[str, str] | None = None) -> list[str]:
     """JSON to summary_path (`nightly --summary`; --json prints it, the caller does that), Markdown appended
     to $GITHUB_STEP_SUMMARY. Returns a line for each that could not be written, saying where it was kept."""
-    from buildkit.core.savefile import write_or_keep
-
     env = os.environ if env is None else env
     problems = []
     if summary_path:

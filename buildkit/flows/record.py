@@ -17,7 +17,7 @@ from buildkit.core.errors import ReproduceError
 from buildkit.core.platforms import DEFAULT_PLATFORM
 from buildkit.engine.api import get_engine
 from buildkit.oci.imageref import name_of
-from buildkit.oci.ocilayout import open_image
+from buildkit.oci.imagesource import open_image
 from buildkit.plan.inputs import BUILD_KEY_LABEL, INPUTS_LABEL, BuildInputs, from_labels as inputs_from_labels, \
     from_lock_entry, need
 from buildkit.release.lock import read_lock
