@@ -19,7 +19,6 @@ through that release's own labels and checks that it names that release (`tests_
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,8 +28,7 @@ from buildkit.engine.buildx import BuildOptions, BuildResult
 from buildkit.flows.buildspec import build_spec
 from buildkit.oci.digest import Digest
 from buildkit.plan.inputs import BUILD_KEY_LABEL
-from buildkit.flows.nightlysummary import PASSED, VariantResult
-from buildkit.oci.registry import client_for, RegistryClient
+from buildkit.oci.registry import RegistryClient
 from buildkit.plan.tags import TagSet, build_key_tag
 from buildkit.release.artifact import Image, Published
 from buildkit.release.publish import local_image, publish, image_labels
@@ -143,18 +141,3 @@ def tests_of_release(client: RegistryClient, repository: ImageRef, variant: str)
     if found is None:
         return f"no tests image: {repository.name}:{tag} does not exist (the release was published without one)"
     return tests_of_image(client, repository, found.digest, release.digest)
-
-
-def gate_tests(repository: ImageRef, results: Sequence[VariantResult], gate: str) -> tuple[dict[str, str], list[str]]:
-    """What the nightly's gate job pulls by digest (`nightly --assemble --bench-gate VARIANT`): the outputs
-    `tests`, tonight's tests image of the variant (as its job pushed it, checked by assemble), and `release_tests`,
-    the release's (tests_of_release); each "" when there is none, and a line saying what each is."""
-    built = next((v for v in results if v.variant == gate and v.status == PASSED and not v.skipped), None)
-    if built is None:  # not built tonight: the gate does not run
-        return {"tests": "", "release_tests": ""}, []
-    with client_for(repository.registry) as client:
-        release = tests_of_release(client, repository, gate)
-    nightly = built.tests or built.error or ("no tests image: its job built none (a CUDA variant's does, a cpu "
-                                             f"variant's only with gpu_check.backend {CPU_BACKEND})")
-    outputs = {"tests": built.tests, "release_tests": "" if release.startswith("no tests image") else release}
-    return outputs, [f"gate: nightly-{gate}: {nightly}", f"gate: release {gate}: {release}"]
