@@ -1,5 +1,5 @@
 """cosign's formats, written by buildkit so that `cosign verify` / `cosign verify-attestation` work unchanged
-(issue 38), and read back with a public key (layer_verifies, envelope_statement). Pure: bytes in, bytes out.
+(issue 38). Pure: bytes in, bytes out.
 
 * A signature: the simple-signing payload (the image's repository and manifest digest), signed; it is a
   layer of the manifest tagged `sha256-<hex>.sig` beside the image, its signature in the layer's annotation
@@ -14,16 +14,12 @@ Neither manifest is the image's: the image's manifest and digest are never touch
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cryptography.hazmat.primitives.asymmetric import ec
-
-from buildkit.release.signkeys import verifies
 
 SIMPLE_SIGNING = "application/vnd.dev.cosign.simplesigning.v1+json"
 DSSE_ENVELOPE = "application/vnd.dsse.envelope.v1+json"
@@ -112,27 +108,3 @@ def manifest(layers: Sequence[Layer]) -> tuple[bytes, bytes]:
 
 def sha256_digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-def layer_verifies(key: ec.EllipticCurvePublicKey, layer: Layer) -> bool:
-    try:
-        signature = base64.b64decode(dict(layer.annotations).get(SIGNATURE_ANNOTATION, ""), validate=True)
-    except (binascii.Error, ValueError):
-        return False
-    return verifies(key, signature, layer.body)
-
-
-def envelope_statement(key: ec.EllipticCurvePublicKey, body: bytes) -> dict[str, Any] | None:
-    """The statement of a DSSE envelope one of whose signatures key made; None otherwise."""
-    try:
-        env = json.loads(body)
-        payload = base64.b64decode(env["payload"], validate=True)
-        if env["payloadType"] != IN_TOTO:
-            return None
-        for sig in env["signatures"]:
-            if verifies(key, base64.b64decode(sig["sig"], validate=True), pae(IN_TOTO, payload)):
-                statement = json.loads(payload)
-                return statement if isinstance(statement, dict) else None
-    except (ValueError, KeyError, TypeError, binascii.Error):
-        return None
-    return None

@@ -19,8 +19,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from buildkit.core.errors import RegistryError, VerifyError
 from buildkit.oci.registry import RegistryClient
 from buildkit.release import cosignformat as cf
-from buildkit.release.cosignformat import Attestation, envelope_statement, layer_verifies
+from buildkit.release.cosignformat import Attestation
 from buildkit.release.referrersigning import attach_referrers
+from buildkit.release.sigverify import envelope_statement, layer_verifies
 from buildkit.release.signkeys import SigningKey
 
 MAX_LAYERS = 64  # of a .sig or .att manifest buildkit reads back
