@@ -33,6 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from buildkit.engine.api import ImageInfo, Images, OutStream, get_engine
+from buildkit.oci.ocilayout import Descriptor, json_document, OCI_INDEX, OciArchive, push_layout, INDEX_TYPES
+from buildkit.oci.ociindex import push_index
 from buildkit.plan.config import ResolvedConfig
 from buildkit.core.errors import ConfigError, ImageSourceError, RegistryError, TamperedError
 from buildkit.core.printable import printable
@@ -68,8 +70,6 @@ def default_variant(cfg: ResolvedConfig) -> str:
 def _labels_of(client: RegistryClient, repo: str, digest: str) -> dict[str, str]:
     """Labels of an image in the registry: manifest (or the first image of an index) → config.
     Everything read is checked: a registry's answer is untrusted input."""
-    from buildkit.oci.ocilayout import Descriptor, json_document
-
     where = f"registry {client.host}: {repo}@{digest[:19]}"
     body, media_type, _ = client.get_manifest(repo, digest)
     manifest = json_document(body, where, "manifest", RegistryError)
@@ -217,9 +217,6 @@ def _upload(client: RegistryClient, repository: ImageRef, artifact: Artifact, ta
             stream: OutStream | None, engine: Images | None) -> tuple[str, str | None]:
     """The artifact's bytes in the registry by digest, checked against the artifact's: (the digest, the tag the
     upload had to write: docker push of the classic store's image, else None)."""
-    from buildkit.oci.ocilayout import OCI_INDEX, OciArchive, push_layout
-    from buildkit.oci.ociindex import push_index
-
     repo = repository.repository
     if artifact.digest and client.head_manifest(repo, artifact.digest) is not None:
         return artifact.digest, None  # a re-run: the bytes are there (their tags are put by the caller)
@@ -261,9 +258,6 @@ def _push_engine_image(engine: Images, client: RegistryClient, repo: str, ref: s
     archive and pushed through the registry API by digest, byte for byte: no tag names it before it is signed."""
     import tempfile
     from pathlib import Path
-
-    from buildkit.oci.ocilayout import INDEX_TYPES, Descriptor, OciArchive, push_layout
-    from buildkit.oci.ociindex import push_index
 
     with tempfile.TemporaryDirectory(prefix="buildkit-push-") as tmp:
         archive = engine.save(ref, Path(tmp) / "image.tar")
