@@ -37,14 +37,14 @@ from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.matrix import with_values
 from buildkit.plan.platforms import parse_platforms
 from buildkit.release.publish import (publish, publish_repository, reuse_published, check_immutable_free,
-                                      default_variant, Prover)
+                                      Prover)
 from buildkit.release.ownership import index_signature_proof, key_parameters, prove, Proof
 from buildkit.release.signer import Signer, public_key_of
 
 if TYPE_CHECKING:
     pass
 from buildkit.plan.tags import build_key_tag, check_tag, next_version, parse_version, platform_suffix
-from buildkit.plan.tagset import release_tags
+from buildkit.plan.tagset import TagTarget, publication_tags
 from buildkit.release.artifact import Index
 from buildkit.release.lock import IndexEntry, LockEntry, PlatformRecord, platform_entry_key
 from buildkit.release.lockfile import Lock, write_index_entry
@@ -131,11 +131,11 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
         if push:
             repository = publish_repository(image_name)
             client = stack.enter_context(client_for(repository.registry))
-            is_default = variant == default_variant(cfg)
+            tag_target = TagTarget.of(cfg, variant, commit, build_key=key, extra=extra_tags)
             found = index_sign_step(signer, commit=commit, version=version or "") if signer is not None else None
             mine = _index_prover(client, repository.repository, cfg.lock.path, key, commit, prepared, signer)
-            reused = None if force else reuse_published(client, repository, key, variant, commit, is_default,
-                                                        extra_tags, found, prove=mine, version=version)
+            reused = None if force else reuse_published(client, repository, tag_target, found, prove=mine,
+                                                        version=version)
             if reused is not None:
                 done, version, tags = reused
                 versioned = [(p, pr.replanned(version=version)) for p, _, pr in prepared]
@@ -146,8 +146,7 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
                                    platforms=tuple(builds), tags=(), lock_path=lock_path, version=version,
                                    pushed=done.pushed, added=done.added, origin="registry", signed=done.signed)
             version = version or next_version(client.list_tags(repository.repository), variant, bump)
-            tags = release_tags(version, commit, variant, default_variant=is_default, build_key=key,
-                                extra=extra_tags)
+            tags = publication_tags(tag_target, version)
             check_immutable_free(client, repository.repository, tags, None, force=force)
             prepared = [(p, sub, pr.replanned(version=version)) for p, sub, pr in prepared]
         builds = []

@@ -71,7 +71,7 @@ from buildkit.source.patches import load_patch_queue
 from buildkit.oci.registry import RegistryClient, client_for
 from buildkit.release.signer import Signer, public_key_of
 from buildkit.plan.tags import TagSet, next_version, parse_version
-from buildkit.plan.tagset import release_tags
+from buildkit.plan.tagset import TagTarget, publication_tags
 from buildkit.core.urlcreds import UrlAuth, redact_text, split_credentials
 
 if TYPE_CHECKING:
@@ -151,7 +151,8 @@ def nightly_version(existing_tags: list[str], keys: list[str], date: str) -> str
 
 
 def nightly_tags(version: str, commit: str, key: str) -> TagSet:
-    return release_tags(version, commit, key, default_variant=False)
+    """A nightly is a prerelease: never the default variant's tags, whatever the config's default."""
+    return publication_tags(TagTarget(commit, key), version)
 
 
 # ---------------------------------------------------------------- the run

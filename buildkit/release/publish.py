@@ -43,7 +43,7 @@ from buildkit.plan.buildplan import make_request
 from buildkit.plan.inputs import BUILD_KEY_LABEL
 from buildkit.oci.registry import RegistryClient
 from buildkit.plan.tags import TagSet, build_key_tag, highest_version, normalise_version, parse_version
-from buildkit.plan.tagset import release_tags
+from buildkit.plan.tagset import TagTarget, publication_tags
 from buildkit.release.artifact import Artifact, Image, Index, Published, SignStep, in_registry
 from buildkit.release.ownership import Proof
 
@@ -61,10 +61,6 @@ class PublishResult:
     build_key: str
     signed: tuple[str, ...] = ()  # the signature and attestation references written
     tests: str = ""  # build --tests --push: the tests image, repository@digest (flows/testsimage.py)
-
-
-def default_variant(cfg: ResolvedConfig) -> str:
-    return cfg.image.default_variant
 
 
 def _labels_of(client: RegistryClient, repo: str, digest: str) -> dict[str, str]:
@@ -281,12 +277,11 @@ def publish_repository(request_image_name: str) -> ImageRef:
 Prover = Callable[[str, str], Proof]
 
 
-def reuse_published(client: RegistryClient, repository: ImageRef, key: str, variant: str, commit: str,
-                    is_default: bool, extra_tags: tuple[str, ...] = (), sign: SignStep | None = None, *,
-                    prove: Prover, version: str | None = None, asked_by: str = "--release",
+def reuse_published(client: RegistryClient, repository: ImageRef, target: TagTarget, sign: SignStep | None = None,
+                    *, prove: Prover, version: str | None = None, asked_by: str = "--release",
                     ) -> tuple[Published, str, TagSet] | None:
-    """What the registry already has of this build key, completed: (what was published, its version, its tags);
-    None when it has nothing of it.
+    """What the registry already has of target's build key, completed: (what was published, its version, its
+    tags); None when it has nothing of it.
 
     The build-key tag's image is reused only when prove() shows it is ours (release/ownership.py); otherwise
     prove's TamperedError stops the command, and nothing is signed, tagged or recorded. Without a build-key
@@ -295,7 +290,9 @@ def reuse_published(client: RegistryClient, repository: ImageRef, key: str, vari
     completed the same way. The version is the one it was published as; a version asked for that differs is
     an error, never ignored. An image proved ours by the lock alone is signed now (sign); one proved by its
     signature is signed already. An index's build key is found the same way (its tag is on the index)."""
-    repo = repository.repository
+    repo, key, variant = repository.repository, target.build_key, target.variant
+    if key is None:
+        raise ValueError("reuse_published needs the target's build key")
     key_tag = build_key_tag(key, variant)
     existing = client.head_manifest(repo, key_tag)
     if existing is not None:
@@ -312,7 +309,7 @@ def reuse_published(client: RegistryClient, repository: ImageRef, key: str, vari
                           f"({repository.name}@{proof.digest}); {asked_by} asks for {version}, which would be another "
                           f"image of the same inputs: leave out --release to complete {shown}, "
                           "or add --force to build it anew as that version and move the build-key tag")
-    tags = release_tags(published_as, commit, variant, default_variant=is_default, build_key=key, extra=extra_tags)
+    tags = publication_tags(target, published_as)
     done = publish(client, repository, Image(proof.digest), tags, sign=sign if proof.how == "lock" else None)
     return done, published_as, tags
 
@@ -338,8 +335,7 @@ def _cut_short(client: RegistryClient, repository: ImageRef, variant: str, versi
 def tags_for(cfg: ResolvedConfig, version: str, commit: str) -> TagSet:
     """`buildkit tags`: the tags a build of this version and commit gets (without the build key)."""
     request = make_request(cfg)
-    name = request.artifact_variant
-    return release_tags(version, commit, name, default_variant=name == default_variant(cfg))
+    return publication_tags(TagTarget.of(cfg, request.artifact_variant, commit), version)
 
 
 def image_labels(client: RegistryClient, repo: str, digest: str) -> dict[str, str]:
