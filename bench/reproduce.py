@@ -23,7 +23,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from buildkit.plan.config import load_config  # noqa: E402
 from buildkit.oci.imagediff import diff_images  # noqa: E402
-from buildkit.oci.ocilayout import open_image  # noqa: E402
+from buildkit.oci.imagesource import open_image  # noqa: E402
 from buildkit.flows.pipeline import build  # noqa: E402
 from buildkit.flows.record import from_lock  # noqa: E402
 from buildkit.flows.reproduce import reproduce  # noqa: E402

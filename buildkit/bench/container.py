@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from buildkit.bench.client import endpoint
 from buildkit.bench.protocol import BENCH_LABEL
 from buildkit.core import interrupts
-from buildkit.core.deadline import Deadline, shut
+from buildkit.core.deadline import Deadline, shut, say_waiting
 from buildkit.core.errors import BenchError
 from buildkit.engine.api import ContainerState, Engine, EngineError, Images
 from buildkit.flows.serving import container_spec as container_spec  # re-exported: bench's spec is serving's
@@ -66,8 +66,6 @@ def _check_running(engine: Engine, container: str) -> ContainerState:
 
 def wait_ready(url: str, engine: Engine, container: str, timeout: float, interval: float = 0.25) -> float:
     """Seconds until /health says 200; BenchError when the container exits or time runs out."""
-    from buildkit.core.deadline import say_waiting
-
     start = time.monotonic()
     noticed = False
     while True:

@@ -14,6 +14,7 @@ from buildkit.bench.figures import Impossible, run_figures
 from buildkit.bench.protocol import DEGRADATION_THRESHOLD, REPORT_VERSION, Protocol
 from buildkit.core.boundedread import MiB, read_regular
 from buildkit.core.errors import BenchError
+from buildkit.core.savefile import write_or_keep
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -239,8 +240,6 @@ def _typed(cls: type[DataclassInstance], data: object, where: str, *, defaults: 
 def save_report(path: Path, report: BenchReport, doc: dict[str, Any] | None = None) -> str:
     """Write report as JSON to path (doc: the report's dict with what `bench` adds to it, its comparison and
     gate): "" when done, else one line saying where it is instead (core/savefile.py)."""
-    from buildkit.core.savefile import write_or_keep
-
     return write_or_keep(path, json.dumps(doc if doc is not None else report.to_dict(), indent=2) + "\n",
                          "the report")
 

@@ -33,7 +33,7 @@ def diff(a: str, b: str, platform: str, no_files: bool, as_json: bool) -> None:
     """
     from buildkit.oci.imagediff import diff_images
     from buildkit.engine.api import get_engine
-    from buildkit.oci.ocilayout import open_image
+    from buildkit.oci.imagesource import open_image
 
     engine = get_engine()
     with ExitStack() as stack:

@@ -150,7 +150,7 @@ def nightly(as_json: bool, summary_path: str | None, date: str | None, force: bo
                      if v.status == PASSED and not v.skipped and v.digest]
         outputs = {"published": " ".join(published)}
         if bench_gate not in (None, "none"):  # the tests images the gate job pulls by digest
-            from buildkit.flows.testsimage import gate_tests
+            from buildkit.flows.nightlysummary import gate_tests
 
             gate, lines = gate_tests(repository_of(cfg), summary.variants, bench_gate)
             outputs.update(gate)

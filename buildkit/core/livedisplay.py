@@ -26,6 +26,17 @@ CCACHE_SO_FAR = re.compile(r"ccache so far: (\d+) hits, (\d+) misses")
 _ACTIVE: list[LiveDisplay] = []
 
 
+def duration(seconds: float) -> str:
+    """1.234 -> '1.2s'; 190 -> '3m10s'; 3725 -> '1h02m'."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
 @dataclass
 class LiveState:
     """What the display shows, fed line by line."""
@@ -51,8 +62,6 @@ class LiveState:
 
     def rows(self, now: float | None = None) -> list[tuple[str, str]]:
         """(label, text) rows, the bar aside: stage, compile, ccache, buildx."""
-        from buildkit.core.progress import duration
-
         now = time.monotonic() if now is None else now
         rows = [("stage", f"{self.stage} {self.detail}".strip() + f" · {duration(now - self.stage_start)}")]
         meter = self.meter

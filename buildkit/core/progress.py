@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from buildkit.core.compilework import CompileCurve, EdgeKind, left_by_curve, left_by_kind, ninja_edge
+from buildkit.core.livedisplay import active, duration
+from buildkit.core.urlcreds import redact_text
 
 STATUS_EVERY = 30.0  # seconds between two compile status lines
 OWN_PACE_FROM = 10  # percent of the compile seen before its own pace may overrule the last build's time
@@ -44,17 +46,6 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r")
 CCACHE_HITS = re.compile(r"^\s*(?:#\d+\s+[\d.]+\s+)?Hits:\s+(\d+)(?:\s*/\s*(\d+))?")
 # ccache 3.x: "cache hit (direct)  12", "cache miss  41"
 CCACHE3 = re.compile(r"^\s*(?:#\d+\s+[\d.]+\s+)?cache (hit \(direct\)|hit \(preprocessed\)|miss)\s+(\d+)")
-
-
-def duration(seconds: float) -> str:
-    """1.234 -> '1.2s'; 190 -> '3m10s'; 3725 -> '1h02m'."""
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(round(seconds)), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
 
 
 def strip_ansi(text: str) -> str:
@@ -242,8 +233,6 @@ class Stages:
         return sys.stderr if self.stream is None else self.stream
 
     def say(self, text: str) -> None:
-        from buildkit.core.livedisplay import active
-
         display = active() if self.stream is None else None
         if display is not None:  # above the live display, which keeps drawing below
             display.say(f"buildkit: {text}")
@@ -257,10 +246,7 @@ class Stages:
 
     @contextmanager
     def stage(self, name: str, detail: str = "") -> Iterator[None]:
-        from buildkit.core.urlcreds import redact_text
-
         self.say(f"{name} ..." + (f" {redact_text(detail)}" if detail else ""))  # a URL's secret never shows
-        from buildkit.core.livedisplay import active
 
         display = active() if self.stream is None else None
         if display is not None:

@@ -30,11 +30,10 @@ from typing import TYPE_CHECKING, Any
 from buildkit.core.errors import BuildError
 from buildkit.engine.api import Engine, ImageDigests, OutStream
 from buildkit.engine.bakefile import oci_dest, target_tags
-from buildkit.engine.buildx import last_error_line
+from buildkit.engine.buildx import last_error_line, BuildResult, BuildOptions
 from buildkit.engine.runner import dockerfile_images
 
 if TYPE_CHECKING:
-    from buildkit.engine.buildx import BuildOptions, BuildResult
     from buildkit.engine.specs import BuildSession
 
 _STEP = re.compile(r"^#(\d+) \[([A-Za-z0-9_-]+)[ \]]")
@@ -117,8 +116,6 @@ def _describe_failure(step: str, error: str, lines: Iterable[str]) -> str:
 
 def _results(run: _Run, names: Iterable[str], document: dict[str, Any], isolated: bool,
              engine: Engine, stream: OutStream, lock: threading.Lock) -> dict[str, TargetOutcome]:
-    from buildkit.engine.buildx import BuildResult
-
     seconds, finished_at = run.seconds, time.time()
     out = {}
     for name in names:

@@ -39,7 +39,9 @@ from buildkit.core.wholefile import scratch_dir
 from buildkit.core.treewalk import remove_tree
 from buildkit.engine.api import Engine, EngineError, Images
 from buildkit.oci.digest import MAX_DOCUMENT, Digest, check_bytes, read_bounded
+from buildkit.oci.imageref import parse_image_ref
 from buildkit.oci.layoutfiles import open_inside
+from buildkit.oci.registry import client_for
 
 LAYOUT_DIR = "base-images"
 _COMPLETE = ".complete"
@@ -87,9 +89,6 @@ def local_digest(engine: Images, ref: str) -> str:
 
 def registry_digest(ref: str, timeout: float = 10) -> tuple[str, str]:
     """(digest, "") from ref's registry, or ("", why it could not be had)."""
-    from buildkit.oci.imageref import parse_image_ref
-    from buildkit.oci.registry import client_for
-
     try:
         image = parse_image_ref(ref)
         with client_for(image.registry, retries=1, timeout=timeout) as client:

@@ -24,13 +24,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from buildkit.core import livedisplay
 from buildkit.core.compilework import CompileCurve
-from buildkit.core.errors import BuildError
+from buildkit.core.errors import BuildError, BuildkitError
+from buildkit.core.progress import CompileMeter, ccache_stats, strip_ansi
 from buildkit.engine.api import Engine, Host, Images, OutStream
 from buildkit.engine.dockerengine import MIN_BUILDX as MIN_BUILDX  # re-exported
 from buildkit.engine.dockerengine import parse_buildx_version as parse_buildx_version  # re-exported
 from buildkit.engine.runner import wants_tty
 from buildkit.engine.specs import BuildSession, BuildSpec
+from buildkit.oci.ocilayout import OciArchive
 from buildkit.plan.aptpins import REFUSED
 
 
@@ -122,9 +125,6 @@ def run_build(spec: BuildSpec, session: BuildSession, engine: Engine, *, stream:
     When stream is a terminal (and --progress auto/tty), buildx runs on a pseudo-terminal and draws
     its own display; otherwise its plain output is piped through, with a compile status line now and
     then (progress.CompileMeter; last_seconds, the lock's last build time, makes the estimate)."""
-    from buildkit.core import livedisplay
-    from buildkit.core.progress import CompileMeter, ccache_stats
-
     display = livedisplay.active() if stream is None else None
     if display is not None and session.progress == "auto":
         # buildkit draws the display from buildx's plain lines, which go nowhere else
@@ -168,8 +168,6 @@ def run_build(spec: BuildSpec, session: BuildSession, engine: Engine, *, stream:
     finished = engine.build(spec, session, on_line, stream=stream, tty=tty)
     code, seconds, finished_at = finished.code, finished.seconds, time.time()
     if tty:
-        from buildkit.core.progress import strip_ansi
-
         tail = collections.deque((strip_ansi(t) for t in tail), maxlen=40)
     if code != 0:
         if refused:
@@ -194,9 +192,6 @@ def run_build(spec: BuildSpec, session: BuildSession, engine: Engine, *, stream:
 
 def _archive_digest(archive: Path, reported: str) -> str:
     """The manifest digest of the exporter's archive (must agree with buildx's metadata)."""
-    from buildkit.core.errors import BuildkitError
-    from buildkit.oci.ocilayout import OciArchive
-
     try:
         with OciArchive(archive) as layout:
             digest = layout.manifest_digest(platform=None)
@@ -209,9 +204,6 @@ def _archive_digest(archive: Path, reported: str) -> str:
 
 def archive_size(archive: Path | None) -> int | None:
     """Compressed size of the image in an OCI archive: config plus layers, as a registry stores it."""
-    from buildkit.core.errors import BuildkitError
-    from buildkit.oci.ocilayout import OciArchive
-
     if archive is None:
         return None
     try:

@@ -28,6 +28,8 @@ from pathlib import Path
 from buildkit.engine.api import Builder, OutStream
 from buildkit.core.errors import BuildError
 from buildkit.engine.specs import BuildSession, BuildSpec
+from buildkit.oci.imageref import parse_image_ref
+from buildkit.oci.registry import client_for
 
 CCACHE_TAG_PREFIX = "ccache-"
 
@@ -128,9 +130,6 @@ def import_ccache(engine: Builder, targets: Sequence[CcacheTarget], *, src_dir: 
 
 
 def _registry_has(ref_text: str) -> bool:
-    from buildkit.oci.imageref import parse_image_ref
-    from buildkit.oci.registry import client_for
-
     ref = parse_image_ref(ref_text)
     with client_for(ref.registry) as client:
         return client.head_manifest(ref.repository, ref.reference) is not None

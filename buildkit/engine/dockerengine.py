@@ -29,7 +29,9 @@ from buildkit.engine.api import ContainerSpec, ContainerState, Engine, EngineErr
 from buildkit.engine.buildxmetadata import with_bake_images, with_build_images
 from buildkit.engine.containercreate import create_container, run_to_end
 from buildkit.engine.dockerargv import buildx_bake_argv, buildx_build_argv, docker_run_argv
+from buildkit.engine.runner import engine_turn, dockerfile_images, stream_command
 from buildkit.engine.specs import BuildSession, BuildSpec, RunSpec
+from buildkit.plan.profiles import gpu_device_requests
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -167,21 +169,15 @@ class DockerEngine(Engine):
     # ------------------------------------------------------------ builds
     def turn(self, exclusive: bool, stream: OutStream | None = None,
              images: frozenset[str] | None = None) -> AbstractContextManager[None]:
-        from buildkit.engine.runner import engine_turn
-
         return engine_turn(exclusive, stream, images)
 
     def build(self, spec: BuildSpec, session: BuildSession, on_line: Callable[[str], None], *,
               stream: OutStream, tty: bool = False) -> Finished:
-        from buildkit.engine.runner import dockerfile_images, stream_command
-
         return with_build_images(stream_command(self.build_command(spec, session), on_line, stream=stream,
                                  exclusive=spec.no_cache, images=dockerfile_images(spec.dockerfile), tty=tty), session)
 
     def bake(self, bake_file: Path, names: Sequence[str], session: BuildSession, on_line: Callable[[str], None], *,
              stream: OutStream, exclusive: bool = False, write_lock: threading.Lock | None = None) -> Finished:
-        from buildkit.engine.runner import stream_command
-
         return with_bake_images(stream_command(buildx_bake_argv(self.docker, bake_file, names, session), on_line,
                                 stream=stream, exclusive=exclusive, write_lock=write_lock), session, names)
 
@@ -306,8 +302,6 @@ class DockerEngine(Engine):
     def create_kwargs(spec: ContainerSpec) -> dict[str, Any]:
         """docker-py's containers.create() keyword arguments for spec (detached, not auto-removed)."""
         import docker.types
-
-        from buildkit.plan.profiles import gpu_device_requests
 
         kwargs: dict[str, Any] = {
             "image": spec.image, "command": list(spec.command), "detach": True,

@@ -6,6 +6,7 @@ from buildkit.engine.baseimages import resolve_base_images
 from buildkit.engine.api import Engine
 from buildkit.engine.ccachestore import CcacheTarget
 from buildkit.flows.cudacontexts import cache_root
+from buildkit.flows.nightlyjobs import find_unit
 from buildkit.plan.buildplan import ccache_id
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.matrix import matrix_variants
@@ -16,8 +17,6 @@ def targets_for(cfg: ResolvedConfig, engine: Engine, unit: str | None = None) ->
     out: dict[str, CcacheTarget] = {}
     variants = matrix_variants(cfg)[0]
     if unit is not None:
-        from buildkit.flows.nightlyjobs import find_unit
-
         variants = [find_unit(cfg, unit)]
     for v in variants:
         req = v.request

@@ -16,8 +16,10 @@ import re
 import sys
 from pathlib import Path
 
-from buildkit.core.errors import ArchError, CudaRootError
+from buildkit.core.errors import ArchError, CudaRootError, BuildkitError
 from buildkit.core.paths import cache_dir
+from buildkit.oci.imageref import parse_image_ref
+from buildkit.oci.registry import client_for
 from buildkit.plan.archs import CUDA_RELEASES, parse_cuda_version
 from buildkit.plan.buildplan import BuildRequest
 from buildkit.plan.config import ResolvedConfig
@@ -81,9 +83,6 @@ def check_nvidia_tag(request: BuildRequest, cfg: ResolvedConfig) -> None:
     assert request.cuda_version is not None
     if parse_cuda_version(request.cuda_version) in CUDA_RELEASES or "{cuda_version}" not in cfg.base.devel_image:
         return
-    from buildkit.core.errors import BuildkitError
-    from buildkit.oci.imageref import parse_image_ref
-    from buildkit.oci.registry import client_for
 
     ref = parse_image_ref(request.devel_image)
     try:

@@ -40,7 +40,6 @@ from dataclasses import dataclass
 from datetime import UTC
 from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from buildkit.core import children
 from buildkit.core.boundedread import read_regular
@@ -48,11 +47,9 @@ from buildkit.core.errors import BaseImageError, BuildkitError
 from buildkit.core.platforms import cpu_arch, machine_arch
 from buildkit.core.treewalk import remove_tree
 from buildkit.core.wholefile import scratch_dir
+from buildkit.engine.api import Engine
 from buildkit.oci.ociindex import IMAGE_NAME, REF_NAME, write_index_archive
 from buildkit.oci.imageref import parse_image_ref
-
-if TYPE_CHECKING:
-    from buildkit.engine.api import Engine
 
 SUITES = ("bookworm", "trixie")  # Debian 12 (GCC 12) and 13 (GCC 14: arm64's SME variants, znver4)
 DEFAULT_MIRROR = "http://deb.debian.org/debian"

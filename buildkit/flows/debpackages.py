@@ -30,7 +30,7 @@ from buildkit.core.errors import BuildError
 from buildkit.engine.api import Builder, Engine, Images
 from buildkit.engine.buildx import BuildOptions, BuildResult
 from buildkit.engine.specs import BuildSpec
-from buildkit.oci.ocilayout import open_image
+from buildkit.oci.imagesource import open_image
 from buildkit.plan.aptpins import keyed_packages
 from buildkit.release.sbom import STATUS_LIMIT, DebPackage, OsRelease, image_contents, installed, os_release
 from buildkit.flows.pipeline import Prepared

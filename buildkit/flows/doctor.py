@@ -32,52 +32,45 @@ from pathlib import Path
 
 from buildkit.core.errors import BuildError, BuildkitError, ConfigError
 from buildkit.flows.basecheck import check_bases
+from buildkit.flows.cudacontexts import cache_root
 from buildkit.flows.diskcheck import check_disk, disk_kind, required_gb
 from buildkit.core.check import Check, Status
 from buildkit.flows.doctorcheck import Variant
 from buildkit.flows.enginecheck import check_buildx_and_builder, check_engine, engine_info
+from buildkit.flows.multiplatform import platform_requests
 from buildkit.flows.platformcheck import check_driver, check_emulation, judge_cross_cuda
 from buildkit.flows.registrycheck import check_registry
+from buildkit.plan.archs import parse_cuda_version
+from buildkit.plan.buildplan import make_request, BuildRequest
+from buildkit.plan.platforms import is_multi
+from buildkit.plan.matrix import matrix_variants
 
 if TYPE_CHECKING:
     from buildkit.engine.api import Engine
-    from buildkit.plan.buildplan import BuildRequest
     from buildkit.plan.config import ResolvedConfig
 
 MAX_FREE_GB = 1e6  # a petabyte
 
 
 def _variant(req: BuildRequest) -> Variant:
-    from buildkit.plan.archs import parse_cuda_version
-
     cuda = parse_cuda_version(req.cuda_version) if req.cuda_version else None
     return Variant(req.variant, cuda, req.arch.name, req.platform, req.build_platform, req.provider)
 
 
 def variants_of(cfg: ResolvedConfig, matrix: bool = False) -> list[Variant]:
     """The variant of the configured build, or (matrix) every variant of the nightly matrix."""
-    from buildkit.plan.buildplan import make_request
-
     if not matrix:
-        from buildkit.plan.platforms import is_multi
-
         if is_multi(cfg.build.platform):  # one variant per platform of a multi-platform build
-            from buildkit.flows.multiplatform import platform_requests
 
             return [_variant(request) for _, _, request in platform_requests(cfg)]
         return [_variant(make_request(cfg))]
-    from buildkit.plan.matrix import matrix_variants
 
     return [_variant(v.request) for v in matrix_variants(cfg)[0]]
 
 
 def base_refs(cfg: ResolvedConfig, matrix: bool = False) -> list[str]:
     """The base images the configured build (or every variant of the matrix) starts from."""
-    from buildkit.plan.buildplan import make_request
-
     if matrix:
-        from buildkit.plan.matrix import matrix_variants
-
         requests = [v.request for v in matrix_variants(cfg)[0]]
     else:
         requests = [make_request(cfg)]
@@ -99,8 +92,6 @@ def run_checks(cfg: ResolvedConfig, engine: Engine, *, min_free_gb: float | None
                offline: bool = False, cheap_only: bool = False, push: bool = False) -> list[Check]:
     """Every check, in the order of the screen. cheap_only: engine and disk (what `build` runs first).
     push: the build will push, so an unreachable registry fails (else it is a warning)."""
-    from buildkit.flows.cudacontexts import cache_root
-
     if min_free_gb is not None and not 0 <= min_free_gb <= MAX_FREE_GB:  # nan and inf are not
         raise ConfigError(f"--min-free-gb must be a number of GB from 0 to {MAX_FREE_GB:g}, got {min_free_gb:g}")
     if not -1 <= cfg.build.min_free_gb <= MAX_FREE_GB:

@@ -13,17 +13,23 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TYPE_CHECKING, cast
 
+from buildkit.core.errors import BuildkitError
 from buildkit.engine.bake import TargetOutcome, run_bake
+from buildkit.flows.pipeline import prepare, check_build_machine, Prepared
+from buildkit.flows.buildspec import build_spec
+from buildkit.flows.buildunit import UnitOptions, attempt_unit, UnitResult
+from buildkit.engine.buildx import check_buildx, BuildOptions, BuildResult
+from buildkit.flows.multiplatform import PlatformBuild, record_index
 from buildkit.oci.imageref import tag_of
 from buildkit.engine.bakefile import bake_document, bake_target, write_bake_file
+from buildkit.oci.ociindex import write_index_archive
+from buildkit.plan.buildkey import index_key
 from buildkit.plan.matrix import Variant
+from buildkit.plan.tags import build_tags, build_key_tag
+from buildkit.verify.report import VerifyReport
 
 if TYPE_CHECKING:
     from buildkit.engine.api import Engine, Images, OutStream
-    from buildkit.engine.buildx import BuildOptions, BuildResult
-    from buildkit.flows.buildunit import UnitOptions, UnitResult
-    from buildkit.flows.pipeline import Prepared
-    from buildkit.verify.report import VerifyReport
 
 
 @dataclass(frozen=True)
@@ -47,9 +53,6 @@ def prepare_matrix(variants: Sequence[Variant], work_dir: Path, engine: Engine, 
 
     Returns ({key: Prepared}, {key: error}); an exception of a type in stop_on is raised instead
     (the patch queue is common to every variant: one that does not apply fails them all)."""
-    from buildkit.core.errors import BuildkitError
-    from buildkit.flows.pipeline import prepare
-
     prepared: dict[str, Prepared] = {}
     errors: dict[str, str] = {}
     for variant in variants:
@@ -71,9 +74,6 @@ def matrix_document(variants: Sequence[Variant], prepared: dict[str, Prepared], 
                     work_dir: Path) -> dict[str, Any]:
     """The bake document for the prepared variants. Local tags are <image>:<variant> and
     sha-<7>-<variant>, the variant including a non-server target, so targets never share a tag."""
-    from buildkit.flows.buildspec import build_spec
-    from buildkit.plan.tags import build_tags
-
     targets = {}
     for variant in variants:
         if variant.unit not in prepared:
@@ -89,8 +89,6 @@ def matrix_document(variants: Sequence[Variant], prepared: dict[str, Prepared], 
 # prepared: a Prepared (Any: tests/unit/test_engine_seam.py passes a class with its plan and CUDA roots only)
 def verify_variant(prepared: Any, outcome: TargetOutcome, engine: Engine) -> tuple[VerifyReport | None, str]:
     """(report, error): the build unit's verify stage alone (flows/buildunit.py); a failed image loses its tags."""
-    from buildkit.flows.buildunit import UnitOptions, attempt_unit
-
     assert outcome.result is not None
     unit = attempt_unit(prepared, UnitOptions(stages=False), engine=engine, built=outcome.result)
     return (unit.report if unit.ok or unit.report.checks else None), unit.error
@@ -105,18 +103,13 @@ def build_matrix(variants: Sequence[Variant], options: BuildOptions, work_dir: P
     (flows/buildunit.py) after its build: verify, and the lock entry and publication finish(variant,
     prepared) asks for (none without it). A variant that fails at any stage is reported and does not
     stop the others. Returns (builds in matrix order, bake file)."""
-    from buildkit.flows.buildunit import UnitOptions, attempt_unit
-
     prepared, errors = prepare_matrix(variants, work_dir, engine, stop_on=stop_on)
     builds: dict[str, VariantBuild] = {v.unit: VariantBuild(v, None, None, None, errors[v.unit])
                                        for v in variants if v.unit in errors}
     bake_file = None
     ready = [v for v in variants if v.unit in prepared]
     if ready:
-        from buildkit.engine.buildx import check_buildx
-
         check_buildx(engine)  # after preparing: a patch queue that does not apply never runs buildx
-        from buildkit.flows.pipeline import check_build_machine
 
         for v in ready:
             check_build_machine(prepared[v.unit].plan.request, engine, stream)
@@ -154,15 +147,20 @@ class IndexBuild:
         return not self.error
 
 
+def index_platforms(index: IndexBuild) -> list[PlatformBuild]:
+    """The platforms of a baked multi-platform variant as flows/multiplatform's PlatformBuilds."""
+    out = []
+    for u in index.units:  # an index is made (index.ok) only of platforms that were built
+        assert u.prepared is not None and u.outcome is not None and u.outcome.result is not None
+        out.append(PlatformBuild(u.variant.request.platform, u.prepared, u.outcome.result,
+                                 u.report or VerifyReport(image="", checks=())))
+    return out
+
+
 def assemble_indexes(builds: Sequence[VariantBuild], work_dir: Path, engine: Images, *,
                      load: bool = True) -> list[IndexBuild]:
     """One index per multi-platform variant, over its platforms in their order; a variant with a
     failed platform gets no index (its error names the platform)."""
-    from buildkit.core.errors import BuildkitError
-    from buildkit.oci.ociindex import write_index_archive
-    from buildkit.plan.buildkey import index_key
-    from buildkit.plan.tags import build_key_tag, build_tags
-
     groups: dict[str, list[VariantBuild]] = {}
     for b in builds:
         if b.variant.platform_split:
@@ -206,9 +204,6 @@ def bake_locked(variants: Sequence[Variant], options: BuildOptions, work_dir: Pa
                 ) -> tuple[list[VariantBuild], list[IndexBuild], Path | None]:
     """`buildkit bake`: build_matrix, each single-platform unit locked by the build unit's flow once
     verified; then one index per multi-platform variant, locked with its platforms' entries."""
-    from buildkit.flows.buildunit import UnitOptions
-    from buildkit.flows.multiplatform import index_platforms, record_index
-
     builds, bake_file = build_matrix(variants, options, work_dir, engine=engine, verify=verify, stream=stream,
                                      finish=lambda v, _: UnitOptions(lock_path=None if v.platform_split else lock_path))
     indexes = assemble_indexes(builds, work_dir, engine)

@@ -27,21 +27,24 @@ from buildkit.engine.buildx import BuildResult, check_buildx
 from buildkit.flows.buildunit import UnitOptions, run_unit
 from buildkit.flows.debpackages import debian_packages
 from buildkit.flows.pipeline import Prepared, build_options, prepared_context
+from buildkit.flows.signpublished import index_sign_step
 from buildkit.oci.ociindex import write_index_archive
+from buildkit.oci.registry import client_for, RegistryClient
+from buildkit.oci.ocilayout import Descriptor, json_document
 from buildkit.plan.buildkey import index_key
 from buildkit.plan.buildplan import BuildRequest, make_request
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.matrix import with_values
 from buildkit.plan.platforms import parse_platforms
+from buildkit.release.publish import (publish, publish_repository, reuse_published, check_immutable_free,
+                                      Prover)
+from buildkit.release.ownership import index_signature_proof, key_parameters, prove, Proof
 from buildkit.release.signer import Signer, public_key_of
 
 if TYPE_CHECKING:
-    from buildkit.flows.matrix import IndexBuild
-    from buildkit.oci.registry import RegistryClient
-    from buildkit.release.ownership import Proof
-    from buildkit.release.publish import Prover
+    pass
 from buildkit.plan.tags import build_key_tag, check_tag, next_version, parse_version, platform_suffix
-from buildkit.plan.tagset import release_tags
+from buildkit.plan.tagset import TagTarget, publication_tags
 from buildkit.release.artifact import Index
 from buildkit.release.lock import IndexEntry, LockEntry, PlatformRecord, platform_entry_key
 from buildkit.release.lockfile import Lock, write_index_entry
@@ -87,16 +90,6 @@ class MultiResult:
         }
 
 
-def index_platforms(index: IndexBuild) -> list[PlatformBuild]:
-    """The platforms of a baked multi-platform variant (flows/matrix.IndexBuild) as PlatformBuilds."""
-    out = []
-    for u in index.units:  # an index is made (index.ok) only of platforms that were built
-        assert u.prepared is not None and u.outcome is not None and u.outcome.result is not None
-        out.append(PlatformBuild(u.variant.request.platform, u.prepared, u.outcome.result,
-                                 u.report or VerifyReport(image="", checks=())))
-    return out
-
-
 def platform_requests(cfg: ResolvedConfig) -> list[tuple[str, ResolvedConfig, BuildRequest]]:
     """(platform, its config, its checked request) for each platform of build.platform, in order;
     every platform is checked (arch, CPU level) before any work."""
@@ -116,11 +109,6 @@ def platform_requests(cfg: ResolvedConfig) -> list[tuple[str, ResolvedConfig, Bu
 def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None = None, bump: str = "patch",
                 force: bool = False, verify: bool = True, load: bool = True, stream: OutStream | None = None,
                 extra_tags: tuple[str, ...] = (), signer: Signer | None = None, engine: Engine) -> MultiResult:
-    from buildkit.oci.registry import client_for
-    from buildkit.flows.signpublished import index_sign_step
-    from buildkit.release.publish import (publish, publish_repository, reuse_published, check_immutable_free,
-                                          default_variant)
-
     items = platform_requests(cfg)  # every platform checked before anything else
     if version is not None:
         parse_version(version)
@@ -143,11 +131,11 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
         if push:
             repository = publish_repository(image_name)
             client = stack.enter_context(client_for(repository.registry))
-            is_default = variant == default_variant(cfg)
+            tag_target = TagTarget.of(cfg, variant, commit, build_key=key, extra=extra_tags)
             found = index_sign_step(signer, commit=commit, version=version or "") if signer is not None else None
             mine = _index_prover(client, repository.repository, cfg.lock.path, key, commit, prepared, signer)
-            reused = None if force else reuse_published(client, repository, key, variant, commit, is_default,
-                                                        extra_tags, found, prove=mine, version=version)
+            reused = None if force else reuse_published(client, repository, tag_target, found, prove=mine,
+                                                        version=version)
             if reused is not None:
                 done, version, tags = reused
                 versioned = [(p, pr.replanned(version=version)) for p, _, pr in prepared]
@@ -159,8 +147,7 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
                                    platforms=tuple(builds), tags=(), lock_path=lock_path, version=version,
                                    pushed=done.pushed, added=done.added, origin="registry", signed=done.signed)
             version = version or next_version(client.list_tags(repository.repository), variant, bump)
-            tags = release_tags(version, commit, variant, default_variant=is_default, build_key=key,
-                                extra=extra_tags)
+            tags = publication_tags(tag_target, version)
             check_immutable_free(client, repository.repository, tags, None, force=force)
             prepared = [(p, sub, pr.replanned(version=version)) for p, sub, pr in prepared]
         builds = []
@@ -216,8 +203,6 @@ def _index_prover(client: RegistryClient, repo: str, lock_path: Path, key: str, 
     """The proof that an index a tag names is ours (release/ownership.py): the lock recorded it for this build
     key, or our key signed it with a provenance of this commit and these platforms, and each image it lists
     with a provenance of its platform's inputs."""
-    from buildkit.release.ownership import index_signature_proof, key_parameters, prove
-
     lock = Lock.read(lock_path)
     public = public_key_of(signer)
     platforms = [(p, key_parameters(LockEntry.of(pr.plan, pr.outcome()))) for p, _, pr in prepared]
@@ -233,8 +218,6 @@ def _published_platforms(client: RegistryClient, repo: str, digest: str,
                          prepared: list[tuple[str, Prepared]]) -> list[PlatformBuild]:
     """The platforms of an index the registry has (found by its build-key tag), as builds of
     nothing: each platform's manifest digest, read from the index, in its order."""
-    from buildkit.oci.ocilayout import Descriptor, json_document
-
     where = f"registry {client.host}: {repo}@{digest[:19]}"
     index = json_document(client.get_manifest(repo, digest)[0], where, "image index", RegistryError)
     listed = [Descriptor.from_json(m) for m in index.get("manifests") or []]

@@ -41,6 +41,13 @@ from typing import TYPE_CHECKING, Any
 
 import semver
 
+from buildkit.flows.buildunit import LOADED, Publication, UnitOptions
+from buildkit.flows.matrix import assemble_indexes, build_matrix, index_platforms, IndexBuild
+from buildkit.flows.cudacontexts import cache_root
+from buildkit.flows.pipeline import build_options, Prepared
+from buildkit.flows.testsimage import builds_tests, registry_tests_tag
+from buildkit.flows.multiplatform import record_index
+from buildkit.flows.signpublished import index_sign_step
 from buildkit.plan import patchqueue
 from buildkit.plan.matrix import Variant, matrix_variants
 # the nightly's API, re-exported explicitly (`X as X`: strict mypy's no_implicit_reexport)
@@ -53,21 +60,22 @@ from buildkit.flows.nightlyprevious import (Previous as Previous, is_current as 
                                             read_nightly_record as read_nightly_record,
                                             stale_variants as stale_variants,
                                             update_nightly_record as update_nightly_record)
-from buildkit.source.changelog import Changelog, Commit as Commit  # (Commit: part of the summary's API)
+from buildkit.release.artifact import Index
+from buildkit.release.publish import publish
+from buildkit.source.changelog import Changelog, Commit as Commit, changelog
 from buildkit.plan.config import ResolvedConfig
 from buildkit.core.errors import BuildkitError, ConfigError, PatchError, RegistryError, SourceError
 from buildkit.oci.imageref import ImageRef, parse_image_ref
+from buildkit.source.gitcmd import Git
 from buildkit.source.patches import load_patch_queue
 from buildkit.oci.registry import RegistryClient, client_for
 from buildkit.release.signer import Signer, public_key_of
 from buildkit.plan.tags import TagSet, next_version, parse_version
-from buildkit.plan.tagset import release_tags
+from buildkit.plan.tagset import TagTarget, publication_tags
 from buildkit.core.urlcreds import UrlAuth, redact_text, split_credentials
 
 if TYPE_CHECKING:
     from buildkit.engine.api import Engine, OutStream
-    from buildkit.flows.matrix import IndexBuild
-    from buildkit.flows.pipeline import Prepared
 
 # The no-op path (ls-remote, lock, one HEAD per variant) imports only what it needs: the build
 # path's modules (pipeline, publish, bake's runner, the source stage) are imported where they are
@@ -82,8 +90,6 @@ _SCP_LIKE = re.compile(r"[^/]+:")  # top-level key of buildkit.lock
 def _ls_remote(url: str, args: tuple[str, ...], about: str, timeout: float, auth: UrlAuth | None) -> str:
     """`git ls-remote ARGS -- URL REFS` through gitcmd.py; a failure is one SourceError line."""
     import git
-
-    from buildkit.source.gitcmd import Git
 
     try:
         return Git(auth=auth, timeout=timeout).run("ls-remote", *args, what=f"ls-remote of {url}")
@@ -145,7 +151,8 @@ def nightly_version(existing_tags: list[str], keys: list[str], date: str) -> str
 
 
 def nightly_tags(version: str, commit: str, key: str) -> TagSet:
-    return release_tags(version, commit, key, default_variant=False)
+    """A nightly is a prerelease: never the default variant's tags, whatever the config's default."""
+    return publication_tags(TagTarget(commit, key), version)
 
 
 # ---------------------------------------------------------------- the run
@@ -238,13 +245,6 @@ def _build_and_publish(cfg: ResolvedConfig, client: RegistryClient, repository: 
                        variants: list[Variant], todo: list[Variant], previous: dict[str, Previous | None], head: str,
                        patch_set: str, lock_path: Path, *, verify: bool, stream: OutStream,
                        signer: Signer | None = None, engine: Engine) -> None:
-    from buildkit.flows.buildunit import LOADED, Publication, UnitOptions
-    from buildkit.flows.matrix import assemble_indexes, build_matrix
-    from buildkit.source.changelog import changelog
-    from buildkit.flows.cudacontexts import cache_root
-    from buildkit.flows.pipeline import build_options
-    from buildkit.flows.testsimage import builds_tests, registry_tests_tag
-
     todo_keys = {v.key for v in todo}
     results: dict[str, VariantResult] = {}
     for v in variants:
@@ -315,11 +315,6 @@ def _publish_index(client: RegistryClient, repository: ImageRef, summary: Summar
                    lock_path: Path, signer: Signer | None, engine: Engine) -> VariantResult:
     """A baked multi-platform variant: its index (each platform's manifest by digest, then the index)
     under the nightly tags; the lock gets the index and each platform's entry."""
-    from buildkit.flows.multiplatform import index_platforms, record_index
-    from buildkit.flows.signpublished import index_sign_step
-    from buildkit.release.artifact import Index
-    from buildkit.release.publish import publish
-
     v = index.units[0].variant
     seconds = max((u.outcome.seconds for u in index.units if u.outcome), default=None)
     checks = [dict(c.to_json(), platform=u.variant.request.platform) for u in index.units if u.report

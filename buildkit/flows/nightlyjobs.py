@@ -31,9 +31,19 @@ import tempfile
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from buildkit.flows.cudacontexts import check_cuda_available
+from buildkit.core.savefile import write_or_keep
+from buildkit.flows.buildunit import BY_DIGEST, Publication, UnitOptions
+from buildkit.flows.matrix import build_matrix
+from buildkit.flows.pipeline import build_options, Prepared
+from buildkit.flows.testsimage import builds_tests, registry_tests_tag, tests_of_image
+from buildkit.flows.signpublished import write_predicates, index_sign_step
+from buildkit.oci.ociindex import PlatformManifest, index_document
+from buildkit.oci.ocilayout import sha256_digest
+from buildkit.plan.buildkey import index_key
 from buildkit.plan.patchqueue import queue_required
 from buildkit.core.boundedread import MiB, read_json_object
-from buildkit.core.errors import BuildkitError, ConfigError, PatchError
+from buildkit.core.errors import BuildkitError, ConfigError, PatchError, TamperedError
 from buildkit.core.platforms import ARCHES
 from buildkit.flows.nightlyplan import (Excluded, JobResult, NightlyPlan, PlannedPrevious, PlannedUnit,
                                         PlannedVariant)
@@ -45,15 +55,18 @@ from buildkit.oci.registry import RegistryClient, client_for
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.matrix import Variant, bake_target_name, matrix_variants
 from buildkit.core.urlcreds import split_credentials
+from buildkit.plan.tags import TagSet, build_key_tag, parse_version
 from buildkit.release.lock import LockEntry
-from buildkit.release.artifact import Published
+from buildkit.release.artifact import Published, Image, Index
+from buildkit.release.publish import publish
+from buildkit.release.ownership import image_signature_proof
 from buildkit.release.signer import Signer, public_key_of
+from buildkit.source.patches import load_patch_queue
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric import ec
 
     from buildkit.engine.api import Engine, OutStream
-    from buildkit.flows.pipeline import Prepared
     from buildkit.oci.imageref import ImageRef
 
 PLAN_FILE = "plan.json"
@@ -119,9 +132,6 @@ def plan_nightly(cfg: ResolvedConfig, *, runners: dict[str, str], date: str | No
     """What tonight's jobs are: the head, the version, and the units that need a build (the matrix). With a
     signer's key, a nightly image the lock does not record must be signed by it to be skipped
     (nightlyprevious.py)."""
-    from buildkit.flows.cudacontexts import check_cuda_available
-    from buildkit.source.patches import load_patch_queue
-
     date = date or today()
     if not (len(date) == 8 and date.isdigit()):
         raise ConfigError(f"--date {date!r} is not YYYYMMDD")
@@ -181,8 +191,6 @@ def write_github_outputs(outputs: dict[str, str], env: Mapping[str, str] | None 
     """NAME=VALUE lines appended to $GITHUB_OUTPUT when set; a line for a file that could not be written."""
     import os
 
-    from buildkit.core.savefile import write_or_keep
-
     path = (os.environ if env is None else env).get("GITHUB_OUTPUT")
     if not path:
         return []
@@ -211,12 +219,6 @@ def run_job(cfg: ResolvedConfig, unit: str, *, verify: bool = True, stream: OutS
 
 def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream: OutStream | None, signer: Signer | None,
              attest_dir: Path | None = None, engine: Engine) -> dict[str, Any]:
-    from buildkit.flows.buildunit import BY_DIGEST, Publication, UnitOptions
-    from buildkit.flows.matrix import build_matrix
-    from buildkit.flows.pipeline import build_options
-    from buildkit.flows.testsimage import builds_tests, registry_tests_tag
-    from buildkit.plan.tags import TagSet, build_key_tag, parse_version
-
     stream = sys.stderr if stream is None else stream
     commit, version = cfg.source.commit, cfg.image.version
     if not _SHA.fullmatch(commit or ""):
@@ -255,8 +257,6 @@ def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream: OutStream 
             out["digest"] = b.unit.published.digest
             out["tests_digest"] = b.unit.tests.digest if b.unit.tests is not None else ""
             if attest_dir is not None and b.unit.result is not None:
-                from buildkit.flows.signpublished import write_predicates
-
                 done = b.unit
                 entry = replace(LockEntry.of(done.prepared.plan, done.prepared.outcome(done.result, engine=engine)),
                                 version=version)
@@ -340,8 +340,6 @@ def _tests_of(client: RegistryClient, repository: ImageRef, got: list[JobResult]
     """`repo@digest` of the tests image a single-platform unit's job pushed, checked in the registry to name the
     image at digest; "" when the job pushed none (or the variant has several platforms: each job's result names
     its own); else why it cannot be used (a line starting "no tests image: ")."""
-    from buildkit.flows.testsimage import tests_of_image
-
     if len(got) != 1 or not got[0].tests_digest:
         return ""
     return tests_of_image(client, repository, got[0].tests_digest, digest)
@@ -355,14 +353,6 @@ def _tag_variant(client: RegistryClient, repository: ImageRef, plan: NightlyPlan
                  units: list[PlannedUnit], got: list[JobResult], signer: Signer | None = None) -> Published:
     """A single-platform unit's digest gets the nightly tags (its job signed it); several platforms get an
     index over their manifests first (under its own build-key tag, last), signed here."""
-    from buildkit.flows.signpublished import index_sign_step
-    from buildkit.oci.ociindex import PlatformManifest, index_document
-    from buildkit.oci.ocilayout import sha256_digest
-    from buildkit.plan.buildkey import index_key
-    from buildkit.plan.tags import build_key_tag
-    from buildkit.release.artifact import Image, Index
-    from buildkit.release.publish import publish
-
     repo = repository.repository
     public = public_key_of(signer)
     if public is not None:  # nothing is tagged or signed here that the jobs did not build and sign
@@ -387,9 +377,6 @@ def _check_job_image(client: RegistryClient, repo: str, key: ec.EllipticCurvePub
                      unit: PlannedUnit, result: JobResult) -> None:
     """That the digest a job's result names is signed by key with a provenance of the plan's commit and version
     and the job's build key (release/ownership.py), else the one line saying it is not ours."""
-    from buildkit.core.errors import TamperedError
-    from buildkit.release.ownership import image_signature_proof
-
     expected = {"commit": plan.commit, "version": plan.version, "build_key": result.build_key}
     try:
         image_signature_proof(client, repo, result.digest, key, expected)

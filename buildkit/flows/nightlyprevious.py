@@ -28,14 +28,18 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from buildkit import __version__
-from buildkit.core.errors import InputsError, LockError
+from buildkit.core.errors import InputsError, LockError, BuildkitError
 from buildkit.core.paths import templates_sha256
+from buildkit.core.printable import printable
 from buildkit.oci.imageref import ImageRef
 from buildkit.oci.registry import RegistryClient
 from buildkit.plan.configinputs import config_changes, config_inputs
 from buildkit.plan.inputs import BuildInputs, from_labels
 from buildkit.plan.matrix import Variant
 from buildkit.release.lockfile import Lock, update_lock
+from buildkit.release.publish import image_labels
+from buildkit.release.provenance import PREDICATE_TYPE, signed_definition
+from buildkit.release.signing import attested_statement, check_signature
 
 REVISION_LABEL = "org.opencontainers.image.revision"
 PATCH_SET_LABEL = "org.llama-buildkit.patch-set"
@@ -133,7 +137,6 @@ def last_built(client: RegistryClient, repo: str, variant: Variant, record: dict
         if inputs is not None:
             return Previous(record.get("commit"), record.get("patch_set_sha256"), info.digest,
                             record.get("version"), "lock", inputs)
-    from buildkit.release.publish import image_labels
 
     labels = image_labels(client, repo, info.digest)
     if key is not None:
@@ -153,11 +156,6 @@ def last_built(client: RegistryClient, repo: str, variant: Variant, record: dict
 def _not_signed(client: RegistryClient, repo: str, digest: str, key: ec.EllipticCurvePublicKey,
                 commit: str | None) -> str:
     """Why the image at digest is not one key signed with a provenance of commit ("" when it is)."""
-    from buildkit.core.errors import BuildkitError
-    from buildkit.core.printable import printable
-    from buildkit.release.provenance import PREDICATE_TYPE, signed_definition
-    from buildkit.release.signing import attested_statement, check_signature
-
     try:
         check_signature(client, repo, digest, key)
         definition = signed_definition(attested_statement(client, repo, digest, key, PREDICATE_TYPE)) or {}

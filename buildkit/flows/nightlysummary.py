@@ -1,14 +1,19 @@
-"""The summary of a nightly run: per variant, its result; as JSON and as Markdown ($GITHUB_STEP_SUMMARY)."""
+"""The summary of a nightly run: per variant, its result; as JSON and as Markdown ($GITHUB_STEP_SUMMARY); and the
+tests images the gate job pulls by digest (gate_tests)."""
 
 from __future__ import annotations
 
 from typing import Any
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from buildkit.core.savefile import write_or_keep
+from buildkit.flows.testsimage import CPU_BACKEND, tests_of_release
+from buildkit.oci.imageref import ImageRef
+from buildkit.oci.registry import client_for
 from buildkit.source.changelog import Changelog
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
@@ -148,8 +153,6 @@ def _md(text: str) -> str:
 def write_summaries(summary: Summary, summary_path: str | None, env: Mapping[str, str] | None = None) -> list[str]:
     """JSON to summary_path (`nightly --summary`; --json prints it, the caller does that), Markdown appended
     to $GITHUB_STEP_SUMMARY. Returns a line for each that could not be written, saying where it was kept."""
-    from buildkit.core.savefile import write_or_keep
-
     env = os.environ if env is None else env
     problems = []
     if summary_path:
@@ -163,3 +166,18 @@ def write_summaries(summary: Summary, summary_path: str | None, env: Mapping[str
     if step_summary:
         problems.append(write_or_keep(step_summary, summary.to_markdown(), "the step summary", append=True))
     return [p for p in problems if p]
+
+
+def gate_tests(repository: ImageRef, results: Sequence[VariantResult], gate: str) -> tuple[dict[str, str], list[str]]:
+    """What the nightly's gate job pulls by digest (`nightly --assemble --bench-gate VARIANT`): the outputs
+    `tests`, tonight's tests image of the variant (as its job pushed it, checked by assemble), and `release_tests`,
+    the release's (tests_of_release); each "" when there is none, and a line saying what each is."""
+    built = next((v for v in results if v.variant == gate and v.status == PASSED and not v.skipped), None)
+    if built is None:  # not built tonight: the gate does not run
+        return {"tests": "", "release_tests": ""}, []
+    with client_for(repository.registry) as client:
+        release = tests_of_release(client, repository, gate)
+    nightly = built.tests or built.error or ("no tests image: its job built none (a CUDA variant's does, a cpu "
+                                             f"variant's only with gpu_check.backend {CPU_BACKEND})")
+    outputs = {"tests": built.tests, "release_tests": "" if release.startswith("no tests image") else release}
+    return outputs, [f"gate: nightly-{gate}: {nightly}", f"gate: release {gate}: {release}"]

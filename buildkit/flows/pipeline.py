@@ -33,6 +33,7 @@ from buildkit.engine.baseimages import BaseSource, check_base_history, check_bas
 from buildkit.engine.buildx import BuildOptions, BuildResult, check_buildx, image_store
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.cpulevels import gcc_line
+from buildkit.release.lockfile import Lock
 from buildkit.verify.cpuhost import host_cpu_id
 from buildkit.flows.cudacontexts import cache_root as cache_root, check_cuda_available, cuda_contexts  # (cli uses it)
 from buildkit.core.errors import BuildkitError, ConfigError, SourceError
@@ -335,8 +336,6 @@ def prepared_context(cfg: ResolvedConfig, engine: Engine, *, request: BuildReque
 
 def last_build_seconds(cfg: ResolvedConfig, request: BuildRequest) -> float | None:
     """How long the lock's last build of this variant took (None when unknown)."""
-    from buildkit.release.lockfile import Lock
-
     try:
         lock = Lock.read(cfg.lock.path)
         found = lock.find(request.variant, request.target, request.platform, request.cpu_level.name,

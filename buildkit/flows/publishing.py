@@ -22,14 +22,14 @@ from buildkit.oci.registry import RegistryClient, client_for
 from buildkit.plan.buildplan import make_request
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.tags import check_tag, next_version, parse_version
-from buildkit.plan.tagset import release_tags
+from buildkit.plan.tagset import TagTarget, publication_tags
 from buildkit.release.lock import LockEntry
 from buildkit.release.lockfile import Lock, record
 from buildkit.release.ownership import Proof, image_signature_proof, key_parameters, prove
 from buildkit.flows.signpublished import sign_step
 from buildkit.release.artifact import Image, SignStep
 from buildkit.release.publish import (VERSION_LABEL, Prover, PublishResult, check_immutable_free,
-                                      default_variant, image_labels, local_image_with_key, publish,
+                                      image_labels, local_image_with_key, publish,
                                       publish_repository, reuse_published)
 from buildkit.release.signer import Signer, public_key_of
 
@@ -58,14 +58,14 @@ def build_and_push(cfg: ResolvedConfig, engine: Engine, *, version: str | None =
                           "= auto): without it the image reaches the registry through the engine")
     check_buildx(engine)
     variant, repo = request.artifact_variant, repository.repository
-    is_default = variant == default_variant(cfg)
     with client_for(repository.registry) as client, \
             prepared_context(cfg, engine, request=request, extra_tags=extra_tags) as prepared:
         key, commit = prepared.build_key, prepared.source.commit
+        target = TagTarget.of(cfg, variant, commit, build_key=key, extra=extra_tags)
         found_sign = _found_sign_step(prepared, signer) if signer is not None else None
         mine = image_prover(client, repo, cfg.lock.path, key, key_parameters(_unbuilt(prepared)), signer)
-        reused = None if force else reuse_published(client, repository, key, variant, commit, is_default,
-                                                    extra_tags, found_sign, prove=mine, version=version)
+        reused = None if force else reuse_published(client, repository, target, found_sign, prove=mine,
+                                                    version=version)
         if reused is not None:
             done, version, tags = reused
             record(cfg.lock.path, LockEntry.of(prepared.plan, prepared.outcome(image_digest=done.digest)), done,
@@ -79,7 +79,7 @@ def build_and_push(cfg: ResolvedConfig, engine: Engine, *, version: str | None =
         if local is not None and version and local_version != version:
             local = local_version = None  # the engine's copy carries another version label: build anew
         version = local_version or version or next_version(client.list_tags(repo), variant, bump)
-        tags = release_tags(version, commit, variant, default_variant=is_default, build_key=key, extra=extra_tags)
+        tags = publication_tags(target, version)
         check_immutable_free(client, repo, tags, local.id if local is not None else None, force=force)
         prepared = prepared.replanned(version=version)
         publication = Publication(client, repository, tags, version, how=RELEASE, force=force, keep_loaded=load,
@@ -190,17 +190,16 @@ def push_local(cfg: ResolvedConfig, engine: Images, *, force: bool = False, stre
         raise RegistryError(f"the image {recorded.image_id[:19]} of {request.variant} is not in the local engine; "
                             "run buildkit build again")
     key, version, commit = recorded.build_key, recorded.version, recorded.commit
-    is_default = request.artifact_variant == default_variant(cfg)
+    target = TagTarget.of(cfg, request.artifact_variant, commit, build_key=key)
     sign = sign_step(recorded, signer) if signer is not None else None
     with client_for(repository.registry) as client:
         mine = image_prover(client, repository.repository, lock_path, key, key_parameters(recorded), signer)
-        reused = None if force else reuse_published(client, repository, key, request.artifact_variant, commit,
-                                                    is_default, sign=sign, prove=mine, version=version,
-                                                    asked_by=f"the lock's entry {name}")
+        reused = None if force else reuse_published(client, repository, target, sign=sign, prove=mine,
+                                                    version=version, asked_by=f"the lock's entry {name}")
         if reused is not None:
             done, version, tags = reused
         else:
-            tags = release_tags(version, commit, request.artifact_variant, default_variant=is_default, build_key=key)
+            tags = publication_tags(target, version)
             done = publish(client, repository, Image(image.id, engine_ref=image.id, platform=request.platform), tags,
                            force=force, sign=sign, stream=stream, engine=engine)
     record(lock_path, recorded, done, version)

@@ -16,7 +16,7 @@ from pathlib import Path
 from buildkit.core.errors import ReproduceError
 from buildkit.core.platforms import DEFAULT_PLATFORM
 from buildkit.oci.imageref import name_of
-from buildkit.oci.ocilayout import EngineImages, open_image
+from buildkit.oci.imagesource import EngineImages, open_image
 from buildkit.plan.inputs import BUILD_KEY_LABEL, INPUTS_LABEL, BuildInputs, from_labels as inputs_from_labels, \
     need
 from buildkit.release.lockfile import Lock

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from buildkit.core.errors import BuildkitError
+from buildkit.core.errors import BuildkitError, AuthError, RegistryError
 from buildkit.core.check import Check, Status
+from buildkit.oci.imageref import names_registry, parse_image_ref
+from buildkit.oci.registry import client_for
 
 
 def check_registry(image_name: str, *, env: Mapping[str, str] | None = None, timeout: float = 10,
@@ -13,10 +15,6 @@ def check_registry(image_name: str, *, env: Mapping[str, str] | None = None, tim
     """The registry of image.name answers and lets the stored credentials read the repository.
     Unreachable, it is a warning unless push (`doctor --push`, a check for `build --push`): a build
     without --push never contacts it. Wrong credentials fail either way."""
-    from buildkit.core.errors import AuthError, RegistryError
-    from buildkit.oci.imageref import names_registry, parse_image_ref
-    from buildkit.oci.registry import client_for
-
     try:
         ref = parse_image_ref(image_name)
     except BuildkitError as exc:

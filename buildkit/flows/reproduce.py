@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from buildkit import __version__
+from buildkit.oci.ociindex import index_digest_of
 from buildkit.plan.patchqueue import queue_required
 from buildkit.engine.baseimages import local_digest
 from buildkit.engine.buildx import BuildOptions, check_buildx
@@ -41,7 +42,8 @@ from buildkit.plan.config import ResolvedConfig, load_config
 from buildkit.core.errors import BuildkitError, ReproduceError
 from buildkit.oci.imagediff import ImageDiff, diff_images
 from buildkit.engine.api import Engine, Images, OutStream
-from buildkit.oci.ocilayout import OciArchive, open_image
+from buildkit.oci.imagesource import open_image
+from buildkit.oci.ocilayout import OciArchive
 from buildkit.plan.inputs import INPUTS, cuda_wheel_hashes
 from buildkit.source.patches import load_patch_queue
 from buildkit.flows.buildspec import build_spec
@@ -278,8 +280,6 @@ class IndexReproduceResult:
 def reproduce_index(rec: IndexRecorded, *, keep: Path | None = None, **kwargs: Any) -> IndexReproduceResult:
     """Rebuild every platform of a recorded multi-platform build (reproduce, one by one), then
     assemble their index (oci/ociindex.py) and compare it with the recorded index digest."""
-    from buildkit.oci.ociindex import index_digest_of
-
     with tempfile.TemporaryDirectory(prefix="buildkit-reproduce-index-") as tmp:
         where = keep or Path(tmp)
         results = []

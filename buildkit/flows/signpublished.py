@@ -17,16 +17,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from buildkit.core.errors import LockError
+from buildkit.core.errors import LockError, ReproduceError
+from buildkit.core.wholefile import write_whole
 from buildkit.oci.imageref import ImageRef, parse_image_ref
-from buildkit.oci.ocilayout import open_image
+from buildkit.oci.imagesource import open_image
 from buildkit.oci.registry import RegistryClient, client_for
-from buildkit.release import provenance, sbom
+from buildkit.release import provenance, sbom, reproduced
 from buildkit.release.artifact import SignStep
 from buildkit.release.lock import LockEntry, entry_dict
 from buildkit.release.lockfile import Lock
 from buildkit.release.ownership import index_manifests
-from buildkit.release.signing import Attestation, sign_image
+from buildkit.release.cosignformat import Attestation
+from buildkit.release.signing import sign_image
 from buildkit.release.signer import Signer
 
 
@@ -70,8 +72,6 @@ def write_predicates(entry: LockEntry, digest: str, name: str, folder: Path) -> 
     here): the predicates `cosign attest
     --type slsaprovenance1 / cyclonedx --predicate FILE` attaches, written as folder/provenance.json and
     folder/sbom.json, the same documents buildkit signs with a key."""
-    from buildkit.core.wholefile import write_whole
-
     statement, document = _statements(entry, digest, name)
     folder.mkdir(parents=True, exist_ok=True)
     predicate = json.dumps(json.loads(statement)["predicate"], sort_keys=True, indent=2).encode()
@@ -122,9 +122,6 @@ def sign_entry(lock_path: Path, entry_key: str, signer: Signer) -> Signed:
 def attest_reproduction(image_digest: str, originals: tuple[str, ...], signer: Signer) -> tuple[str, ...]:
     """`reproduce --attest`: the rebuilder's signed VSA (release/reproduced.py) on the recorded digest, in the
     registry the record names (a lock entry's pushed repository, or the image reference reproduced)."""
-    from buildkit.core.errors import ReproduceError
-    from buildkit.release import reproduced
-
     where = [spec.removeprefix("registry:") for spec in originals if spec.startswith("registry:")
              or not (spec.startswith(("docker:", "oci:")) or Path(spec).exists())]  # a bare reference: a registry's
     if not where:

@@ -19,24 +19,26 @@ through that release's own labels and checks that it names that release (`tests_
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from buildkit.core.errors import BuildkitError
 from buildkit.engine.buildx import BuildOptions, BuildResult
 from buildkit.flows.buildspec import build_spec
+from buildkit.oci.digest import Digest
+from buildkit.plan.inputs import BUILD_KEY_LABEL
 from buildkit.plan.tags import TagSet, build_key_tag
+from buildkit.release.artifact import Image, Published
+from buildkit.release.publish import local_image, publish, image_labels
 from buildkit.verify.buildfailure import run_build_explained
 
 if TYPE_CHECKING:
     from buildkit.engine.api import Engine, Images, OutStream
-    from buildkit.flows.nightlysummary import VariantResult
     from buildkit.flows.pipeline import Prepared
     from buildkit.oci.imageref import ImageRef
     from buildkit.oci.registry import RegistryClient
     from buildkit.plan.archs import Arch
-    from buildkit.release.artifact import Published
 
 TESTS_TARGET = "tests"
 TESTS_LABEL = "org.llama-buildkit.tests-of"  # the image (manifest digest, else image id) it was made with
@@ -92,9 +94,6 @@ def build_tests_image(prepared: Prepared, options: BuildOptions, image: BuildRes
 def push_tests_image(client: RegistryClient, repository: ImageRef, tests: BuiltTestsImage, tag: str, *,
                      stream: OutStream | None = None, engine: Images) -> BuiltTestsImage:
     """tests under its registry tag (bk-<key>-<variant>-tests; the same inputs may replace it), unsigned."""
-    from buildkit.release.artifact import Image
-    from buildkit.release.publish import local_image, publish
-
     if tests.archive is not None:
         artifact = Image(tests.digest, archive=tests.archive)
     else:  # the classic store: the engine's copy, by docker push
@@ -107,10 +106,6 @@ def push_tests_image(client: RegistryClient, repository: ImageRef, tests: BuiltT
 def tests_of_image(client: RegistryClient, repository: ImageRef, tests_digest: str, image_digest: str) -> str:
     """`repo@digest` of the tests image at tests_digest when the registry has it and its TESTS_LABEL names
     image_digest; else why not (a line starting "no tests image: ")."""
-    from buildkit.core.errors import BuildkitError
-    from buildkit.oci.digest import Digest
-    from buildkit.release.publish import image_labels
-
     try:
         where = f"{repository.name}@{Digest.parse(tests_digest, 'the tests image').short}"
         if client.head_manifest(repository.repository, tests_digest) is None:
@@ -131,10 +126,6 @@ def tests_of_release(client: RegistryClient, repository: ImageRef, variant: str)
     """The tests image of the release under the tag `variant`: found through the release's build-key label
     (bk-<key>-<variant>-tests) and checked to name the release's digest; `repo@digest`, or why not (a line
     starting "no tests image: ")."""
-    from buildkit.core.errors import BuildkitError
-    from buildkit.plan.inputs import BUILD_KEY_LABEL
-    from buildkit.release.publish import image_labels
-
     repo = repository.repository
     try:
         release = client.head_manifest(repo, variant)
@@ -152,19 +143,3 @@ def tests_of_release(client: RegistryClient, repository: ImageRef, variant: str)
     return tests_of_image(client, repository, found.digest, release.digest)
 
 
-def gate_tests(repository: ImageRef, results: Sequence[VariantResult], gate: str) -> tuple[dict[str, str], list[str]]:
-    """What the nightly's gate job pulls by digest (`nightly --assemble --bench-gate VARIANT`): the outputs
-    `tests`, tonight's tests image of the variant (as its job pushed it, checked by assemble), and `release_tests`,
-    the release's (tests_of_release); each "" when there is none, and a line saying what each is."""
-    from buildkit.flows.nightlysummary import PASSED
-    from buildkit.oci.registry import client_for
-
-    built = next((v for v in results if v.variant == gate and v.status == PASSED and not v.skipped), None)
-    if built is None:  # not built tonight: the gate does not run
-        return {"tests": "", "release_tests": ""}, []
-    with client_for(repository.registry) as client:
-        release = tests_of_release(client, repository, gate)
-    nightly = built.tests or built.error or ("no tests image: its job built none (a CUDA variant's does, a cpu "
-                                             f"variant's only with gpu_check.backend {CPU_BACKEND})")
-    outputs = {"tests": built.tests, "release_tests": "" if release.startswith("no tests image") else release}
-    return outputs, [f"gate: nightly-{gate}: {nightly}", f"gate: release {gate}: {release}"]

@@ -32,7 +32,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 from buildkit.core.errors import ImageSourceError
 from buildkit.oci.digest import Digest
-from buildkit.oci.ocilayout import OCI_INDEX, Image, OciArchive, json_document, sha256_digest
+from buildkit.oci.ocilayout import (OCI_INDEX, Image, OciArchive, json_document, sha256_digest, Descriptor, document,
+                                    image_from, push_layout)
 
 if TYPE_CHECKING:
     from buildkit.oci.registry import RegistryClient
@@ -164,8 +165,6 @@ def write_index_archive(archives: Sequence[tuple[str, Path]], dest: Path, tags: 
 def push_index(client: RegistryClient, repo: str, archive: Path, tags: Sequence[str]) -> str:
     """Push an index archive (write_index_archive's): each image's blobs and manifest by digest,
     then the index, byte for byte, under every tag; returns the index digest (the registry's)."""
-    from buildkit.oci.ocilayout import Descriptor, document, image_from, json_document, push_layout
-
     if not tags:
         raise ImageSourceError("push_index needs at least one tag")
     with OciArchive(archive) as layout:

@@ -8,7 +8,9 @@ and the layer descriptors, plus a way to open any blob. That is what `buildkit d
   store), or a folder in OCI image layout (oci-layout, index.json, blobs/sha256/...).
 * An engine image is read through the engine's `save` (`docker save`) into a temporary archive (on the containerd
   store that archive holds the stored bytes, so the manifest digest is the image's).
-* A registry image is read with our registry client; blobs are streamed to temporary files.
+* A registry image is read with our registry client (registryimage.py); blobs are streamed to temporary files.
+
+imagesource.open_image opens any of them from its name.
 
 `push_layout` puts an image of an archive into a registry byte for byte (blobs first, then the
 manifest), so the registry digest is the archive's manifest digest on any engine.
@@ -19,14 +21,12 @@ from __future__ import annotations
 import hashlib
 import json
 import tarfile
-import tempfile
 from collections.abc import Callable
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any
 
-from buildkit.core.errors import BuildkitError, ImageSourceError
+from buildkit.core.errors import ImageSourceError
 from buildkit.core.platforms import DEFAULT_PLATFORM
 from buildkit.oci.digest import MAX_DOCUMENT, Digest, check_bytes, read_bounded, verified
 from buildkit.oci.layoutfiles import open_inside
@@ -267,54 +267,6 @@ class OciArchive:
         return select_manifest(self.read_raw, self.index(), platform, str(self.path)).digest
 
 
-# --------------------------------------------------------------------------- opening any image
-
-def _looks_like_path(spec: str) -> bool:
-    return spec.startswith(("/", "./", "../", "~")) or spec.endswith((".tar", ".oci"))
-
-
-class EngineImages(Protocol):
-    """What opening an engine's image needs of the engine (engine/api.Engine has both)."""
-
-    def image_id(self, ref: str) -> str | None: ...
-
-    def save(self, ref: str, dest: Path) -> Path: ...
-
-
-def open_image(spec: str, stack: ExitStack, *, platform: str | None = DEFAULT_PLATFORM,
-               engine: EngineImages | None = None) -> Image:
-    """An image from `oci:PATH`, `docker:REF` (the engine's), `registry:REF`, or, without a prefix,
-    an existing path, then an image the engine has, then a registry reference. Without an engine
-    (the one the CLI made is what the flows pass) no engine image is looked at."""
-    kind, _, rest = spec.partition(":")
-    if kind in ("oci", "docker", "registry") and rest:
-        forced, target = kind, rest
-    else:
-        forced, target = "", spec
-    tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="buildkit-image-")))
-    if forced == "oci" or (not forced and (Path(target).expanduser().exists() or _looks_like_path(target))):
-        archive = stack.enter_context(OciArchive(Path(target).expanduser()))
-        return archive.image(platform, source=spec)
-    if forced == "docker" or (not forced and engine is not None and engine.image_id(target) is not None):
-        if engine is None:
-            raise ImageSourceError(f"{spec}: no engine to read it from")
-        try:
-            saved = engine.save(target, tmp / "saved.tar")
-        except BuildkitError as exc:  # the engine's EngineError, its own message
-            raise ImageSourceError(str(exc)) from None
-        archive = stack.enter_context(OciArchive(saved))
-        return archive.image(platform, source=spec)
-    from buildkit.oci.registryimage import open_registry
-
-    try:
-        return open_registry(target, stack, tmp, platform)
-    except BuildkitError as exc:
-        if forced:
-            raise
-        raise ImageSourceError(f"{spec}: not a file, not an image in the local engine, and the registry "
-                               f"cannot give it ({exc})") from None
-
-
 # --------------------------------------------------------------------------- pushing an archive
 
 def push_layout(client: RegistryClient, repo: str, image: Image, tags: list[str] | tuple[str, ...]) -> str:
@@ -344,5 +296,5 @@ def copy_blob(src: IO[bytes], dest: IO[bytes]) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-__all__ = ["Descriptor", "Image", "OciArchive", "copy_blob", "open_image", "push_layout",
+__all__ = ["Descriptor", "Image", "OciArchive", "copy_blob", "push_layout",
            "select_manifest", "sha256_digest"]

@@ -46,8 +46,8 @@ import requests
 from buildkit import __version__
 from buildkit.core.deadline import Budget, Deadline, TrackingAdapter, say_waiting
 from buildkit.core.errors import AuthError, RegistryError
-from buildkit.oci.credentials import Credentials
-from buildkit.oci.imageref import DIGEST, is_docker_hub, registry_api_host
+from buildkit.oci.credentials import Credentials, lookup_credentials
+from buildkit.oci.imageref import DIGEST, is_docker_hub, registry_api_host, registry_credential_key
 from buildkit.oci.registryauth import Challenge, RegistryAuth, parse_www_authenticate
 from buildkit.oci.redirects import MAX_REDIRECTS, REDIRECT_STATUSES, next_hop
 from buildkit.oci.registryblobs import BlobTransfers
@@ -388,9 +388,6 @@ class RegistryClient(RegistryAuth, BlobTransfers, ReferrersAPI):
 
 def client_for(registry: str, env: Mapping[str, str] | None = None, **kwargs: Any) -> RegistryClient:
     """A client for registry (host[:port] or docker.io) with the credentials `docker login` stored."""
-    from buildkit.oci.credentials import lookup_credentials
-    from buildkit.oci.imageref import registry_credential_key
-
     creds = lookup_credentials(registry_credential_key(registry), env)
     return RegistryClient(registry, credentials=creds, **{**deadlines_from(os.environ if env is None else env),
                                                           **kwargs})

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from buildkit.core.errors import ConfigError
+from buildkit.core.errors import ConfigError, ArchError
 from buildkit.core.boundedread import MiB, read_regular
+from buildkit.plan.archs import default_platform, get_arch
 from buildkit.plan.options import (BaseOptions, BuildOptions, CacheOptions, ImageOptions, LockOptions, MatrixOptions,
                                    Options, SignOptions, SourceOptions, declared, make_options)
 from buildkit.plan.schema import check_choice, check_table, check_value, suggestion
@@ -251,9 +252,6 @@ PLATFORM_FOLLOWS = "default (follows build.arch)"
 
 def platform_for(arch_name: str) -> str:
     """build.platform when nothing sets it: the arch's own (an unknown arch is make_request's error)."""
-    from buildkit.core.errors import ArchError
-    from buildkit.plan.archs import default_platform, get_arch
-
     try:
         return default_platform(get_arch(arch_name))
     except ArchError:

@@ -11,6 +11,7 @@ import textwrap
 from collections.abc import Mapping
 from typing import Any
 
+from buildkit.plan.archs import get_arch
 from buildkit.plan.config import KEY_BY_NAME, KEYS, SCHEMA_VERSION, Key, platform_for
 
 WIDTH = 100
@@ -101,8 +102,6 @@ PROFILES_DOC = "docs/bench.md#runtime-profiles"  # buildkit's page on runtime pr
 def _server_profile(arch: str, dflash: str = "") -> list[str]:
     """A first runtime profile, `buildkit run --profile server`: llama-server with every layer on the GPU;
     and for a DFlash fork (dflash: where its tree shows it) the `dflash` profile."""
-    from buildkit.plan.archs import get_arch
-
     cuda = get_arch(arch).is_cuda
     lines = ["", *_comment("Runtime profiles: the llama-server arguments `buildkit run --profile NAME` and `buildkit "
                            f"bench` start an image with (buildkit's {PROFILES_DOC}). Add one per set-up"

@@ -5,6 +5,10 @@ API:
 - ``RoleTagSet.for_build(version, commit, variant, default_variant=..., build_key=None, extra=())`` -> the
   artifact's tags in publishing order; ``.immutable()`` and ``.moving()`` their names, ``.by_role(role)`` the
   tags of one role, ``.plain()`` the ``plan.tags.TagSet`` (immutable, moving) the publishing code takes today.
+- ``TagTarget(commit, variant, default_variant, build_key, extra)``: what a publication is, as far as its tags
+  go, made once where the publication is decided; ``TagTarget.of(cfg, ...)`` holds the one is-default rule.
+- ``publication_tags(target, version)`` -> the TagSet of every publication (build --push, push, multi-platform,
+  the nightly and its assemble, promote, `buildkit tags`): the one caller of release_tags.
 
 ``variant`` is the artifact's name as tags have it (plan.tags.artifact_variant: cpu, cpu-arm64, cuda13.1-sm120).
 Adding a tag rule is one function of ``(ctx) -> tuple[Tag, ...]`` and its place in RULES. The names are
@@ -18,6 +22,7 @@ from dataclasses import dataclass
 
 import semver
 
+from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.tags import TagSet, build_key_tag, check_tag, parse_version
 
 ROLES = ("version", "sha", "build_key", "nightly", "variant", "latest", "extra")
@@ -141,3 +146,26 @@ def release_tags(version: str, commit: str, variant_name: str, *, default_varian
     """
     return RoleTagSet.for_build(version, commit, variant_name, default_variant=default_variant,
                                 build_key=build_key, extra=extra).plain()
+
+
+@dataclass(frozen=True)
+class TagTarget:
+    """What a publication is, as far as its tags go (all but the version, which a registry may decide:
+    the next patch, or the one a found build was published as). Made once where the publication is decided."""
+    commit: str
+    variant: str  # the artifact's name as tags have it (plan.tags.artifact_variant; a nightly's key)
+    default_variant: bool = False  # the config's image.default_variant: gets V, MAJOR.MINOR, MAJOR, latest
+    build_key: str | None = None  # its bk- tag, last
+    extra: tuple[str, ...] = ()  # --tag's, moving
+
+    @classmethod
+    def of(cls, cfg: ResolvedConfig, variant: str, commit: str, *, build_key: str | None = None,
+           extra: tuple[str, ...] = ()) -> TagTarget:
+        """The target of a variant of this config: the is-default rule (its name is image.default_variant)."""
+        return cls(commit, variant, variant == cfg.image.default_variant, build_key, extra)
+
+
+def publication_tags(target: TagTarget, version: str) -> TagSet:
+    """The tags of a publication of target as version: every publishing path's, from RULES."""
+    return release_tags(version, target.commit, target.variant, default_variant=target.default_variant,
+                        build_key=target.build_key, extra=target.extra)

@@ -32,6 +32,12 @@ SIGNATURE_TYPE = "cosign container image signature"
 
 
 @dataclass(frozen=True)
+class Attestation:
+    predicate_type: str
+    statement: bytes  # an in-toto Statement v1, JSON
+
+
+@dataclass(frozen=True)
 class Layer:
     """One signature or attestation: its blob, media type and annotations."""
 

@@ -26,8 +26,9 @@ from typing import Any, Literal
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from buildkit.core.errors import BuildkitError, RegistryError, TamperedError
+from buildkit.core.errors import BuildkitError, RegistryError, TamperedError, ImageSourceError
 from buildkit.core.printable import printable
+from buildkit.oci.ocilayout import Descriptor, json_document
 from buildkit.oci.registry import RegistryClient
 from buildkit.plan.inputs import INPUTS
 from buildkit.release.lock import LockEntry, entry_dict
@@ -115,9 +116,6 @@ def index_signature_proof(client: RegistryClient, repo: str, digest: str, key: e
 def index_manifests(client: RegistryClient, repo: str, digest: str) -> list[tuple[str, str]]:
     """(platform, manifest digest) of each image the registry's index at digest lists, in its order (read by
     digest: the bytes are checked against it)."""
-    from buildkit.core.errors import ImageSourceError
-    from buildkit.oci.ocilayout import Descriptor, json_document
-
     where = f"{client.host}/{repo}@{digest[:19]}"
     index = json_document(client.get_manifest(repo, digest)[0], where, "image index", RegistryError)
     manifests = index.get("manifests") or []

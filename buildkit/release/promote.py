@@ -15,7 +15,7 @@ from buildkit.plan.config import ResolvedConfig
 from buildkit.release.artifact import Image
 from buildkit.release.publish import VERSION_LABEL, image_labels, publish, publish_repository
 from buildkit.plan.tags import parse_version
-from buildkit.plan.tagset import release_tags
+from buildkit.plan.tagset import TagTarget, publication_tags
 
 REVISION_LABEL = "org.opencontainers.image.revision"
 
@@ -52,7 +52,7 @@ def promote(cfg: ResolvedConfig, source_tag: str, version: str) -> Promotion:
         commit = labels.get(REVISION_LABEL, "")
         if len(commit) != 40:
             raise RegistryError(f"{repository.name}:{tag} has no {REVISION_LABEL} label; not a buildkit image")
-        tags = release_tags(version, commit, key, default_variant=key == cfg.image.default_variant)
+        tags = publication_tags(TagTarget.of(cfg, key, commit), version)
         # the nightly's signatures sign this digest, not a tag: they stay valid under the release tags
         added = publish(client, repository, Image(info.digest), tags).added
     return Promotion(repository=repository.name, source_tag=tag, digest=info.digest, version=version,

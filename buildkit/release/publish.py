@@ -33,6 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from buildkit.engine.api import ImageInfo, Images, OutStream
+from buildkit.oci.ocilayout import Descriptor, json_document, OCI_INDEX, OciArchive, push_layout, INDEX_TYPES
+from buildkit.oci.ociindex import push_index
 from buildkit.plan.config import ResolvedConfig
 from buildkit.core.errors import ConfigError, ImageSourceError, RegistryError, TamperedError
 from buildkit.core.printable import printable
@@ -41,7 +43,7 @@ from buildkit.plan.buildplan import make_request
 from buildkit.plan.inputs import BUILD_KEY_LABEL
 from buildkit.oci.registry import RegistryClient
 from buildkit.plan.tags import TagSet, build_key_tag, highest_version, normalise_version, parse_version
-from buildkit.plan.tagset import release_tags
+from buildkit.plan.tagset import TagTarget, publication_tags
 from buildkit.release.artifact import Artifact, Image, Index, Published, SignStep, in_registry
 from buildkit.release.ownership import Proof
 
@@ -61,15 +63,9 @@ class PublishResult:
     tests: str = ""  # build --tests --push: the tests image, repository@digest (flows/testsimage.py)
 
 
-def default_variant(cfg: ResolvedConfig) -> str:
-    return cfg.image.default_variant
-
-
 def _labels_of(client: RegistryClient, repo: str, digest: str) -> dict[str, str]:
     """Labels of an image in the registry: manifest (or the first image of an index) → config.
     Everything read is checked: a registry's answer is untrusted input."""
-    from buildkit.oci.ocilayout import Descriptor, json_document
-
     where = f"registry {client.host}: {repo}@{digest[:19]}"
     body, media_type, _ = client.get_manifest(repo, digest)
     manifest = json_document(body, where, "manifest", RegistryError)
@@ -212,9 +208,6 @@ def _upload(client: RegistryClient, repository: ImageRef, artifact: Artifact, ta
             stream: OutStream | None, engine: Images | None) -> tuple[str, str | None]:
     """The artifact's bytes in the registry by digest, checked against the artifact's: (the digest, the tag the
     upload had to write: docker push of the classic store's image, else None)."""
-    from buildkit.oci.ocilayout import OCI_INDEX, OciArchive, push_layout
-    from buildkit.oci.ociindex import push_index
-
     repo = repository.repository
     if artifact.digest and client.head_manifest(repo, artifact.digest) is not None:
         return artifact.digest, None  # a re-run: the bytes are there (their tags are put by the caller)
@@ -259,9 +252,6 @@ def _push_engine_image(engine: Images, client: RegistryClient, repo: str, ref: s
     import tempfile
     from pathlib import Path
 
-    from buildkit.oci.ocilayout import INDEX_TYPES, Descriptor, OciArchive, push_layout
-    from buildkit.oci.ociindex import push_index
-
     with tempfile.TemporaryDirectory(prefix="buildkit-push-") as tmp:
         archive = engine.save(ref, Path(tmp) / "image.tar")
         with OciArchive(archive) as layout:
@@ -284,12 +274,11 @@ def publish_repository(request_image_name: str) -> ImageRef:
 Prover = Callable[[str, str], Proof]
 
 
-def reuse_published(client: RegistryClient, repository: ImageRef, key: str, variant: str, commit: str,
-                    is_default: bool, extra_tags: tuple[str, ...] = (), sign: SignStep | None = None, *,
-                    prove: Prover, version: str | None = None, asked_by: str = "--release",
+def reuse_published(client: RegistryClient, repository: ImageRef, target: TagTarget, sign: SignStep | None = None,
+                    *, prove: Prover, version: str | None = None, asked_by: str = "--release",
                     ) -> tuple[Published, str, TagSet] | None:
-    """What the registry already has of this build key, completed: (what was published, its version, its tags);
-    None when it has nothing of it.
+    """What the registry already has of target's build key, completed: (what was published, its version, its
+    tags); None when it has nothing of it.
 
     The build-key tag's image is reused only when prove() shows it is ours (release/ownership.py); otherwise
     prove's TamperedError stops the command, and nothing is signed, tagged or recorded. Without a build-key
@@ -298,7 +287,9 @@ def reuse_published(client: RegistryClient, repository: ImageRef, key: str, vari
     completed the same way. The version is the one it was published as; a version asked for that differs is
     an error, never ignored. An image proved ours by the lock alone is signed now (sign); one proved by its
     signature is signed already. An index's build key is found the same way (its tag is on the index)."""
-    repo = repository.repository
+    repo, key, variant = repository.repository, target.build_key, target.variant
+    if key is None:
+        raise ValueError("reuse_published needs the target's build key")
     key_tag = build_key_tag(key, variant)
     existing = client.head_manifest(repo, key_tag)
     if existing is not None:
@@ -315,7 +306,7 @@ def reuse_published(client: RegistryClient, repository: ImageRef, key: str, vari
                           f"({repository.name}@{proof.digest}); {asked_by} asks for {version}, which would be another "
                           f"image of the same inputs: leave out --release to complete {shown}, "
                           "or add --force to build it anew as that version and move the build-key tag")
-    tags = release_tags(published_as, commit, variant, default_variant=is_default, build_key=key, extra=extra_tags)
+    tags = publication_tags(target, published_as)
     done = publish(client, repository, Image(proof.digest), tags, sign=sign if proof.how == "lock" else None)
     return done, published_as, tags
 
@@ -341,8 +332,7 @@ def _cut_short(client: RegistryClient, repository: ImageRef, variant: str, versi
 def tags_for(cfg: ResolvedConfig, version: str, commit: str) -> TagSet:
     """`buildkit tags`: the tags a build of this version and commit gets (without the build key)."""
     request = make_request(cfg)
-    name = request.artifact_variant
-    return release_tags(version, commit, name, default_variant=name == default_variant(cfg))
+    return publication_tags(TagTarget.of(cfg, request.artifact_variant, commit), version)
 
 
 def image_labels(client: RegistryClient, repo: str, digest: str) -> dict[str, str]:

@@ -29,7 +29,8 @@ from buildkit.oci.referrers import (EMPTY_BLOB, OCI_INDEX, OCI_MANIFEST, Manifes
 from buildkit.oci.registry import RegistryClient
 from buildkit.release import cosignformat as cf
 from buildkit.release import sigstorebundle as sb
-from buildkit.release.signing import Attestation, envelope_statement, layer_verifies
+from buildkit.release.cosignformat import Attestation
+from buildkit.release.sigverify import envelope_statement, layer_verifies
 from buildkit.release.signer import Signer
 
 MAX_READ = 64  # referrer manifests a reader opens

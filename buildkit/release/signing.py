@@ -10,11 +10,8 @@ own manifest is never rewritten. Signing again keeps the layers already there th
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -23,15 +20,11 @@ from buildkit.core.errors import RegistryError, VerifyError
 from buildkit.oci.registry import RegistryClient
 from buildkit.release import cosignformat as cf
 from buildkit.release.signer import Signer
-from buildkit.release.signkeys import verifies
+from buildkit.release.cosignformat import Attestation
+from buildkit.release.referrersigning import attach_referrers
+from buildkit.release.sigverify import envelope_statement, layer_verifies
 
 MAX_LAYERS = 64  # of a .sig or .att manifest buildkit reads back
-
-
-@dataclass(frozen=True)
-class Attestation:
-    predicate_type: str
-    statement: bytes  # an in-toto Statement v1, JSON
 
 
 def _existing(client: RegistryClient, repo: str, tag: str) -> list[cf.Layer]:
@@ -80,33 +73,8 @@ def sign_image(client: RegistryClient, repo: str, digest: str, signer: Signer,
         new = [cf.attestation_layer(signer.envelope(a.statement), a.predicate_type) for a in attestations]
         _push(client, repo, att_tag, [*kept, *new])
         written.append(f"{client.host}/{repo}:{att_tag}")
-    from buildkit.release.referrersigning import attach_referrers  # (it imports this module)
 
     return written + attach_referrers(client, repo, digest, signer, attestations, sign=sign)  # where cosign 3 looks
-
-
-def layer_verifies(key: ec.EllipticCurvePublicKey, layer: cf.Layer) -> bool:
-    try:
-        signature = base64.b64decode(dict(layer.annotations).get(cf.SIGNATURE_ANNOTATION, ""), validate=True)
-    except (binascii.Error, ValueError):
-        return False
-    return verifies(key, signature, layer.body)
-
-
-def envelope_statement(key: ec.EllipticCurvePublicKey, body: bytes) -> dict[str, Any] | None:
-    """The statement of a DSSE envelope one of whose signatures key made; None otherwise."""
-    try:
-        env = json.loads(body)
-        payload = base64.b64decode(env["payload"], validate=True)
-        if env["payloadType"] != cf.IN_TOTO:
-            return None
-        for sig in env["signatures"]:
-            if verifies(key, base64.b64decode(sig["sig"], validate=True), cf.pae(cf.IN_TOTO, payload)):
-                statement = json.loads(payload)
-                return statement if isinstance(statement, dict) else None
-    except (ValueError, KeyError, TypeError, binascii.Error):
-        return None
-    return None
 
 
 def check_signature(client: RegistryClient, repo: str, digest: str, key: ec.EllipticCurvePublicKey) -> None:

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from buildkit.source.fetch import mirror_dir
+from buildkit.source.gitcmd import Git
 
 
 MAX_COMMITS = 500  # a changelog longer than this is cut (and says so)
@@ -41,8 +43,6 @@ class Changelog:
 
 
 def history_dir(cache_dir: Path, url: str) -> Path:
-    from buildkit.source.fetch import mirror_dir  # (GitPython is imported with it: only when a changelog is made)
-
     content = mirror_dir(cache_dir, url)
     return content.with_name(content.stem + ".history.git")
 
@@ -56,8 +56,6 @@ class _Done:
 
 def _git(git_dir: Path, *args: str) -> _Done:
     import git
-
-    from buildkit.source.gitcmd import Git  # (GitPython: only when a changelog is made)
 
     try:
         return _Done(0, Git(git_dir, timeout=120).run(*args, what=f"git {args[0]} in the history mirror"))

@@ -56,6 +56,7 @@ from typing import Any
 
 from buildkit.core.errors import CudaRootError
 from buildkit.core.filelock import file_lock
+from buildkit.core.paths import cache_dir
 from buildkit.core.platforms import default_platform
 from buildkit.core.treewalk import remove_tree
 from buildkit.source.cudalayout import add_soname_links, extract_wheel
@@ -231,7 +232,6 @@ def _build(toolkit: Toolkit, root: Path, wheel_dir: Path, index: PackageIndex) -
 
 
 def _main(argv: list[str]) -> int:  # python -m buildkit.cudaroot 13.1 [DIR] [--no-cublas]
-    from buildkit.core.paths import cache_dir
 
     args = [a for a in argv if not a.startswith("--")]
     if not args:

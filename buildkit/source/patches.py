@@ -28,6 +28,7 @@ from pathlib import Path
 
 from buildkit.core.boundedread import MiB, read_regular
 from buildkit.core.errors import PatchError
+from buildkit.source.gitcmd import Git
 
 PATCH_LIMIT = 64 * MiB  # a series file or one patch (core/boundedread.py: regular files only, this much at most)
 _HASH_DOMAIN = b"buildkit-patch-queue-v1\n"
@@ -153,8 +154,6 @@ def _git_apply(tree_dir: Path, patch: bytes, *flags: str) -> str | None:
     import tempfile
 
     import git
-
-    from buildkit.source.gitcmd import Git
 
     tree_dir = Path(tree_dir).resolve()
     # No repository is involved: none above the tree is found, and an inherited GIT_DIR/GIT_WORK_TREE (a git

@@ -25,7 +25,7 @@ from typing import Any
 
 from buildkit.core.errors import ImageSourceError
 from buildkit.core.wholefile import scratch_dir
-from buildkit.oci.ocilayout import EngineImages, open_image
+from buildkit.oci.imagesource import EngineImages, open_image
 from buildkit.core.paths import cache_dir
 from buildkit.core.treewalk import walk
 from buildkit.oci.keptlayers import apply_kept

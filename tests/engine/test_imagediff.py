@@ -17,7 +17,8 @@ import pytest
 
 from buildkit.core.errors import ImageSourceError
 from buildkit.oci.imagediff import diff_images, elf_section_diff
-from buildkit.oci.ocilayout import OciArchive, open_image, push_layout
+from buildkit.oci.ocilayout import OciArchive, push_layout
+from buildkit.oci.imagesource import open_image
 from registryserver import head_digest
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -192,7 +192,8 @@ def test_with_a_key_assemble_tags_only_what_the_jobs_signed(tmp_path, registry_p
     only an image that key signed with a provenance of the plan's commit and version and the job's build key.
     cpu's job signed its image; cpu-light's digest names an image nobody signed: it fails, and gets no tag."""
     from buildkit.release.provenance import BUILD_TYPE, PREDICATE_TYPE
-    from buildkit.release.signing import Attestation, sign_image
+    from buildkit.release.cosignformat import Attestation
+    from buildkit.release.signing import sign_image
     from buildkit.release.signkeys import generate_keys, load_signing_key
 
     generate_keys(tmp_path / "k.key", tmp_path / "k.pub")

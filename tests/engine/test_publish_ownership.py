@@ -210,7 +210,8 @@ def test_an_index_proves_ours_by_its_own_signature_and_each_of_its_images(regist
     from buildkit.oci.ocilayout import OCI_INDEX
     from buildkit.release.ownership import index_signature_proof
     from buildkit.release.provenance import BUILD_TYPE, PREDICATE_TYPE, RunDetails, index_provenance_statement
-    from buildkit.release.signing import Attestation, sign_image
+    from buildkit.release.cosignformat import Attestation
+    from buildkit.release.signing import sign_image
     from buildkit.release.signkeys import load_signing_key
     from test_nightly_assemble import push_image
 

@@ -32,7 +32,8 @@ from buildkit.release.provenance import PREDICATE_TYPE, RunDetails, provenance_s
 from buildkit.release.referrersigning import attach_referrers, find_referrers
 from buildkit.release.sbom import PREDICATE_TYPE as SBOM_TYPE
 from buildkit.release.sbom import sbom_document, sbom_statement
-from buildkit.release.signing import Attestation, sign_image
+from buildkit.release.cosignformat import Attestation
+from buildkit.release.signing import sign_image
 from buildkit.release.signkeys import generate_keys, load_public_key, load_signing_key
 
 pytestmark = pytest.mark.skipif(shutil.which("cosign") is None, reason="cosign is not installed (make setup)")

@@ -16,7 +16,7 @@ import pytest
 
 from buildkit.core.errors import BuildkitError, RegistryError
 from buildkit.oci.digest import MAX_DOCUMENT
-from buildkit.oci.ocilayout import open_image
+from buildkit.oci.imagesource import open_image
 from buildkit.oci.registry import OCI_MANIFEST, RegistryClient
 from hostile import Flood, HostileServer
 

@@ -28,7 +28,8 @@ from buildkit.release.lockfile import write_lock_entry
 from buildkit.release.provenance import PREDICATE_TYPE, RunDetails, provenance_statement
 from buildkit.release.sbom import PREDICATE_TYPE as SBOM_TYPE
 from buildkit.release.sbom import sbom_document, sbom_statement
-from buildkit.release.signing import Attestation, sign_image
+from buildkit.release.cosignformat import Attestation
+from buildkit.release.signing import sign_image
 from buildkit.release.signkeys import generate_keys, load_signing_key
 
 pytestmark = [pytest.mark.docker, pytest.mark.skipif(shutil.which("cosign") is None,

@@ -22,7 +22,8 @@ import pytest
 from buildkit.core.errors import ImageSourceError
 from buildkit.oci.digest import MAX_DOCUMENT, Digest
 from buildkit.oci.imagediff import diff_images
-from buildkit.oci.ocilayout import OciArchive, open_image
+from buildkit.oci.ocilayout import OciArchive
+from buildkit.oci.imagesource import open_image
 from buildkit.oci.rootfs import apply_layers
 from cliutil import run_cli
 

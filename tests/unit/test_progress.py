@@ -6,8 +6,9 @@ import io
 
 import pytest
 
-from buildkit.core.progress import (CompileMeter, Stages, ccache_stats, compile_percent, duration, estimate_left,
-                               hit_rate, strip_ansi, summary_line)
+from buildkit.core.livedisplay import duration
+from buildkit.core.progress import (CompileMeter, Stages, ccache_stats, compile_percent, estimate_left, hit_rate,
+                                    strip_ansi, summary_line)
 
 
 def test_compile_percent_reads_cmake_counters_in_buildx_plain_lines():

@@ -14,7 +14,7 @@ from buildkit.oci.referrers import (EMPTY_MEDIA_TYPE, MAX_LISTED, OCI_INDEX, Ref
                                     index_with, listed, manifest_facts, referrer_of)
 from buildkit.release import cosignformat as cf
 from buildkit.release import sigstorebundle as sb
-from buildkit.release.signing import envelope_statement
+from buildkit.release.sigverify import envelope_statement
 from buildkit.release.signkeys import generate_keys, load_public_key, load_signing_key
 
 DATA = Path(__file__).parent / "data"

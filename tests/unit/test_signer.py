@@ -21,8 +21,9 @@ from buildkit.release import cosignformat as cf
 from buildkit.release import sigstorebundle as sb
 from buildkit.release.referrersigning import BUNDLE_SIGNATURE, OCI11_SIGNATURE, find_referrers
 from buildkit.release.signer import Signer, public_key_of
-from buildkit.release.signing import (Attestation, attested_statement, check_signature, envelope_statement,
-                                      layer_verifies, sign_image)
+from buildkit.release.cosignformat import Attestation
+from buildkit.release.signing import attested_statement, check_signature, sign_image
+from buildkit.release.sigverify import envelope_statement, layer_verifies
 from buildkit.release.signkeys import KEY_ENV, SigningKey, generate_keys, load_public_key, load_signing_key
 
 REPO = "acme/llama"
