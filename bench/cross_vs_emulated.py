@@ -38,6 +38,7 @@ IMAGE = "buildkit-bench/cross"
 
 
 def render(repo: Path, commit: str, work: Path, *, build_platform: str, jobs: int, base: str, real_target: str):
+    from buildkit.engine.api import get_engine
     from buildkit.flows.pipeline import prepare
     from buildkit.plan.config import load_config
 
@@ -46,7 +47,7 @@ def render(repo: Path, commit: str, work: Path, *, build_platform: str, jobs: in
                  "build.ccache": False, "base.os_image": base, "cache.dir": str(work / "cache")}
     cfg = load_config(None, env={}, overrides={k: (v, "bench") for k, v in overrides.items()})
     out = work / f"context-{build_platform.split('/')[1]}"
-    prepared = prepare(cfg, out)
+    prepared = prepare(cfg, get_engine(), out)
     dockerfile = prepared.rendered.dockerfile
     if real_target:
         text = dockerfile.read_text()

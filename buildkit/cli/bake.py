@@ -42,12 +42,13 @@ def bake(print_only: bool, bake_path: str | None, no_verify: bool, as_json: bool
     variants, excluded = matrix_variants(cfg)
     for combination, reason in excluded:
         click.echo(f"left out of the matrix: {combination}: {reason}", err=True)
-    options = build_options(cfg)
+    engine = get_engine()
+    options = build_options(cfg, engine)
     if print_only:
         base = cache_root(cfg) / "contexts"
         base.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix="bake-", dir=base))
-        prepared, errors = prepare_matrix(variants, work)
+        prepared, errors = prepare_matrix(variants, work, engine)
         if errors:
             raise BuildkitError("; ".join(f"{k}: {e}" for k, e in errors.items()))
         document = matrix_document(variants, prepared, options, work)
@@ -58,7 +59,7 @@ def bake(print_only: bool, bake_path: str | None, no_verify: bool, as_json: bool
         return
     with tempfile.TemporaryDirectory(prefix="buildkit-bake-") as tmp:
         lock_path = cfg.lock.path
-        builds, indexes, bake_file = bake_locked(variants, options, Path(tmp), lock_path, engine=get_engine(),
+        builds, indexes, bake_file = bake_locked(variants, options, Path(tmp), lock_path, engine=engine,
                                                    verify=not no_verify)
         if bake_path and bake_file:
             from buildkit.core.wholefile import write_whole

@@ -107,9 +107,9 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
         # written, so a warm --print takes seconds less than an export), the Dockerfile removed again;
         # a folder another build holds means a temporary one. `buildkit render --out DIR` keeps one.
         cache_root(cfg).mkdir(parents=True, exist_ok=True)
-        with prepared_context(cfg, extra_tags=extra_tags, lay_out=False) as prepared:
+        with prepared_context(cfg, engine, extra_tags=extra_tags, lay_out=False) as prepared:
             metadata = prepared.rendered.context_dir.parent / "metadata.json"
-            argv = build_command(prepared.plan, prepared.rendered, build_options(cfg), metadata, engine)
+            argv = build_command(prepared.plan, prepared.rendered, build_options(cfg, engine), metadata, engine)
             if as_json:
                 plan = prepared.plan
                 emit_json({"argv": argv, "variant": plan.request.variant, "build_key": prepared.build_key,
@@ -137,7 +137,7 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
                 raise refusal(short_disk)
 
         with _display(cfg):
-            published = build_and_push(cfg, version=version, bump=bump, force=force, verify=not no_verify,
+            published = build_and_push(cfg, engine, version=version, bump=bump, force=force, verify=not no_verify,
                                        load=not no_load, extra_tags=extra_tags, before_build=before_build,
                                        signer=signer, tests=tests)
         what = {"built": "built, verified and pushed",
@@ -151,7 +151,7 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
     from buildkit.core.progress import stages, summary, summary_line
 
     with _display(cfg):
-        built = run_pipeline(cfg, extra_tags=extra_tags, verify=not no_verify, tests=tests)
+        built = run_pipeline(cfg, engine, extra_tags=extra_tags, verify=not no_verify, tests=tests)
     assert built.result is not None  # run_unit raises when the build fails; the result is the build's
     facts = summary(built.prepared.plan.request.variant, built.result.seconds,
                     engine.image_size(built.result.tags[0]) if built.result.tags else None,

@@ -10,6 +10,7 @@ import click
 from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, resolve
 from buildkit.cli.output import echo_published
 from buildkit.cli.signing import make_signer, sign_key_option
+from buildkit.engine.api import get_engine
 
 
 @click.command(cls=BuildkitCommand)
@@ -28,5 +29,5 @@ def push(force: bool, as_json: bool, sign_key: Path | None, **kwargs: Any) -> No
     from buildkit.flows.publishing import push_local
 
     cfg = resolve(kwargs)
-    published = push_local(cfg, force=force, signer=make_signer(sign_key, cfg))
+    published = push_local(cfg, get_engine(), force=force, signer=make_signer(sign_key, cfg))
     echo_published(published, f"pushed {published.repository}@{published.digest} version {published.version}", as_json)

@@ -27,10 +27,11 @@ def render(out_dir: str, **kwargs: Any) -> None:
 
     cfg = resolve(kwargs)
     out = Path(out_dir).resolve()
-    prepared = prepare(cfg, out, lay_out=False)  # CUDA wheels resolved from the index, none downloaded
+    engine = get_engine()
+    prepared = prepare(cfg, engine, out, lay_out=False)  # CUDA wheels resolved from the index, none downloaded
     # the command writes only into DIR (its metadata file, an OCI archive), which is also its context:
     # the context's .dockerignore leaves those out (plan/render.py)
-    argv = build_command(prepared.plan, prepared.rendered, build_options(cfg), out / METADATA_FILE, get_engine())
+    argv = build_command(prepared.plan, prepared.rendered, build_options(cfg, engine), out / METADATA_FILE, engine)
     click.echo(f"rendered {prepared.rendered.dockerfile} for {prepared.plan.request.variant} "
                f"at {prepared.source.commit}")
     click.echo("build it with:\n  " + shlex.join(argv))

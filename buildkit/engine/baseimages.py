@@ -37,7 +37,7 @@ from typing import Any
 from buildkit.core.errors import BaseImageError, BuildkitError
 from buildkit.core.wholefile import scratch_dir
 from buildkit.core.treewalk import remove_tree
-from buildkit.engine.api import Engine, EngineError, Images, get_engine
+from buildkit.engine.api import Engine, EngineError, Images
 from buildkit.oci.digest import MAX_DOCUMENT, Digest, check_bytes, read_bounded
 from buildkit.oci.imageref import parse_image_ref
 from buildkit.oci.layoutfiles import open_inside
@@ -179,13 +179,11 @@ def _missing(ref: str, why: str) -> BaseImageError:
 
 
 def resolve_base_images(refs: list[str], cache: Path | None = None, *, ask_registry: bool = True,
-                        builder: str | None = None, engine: Engine | None = None) -> tuple[BaseSource, ...]:
+                        builder: str | None = None, engine: Engine) -> tuple[BaseSource, ...]:
     """Each distinct ref resolved to a BaseSource. With a cache folder, engine-only images are
     exported to OCI layouts there, and with builder (the buildx builder name, "" the current one)
     pinned by name in the engine when that builder is the engine's own; without a cache folder
-    (planning only) they are only recorded. engine None: get_engine(), for flows/pipeline.py's call until it
-    passes its engine (issue 49: this default then goes)."""
-    engine = engine if engine is not None else get_engine()
+    (planning only) they are only recorded."""
     in_engine: bool | None = None  # asked once, when an engine-only image needs it
     out = []
     for ref in dict.fromkeys(refs):

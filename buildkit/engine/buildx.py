@@ -28,7 +28,7 @@ from buildkit.core import livedisplay
 from buildkit.core.compilework import CompileCurve
 from buildkit.core.errors import BuildError, BuildkitError
 from buildkit.core.progress import CompileMeter, ccache_stats, strip_ansi
-from buildkit.engine.api import Engine, Host, Images, OutStream, get_engine
+from buildkit.engine.api import Engine, Host, Images, OutStream
 from buildkit.engine.dockerengine import MIN_BUILDX as MIN_BUILDX  # re-exported
 from buildkit.engine.dockerengine import parse_buildx_version as parse_buildx_version  # re-exported
 from buildkit.engine.runner import wants_tty
@@ -69,18 +69,15 @@ class BuildResult:
     finished_at: float = 0.0  # when the build ended (Unix time; it began `seconds` before): the provenance's times
 
 
-def check_buildx(engine: Host | None = None) -> tuple[int, int, int]:
-    """The installed buildx version; BuildError names what was found when missing or too old.
-    engine None: get_engine(), for the calls of flows/pipeline.py and flows/publishing.py until they pass
-    theirs (issue 49: this default then goes)."""
-    return (engine if engine is not None else get_engine()).buildx_version()
+def check_buildx(engine: Host) -> tuple[int, int, int]:
+    """The installed buildx version; BuildError names what was found when missing or too old."""
+    return engine.buildx_version()
 
 
-def image_store(engine: Images | None = None) -> str:
+def image_store(engine: Images) -> str:
     """"containerd" when the engine keeps images in containerd's store (its `docker load` and
-    `docker push` keep an OCI archive's bytes), "classic" otherwise, "" when it cannot be asked.
-    engine None: get_engine(), for flows/pipeline.py's call (as check_buildx)."""
-    return (engine if engine is not None else get_engine()).image_store()
+    `docker push` keep an OCI archive's bytes), "classic" otherwise, "" when it cannot be asked."""
+    return engine.image_store()
 
 
 def oci_archive_path(options: BuildOptions, metadata_file: Path) -> Path:

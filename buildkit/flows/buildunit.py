@@ -26,7 +26,7 @@ from typing import Any
 
 from buildkit.core.errors import BuildkitError
 from buildkit.core.progress import stage
-from buildkit.engine.api import get_engine
+from buildkit.engine.api import Engine
 from buildkit.engine.buildx import BuildOptions, BuildResult
 from buildkit.flows.buildspec import build_spec
 from buildkit.flows.debpackages import debian_packages
@@ -106,8 +106,8 @@ class UnitResult:
 class _Run:
     """What a unit's run has reached, so a failure can say at which stage and what it kept."""
 
-    def __init__(self, prepared: Prepared, options: UnitOptions) -> None:
-        self.prepared, self.options = prepared, options
+    def __init__(self, prepared: Prepared, options: UnitOptions, engine: Engine) -> None:
+        self.prepared, self.options, self.engine = prepared, options, engine
         self.result: BuildResult | None = None
         self.report = VerifyReport(image="", checks=())
         self.entry: LockEntry | None = None
@@ -129,20 +129,20 @@ class _Run:
                           self.published, dict(self.seconds), error, self.current if error else "", self.tests)
 
 
-def run_unit(prepared: Prepared, options: UnitOptions, *, cfg: ResolvedConfig | None = None,
+def run_unit(prepared: Prepared, options: UnitOptions, *, engine: Engine, cfg: ResolvedConfig | None = None,
              built: BuildResult | None = None) -> UnitResult:
     """build (unless built: a bake's result) → verify → lock entry → publish. A failure raises, as it
     came (FailedVerification after the image lost its tags). cfg: the unit's config, for the build stage."""
-    run = _Run(prepared, options)
+    run = _Run(prepared, options, engine)
     _run(run, cfg, built)
     return run.outcome()
 
 
-def attempt_unit(prepared: Prepared, options: UnitOptions, *, cfg: ResolvedConfig | None = None,
+def attempt_unit(prepared: Prepared, options: UnitOptions, *, engine: Engine, cfg: ResolvedConfig | None = None,
                  built: BuildResult | None = None) -> UnitResult:
     """run_unit for one unit of many: a BuildkitError is the result's error (and failed, its stage),
     with what the unit reached (a failed verification's report)."""
-    run = _Run(prepared, options)
+    run = _Run(prepared, options, engine)
     try:
         _run(run, cfg, built)
     except FailedVerification as exc:
@@ -154,65 +154,70 @@ def attempt_unit(prepared: Prepared, options: UnitOptions, *, cfg: ResolvedConfi
 
 
 def _run(run: _Run, cfg: ResolvedConfig | None, built: BuildResult | None) -> None:
-    prepared, options = run.prepared, run.options
+    prepared, options, engine = run.prepared, run.options, run.engine
     result = built if built is not None else _build(run, cfg)
     run.result = result
     if options.verify:
         with run.step("verify", result.tags[0] if result.tags else ""):
             run.report = verified_or_removed(prepared.plan, result.tags, prepared.cuda_roots or prepared.cuda_root,
-                                             result.oci_archive)
+                                             result.oci_archive, engine=engine)
     entry = None  # the unit's lock entry, made once for its build (again only when the publication untagged it)
     if options.lock_path is not None and (options.publish is None or options.lock_first):
         with run.step("lock"):
-            entry = _entry(prepared, result, debian_packages(prepared, result, options.build or _options(cfg)))
+            entry = _entry(prepared, result, _packages(run, result, cfg), engine)
             write_lock_entry(options.lock_path, entry)
             run.entry = entry
     if options.tests:
-        build = options.build or _options(cfg)
+        build = options.build or _options(cfg, engine)
         if options.publish is not None and not options.publish.keep_loaded:  # --no-load: its archive only
             build = replace(build, load=False)
         with run.step("tests", f"{prepared.plan.request.variant}, its tests target"):
             run.tests = build_tests_image(prepared, build, result, prepared.rendered.context_dir.parent,
-                                          stream=options.stream)
+                                          stream=options.stream, engine=engine)
     if options.publish is None:
         return
     target = options.publish
     sign = None
     if target.signer is not None:  # the signed provenance lists the build stage's packages: read them first
-        entry = entry or _entry(prepared, result, debian_packages(prepared, result, options.build or _options(cfg)))
+        entry = entry or _entry(prepared, result, _packages(run, result, cfg), engine)
         sign = sign_step(replace(entry, version=target.version), target.signer)
     with run.step("publish"):
         built = result
-        run.published, result = _publish(target, result, options, sign, prepared.plan.request.platform)
+        run.published, result = _publish(target, result, options, sign, prepared.plan.request.platform, engine)
         if run.tests is not None and target.tests_tag:  # after the image: unsigned, never a release tag
             run.tests = push_tests_image(target.client, target.repository, run.tests, target.tests_tag,
-                                         stream=options.stream)
+                                         stream=options.stream, engine=engine)
     run.result = result
     if options.lock_path is not None:
         with run.step("lock"):
             if entry is None or result is not built:  # (the engine's tags of an image pushed with --no-load: gone)
                 packages = entry.debian_packages if entry is not None else None
-                entry = _entry(prepared, result, packages or debian_packages(prepared, result,
-                                                                             options.build or _options(cfg)))
+                entry = _entry(prepared, result, packages or _packages(run, result, cfg), engine)
             run.entry = record(options.lock_path, entry, run.published, target.version)
 
 
-def _entry(prepared: Prepared, result: BuildResult, packages: dict[str, Any] | None) -> LockEntry:
+def _entry(prepared: Prepared, result: BuildResult, packages: dict[str, Any] | None, engine: Engine) -> LockEntry:
     """The unit's lock entry: its plan's and what its build produced (with the build stage's packages)."""
-    return LockEntry.of(prepared.plan, prepared.outcome(result, debian_packages=packages))
+    return LockEntry.of(prepared.plan, prepared.outcome(result, debian_packages=packages, engine=engine))
 
 
-def _options(cfg: ResolvedConfig | None) -> BuildOptions:
+def _packages(run: _Run, result: BuildResult, cfg: ResolvedConfig | None) -> dict[str, Any]:
+    """The lock entry's debian_packages of result (flows/debpackages.py)."""
+    options = run.options.build or _options(cfg, run.engine)
+    return debian_packages(run.prepared, result, options, run.engine)
+
+
+def _options(cfg: ResolvedConfig | None, engine: Engine) -> BuildOptions:
     """How the export of the build stage's packages runs: the config's builder (a bake's unit may have none)."""
-    return build_options(cfg) if cfg is not None else BuildOptions()
+    return build_options(cfg, engine) if cfg is not None else BuildOptions()
 
 
 def _build(run: _Run, cfg: ResolvedConfig | None) -> BuildResult:
     if cfg is None:
         raise TypeError("run_unit builds with the unit's config: give cfg, or built")
-    prepared, options = run.prepared, run.options
-    build = options.build or build_options(cfg)
-    check_build_machine(prepared.plan.request, options.stream)
+    prepared, options, engine = run.prepared, run.options, run.engine
+    build = options.build or build_options(cfg, engine)
+    check_build_machine(prepared.plan.request, engine, options.stream)
     metadata = prepared.rendered.context_dir.parent / "metadata.json"
     spec = build_spec(prepared.plan, prepared.rendered, build, metadata)
     request = prepared.plan.request
@@ -222,14 +227,15 @@ def _build(run: _Run, cfg: ResolvedConfig | None) -> BuildResult:
         if request.arch.is_cuda else None
     with run.step("build", f"{request.variant}" + (f", last build took {last:.0f}s" if last else "")):
         result = run_build_explained(spec, build.session(metadata), stream=options.stream, last_seconds=last,
-                                     last_curve=read_compile_curve(curves), cuda_objects=cuda)
+                                     last_curve=read_compile_curve(curves), cuda_objects=cuda,
+                                     engine=engine)
     if result.compile_curve is not None:
         save_compile_curve(curves, result.compile_curve)
     return result
 
 
 def _publish(target: Publication, result: BuildResult, options: UnitOptions, sign: SignStep | None,
-             platform: str) -> tuple[Published, BuildResult]:
+             platform: str, engine: Engine) -> tuple[Published, BuildResult]:
     """(what the registry got, the build as the engine now holds it)."""
     client, repository, tags = target.client, target.repository, target.tags
     first = f"{repository.name}:{tags.immutable[0]}"
@@ -238,19 +244,19 @@ def _publish(target: Publication, result: BuildResult, options: UnitOptions, sig
         artifact = Image(result.digest, archive=archive, platform=platform)
         how = "the built OCI archive"
     else:  # RELEASE's immutable tags were checked before the build, against the build's own digest
-        image = local_image(result.tags[0])
+        image = local_image(result.tags[0], engine)
         artifact = Image(result.digest if target.how == RELEASE else image.id, engine_ref=image.id,
                          platform=platform)
         how = "docker push"
     with stage("push", f"{first} ({how})") if options.stages else nullcontext():
         published = publish(client, repository, artifact, tags, force=target.force, sign=sign,
-                            stream=options.stream)
+                            stream=options.stream, engine=engine)
     if archive is not None and target.how == RELEASE:
         if not target.keep_loaded:
-            get_engine().untag(result.tags)
+            engine.untag(result.tags)
             result = replace(result, tags=())
         elif result.tags:  # the engine's copy gets the release tag too, as `docker push` gave it
-            tag_locally(local_image(result.tags[0]), repository, tags.immutable[:1])
+            tag_locally(local_image(result.tags[0], engine), repository, tags.immutable[:1], engine)
     return published, result
 
 

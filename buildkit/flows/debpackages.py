@@ -27,7 +27,7 @@ from typing import Any
 
 from buildkit.core.boundedread import MiB, read_regular
 from buildkit.core.errors import BuildError
-from buildkit.engine.api import Builder, Engine, Images, get_engine
+from buildkit.engine.api import Builder, Engine, Images
 from buildkit.engine.buildx import BuildOptions, BuildResult
 from buildkit.engine.specs import BuildSpec
 from buildkit.oci.imagesource import open_image
@@ -101,11 +101,9 @@ def build_stage_packages(prepared: Prepared, options: BuildOptions, engine: Buil
 
 
 def debian_packages(prepared: Prepared, result: BuildResult, options: BuildOptions,
-                    engine: Engine | None = None) -> dict[str, Any]:
+                    engine: Engine) -> dict[str, Any]:
     """The lock entry's debian_packages: the build stage's and the runtime image's versions (what `reproduce`
-    pins), their architectures and os-release (what the provenance and the SBOM say besides). engine None:
-    get_engine(), for flows/buildunit.py's calls until it passes its engine (issue 49: this default then goes)."""
-    engine = engine if engine is not None else get_engine()
+    pins), their architectures and os-release (what the provenance and the SBOM say besides)."""
     stages = {"build": build_stage_packages(prepared, options, engine),
               "runtime": runtime_packages(result, prepared.plan.request.platform, engine)}
     record: dict[str, Any] = {name: stage.versions for name, stage in stages.items()}

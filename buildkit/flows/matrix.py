@@ -46,7 +46,8 @@ class VariantBuild:
         return not self.error
 
 
-def prepare_matrix(variants: Sequence[Variant], work_dir: Path, *, stop_on: tuple[type[BaseException], ...] = (),
+def prepare_matrix(variants: Sequence[Variant], work_dir: Path, engine: Engine, *,
+                   stop_on: tuple[type[BaseException], ...] = (),
                    ) -> tuple[dict[str, Prepared], dict[str, str]]:
     """Fetch, patch and render every variant into work_dir/<target>/context.
 
@@ -56,7 +57,7 @@ def prepare_matrix(variants: Sequence[Variant], work_dir: Path, *, stop_on: tupl
     errors: dict[str, str] = {}
     for variant in variants:
         try:
-            prepared[variant.unit] = prepare(variant.cfg, work_dir / variant.target_name / "context")
+            prepared[variant.unit] = prepare(variant.cfg, engine, work_dir / variant.target_name / "context")
         except stop_on:
             raise
         except BuildkitError as exc:
@@ -86,10 +87,10 @@ def matrix_document(variants: Sequence[Variant], prepared: dict[str, Prepared], 
 
 
 # prepared: a Prepared (Any: tests/unit/test_engine_seam.py passes a class with its plan and CUDA roots only)
-def verify_variant(prepared: Any, outcome: TargetOutcome) -> tuple[VerifyReport | None, str]:
+def verify_variant(prepared: Any, outcome: TargetOutcome, engine: Engine) -> tuple[VerifyReport | None, str]:
     """(report, error): the build unit's verify stage alone (flows/buildunit.py); a failed image loses its tags."""
     assert outcome.result is not None
-    unit = attempt_unit(prepared, UnitOptions(stages=False), built=outcome.result)
+    unit = attempt_unit(prepared, UnitOptions(stages=False), engine=engine, built=outcome.result)
     return (unit.report if unit.ok or unit.report.checks else None), unit.error
 
 
@@ -102,7 +103,7 @@ def build_matrix(variants: Sequence[Variant], options: BuildOptions, work_dir: P
     (flows/buildunit.py) after its build: verify, and the lock entry and publication finish(variant,
     prepared) asks for (none without it). A variant that fails at any stage is reported and does not
     stop the others. Returns (builds in matrix order, bake file)."""
-    prepared, errors = prepare_matrix(variants, work_dir, stop_on=stop_on)
+    prepared, errors = prepare_matrix(variants, work_dir, engine, stop_on=stop_on)
     builds: dict[str, VariantBuild] = {v.unit: VariantBuild(v, None, None, None, errors[v.unit])
                                        for v in variants if v.unit in errors}
     bake_file = None
@@ -111,7 +112,7 @@ def build_matrix(variants: Sequence[Variant], options: BuildOptions, work_dir: P
         check_buildx(engine)  # after preparing: a patch queue that does not apply never runs buildx
 
         for v in ready:
-            check_build_machine(prepared[v.unit].plan.request, stream)
+            check_build_machine(prepared[v.unit].plan.request, engine, stream)
         document = matrix_document(ready, prepared, options, work_dir)
         bake_file = write_bake_file(work_dir / "docker-bake.json", document)
         outcomes = run_bake(engine, bake_file, [v.target_name for v in ready], options, work_dir, stream=stream)
@@ -124,7 +125,7 @@ def build_matrix(variants: Sequence[Variant], options: BuildOptions, work_dir: P
             asked = finish(variant, p) if finish is not None else UnitOptions()
             # the unit's stages after the bake (the tests image, the build stage's packages) with the bake's options
             unit = attempt_unit(p, replace(asked, verify=verify, stages=False, stream=stream,
-                                           build=asked.build or options), built=outcome.result)
+                                           build=asked.build or options), engine=engine, built=outcome.result)
             report = unit.report if verify and (unit.failed != "verify" or unit.report.checks) else None
             builds[variant.unit] = VariantBuild(variant, p, outcome, report, unit.error, unit)
     return [builds[v.unit] for v in variants], bake_file
@@ -210,5 +211,5 @@ def bake_locked(variants: Sequence[Variant], options: BuildOptions, work_dir: Pa
         if index.ok:
             first = index.units[0].variant.request
             record_index(lock_path, index_platforms(index), first.target, first.image_name, index.digest,
-                         index.build_key, index.tags, first.version, ())
+                         index.build_key, index.tags, first.version, (), engine=engine)
     return builds, indexes, bake_file

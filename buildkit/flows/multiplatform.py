@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from buildkit.core.errors import BuildkitError, ConfigError, RegistryError
 from buildkit.core.progress import stage
-from buildkit.engine.api import Engine, OutStream
+from buildkit.engine.api import Engine, Images, OutStream
 from buildkit.engine.buildx import BuildResult, check_buildx
 from buildkit.flows.buildunit import UnitOptions, run_unit
 from buildkit.flows.debpackages import debian_packages
@@ -59,9 +59,9 @@ class PlatformBuild:
     report: VerifyReport
     packages: dict[str, Any] | None = None  # its Debian packages (flows/debpackages.py), when it was built here
 
-    def entry(self) -> LockEntry:
-        """This platform's lock entry (LockEntry.of its plan and its build)."""
-        return LockEntry.of(self.prepared.plan, self.prepared.outcome(self.result))
+    def entry(self, engine: Images) -> LockEntry:
+        """This platform's lock entry (LockEntry.of its plan and its build; engine: the one holding its image)."""
+        return LockEntry.of(self.prepared.plan, self.prepared.outcome(self.result, engine=engine))
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
         parse_version(version)
     for tag in extra_tags:
         check_tag(tag)
-    options = build_options(cfg)
+    options = build_options(cfg, engine)
     if not options.reproducible:
         raise ConfigError("a multi-platform build needs the OCI exporter (the containerd image store, "
                           "build.reproducible = auto): its index is assembled from the built OCI archives")
@@ -123,7 +123,7 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
     variant, image_name, target = first_request.tag_variant, first_request.image_name, first_request.target
     with ExitStack() as stack:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="buildkit-multi-")))
-        prepared = [(p, sub, stack.enter_context(prepared_context(sub, request=req, extra_tags=extra_tags)))
+        prepared = [(p, sub, stack.enter_context(prepared_context(sub, engine, request=req, extra_tags=extra_tags)))
                     for p, sub, req in items]
         key = index_key((p, pr.build_key) for p, _, pr in prepared)
         commit = prepared[0][2].source.commit
@@ -141,7 +141,8 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
                 versioned = [(p, pr.replanned(version=version)) for p, _, pr in prepared]
                 builds = _published_platforms(client, repository.repository, done.digest, versioned)
                 lock_path = cfg.lock.path
-                record_index(lock_path, builds, target, image_name, done.digest, key, (), version, done.pushed)
+                record_index(lock_path, builds, target, image_name, done.digest, key, (), version, done.pushed,
+                             engine=engine)
                 return MultiResult(image_name=image_name, variant=variant, index_digest=done.digest, build_key=key,
                                    platforms=tuple(builds), tags=(), lock_path=lock_path, version=version,
                                    pushed=done.pushed, added=done.added, origin="registry", signed=done.signed)
@@ -154,7 +155,7 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
             pr = pr.replanned(shared_tags=False)  # its build-key tag only: the shared tags belong to the index
             # verified like any build; no lock entry yet: the platforms' entries go with the index's
             unit = run_unit(pr, UnitOptions(verify=verify, build=replace(options, load=load or verify), stream=stream),
-                            cfg=sub)
+                            engine=engine, cfg=sub)
             assert unit.result is not None
             builds.append(PlatformBuild(platform, unit.prepared, unit.result, unit.report,
                                         debian_packages(unit.prepared, unit.result, options, engine)))
@@ -176,7 +177,7 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
             assert client is not None and repository is not None and tags is not None
             sign = None
             if signer is not None:  # each platform's image with its own provenance and SBOM, then the index
-                entries = [replace(b.entry(), version=version or "") for b in builds]
+                entries = [replace(b.entry(engine), version=version or "") for b in builds]
                 sign = index_sign_step(signer, commit=commit, version=version or "", entries=entries)
             with stage("push", f"{repository.name}:{tags.immutable[0]} (the index and {len(builds)} manifests)"):
                 done = publish(client, repository, Index(digest, archive=archive,
@@ -190,7 +191,7 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
             engine.untag([t for b in builds for t in b.result.tags])
         lock_path = cfg.lock.path
         record_index(lock_path, builds, target, image_name, digest, key, local_tags if load else (),
-                     version or first_request.version, pushed)
+                     version or first_request.version, pushed, engine=engine)
         return MultiResult(image_name=image_name, variant=variant, index_digest=digest, build_key=key,
                            platforms=tuple(builds), tags=local_tags if load else (), lock_path=lock_path,
                            version=version or first_request.version, pushed=pushed, added=tuple(added),
@@ -231,12 +232,13 @@ def _published_platforms(client: RegistryClient, repo: str, digest: str,
 
 
 def record_index(lock_path: Path, builds: list[PlatformBuild], target: str, image_name: str,
-                 digest: str, key: str, tags: tuple[str, ...], version: str, pushed: tuple[str, ...]) -> None:
+                 digest: str, key: str, tags: tuple[str, ...], version: str, pushed: tuple[str, ...], *,
+                 engine: Images) -> None:
     """The lock's index entry and each platform's entry (builds[<variant>/<target>@<platform>])."""
     entries: dict[str, LockEntry] = {}
     records = []
     for b in builds:
-        entry = b.entry()
+        entry = b.entry(engine)
         name = platform_entry_key(entry.variant, entry.target, b.platform)
         # a platform found in the registry, not built here: the packages its entry recorded when it was built
         kept = b.packages or _recorded_packages(lock_path, name, b.result.digest)

@@ -266,7 +266,7 @@ def _build_and_publish(cfg: ResolvedConfig, client: RegistryClient, repository: 
 
     with tempfile.TemporaryDirectory(prefix="buildkit-nightly-") as tmp:
         try:
-            builds, _ = build_matrix(to_build, build_options(cfg), Path(tmp), engine=engine, verify=verify,
+            builds, _ = build_matrix(to_build, build_options(cfg, engine), Path(tmp), engine=engine, verify=verify,
                                      stream=stream, stop_on=(PatchError,), finish=publication)
         except PatchError as exc:
             summary.error = f"the patch queue does not apply to {head[:12]}, nothing was built or pushed: {exc}"
@@ -281,7 +281,7 @@ def _build_and_publish(cfg: ResolvedConfig, client: RegistryClient, repository: 
         summary.changelog = changelog(cache_root(cfg), summary.url, summary.old_commit, head)
         for index in assemble_indexes(builds, Path(tmp), engine):
             results[index.key] = _publish_index(client, repository, summary, index, previous[index.key], head,
-                                                patch_set, lock_path, signer)
+                                                patch_set, lock_path, signer, engine)
         for b in builds:
             if b.variant.platform_split:  # published with its index, above
                 continue
@@ -312,7 +312,7 @@ def _build_and_publish(cfg: ResolvedConfig, client: RegistryClient, repository: 
 
 def _publish_index(client: RegistryClient, repository: ImageRef, summary: Summary, index: IndexBuild,
                    p: Previous | None, head: str, patch_set: str,
-                   lock_path: Path, signer: Signer | None = None) -> VariantResult:
+                   lock_path: Path, signer: Signer | None, engine: Engine) -> VariantResult:
     """A baked multi-platform variant: its index (each platform's manifest by digest, then the index)
     under the nightly tags; the lock gets the index and each platform's entry."""
     v = index.units[0].variant
@@ -329,11 +329,11 @@ def _publish_index(client: RegistryClient, repository: ImageRef, summary: Summar
                                                  platforms=tuple(u.variant.request.platform for u in index.units)),
                        tags, sign=None if signer is None else index_sign_step(
                            signer, commit=head, version=summary.version,
-                           entries=[replace(b.entry(), version=summary.version)
+                           entries=[replace(b.entry(engine), version=summary.version)
                                     for b in index_platforms(index)]))
         digest, added, pushed = done.digest, done.added, done.pushed
         record_index(lock_path, index_platforms(index), v.request.target, v.request.image_name, digest,
-                     index.build_key, index.tags, summary.version, pushed)
+                     index.build_key, index.tags, summary.version, pushed, engine=engine)
         update_nightly_record(lock_path, summary.url, summary.branch, v.key, {
             "commit": head, "patch_set_sha256": patch_set, "digest": digest, "version": summary.version,
             "date": summary.date})

@@ -241,8 +241,8 @@ def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream: OutStream 
     with tempfile.TemporaryDirectory(prefix="buildkit-job-") as tmp:
         try:
             with client_for(repository.registry) as client:
-                (b,), _ = build_matrix([v], build_options(cfg), Path(tmp), engine=engine, verify=verify, stream=stream,
-                                       stop_on=(PatchError,), finish=by_digest)
+                (b,), _ = build_matrix([v], build_options(cfg, engine), Path(tmp), engine=engine, verify=verify,
+                                       stream=stream, stop_on=(PatchError,), finish=by_digest)
             out["built"] = b.outcome is not None and b.outcome.ok
             out["build_seconds"] = b.outcome.seconds if b.outcome else None
             out["checks"] = tuple(c.to_json() for c in b.report.checks) if b.report else ()
@@ -258,7 +258,8 @@ def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream: OutStream 
             out["tests_digest"] = b.unit.tests.digest if b.unit.tests is not None else ""
             if attest_dir is not None and b.unit.result is not None:
                 done = b.unit
-                entry = replace(LockEntry.of(done.prepared.plan, done.prepared.outcome(done.result)), version=version)
+                entry = replace(LockEntry.of(done.prepared.plan, done.prepared.outcome(done.result, engine=engine)),
+                                version=version)
                 write_predicates(entry, b.unit.published.digest, repository.name, attest_dir)
             out["status"] = PASSED
         except BuildkitError as exc:

@@ -28,7 +28,7 @@ from pathlib import Path
 from collections.abc import Iterator
 
 from buildkit import __version__
-from buildkit.engine.api import OutStream, get_engine
+from buildkit.engine.api import Engine, Host, Images, OutStream
 from buildkit.engine.baseimages import BaseSource, check_base_history, check_base_platforms, resolve_base_images
 from buildkit.engine.buildx import BuildOptions, BuildResult, check_buildx, image_store
 from buildkit.plan.config import ResolvedConfig
@@ -104,14 +104,17 @@ class Prepared:
                         self.cuda_root, self.resolved, options, self.cuda_roots, self.unpinned_dockerfile)
 
     def outcome(self, result: BuildResult | None = None, *, image_digest: str | None = None,
-                debian_packages: dict[str, Any] | None = None) -> BuildOutcome:
+                debian_packages: dict[str, Any] | None = None, engine: Images | None = None) -> BuildOutcome:
         """What the build of this unit produced, for its lock entry (LockEntry.of): result's digest, the engine's
-        id of its image, tags and times; without result (an image the registry has: image_digest) none of them."""
+        id of its image, tags and times; without result (an image the registry has: image_digest) none of them.
+        engine: the one holding result's image (required with a result)."""
         rendered = self.rendered.dockerfile_sha256
         if result is None:
             return BuildOutcome(dockerfile_sha256=rendered, image_digest=image_digest or "",
                                 debian_packages=debian_packages)
-        image_id = _local_image_id(result.tags[0], result.config_digest) if result.tags else result.config_digest
+        assert engine is not None, "Prepared.outcome of a build's result needs the engine holding its image"
+        image_id = _local_image_id(engine, result.tags[0], result.config_digest) if result.tags \
+            else result.config_digest
         started, finished = build_times(result)
         return BuildOutcome(dockerfile_sha256=rendered, image_digest=result.digest if image_digest is None
                             else image_digest, image_id=image_id, tags=result.tags,
@@ -151,7 +154,7 @@ def _fresh_dir(path: Path) -> bool:
     return True
 
 
-def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] = (),
+def prepare(cfg: ResolvedConfig, engine: Engine, out_dir: Path, *, extra_tags: tuple[str, ...] = (),
             request: BuildRequest | None = None, ccache_recache: bool = False, in_place: bool = False,
             lay_out: bool = True, apt_pins: AptPins | None = None) -> Prepared:
     """Check the request, fetch, export, patch and render into out_dir (Dockerfile + src/).
@@ -170,7 +173,7 @@ def prepare(cfg: ResolvedConfig, out_dir: Path, *, extra_tags: tuple[str, ...] =
     ref, pin = ref_and_pin(cfg)
     # base images first: one that cannot be had stops the build before any fetch
     sources = resolve_base_images([request.devel_image, request.runtime_image], cache_root(cfg),
-                                  builder=cfg.build.builder)
+                                  builder=cfg.build.builder, engine=engine)
     check_base_platforms(sources, *base_platforms(request))
     check_base_history(sources)
     bases = tuple(BaseImage(ref=s.ref, digest=s.digest) for s in sources)
@@ -256,18 +259,18 @@ def _cpu_host(request: BuildRequest) -> str | None:
     return host_cpu_id() if request.cpu_level.native else None
 
 
-def reproducible_exporter(cfg: ResolvedConfig) -> bool:
+def reproducible_exporter(cfg: ResolvedConfig, engine: Images) -> bool:
     """The OCI exporter path (bit-for-bit digests) is used when `docker load` keeps an archive's bytes:
     on the containerd image store. build.reproducible = "off" forces the plain --load path."""
     if cfg.build.reproducible == "off":
         return False
-    return image_store() == "containerd"
+    return image_store(engine) == "containerd"
 
 
-def build_options(cfg: ResolvedConfig) -> BuildOptions:
+def build_options(cfg: ResolvedConfig, engine: Images) -> BuildOptions:
     return BuildOptions(builder=cfg.build.builder, progress=cfg.build.progress,
                         cache_from=cfg.build.cache_from, cache_to=cfg.build.cache_to,
-                        reproducible=reproducible_exporter(cfg),
+                        reproducible=reproducible_exporter(cfg, engine),
                         provenance=cfg.build.provenance, no_cache=cfg.build.no_cache)
 
 
@@ -285,10 +288,10 @@ def inputs_record(plan: BuildPlan, bases: tuple[BaseImage, ...],
     return plan_inputs(plan, bases, cuda_manifest, _cpu_host(plan.request)).record()
 
 
-def _local_image_id(tag: str, fallback: str) -> str:
+def _local_image_id(engine: Images, tag: str, fallback: str) -> str:
     """The engine's id for the loaded image (the config digest on the classic store, the index
     digest on the containerd store); buildx's metadata only has the former on the classic store."""
-    return get_engine().image_id(tag) or fallback
+    return engine.image_id(tag) or fallback
 
 
 def build_times(result: BuildResult) -> tuple[str, str]:
@@ -308,8 +311,8 @@ def kept_context_dir(cfg: ResolvedConfig) -> Path:
 
 
 @contextmanager
-def prepared_context(cfg: ResolvedConfig, *, request: BuildRequest | None = None, extra_tags: tuple[str, ...] = (),
-                     work_dir: Path | None = None, ccache_recache: bool = False,
+def prepared_context(cfg: ResolvedConfig, engine: Engine, *, request: BuildRequest | None = None,
+                     extra_tags: tuple[str, ...] = (), work_dir: Path | None = None, ccache_recache: bool = False,
                      lay_out: bool = True) -> Iterator[Prepared]:
     """A rendered build context that lives as long as the with-block.
 
@@ -323,12 +326,12 @@ def prepared_context(cfg: ResolvedConfig, *, request: BuildRequest | None = None
         if kept is not None and stack.enter_context(try_lock(kept.with_name(kept.name + ".lock"))):
             stack.callback(clear_around, kept / "context" / "src")
             stack.callback(clear_around, kept / "context")  # buildx's metadata, the OCI archive
-            yield prepare(cfg, kept / "context", extra_tags=extra_tags, request=request, in_place=True,
+            yield prepare(cfg, engine, kept / "context", extra_tags=extra_tags, request=request, in_place=True,
                           ccache_recache=ccache_recache, lay_out=lay_out)
             return
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="buildkit-context-", dir=work_dir))
-        yield prepare(cfg, Path(tmp) / "context", extra_tags=extra_tags, request=request, ccache_recache=ccache_recache,
-                      lay_out=lay_out)
+        yield prepare(cfg, engine, Path(tmp) / "context", extra_tags=extra_tags, request=request,
+                      ccache_recache=ccache_recache, lay_out=lay_out)
 
 
 def last_build_seconds(cfg: ResolvedConfig, request: BuildRequest) -> float | None:
@@ -344,19 +347,20 @@ def last_build_seconds(cfg: ResolvedConfig, request: BuildRequest) -> float | No
     return float(seconds) if seconds > 0 else None
 
 
-def check_build_machine(request: BuildRequest, stream: OutStream | None = None, *, warn: bool = True) -> None:
+def check_build_machine(request: BuildRequest, engine: Host, stream: OutStream | None = None, *,
+                        warn: bool = True) -> None:
     """Stop a cross build planned for another build machine (unless its emulation is asked for, and a
     binfmt_misc handler can run that machine's programs); say so when the compile will be emulated, and when
     the CPU level's -march needs a newer GCC than the base may have (cpulevels.gcc_line)."""
-    engine = engine_platform(get_engine().arch())
-    line = judge_build_machine(request.build_platform, request.platform, engine,
+    here = engine_platform(engine.arch())
+    line = judge_build_machine(request.build_platform, request.platform, here,
                                emulate=request.emulate_build_platform)
     if line and request.cross:  # an emulated build machine: the kernel must be able to run its programs
         machine = request.build_cpu
         if binfmt.handler_for(binfmt.elf_header(machine.elf_machine), binfmt.registered()) is None:
             raise ConfigError(f"build.emulate_build_platform: no binfmt_misc handler runs {machine.elf_name} "
                               f"programs on this machine, so a {request.build_platform} build stage cannot run on "
-                              f"the {engine} engine; register QEMU user-mode emulation for {machine.processor} "
+                              f"the {here} engine; register QEMU user-mode emulation for {machine.processor} "
                               "first (qemu-user-static with binfmt_misc), or build on that machine")
     if line and warn:
         (stream or sys.stderr).write(f"buildkit: warning: {line}\n")
@@ -365,7 +369,7 @@ def check_build_machine(request: BuildRequest, stream: OutStream | None = None, 
         (stream or sys.stderr).write(f"buildkit: {note}\n")
 
 
-def build(cfg: ResolvedConfig, *, extra_tags: tuple[str, ...] = (), verify: bool = True,
+def build(cfg: ResolvedConfig, engine: Engine, *, extra_tags: tuple[str, ...] = (), verify: bool = True,
           work_dir: Path | None = None, stream: OutStream | None = None, no_cache: bool = False,
           tests: bool = False) -> UnitResult:
     """Prepare, then the build unit's flow (flows/buildunit.py): build, verify, write the lock.
@@ -374,11 +378,11 @@ def build(cfg: ResolvedConfig, *, extra_tags: tuple[str, ...] = (), verify: bool
     from buildkit.flows.buildunit import UnitOptions, run_unit  # (it builds on this module)
 
     request = make_request(cfg)  # refuse a bad request before anything else
-    options = build_options(cfg)
+    options = build_options(cfg, engine)
     options = replace(options, no_cache=no_cache or options.no_cache)
-    check_buildx()
-    check_build_machine(request, warn=False)  # before the fetch and the toolkit: a build that cannot run here
-    with prepared_context(cfg, request=request, extra_tags=extra_tags, work_dir=work_dir,
+    check_buildx(engine)
+    check_build_machine(request, engine, warn=False)  # before the fetch and the toolkit: a build that cannot run here
+    with prepared_context(cfg, engine, request=request, extra_tags=extra_tags, work_dir=work_dir,
                           ccache_recache=options.no_cache) as prepared:
         return run_unit(prepared, UnitOptions(verify=verify, lock_path=cfg.lock.path, build=options, tests=tests,
-                                              stream=stream), cfg=cfg)
+                                              stream=stream), cfg=cfg, engine=engine)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from buildkit.core.errors import ConfigError, LockError, RegistryError
-from buildkit.engine.api import OutStream, get_engine
+from buildkit.engine.api import Engine, Images, OutStream
 from buildkit.engine.buildx import BuildOptions, BuildResult, check_buildx
 from buildkit.flows.buildunit import RELEASE, Publication, UnitOptions, run_unit
 from buildkit.flows.pipeline import Prepared, build_options, prepared_context
@@ -34,7 +34,7 @@ from buildkit.release.publish import (VERSION_LABEL, Prover, PublishResult, chec
 from buildkit.release.signer import Signer, public_key_of
 
 
-def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str = "patch",
+def build_and_push(cfg: ResolvedConfig, engine: Engine, *, version: str | None = None, bump: str = "patch",
                    force: bool = False, verify: bool = True, stream: OutStream | None = None, load: bool = True,
                    extra_tags: tuple[str, ...] = (),
                    before_build: Callable[[], None] | None = None,
@@ -52,14 +52,14 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
     for tag in extra_tags:
         check_tag(tag)
     repository = publish_repository(request.image_name)
-    options = build_options(cfg)
+    options = build_options(cfg, engine)
     if not load and not options.reproducible:
         raise ConfigError("--no-load needs the OCI exporter (the containerd image store, build.reproducible "
                           "= auto): without it the image reaches the registry through the engine")
-    check_buildx()
+    check_buildx(engine)
     variant, repo = request.artifact_variant, repository.repository
     with client_for(repository.registry) as client, \
-            prepared_context(cfg, request=request, extra_tags=extra_tags) as prepared:
+            prepared_context(cfg, engine, request=request, extra_tags=extra_tags) as prepared:
         key, commit = prepared.build_key, prepared.source.commit
         target = TagTarget.of(cfg, variant, commit, build_key=key, extra=extra_tags)
         found_sign = _found_sign_step(prepared, signer) if signer is not None else None
@@ -73,8 +73,9 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
             return PublishResult(repository.name, version, done.digest, tags.all, done.added, origin="registry",
                                  build_key=key, signed=done.signed,
                                  tests=_published_tests(client, repository, prepared, done.digest, options, stream,
-                                                        before_build) if tests else "")
-        local, local_version = (None, None) if force else local_image_with_key(key, request.image_name)
+                                                        before_build, engine) if tests else "")
+        local, local_version = (None, None) if force else local_image_with_key(key, request.image_name,
+                                                                                    engine=engine)
         if local is not None and version and local_version != version:
             local = local_version = None  # the engine's copy carries another version label: build anew
         version = local_version or version or next_version(client.list_tags(repo), variant, bump)
@@ -89,7 +90,8 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
                 before_build()
             build_opts = replace(options, load=load or verify)  # verify runs the image in the engine
             unit = run_unit(prepared, UnitOptions(verify=verify, lock_path=lock_path, publish=publication,
-                                                  build=build_opts, tests=tests, stream=stream), cfg=cfg)
+                                                  build=build_opts, tests=tests, stream=stream),
+                            engine=engine, cfg=cfg)
             origin = "built"
         else:  # the engine's image with this build key: pushed as it is, its lock entry once published
             seconds, finished_at = built_before(lock_path, key)  # its build's times, for the provenance
@@ -97,7 +99,7 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
                                finished_at=finished_at)
             unit = run_unit(prepared, UnitOptions(verify=False, lock_path=lock_path, lock_first=False,
                                                   publish=publication, build=options, tests=tests, stream=stream),
-                            built=held)
+                            engine=engine, built=held)
             origin = "engine"
         assert unit.published is not None
         return PublishResult(repository.name, version, unit.published.digest, tags.all, unit.published.added,
@@ -106,7 +108,8 @@ def build_and_push(cfg: ResolvedConfig, *, version: str | None = None, bump: str
 
 
 def _published_tests(client: RegistryClient, repository: ImageRef, prepared: Prepared, digest: str,
-                     options: BuildOptions, stream: OutStream | None, before_build: Callable[[], None] | None) -> str:
+                     options: BuildOptions, stream: OutStream | None, before_build: Callable[[], None] | None,
+                     engine: Engine) -> str:
     """The tests image of a build the registry has already (its build key found): the one under its tag when
     that names the image at digest, else built from the prepared context (the build stage from the layer cache
     where it is there) and pushed."""
@@ -118,8 +121,9 @@ def _published_tests(client: RegistryClient, repository: ImageRef, prepared: Pre
     if before_build is not None:
         before_build()
     image = BuildResult(digest, "", prepared.plan.tags[:1], 0.0)
-    tests = build_tests_image(prepared, options, image, prepared.rendered.context_dir.parent, stream=stream)
-    return push_tests_image(client, repository, tests, tag, stream=stream).reference
+    tests = build_tests_image(prepared, options, image, prepared.rendered.context_dir.parent, stream=stream,
+                              engine=engine)
+    return push_tests_image(client, repository, tests, tag, stream=stream, engine=engine).reference
 
 
 def built_before(lock_path: Path, key: str) -> tuple[float, float]:
@@ -168,7 +172,7 @@ def _found_sign_step(prepared: Prepared, signer: Signer) -> SignStep:
     return sign
 
 
-def push_local(cfg: ResolvedConfig, *, force: bool = False, stream: OutStream | None = None,
+def push_local(cfg: ResolvedConfig, engine: Images, *, force: bool = False, stream: OutStream | None = None,
                signer: Signer | None = None) -> PublishResult:
     """`buildkit push`: publish the image of the lock's entry for this variant, already in the engine."""
     request = make_request(cfg)
@@ -181,7 +185,7 @@ def push_local(cfg: ResolvedConfig, *, force: bool = False, stream: OutStream | 
                         "run buildkit build first")
     name = found[0]
     recorded = lock.entry(name, f"{lock_path}: builds[{name!r}]")  # every key there
-    image = get_engine().image(recorded.image_id)
+    image = engine.image(recorded.image_id)
     if image is None:
         raise RegistryError(f"the image {recorded.image_id[:19]} of {request.variant} is not in the local engine; "
                             "run buildkit build again")
@@ -197,7 +201,7 @@ def push_local(cfg: ResolvedConfig, *, force: bool = False, stream: OutStream | 
         else:
             tags = publication_tags(target, version)
             done = publish(client, repository, Image(image.id, engine_ref=image.id, platform=request.platform), tags,
-                           force=force, sign=sign, stream=stream)
+                           force=force, sign=sign, stream=stream, engine=engine)
     record(lock_path, recorded, done, version)
     return PublishResult(repository.name, version, done.digest, tags.all, done.added,
                          origin="registry" if reused is not None else "engine", build_key=key, signed=done.signed)

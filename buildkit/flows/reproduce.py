@@ -201,7 +201,8 @@ def reproduce(rec: Recorded, *, config_path: Path | None = None, env: Mapping[st
         # a clean rebuild compiles every object again, also where the recorded build used a ccache
         # the recorded Debian package versions: installed as they were, or one line naming those the mirror lacks
         pins = pins_from_record(rec.debian_packages, rec.origin)
-        prepared = prepare(cfg, Path(tmp) / "context", request=request, ccache_recache=not use_cache, apt_pins=pins)
+        prepared = prepare(cfg, engine, Path(tmp) / "context", request=request, ccache_recache=not use_cache,
+                           apt_pins=pins)
         more = _check_prepared(rec, prepared, cuda_wheel_hashes(prepared.cuda_manifest))
         for warning in more:
             stream.write(f"warning: {warning}\n")

@@ -77,7 +77,7 @@ def builds_tests(arch: Arch, backend: str) -> bool:
 
 
 def build_tests_image(prepared: Prepared, options: BuildOptions, image: BuildResult, work_dir: Path, *,
-                      stream: OutStream | None = None, engine: Engine | None = None) -> BuiltTestsImage:
+                      stream: OutStream | None = None, engine: Engine) -> BuiltTestsImage:
     """Build the tests target of prepared's context (loaded with options.load, in an OCI archive of its own with
     the reproducible exporter, beside the image's, which a publication still pushes)."""
     tag = tests_tag(image.tags[0]) if image.tags else tests_tag(prepared.plan.tags[0])
@@ -92,7 +92,7 @@ def build_tests_image(prepared: Prepared, options: BuildOptions, image: BuildRes
 
 
 def push_tests_image(client: RegistryClient, repository: ImageRef, tests: BuiltTestsImage, tag: str, *,
-                     stream: OutStream | None = None, engine: Images | None = None) -> BuiltTestsImage:
+                     stream: OutStream | None = None, engine: Images) -> BuiltTestsImage:
     """tests under its registry tag (bk-<key>-<variant>-tests; the same inputs may replace it), unsigned."""
     if tests.archive is not None:
         artifact = Image(tests.digest, archive=tests.archive)

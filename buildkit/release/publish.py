@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from buildkit.engine.api import ImageInfo, Images, OutStream, get_engine
+from buildkit.engine.api import ImageInfo, Images, OutStream
 from buildkit.oci.ocilayout import Descriptor, json_document, OCI_INDEX, OciArchive, push_layout, INDEX_TYPES
 from buildkit.oci.ociindex import push_index
 from buildkit.plan.config import ResolvedConfig
@@ -134,24 +134,18 @@ def check_immutable_free(client: RegistryClient, repo: str, tags: TagSet, allowe
                                 "never overwritten (use --release to choose another version, or --bump)")
 
 
-def _engine(engine: Images | None) -> Images:
-    """The engine passed in; get_engine() for the calls of flows/buildunit.py and flows/publishing.py, until
-    they pass theirs (issue 49: this default then goes)."""
-    return engine if engine is not None else get_engine()
-
-
 def docker_push(engine: Images, ref: str, stream: OutStream | None = None) -> None:
     """Push one tag with the engine: it uploads the blobs with the user's credentials."""
     engine.push(ref, stream=stream)
 
 
-def local_image_with_key(key: str, repository: str | None = None, engine: Images | None = None
+def local_image_with_key(key: str, repository: str | None = None, *, engine: Images
                          ) -> tuple[ImageInfo, str | None] | tuple[None, None]:
     """(image, its version label) for an image in the engine built with this key, else (None, None).
 
     With repository, only an image tagged in that repository counts: reproducible builds give the
     same key (and digest) to the same inputs in another project, whose version label is not ours."""
-    images = _engine(engine).images_with_label(BUILD_KEY_LABEL, key)
+    images = engine.images_with_label(BUILD_KEY_LABEL, key)
     if repository is not None:
         images = [i for i in images if any(name_of(t) == repository for t in (i.tags or ()))]
     # A nightly of the same inputs carries a nightly version label: it is not this release's image.
@@ -161,8 +155,8 @@ def local_image_with_key(key: str, repository: str | None = None, engine: Images
     return images[0], (images[0].labels or {}).get(VERSION_LABEL)
 
 
-def local_image(ref: str, engine: Images | None = None) -> ImageInfo:
-    image = _engine(engine).image(ref)
+def local_image(ref: str, engine: Images) -> ImageInfo:
+    image = engine.image(ref)
     if image is None:
         raise RegistryError(f"the image {ref[:19]} is not in the local engine")
     return image
@@ -177,9 +171,9 @@ def is_nightly_version(version: str) -> bool:
     return bool(prerelease) and str(prerelease).split(".")[0] == "nightly"
 
 
-def tag_locally(image: ImageInfo, repository: ImageRef, tags: tuple[str, ...], engine: Images | None = None) -> None:
+def tag_locally(image: ImageInfo, repository: ImageRef, tags: tuple[str, ...], engine: Images) -> None:
     for tag in tags:
-        _engine(engine).tag(image.id, f"{repository.name}:{tag}")
+        engine.tag(image.id, f"{repository.name}:{tag}")
 
 
 def publish(client: RegistryClient, repository: ImageRef, artifact: Artifact, tags: TagSet, *,
@@ -189,7 +183,8 @@ def publish(client: RegistryClient, repository: ImageRef, artifact: Artifact, ta
     up by digest (unless the registry has them already); sign signs that digest and attaches its
     attestations; then every tag is put on it, the immutable ones first, the build-key tag last (it marks a
     complete publication). Published.pushed names the tags that point at the digest (a first-come sha tag
-    that names another build's image is not among them). engine: the one holding an Image's engine_ref."""
+    that names another build's image is not among them). engine: the one holding an Image's engine_ref (an
+    archive's, an index's or the registry's artifact needs none)."""
     repo = repository.repository
     check_immutable_free(client, repo, tags, artifact.digest or None, force=force)
     if in_registry(artifact):
@@ -230,15 +225,17 @@ def _upload(client: RegistryClient, repository: ImageRef, artifact: Artifact, ta
                 raise RegistryError(f"the archive {artifact.archive} holds {image.manifest_digest}, "
                                     f"not the built {artifact.digest}")
             digest = push_layout(client, repo, image, [image.manifest_digest])
-    elif artifact.digest and _engine(engine).image_store() != "classic":
+    elif engine is None:
+        raise TypeError("publish of an engine's image (engine_ref) needs the engine holding it: give engine")
+    elif artifact.digest and engine.image_store() != "classic":
         assert artifact.engine_ref is not None
-        digest = _push_engine_image(_engine(engine), client, repo, artifact.engine_ref, artifact.digest)
+        digest = _push_engine_image(engine, client, repo, artifact.engine_ref, artifact.digest)
     else:  # the classic store: the manifest pushed exists only once docker push made it, under a tag
         assert artifact.engine_ref is not None
         first = tags.immutable[0]
         before = client.head_manifest(repo, first)
-        _engine(engine).tag(artifact.engine_ref, f"{repository.name}:{first}")
-        docker_push(_engine(engine), f"{repository.name}:{first}", stream)
+        engine.tag(artifact.engine_ref, f"{repository.name}:{first}")
+        docker_push(engine, f"{repository.name}:{first}", stream)
         pushed = client.head_manifest(repo, first)
         if pushed is None:
             raise RegistryError(f"after docker push, {repository.name}:{first} is not in the registry")

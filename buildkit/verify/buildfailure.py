@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from buildkit.core.compilework import CompileCurve
 from buildkit.core.errors import BuildError
-from buildkit.engine.api import Engine, OutStream, get_engine
+from buildkit.engine.api import Engine, OutStream
 from buildkit.engine.buildx import COMPILE_FAILED, BuildFailed, BuildResult, run_build
 from buildkit.engine.specs import BuildSession, BuildSpec
 from buildkit.plan.cpulevels import LEVELS, fallback
@@ -91,11 +91,10 @@ def explain(failed: BuildFailed) -> BuildError:
 
 def run_build_explained(spec: BuildSpec, session: BuildSession, *, stream: OutStream | None = None,
                         last_seconds: float | None = None, last_curve: CompileCurve | None = None,
-                        cuda_objects: int | None = None, engine: Engine | None = None) -> BuildResult:
-    """engine/buildx.run_build with the same arguments, its failure explained (explain). engine None:
-    get_engine(), for flows/buildunit.py's call until it passes its engine (issue 49: this default then goes)."""
+                        cuda_objects: int | None = None, engine: Engine) -> BuildResult:
+    """engine/buildx.run_build with the same arguments, its failure explained (explain)."""
     try:
-        return run_build(spec, session, engine if engine is not None else get_engine(), stream=stream,
+        return run_build(spec, session, engine, stream=stream,
                          last_seconds=last_seconds, last_curve=last_curve,
                          cuda_objects=cuda_objects)
     except BuildFailed as failed:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from buildkit.core.errors import BuildkitError, VerifyError
-from buildkit.engine.api import Engine, get_engine
+from buildkit.engine.api import Engine
 from buildkit.plan.buildplan import BuildPlan
 from buildkit.verify.checks import verify_image
 from buildkit.verify.report import VerifyReport
@@ -25,12 +25,11 @@ class FailedVerification(VerifyError):
 
 
 def verified_or_removed(plan: BuildPlan, tags: Sequence[str], cuda_root: Path | Sequence[Path] | None = None,
-                        archive: Path | None = None, engine: Engine | None = None) -> VerifyReport:
+                        archive: Path | None = None, *, engine: Engine) -> VerifyReport:
     """The report of tags[0]'s checks. When they cannot run (BuildkitError) or one fails
     (FailedVerification), every tag is removed from the engine first. cuda_root: the CUDA root(s) whose
     tools (cuobjdump) may read the image; the first whose tools run on this machine is used."""
     tag = tags[0]
-    engine = engine if engine is not None else get_engine()  # the default: buildunit's call, until it passes its own
     roots = [cuda_root] if isinstance(cuda_root, Path) else list(cuda_root or [])
     try:
         report = verify_image(plan, tag, engine, cuda_roots=roots, archive=archive)

@@ -14,6 +14,7 @@ import docker
 import pytest
 
 from buildkit.core.errors import BaseImageError
+from buildkit.engine.api import get_engine
 from buildkit.engine.baseimages import check_base_history, check_base_platforms, resolve_base_images
 
 
@@ -32,7 +33,7 @@ def test_base_debian_makes_a_bookworm_image_from_debians_packages(debian_base_im
     codename, status, lists, apt = run.stdout.splitlines()
     assert (codename, status, lists) == ("bookworm", "install ok installed", "0") and apt.startswith("apt ")
     # what a build does with a base in the engine only: read by content, platforms checked
-    sources = resolve_base_images([tag], tmp_path / "cache", ask_registry=False)
+    sources = resolve_base_images([tag], tmp_path / "cache", ask_registry=False, engine=get_engine())
     check_base_platforms(sources, ("linux/amd64",), "test")
     # dated by its suite's Release file, not by the run (issue 47): every history entry has that one time
     check_base_history(sources)

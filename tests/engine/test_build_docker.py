@@ -299,7 +299,7 @@ def test_verify_catches_a_runtime_stage_without_a_shared_library(project, client
     try:
         cfg = load_config(project["root"] / "buildkit.toml", env=project["env"],
                           overrides={"build.arch": ("cpu", "test")})
-        plan = prepare(cfg, tmp_path / "ctx").plan
+        plan = prepare(cfg, DockerEngine(), tmp_path / "ctx").plan
         report = verify_image(plan, "buildkit-test/tiny-fork:broken-runtime", DockerEngine())
         failed = report.failures()
         assert failed and failed[0].status == Status.FAILED and "libllama-common.so.0" in failed[0].detail

@@ -142,7 +142,7 @@ def test_needed_check_names_a_library_missing_from_an_arm64_image(arm64_cpu_buil
     try:
         cfg = load_config(project["root"] / "buildkit.toml", env=project["env"],
                           overrides={"build.arch": ("cpu", "test"), "build.platform": ("linux/arm64", "test")})
-        plan = prepare(cfg, tmp_path / "ctx").plan
+        plan = prepare(cfg, DockerEngine(), tmp_path / "ctx").plan
         report = {c.name: c for c in verify_image(plan, broken, DockerEngine()).checks}
         assert report["elf-machine"].status == Status.PASSED
         needed = report["needed-libraries"]

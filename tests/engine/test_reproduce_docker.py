@@ -115,9 +115,10 @@ def config(project, **overrides):
 def clean_build(project, **overrides):
     """buildkit build with buildx --no-cache: every object compiled again, into the clean builds' own
     ccache mount."""
+    from buildkit.engine.api import get_engine
     from buildkit.flows.pipeline import build
 
-    return build(config(project, **overrides), no_cache=True)
+    return build(config(project, **overrides), get_engine(), no_cache=True)
 
 
 @pytest.fixture(scope="module")
@@ -224,6 +225,7 @@ def test_a_missing_or_mismatching_input_is_an_error(project, first, tmp_path):
 @pytest.fixture(scope="module")
 def variants(project, first, fork, tmp_path_factory):
     """The same build with one input changed each: a patch, a template, the commit (cache allowed)."""
+    from buildkit.engine.api import get_engine
     from buildkit.flows.pipeline import build
 
     out = {}
@@ -232,7 +234,7 @@ def variants(project, first, fork, tmp_path_factory):
     patch.write_text(PATCH)
     try:
         out["patch"] = digest_of(build(config(project, **{"image.name": IMAGE + "-patch",
-                                                          "lock.path": str(templates / "lock0")})))
+                                                          "lock.path": str(templates / "lock0")}), get_engine()))
     finally:
         patch.unlink()
     for path in (ROOT / "templates").glob("*.j2"):
@@ -245,10 +247,10 @@ def variants(project, first, fork, tmp_path_factory):
 
     with mock.patch.object(render, "templates_dir", lambda: templates):  # the name render reads (core/paths.py's)
         out["template"] = digest_of(build(config(project, **{"image.name": IMAGE + "-template",
-                                                             "lock.path": str(templates / "lock")})))
+                                                             "lock.path": str(templates / "lock")}), get_engine()))
     later = later_commit(fork["path"])
     out["commit"] = digest_of(build(config(project, **{"image.name": IMAGE + "-commit", "source.commit": later,
-                                                        "lock.path": str(templates / "lock2")})))
+                                                        "lock.path": str(templates / "lock2")}), get_engine()))
     out["commit lock"] = templates / "lock2"
     return out
 
@@ -310,6 +312,7 @@ def test_the_cuda_variant_is_reproduced_bit_for_bit(project, tmp_path_factory, t
     Before the build and before the reproduction another build sends a cuda-runtime context (as a build
     from a user's own CUDA root, or a cross build's, would): the image's /usr/local/cuda/lib64 must not
     take its time from what the engine kept of those transfers."""
+    from buildkit.engine.api import get_engine
     from buildkit.flows.pipeline import build, cache_root
     from buildkit.source.cudaroot import ensure_cuda_root, runtime_subset
 
@@ -320,7 +323,7 @@ def test_the_cuda_variant_is_reproduced_bit_for_bit(project, tmp_path_factory, t
                              "image.name": IMAGE + "-cuda"})
     runtime = runtime_subset(ensure_cuda_root("13.1", cache_root(cfg), with_cublas=False))  # the build's, reused
     send_cuda_runtime(runtime, "mode", tmp_path, project["env"])  # the build's lib64/: the root's own time
-    built = build(cfg, no_cache=True)
+    built = build(cfg, get_engine(), no_cache=True)
     send_cuda_runtime(runtime, "fewer", tmp_path, project["env"])  # the reproduction's lib64/: now
     env = dict(project["env"], LLAMA_BUILDKIT_CACHE_DIR=cache)
     proc = buildkit(project["root"], env, "reproduce", str(lock))

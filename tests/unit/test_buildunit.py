@@ -38,7 +38,7 @@ PACKAGES = {"build": {"gcc": "4:12.2.0-3"}, "runtime": {"libgomp1": "12.2.0-14+d
 def _packages(monkeypatch):
     """The in-memory engine builds no stages: the lock step's Debian packages (flows/debpackages.py, which
     tests/engine/test_debian_packages_docker.py runs for real) are given."""
-    monkeypatch.setattr(buildunit, "debian_packages", lambda prepared, result, options: PACKAGES)
+    monkeypatch.setattr(buildunit, "debian_packages", lambda prepared, result, options, engine: PACKAGES)
 
 COMMIT = "c0ffee" + "0" * 34
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -147,7 +147,7 @@ def publish_loaded(tmp_path: Path, registry: MemoryRegistry, run=run_unit, **opt
     prepared = prepared_unit(tmp_path)
     with use_engine(engine):
         unit = run(prepared, UnitOptions(verify=False, publish=nightly(registry), stages=False, **options),
-                   built=loaded(engine, prepared))
+                   engine=engine, built=loaded(engine, prepared))
     return engine, unit
 
 
@@ -159,9 +159,9 @@ def test_a_unit_that_fails_verification_loses_its_tags_and_is_neither_locked_nor
     options = UnitOptions(verify=True, lock_path=lock, publish=nightly(registry), stages=False)
     with use_engine(engine):
         built = loaded(engine, prepared)
-        unit = attempt_unit(prepared, options, built=built)
+        unit = attempt_unit(prepared, options, engine=engine, built=built)
         with pytest.raises(FailedVerification, match="failed verification and was removed"):
-            run_unit(prepared, options, built=loaded(engine, prepared))
+            run_unit(prepared, options, engine=engine, built=loaded(engine, prepared))
     assert unit.failed == "verify" and unit.error.startswith(f"image {built.tags[0]} failed verification")
     assert unit.report.failures() and unit.entry is None and unit.published is None
     assert ("untag", built.tags) in engine.calls and not any(t in engine.images for t in built.tags)
@@ -219,7 +219,7 @@ def test_a_unit_locked_without_publishing_keeps_its_local_tags(tmp_path):
     lock = tmp_path / "buildkit.lock"
     with use_engine(engine):
         built = loaded(engine, prepared)
-        unit = run_unit(prepared, UnitOptions(verify=False, lock_path=lock, stages=False), built=built)
+        unit = run_unit(prepared, UnitOptions(verify=False, lock_path=lock, stages=False), engine=engine, built=built)
     entry = json.loads(lock.read_text())["builds"]["cpu/server"]
     assert entry["tags"] == list(built.tags) and entry["image_digest"] == IMAGE_ID
     assert entry["debian_packages"] == PACKAGES  # both stages' packages, with the entry (issue 41)
@@ -237,7 +237,7 @@ def test_bake_locks_each_unit_it_built_and_verified_and_no_other(tmp_path, monke
 
     prepared = prepared_unit(tmp_path)
     variant = Variant(key="cpu", cfg=load_config(None, env={}, overrides={}), request=prepared.plan.request)
-    monkeypatch.setattr(matrix, "prepare_matrix", lambda variants, work, **_: ({"cpu": prepared}, {}))
+    monkeypatch.setattr(matrix, "prepare_matrix", lambda variants, work, engine, **_: ({"cpu": prepared}, {}))
     engine = FakeEngine()
     lock = tmp_path / "buildkit.lock"
     with use_engine(engine):
@@ -270,7 +270,7 @@ def test_a_ci_job_unit_replaces_its_build_key_tag_and_locks_nothing(tmp_path):
                               how=BY_DIGEST, force=True)
     with use_engine(engine):
         unit = run_unit(prepared, UnitOptions(verify=False, publish=publication, stages=False),
-                        built=loaded(engine, prepared))
+                        engine=engine, built=loaded(engine, prepared))
     assert registry.tags == {key_tag: IMAGE_ID} and unit.published is not None and unit.published.digest == IMAGE_ID
     assert unit.entry is None and not (tmp_path / "buildkit.lock").exists()
 
@@ -310,7 +310,7 @@ def test_a_published_unit_pushes_its_tests_image_after_the_image_under_its_own_t
     publication = replace(nightly(registry), tests_tag=TESTS_TAG)
     with use_engine(engine):
         unit = run_unit(prepared, UnitOptions(verify=False, publish=publication, tests=True, stages=False),
-                        built=loaded(engine, prepared))
+                        engine=engine, built=loaded(engine, prepared))
     (spec,) = [c[1] for c in engine.calls if c[0] == "build"]
     assert spec.target == "tests" and spec.labels == ((TESTS_LABEL, IMAGE_ID),)
     assert spec.tags == (f"{prepared.plan.tags[0]}-tests",) and spec.context == prepared.rendered.context_dir
@@ -328,7 +328,8 @@ def test_a_tests_image_that_does_not_build_fails_the_unit_before_anything_is_pus
     prepared = prepared_unit(tmp_path)
     with use_engine(engine):
         unit = attempt_unit(prepared, UnitOptions(verify=False, publish=replace(nightly(registry), tests_tag=TESTS_TAG),
-                                                  tests=True, stages=False), built=loaded(engine, prepared))
+                                                  tests=True, stages=False),
+                            engine=engine, built=loaded(engine, prepared))
     assert unit.failed == "tests" and "test-backend-ops" in unit.error and unit.published is None
     assert registry.tags == {} and not [c for c in engine.calls if c[0] == "push"]
 
@@ -363,7 +364,7 @@ def test_no_tag_names_the_digest_before_it_is_signed(tmp_path):
     with use_engine(engine), pytest.MonkeyPatch.context() as patch:
         patch.setattr(flow, "sign_step", sign_step)
         unit = run_unit(prepared, UnitOptions(verify=False, publish=publication, stages=False),
-                        built=loaded(engine, prepared))
+                        engine=engine, built=loaded(engine, prepared))
     assert seen == [{}] and unit.published is not None and unit.published.signed == ("signed",)
     assert put[0] == IMAGE_ID and put[-1] == "bk-" + "b" * 24 + "-cpu"  # by digest first, the build-key tag last
     assert put.index(TAGS.immutable[0]) < put.index("nightly-cpu")  # immutable tags, then the moving ones
@@ -384,7 +385,7 @@ def test_a_first_come_tag_on_another_image_is_not_among_the_pushed_references(tm
     publication = Publication(registry, parse_image_ref(REPO), tags, "1.0.0", how=LOADED)  # type: ignore[arg-type]
     with use_engine(engine):
         unit = run_unit(prepared, UnitOptions(verify=False, publish=publication, stages=False, lock_path=lock,
-                                              lock_first=False), built=loaded(engine, prepared))
+                                              lock_first=False), engine=engine, built=loaded(engine, prepared))
     assert registry.tags["sha-c0ffee0-cpu"] == other and registry.tags["1.0.0-cpu"] == registry.tags["cpu"] == IMAGE_ID
     assert unit.published is not None and f"{REPO}:sha-c0ffee0-cpu" not in unit.published.pushed
     entry = json.loads(lock.read_text())["builds"]["cpu/server"]

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from buildkit.engine.api import use_engine
 from buildkit.engine.buildx import BuildOptions, check_buildx, parse_buildx_version
 from buildkit.engine.dockerengine import DockerEngine
 from buildkit.flows.buildspec import build_command
@@ -76,16 +75,14 @@ def fake_docker(tmp_path: Path, output: str, code: int = 0) -> str:
 
 def test_too_old_buildx_names_the_version_found(tmp_path):
     with pytest.raises(BuildError, match=r"docker buildx 0\.8\.2 is too old; buildx 0\.10\.0 or newer"):
-        with use_engine(DockerEngine(fake_docker(tmp_path, "github.com/docker/buildx v0.8.2 abc"))):
-            check_buildx()
+        check_buildx(DockerEngine(fake_docker(tmp_path, "github.com/docker/buildx v0.8.2 abc")))
 
 
 def test_missing_buildx_and_missing_docker(tmp_path):
     with pytest.raises(BuildError, match="docker buildx is not installed"):
-        with use_engine(DockerEngine(fake_docker(tmp_path, "docker: 'buildx' is not a docker command.", 1))):
-            check_buildx()
-    with pytest.raises(BuildError, match="not on PATH"), use_engine(DockerEngine("/nonexistent/docker")):
-        check_buildx()
+        check_buildx(DockerEngine(fake_docker(tmp_path, "docker: 'buildx' is not a docker command.", 1)))
+    with pytest.raises(BuildError, match="not on PATH"):
+        check_buildx(DockerEngine("/nonexistent/docker"))
 
 
 def entry(**changes) -> LockEntry:
@@ -195,9 +192,10 @@ def test_no_cache_reaches_buildx_and_changes_no_recorded_input(tmp_path, monkeyp
     from buildkit.flows import pipeline
     from buildkit.plan.config import load_config
 
-    monkeypatch.setattr(pipeline, "image_store", lambda: "containerd")
+    monkeypatch.setattr(pipeline, "image_store", lambda engine: "containerd")
     cfgs = {value: load_config(None, env={}, overrides={"build.no_cache": (value, "test")}) for value in (False, True)}
-    argvs = {value: buildx_argv(plan_for(), rendered(tmp_path), pipeline.build_options(cfg), tmp_path / "m.json")
+    argvs = {value: buildx_argv(plan_for(), rendered(tmp_path), pipeline.build_options(cfg, DockerEngine()),
+                                tmp_path / "m.json")
              for value, cfg in cfgs.items()}
     assert "--no-cache" in argvs[True] and "--no-cache" not in argvs[False]
     assert [a for a in argvs[True] if a != "--no-cache"] == argvs[False]

@@ -159,8 +159,8 @@ def test_a_failed_compile_ends_in_one_line_with_the_compilers_first_error(tmp_pa
     """Before: `docker buildx build failed (exit 1): ERROR: failed to solve: process "/bin/sh -c export ...`,
     the whole compile step's script (3 KB for the real tree) and no word of what failed."""
     spec = BuildSpec(context=tmp_path, dockerfile=tmp_path / "Dockerfile", tags=("x:cuda13.5-sm120",))
-    with use_engine(CompileFails(lines)), pytest.raises(BuildError) as failed:
-        run_build_explained(spec, BuildSession(progress="plain"), stream=io.StringIO())
+    with use_engine(CompileFails(lines)) as engine, pytest.raises(BuildError) as failed:
+        run_build_explained(spec, BuildSession(progress="plain"), stream=io.StringIO(), engine=engine)
     assert str(failed.value) == expected
 
 

@@ -97,7 +97,7 @@ def test_build_print_json_is_the_command_and_the_plan(monkeypatch, tmp_path):
         return prepared
 
     monkeypatch.setattr(pipeline, "prepare", prepare)
-    monkeypatch.setattr(pipeline, "reproducible_exporter", lambda cfg: False)
+    monkeypatch.setattr(pipeline, "reproducible_exporter", lambda cfg, engine: False)
     monkeypatch.chdir(tmp_path)
     out = invoke("build", "--arch", "cpu", "--print", "--json", "--cache-dir", str(tmp_path / "cache"),
                  catch_exceptions=False)

@@ -185,8 +185,8 @@ def test_znver4_installs_gcc_14_and_says_so_in_one_line_before_the_build():
     assert "ca-certificates gcc-14 g++-14 \\" in render_dockerfile(plan)
     assert "-DCMAKE_C_COMPILER=gcc-14" in dict(plan.labels)["org.llama-buildkit.flags"]
     out = io.StringIO()
-    with use_engine(FakeEngine()):
-        check_build_machine(plan.request, out)
+    with use_engine(FakeEngine()) as engine:
+        check_build_machine(plan.request, engine, out)
     lines = out.getvalue().splitlines()
     assert len(lines) == 1
     assert "-march=znver4" in lines[0] and "GCC 14" in lines[0] and "--cpu-level x86-64-v4" in lines[0]
@@ -195,8 +195,8 @@ def test_znver4_installs_gcc_14_and_says_so_in_one_line_before_the_build():
         other = plan_of(level)
         assert other.gcc_major is None and not any("CMAKE_C_COMPILER" in a for a in other.cmake_args)
         said = io.StringIO()
-        with use_engine(FakeEngine()):
-            check_build_machine(other.request, said)
+        with use_engine(FakeEngine()) as engine:
+            check_build_machine(other.request, engine, said)
         assert said.getvalue() == ""
 
 
@@ -254,7 +254,7 @@ class AptFails(FakeEngine):
 
 def test_the_build_error_of_a_base_without_gcc_14_is_the_one_line_remedy(tmp_path):
     spec = BuildSpec(context=tmp_path, dockerfile=tmp_path / "Dockerfile", tags=("x:cpu-znver4",))
-    with use_engine(AptFails()), pytest.raises(BuildError) as failed:
-        run_build_explained(spec, BuildSession(progress="plain"), stream=io.StringIO())
+    with use_engine(AptFails()) as engine, pytest.raises(BuildError) as failed:
+        run_build_explained(spec, BuildSession(progress="plain"), stream=io.StringIO(), engine=engine)
     message = str(failed.value)
     assert "\n" not in message and "GCC 14" in message and "cpu level znver4" in message

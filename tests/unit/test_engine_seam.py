@@ -157,7 +157,7 @@ def test_a_matrix_variant_that_fails_verification_reports_it_and_loses_its_tags(
     fake = FakeEngine(run_result=lambda image, entrypoint, args: (1, "boom"))
     result = BuildResult(digest="sha256:" + "2" * 64, config_digest="", tags=("x/app:cpu",), seconds=1.0)
     with use_engine(fake):
-        report, error = verify_variant(Prepared, TargetOutcome("cpu", result, "", 1.0, False))
+        report, error = verify_variant(Prepared, TargetOutcome("cpu", result, "", 1.0, False), fake)
     assert report is not None and not report.ok
     assert error.startswith("image x/app:cpu failed verification and was removed")
     assert ("untag", ("x/app:cpu",)) in fake.calls

@@ -215,7 +215,7 @@ def _fake_prepare(monkeypatch):
     from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request
     from buildkit.plan.render import write_context
 
-    def prepare(cfg, out_dir, **_):
+    def prepare(cfg, engine, out_dir, **_):
         out_dir.mkdir(parents=True)
         (out_dir / "src").mkdir()
         facts = SourceFacts(url="u", commit=C, commit_time=1, build_number=1, patch_set_sha256="p", patch_names=())
@@ -231,7 +231,7 @@ def test_render_out_prints_a_command_that_stays_inside_out(monkeypatch, tmp_path
     from buildkit.flows import pipeline
 
     _fake_prepare(monkeypatch)
-    monkeypatch.setattr(pipeline, "reproducible_exporter", lambda cfg: reproducible == "auto")
+    monkeypatch.setattr(pipeline, "reproducible_exporter", lambda cfg, engine: reproducible == "auto")
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "deep" / "ctx"
     result = CliRunner().invoke(main, ["render", "--arch", "cpu", "--out", "deep/ctx"], catch_exceptions=False)
@@ -256,7 +256,7 @@ def test_print_leaves_no_folder_behind(monkeypatch, tmp_path):
     from buildkit.flows import pipeline
 
     _fake_prepare(monkeypatch)
-    monkeypatch.setattr(pipeline, "reproducible_exporter", lambda cfg: False)
+    monkeypatch.setattr(pipeline, "reproducible_exporter", lambda cfg, engine: False)
     monkeypatch.chdir(tmp_path)
     cache = tmp_path / "cache"
     result = CliRunner().invoke(main, ["build", "--arch", "cpu", "--print", "--cache-dir", str(cache)],

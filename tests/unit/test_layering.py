@@ -92,21 +92,7 @@ def test_no_module_imports_another_modules_private_names():
 
 
 # The engine is made once per command, in cli/, and passed down as the role(s) a function uses (issue 49
-# item 4: engine/api.py's Host, Builder, Images, Containers). Below cli/, get_engine() is called only here:
-ENGINE_MADE_BELOW_CLI = {  # module: why it still calls get_engine()
-    "flows/pipeline.py": "prepare() and the build stage are being rewritten (issue 49 item 1); they pass the "
-                         "engine then",
-    "flows/buildunit.py": "the build unit is being rewritten (issue 49 item 1); it passes the engine then",
-    "flows/publishing.py": "publishing is being rewritten (issue 49 item 1); it passes the engine then",
-    # a default (engine=None) for the calls of the three above, their call lines unchanged; it goes with them
-    "engine/buildx.py": "check_buildx and image_store: pipeline's and publishing's calls",
-    "engine/baseimages.py": "resolve_base_images: pipeline.prepare's call",
-    "verify/buildfailure.py": "run_build_explained: buildunit's call (and testsimage's, called from buildunit)",
-    "verify/gate.py": "verified_or_removed: buildunit's call",
-    "flows/debpackages.py": "debian_packages: buildunit's calls",
-    "release/publish.py": "local_image, local_image_with_key, tag_locally, publish: buildunit's and "
-                          "publishing's calls",
-}
+# item 4: engine/api.py's Host, Builder, Images, Containers). Below cli/, nothing calls get_engine().
 
 
 def calls_get_engine(path: Path) -> bool:
@@ -121,7 +107,7 @@ def calls_get_engine(path: Path) -> bool:
 def test_the_engine_is_made_in_the_cli_and_passed_down():
     calling = {str(p.relative_to(PACKAGE)) for p in sorted(PACKAGE.rglob("*.py"))
                if p.parts[len(PACKAGE.parts)] != "cli" and calls_get_engine(p)}
-    assert calling == set(ENGINE_MADE_BELOW_CLI)  # a module that passes its engine now leaves the list
+    assert calling == set()
 
 
 # An import of a buildkit module inside a function hides an import circle rather than removing it (issue 49):

@@ -203,8 +203,8 @@ def test_a_missing_patch_folder_stops_a_build_before_any_work(tmp_path: Path) ->
         "source.patch_dir": (str(tmp_path / "no-such-dir"), "--patches"), "build.arch": ("cpu", "--arch"),
         "base.os_image": ("127.0.0.1:1/no-such/image:1", "--os-image"), "source.url": (str(tmp_path / "fork"), "t"),
         "cache.dir": (str(tmp_path / "cache"), "t")})
-    with use_engine(FakeEngine()), pytest.raises(PatchError, match="no-such-dir does not exist"):
-        prepare(cfg, tmp_path / "out")
+    with use_engine(FakeEngine()) as engine, pytest.raises(PatchError, match="no-such-dir does not exist"):
+        prepare(cfg, engine, tmp_path / "out")
     assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
 
 

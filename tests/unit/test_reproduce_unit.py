@@ -146,7 +146,8 @@ def test_engine_only_base_is_named_by_digest_in_the_engine_on_its_own_builder(tm
                                   (FakeEngine(), None, None)):
         engine.images["local/debian:12"] = ImageInfo(id=DIGEST)
         with use_engine(engine):
-            source, = resolve_base_images(["local/debian:12"], tmp_path, ask_registry=False, builder=builder)
+            source, = resolve_base_images(["local/debian:12"], tmp_path, ask_registry=False, builder=builder,
+                                          engine=engine)
         assert (source.ref, source.digest, source.layout) == ("local/debian:12", DIGEST, layout)
         if want:
             assert source.from_ref == pinned and source.named_context() is None
