@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from buildkit.engine.api import get_engine  # noqa: E402
-from buildkit.flows.pipeline import prepare  # noqa: E402
+from buildkit.flows.unit.pipeline import prepare  # noqa: E402
 from buildkit.plan.config import load_config  # noqa: E402
 from forkrepo import make_fork_repo  # noqa: E402
 from images import ensure_debian_image  # noqa: E402

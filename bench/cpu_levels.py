@@ -51,7 +51,7 @@ def mib(n: float) -> str:
 def build_level(repo: Path, commit: str, level: str, work: Path, *, jobs: int, base: str, no_cache: bool,
                 ccache: bool) -> dict:
     from buildkit.plan.config import load_config
-    from buildkit.flows.pipeline import build
+    from buildkit.flows.unit.pipeline import build
 
     overrides = {"source.url": str(repo), "source.commit": commit, "image.name": IMAGE, "build.arch": "cpu",
                  "build.cpu_level": level, "build.jobs": jobs, "build.progress": "plain", "build.ccache": ccache,

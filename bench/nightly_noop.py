@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from buildkit.plan.config import load_config  # noqa: E402
-from buildkit.flows.nightly import ls_remote_head, nightly_tag, run_nightly  # noqa: E402
+from buildkit.flows.nightly.run import ls_remote_head, nightly_tag, run_nightly  # noqa: E402
 from buildkit.oci.registry import RegistryClient  # noqa: E402
 from forkrepo import make_fork_repo  # noqa: E402
 from gitserver import serve  # noqa: E402

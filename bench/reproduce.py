@@ -24,9 +24,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from buildkit.plan.config import load_config  # noqa: E402
 from buildkit.oci.imagediff import diff_images  # noqa: E402
 from buildkit.oci.imagesource import open_image  # noqa: E402
-from buildkit.flows.pipeline import build  # noqa: E402
-from buildkit.flows.record import from_lock  # noqa: E402
-from buildkit.flows.reproduce import reproduce  # noqa: E402
+from buildkit.flows.unit.pipeline import build  # noqa: E402
+from buildkit.flows.reproduce.record import from_lock  # noqa: E402
+from buildkit.flows.reproduce.rebuild import reproduce  # noqa: E402
 from forkrepo import make_fork_repo  # noqa: E402
 from images import ensure_debian_image  # noqa: E402
 

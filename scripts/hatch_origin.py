@@ -5,7 +5,7 @@ record of the install (PEP 610 gives it `archive_info` only), so `buildkit ci gi
 runner should install. This hook writes buildkit/_origin.json into the wheel: the commit of the checkout it was
 built from, whether the work tree had uncommitted changes, and each remote with whether one of its
 remote-tracking branches holds the commit (credentials taken out of the URLs). Read back by
-buildkit/flows/installorigin.py, with the same facts as a checkout read at run time (its checkout_facts).
+buildkit/flows/nightly/installorigin.py, with the same facts as a checkout read at run time (its checkout_facts).
 
 Nothing is recorded for an editable install (the checkout itself runs, and is read at run time) or for a build
 outside a git checkout (an sdist's).
@@ -32,7 +32,7 @@ class OriginHook(BuildHookInterface):  # type: ignore[misc]  # (hatchling ships 
             return
         sys.path.insert(0, self.root)
         try:
-            from buildkit.flows.installorigin import ORIGIN_FILE, checkout_facts
+            from buildkit.flows.nightly.installorigin import ORIGIN_FILE, checkout_facts
         finally:
             sys.path.remove(self.root)
         facts = checkout_facts(Path(self.root))

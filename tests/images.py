@@ -3,7 +3,7 @@
 Nothing can be pulled on the test machines, so the images builds start FROM are made here:
 
 * ``buildkit-test/debian:bookworm``: made by ``buildkit base debian --suite bookworm`` (the command the
-  README's offline section shows; buildkit/flows/debianbase.py): ``debootstrap --variant=minbase``
+  README's offline section shows; buildkit/flows/setup/debianbase.py): ``debootstrap --variant=minbase``
   written as an OCI image and loaded. The mirror is the machine's own apt source, read at run time from
   /etc/apt/sources.list.d/debian.sources (or /etc/apt/sources.list); no host name is written here.
 * ``buildkit-test/debian-multiarch:bookworm``: one local image of two platforms (an OCI index), for
@@ -108,7 +108,7 @@ def _making(ref: str):
 
 def debian_mirror() -> str:
     """The URI of the machine's main Debian archive (buildkit's own reading of apt's sources)."""
-    from buildkit.flows.debianbase import machine_mirror
+    from buildkit.flows.setup.debianbase import machine_mirror
 
     mirror = machine_mirror()
     if mirror is None:
@@ -170,7 +170,7 @@ def ensure_debian_image(ref: str = DEBIAN_IMAGE, *, force: bool = False, suite: 
 
 
 def _make_debian_image(ref: str, suite: str) -> str:
-    """`buildkit base debian` (flows/debianbase.py), the command the README's offline section shows."""
+    """`buildkit base debian` (flows/setup/debianbase.py), the command the README's offline section shows."""
     _need_debootstrap(ref)
     _log(f"buildkit base debian --suite {suite} --tag {ref}")
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
@@ -183,7 +183,7 @@ def _make_debian_image(ref: str, suite: str) -> str:
 
 def _foreign_first_stage(root: Path, arch: str, suite: str = DEBIAN_SUITE) -> None:
     from buildkit.core.errors import BuildkitError
-    from buildkit.flows.debianbase import foreign_first_stage
+    from buildkit.flows.setup.debianbase import foreign_first_stage
 
     try:
         foreign_first_stage(root, suite, debian_mirror(), arch)
@@ -235,10 +235,10 @@ def ensure_multiarch_image(ref: str = MULTIARCH_IMAGE, *, force: bool = False, c
 def _make_multiarch_image(ref: str, configured: bool, suite: str) -> str:
     """The native Debian image of `suite` (made once, shared with the other tests) and a foreign one, as one
     OCI index: buildkit's index archive (oci/ociindex.py) of the native image's `docker save` and the
-    foreign root written by `buildkit base debian`'s layout writer (flows/debianbase.py)."""
+    foreign root written by `buildkit base debian`'s layout writer (flows/setup/debianbase.py)."""
     from buildkit.core.errors import BuildkitError
     from buildkit.engine.api import get_engine
-    from buildkit.flows.debianbase import root_layout, unpacked_root
+    from buildkit.flows.setup.debianbase import root_layout, unpacked_root
     from buildkit.oci.imageref import parse_image_ref
     from buildkit.oci.ociindex import write_index_archive
 

@@ -16,7 +16,7 @@ from buildkit.core import interrupts
 from buildkit.core.deadline import Deadline, shut, say_waiting
 from buildkit.core.errors import BenchError
 from buildkit.engine.api import ContainerState, Engine, EngineError, Images
-from buildkit.flows.serving import container_spec as container_spec  # re-exported: bench's spec is serving's
+from buildkit.flows.serve.serving import container_spec as container_spec  # re-exported: bench's spec is serving's
 from buildkit.plan.profiles import CONTAINER_PORT, ServerSpec
 
 

@@ -32,11 +32,11 @@ def bake(print_only: bool, bake_path: str | None, no_verify: bool, as_json: bool
     the others, and the exit code is 1 if any failed.
     """
     from buildkit.engine.bakefile import write_bake_file
-    from buildkit.flows.matrix import bake_locked, matrix_document, prepare_matrix
+    from buildkit.flows.matrix.bake import bake_locked, matrix_document, prepare_matrix
     from buildkit.plan.matrix import matrix_variants
     from buildkit.core.errors import BuildkitError
-    from buildkit.flows.cudacontexts import cache_root
-    from buildkit.flows.pipeline import build_options
+    from buildkit.flows.unit.cudacontexts import cache_root
+    from buildkit.flows.unit.pipeline import build_options
 
     cfg = resolve(kwargs)
     variants, excluded = matrix_variants(cfg)

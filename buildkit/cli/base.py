@@ -1,4 +1,5 @@
-"""`buildkit base debian`: make a Debian base image here from Debian's packages, no registry (flows/debianbase.py)."""
+"""`buildkit base debian`: make a Debian base image here from Debian's packages, no registry
+(flows/setup/debianbase.py)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def debian(suite: str, platforms: str, tag: str, mirror: str | None) -> None:
     """debootstrap --variant=minbase SUITE for each platform, written as an OCI image and loaded into the engine
     under --tag. Needs root, debootstrap (and dpkg-deb for a second platform) and the engine."""
     from buildkit.core.platforms import machine_platform
-    from buildkit.flows.debianbase import make_base, plan_base
+    from buildkit.flows.setup.debianbase import make_base, plan_base
 
     wanted = plan_base(suite, platforms or machine_platform(), tag, mirror)
     made = make_base(wanted, get_engine(), log=lambda line: click.echo(f"buildkit: {line}", err=True))

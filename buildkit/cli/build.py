@@ -73,9 +73,9 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
           no_verify: bool, no_load: bool, no_preflight: bool, min_free_gb: float | None, as_json: bool, tests: bool,
           sign_key: Path | None, **kwargs: Any) -> None:
     """Fetch the pinned commit, patch, render, build with buildx, verify and write the lock."""
-    from buildkit.flows.buildspec import build_command
-    from buildkit.flows.cudacontexts import cache_root
-    from buildkit.flows.pipeline import build as run_pipeline, build_options
+    from buildkit.flows.unit.buildspec import build_command
+    from buildkit.flows.unit.cudacontexts import cache_root
+    from buildkit.flows.unit.pipeline import build as run_pipeline, build_options
 
     if version:
         from buildkit.plan.tags import normalise_version
@@ -101,7 +101,7 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
                             load=not no_load, extra_tags=extra_tags, preflight=not no_preflight,
                             min_free_gb=min_free_gb, as_json=as_json, signer=signer)
     if print_only:
-        from buildkit.flows.pipeline import prepared_context
+        from buildkit.flows.unit.pipeline import prepared_context
 
         # rendered into the source's kept build folder (its tree synced: only the files that changed are
         # written, so a warm --print takes seconds less than an export), the Dockerfile removed again;
@@ -122,15 +122,15 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
         return
     short_disk = None
     if not no_preflight:
-        from buildkit.flows.doctor import preflight
+        from buildkit.flows.doctor.run import preflight
 
         # with --push a short disk stops the build only if there is something to compile: the image of
         # this build key may be in the engine already (`build`, then `build --push`) or in the registry
         short_disk = preflight(cfg, engine, min_free_gb=min_free_gb, echo=lambda line: click.echo(line, err=True),
                                defer_disk=push)
     if push:
-        from buildkit.flows.doctor import refusal
-        from buildkit.flows.publishing import build_and_push
+        from buildkit.flows.doctor.run import refusal
+        from buildkit.flows.unit.publishing import build_and_push
 
         def before_build() -> None:
             if short_disk is not None:
@@ -189,12 +189,12 @@ def _display(cfg: ResolvedConfig) -> AbstractContextManager[LiveDisplay | None]:
 
 def _build_multi(cfg: ResolvedConfig, engine: Engine, *, preflight: bool, min_free_gb: float | None, as_json: bool,
                  **kwargs: Any) -> None:
-    """Several platforms: one build each, one OCI index under every tag (flows/multiplatform.py)."""
-    from buildkit.flows.multiplatform import build_multi, platform_requests
+    """Several platforms: one build each, one OCI index under every tag (flows/matrix/multiplatform.py)."""
+    from buildkit.flows.matrix.multiplatform import build_multi, platform_requests
 
     platform_requests(cfg)  # a bad platform list is the first error, before the preflight
     if preflight:
-        from buildkit.flows.doctor import preflight as run_preflight
+        from buildkit.flows.doctor.run import preflight as run_preflight
 
         run_preflight(cfg, engine, min_free_gb=min_free_gb, echo=lambda line: click.echo(line, err=True))
     result = build_multi(cfg, engine=engine, **kwargs)

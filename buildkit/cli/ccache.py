@@ -47,7 +47,7 @@ def _carry(direction: str, folder: str | None, registry_repo: str | None, unit: 
            kwargs: dict[str, Any]) -> None:
     """export or import every variant's ccache: one loop, two directions."""
     from buildkit.engine.ccachestore import export_ccache, import_ccache
-    from buildkit.flows.ccache import targets_for
+    from buildkit.flows.nightly.ccache import targets_for
 
     _check(folder, registry_repo)
     cfg = resolve(kwargs)

@@ -104,11 +104,11 @@ def github(out_path: str | None, cron: str | None, username_secret: str, passwor
     from buildkit.core.errors import ConfigError
     from buildkit.core.giturls import local_path
     from buildkit.core.urlcreds import redact_url
-    from buildkit.flows.ciworkflow import (DEFAULT_CRON, DEFAULT_PATH, WorkflowOptions, cache_budget, check_cron,
-                                           config_in_repo, render_workflow, write_workflow)
-    from buildkit.flows.installorigin import install_spec as default_install
-    from buildkit.flows.nightly import repository_of
-    from buildkit.flows.nightlyjobs import DEFAULT_RUNNERS, check_runners, parse_runners
+    from buildkit.flows.nightly.ciworkflow import (DEFAULT_CRON, DEFAULT_PATH, WorkflowOptions, cache_budget,
+                                                   check_cron, config_in_repo, render_workflow, write_workflow)
+    from buildkit.flows.nightly.installorigin import install_spec as default_install
+    from buildkit.flows.nightly.run import repository_of
+    from buildkit.flows.nightly.jobs import DEFAULT_RUNNERS, check_runners, parse_runners
     from buildkit.plan.matrix import matrix_variants
 
     cfg = resolve(kwargs, notice=False)  # no buildkit.toml is refused below
@@ -139,7 +139,7 @@ def github(out_path: str | None, cron: str | None, username_secret: str, passwor
         if bench_variant not in keys:
             raise ConfigError(f"--bench-variant {bench_variant!r} is not a variant of the matrix ({', '.join(keys)})")
         if gpu_check:
-            from buildkit.flows.testsimage import CPU_BACKEND, builds_tests
+            from buildkit.flows.unit.testsimage import CPU_BACKEND, builds_tests
 
             gated = next(v for v in variants if v.key == bench_variant)
             if not builds_tests(gated.request.arch, cfg.options.gpu_check.backend):
@@ -161,7 +161,7 @@ def github(out_path: str | None, cron: str | None, username_secret: str, passwor
     notes: tuple[str, ...] = ()
     if install_spec:
         install = install_spec
-    else:  # the commit that is running, from where a runner reaches it (flows/installorigin.py)
+    else:  # the commit that is running, from where a runner reaches it (flows/nightly/installorigin.py)
         install, notes = default_install(buildkit_repo, buildkit_ref)
     options = WorkflowOptions(registry=repository.registry, cron=cron or DEFAULT_CRON,
                               username_secret=username_secret, password_secret=password_secret,

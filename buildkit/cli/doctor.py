@@ -31,7 +31,7 @@ def doctor(min_free_gb: float | None, matrix: bool, offline: bool, push: bool, a
     \b
     Each line is ok, warn or fail, with the fix. The exit code is 1 when any check fails.
     """
-    from buildkit.flows.doctor import as_json as checks_json, failed, format_checks, run_checks
+    from buildkit.flows.doctor.run import as_json as checks_json, failed, format_checks, run_checks
 
     cfg = resolve(kwargs)
     checks = run_checks(cfg, get_engine(), min_free_gb=min_free_gb, matrix=matrix, offline=offline, push=push)

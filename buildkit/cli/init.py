@@ -23,7 +23,7 @@ from buildkit.cli.options import handle_errors
 def init(fork: str | None, image: str | None, arch: str | None, force: bool, fork_flags: bool) -> None:
     """Write a commented buildkit.toml with the fork's current head pinned, and a patches/ folder; a DFlash fork
     also gets the dflash runtime profile."""
-    from buildkit.flows.starter import init_project
+    from buildkit.flows.setup.starter import init_project
 
     done = init_project(Path.cwd(), fork=fork, image=image, arch=arch, force=force, fork_flags=fork_flags)
     click.echo(f"wrote {done.config.name}: {done.url} at {done.branch} {done.commit} (pinned), "

@@ -13,7 +13,7 @@ from buildkit.cli.output import emit_json, json_text
 from buildkit.cli.signing import make_signer, sign_key_option
 from buildkit.core.errors import ConfigError
 from buildkit.engine.api import get_engine
-from buildkit.flows.nightlysummary import PASSED
+from buildkit.flows.nightly.summary import PASSED
 
 if TYPE_CHECKING:
     from buildkit.plan.config import ResolvedConfig
@@ -107,8 +107,8 @@ def nightly(as_json: bool, summary_path: str | None, date: str | None, force: bo
     per unit on its own runner, then --assemble. --plan and --job also write their outputs to
     $GITHUB_OUTPUT when it is set.
     """
-    from buildkit.flows.nightly import run_nightly
-    from buildkit.flows.nightlysummary import write_summaries
+    from buildkit.flows.nightly.run import run_nightly
+    from buildkit.flows.nightly.summary import write_summaries
 
     refuse_leftovers(click.get_current_context().args, as_json)
     if sum(map(bool, (plan_only, job_unit, assemble_dir))) > 1:
@@ -134,13 +134,13 @@ def nightly(as_json: bool, summary_path: str | None, date: str | None, force: bo
                  Path(attest_dir) if attest_dir else None)
         return
     if assemble_dir:
-        from buildkit.flows.nightlyjobs import assemble
-        from buildkit.flows.nightlysummary import bench_gate_line
+        from buildkit.flows.nightly.jobs import assemble
+        from buildkit.flows.nightly.summary import bench_gate_line
 
         if bench_gate is not None:
             _check_bench_gate(Path(assemble_dir), bench_gate)
-        from buildkit.flows.nightly import repository_of
-        from buildkit.flows.nightlyjobs import write_github_outputs
+        from buildkit.flows.nightly.run import repository_of
+        from buildkit.flows.nightly.jobs import write_github_outputs
 
         summary = assemble(cfg, Path(assemble_dir), signer=signer)
         if bench_gate is not None:
@@ -150,7 +150,7 @@ def nightly(as_json: bool, summary_path: str | None, date: str | None, force: bo
                      if v.status == PASSED and not v.skipped and v.digest]
         outputs = {"published": " ".join(published)}
         if bench_gate not in (None, "none"):  # the tests images the gate job pulls by digest
-            from buildkit.flows.nightlysummary import gate_tests
+            from buildkit.flows.nightly.summary import gate_tests
 
             gate, lines = gate_tests(repository_of(cfg), summary.variants, bench_gate)
             outputs.update(gate)
@@ -189,7 +189,7 @@ def nightly(as_json: bool, summary_path: str | None, date: str | None, force: bo
 
 def _check_bench_gate(folder: Path, gate: str) -> None:
     """Before anything is tagged: the gate is none or a variant of the night's plan (what --assemble reads)."""
-    from buildkit.flows.nightlyjobs import read_results
+    from buildkit.flows.nightly.jobs import read_results
 
     keys = [e.variant for e in read_results(folder)[0].variants]
     if gate != "none" and gate not in keys:
@@ -200,9 +200,9 @@ def _ci_step(cfg: ResolvedConfig, as_json: bool, summary_path: str | None, plan_
              job_unit: str | None, date: str | None, force: bool, verify: bool, signer: Signer | None = None,
              attest_dir: Path | None = None) -> None:
     """--plan or --job: a JSON document (--json, --summary), one-line outputs to $GITHUB_OUTPUT, a line of text."""
-    from buildkit.flows.nightlyjobs import (DEFAULT_RUNNERS, github_outputs, parse_runners, plan_nightly,
+    from buildkit.flows.nightly.jobs import (DEFAULT_RUNNERS, github_outputs, parse_runners, plan_nightly,
                                             plan_summary, run_job, write_github_outputs)
-    from buildkit.flows.nightlysummary import write_summaries
+    from buildkit.flows.nightly.summary import write_summaries
 
     if plan_only:
         plan = plan_nightly(cfg, runners=parse_runners(runners) or dict(DEFAULT_RUNNERS), date=date, force=force,
@@ -214,7 +214,7 @@ def _ci_step(cfg: ResolvedConfig, as_json: bool, summary_path: str | None, plan_
         problems = [] if plan.build else write_summaries(plan_summary(plan), None)
         data, ok = plan.to_dict(), True
     else:
-        from buildkit.flows.nightly import repository_of
+        from buildkit.flows.nightly.run import repository_of
 
         assert job_unit is not None  # --job, the other way here (nightly())
         result = run_job(cfg, job_unit, verify=verify, signer=signer, attest_dir=attest_dir,
@@ -222,7 +222,7 @@ def _ci_step(cfg: ResolvedConfig, as_json: bool, summary_path: str | None, plan_
         name = repository_of(cfg).name
         outputs = {"built": "true" if result.built else "false",  # reference: what the job pushed, to sign
                    "reference": f"{name}@{result.digest}" if result.status == PASSED else "",
-                   # its tests image (not signed: the gate's input, pulled by this digest; flows/testsimage.py)
+                   # its tests image (not signed: the gate's input, pulled by this digest; flows/unit/testsimage.py)
                    "tests_reference": f"{name}@{result.tests_digest}" if result.status == PASSED
                    and result.tests_digest else ""}
         line = (f"{result.unit}: {result.status} {result.digest or result.error}").rstrip()

@@ -26,7 +26,7 @@ def push(force: bool, as_json: bool, sign_key: Path | None, **kwargs: Any) -> No
     named in image.name with the credentials of `docker login`. With a signing key, its digest is
     signed before any moving tag points at it, with its provenance and SBOM attached.
     """
-    from buildkit.flows.publishing import push_local
+    from buildkit.flows.unit.publishing import push_local
 
     cfg = resolve(kwargs)
     published = push_local(cfg, get_engine(), force=force, signer=make_signer(sign_key, cfg))

@@ -21,9 +21,9 @@ METADATA_FILE = "metadata.json"
 @handle_errors
 def render(out_dir: str, **kwargs: Any) -> None:
     """Fetch, patch and render the Dockerfile and build context without building."""
-    from buildkit.flows.buildspec import build_command
-    from buildkit.flows.cudacontexts import missing_roots
-    from buildkit.flows.pipeline import build_options, prepare
+    from buildkit.flows.unit.buildspec import build_command
+    from buildkit.flows.unit.cudacontexts import missing_roots
+    from buildkit.flows.unit.pipeline import build_options, prepare
 
     cfg = resolve(kwargs)
     out = Path(out_dir).resolve()

@@ -55,8 +55,8 @@ def reproduce(target: str, build_key: str | None, config_path: str | None, patch
     report of the layers that differ and, inside them, the files (path, size, sha256).
     """
     from buildkit.plan.config import find_config_file
-    from buildkit.flows.record import IndexRecorded, load_record
-    from buildkit.flows.reproduce import reproduce as run, reproduce_index
+    from buildkit.flows.reproduce.record import IndexRecorded, load_record
+    from buildkit.flows.reproduce.rebuild import reproduce as run, reproduce_index
     from buildkit.cli.signing import make_signer
 
     if sign_key is not None and not attest:
@@ -85,7 +85,7 @@ def reproduce(target: str, build_key: str | None, config_path: str | None, patch
                  engine=engine)
     attested: tuple[str, ...] = ()
     if signer is not None and result.reproduced:
-        from buildkit.flows.signpublished import attest_reproduction
+        from buildkit.flows.unit.signpublished import attest_reproduction
 
         attested = attest_reproduction(record.image_digest, record.originals, signer)
     if as_json:

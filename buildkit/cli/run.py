@@ -96,7 +96,7 @@ def run(profile_name: str | None, image: str | None, model: str | None, model_dr
     if k8s:
         click.echo(kubernetes_manifest(spec, engine, gpus_given=gpus is not None))
         return
-    from buildkit.flows.serving import run_spec
+    from buildkit.flows.serve.serving import run_spec
 
     container = run_spec(spec, detach=detach)
     command = shlex.join(engine.run_command(container))
@@ -124,7 +124,7 @@ def olares_app(image: str | None, model: str | None, model_draft: str | None, pr
                server_args: tuple[str, ...], name: str, out_dir: Path, manifest_version: ManifestVersion,
                owners: tuple[str, ...], models_folder: str, gpu_memory: float | None, engine: Images) -> None:
     """Write the app's chart; the model files are read here for their GGUF headers (sizing)."""
-    from buildkit.flows.olaresapp import write_app
+    from buildkit.flows.serve.olaresapp import write_app
 
     spec = make_spec(image=image, model=model, model_draft=model_draft, profile=profile, extra_args=server_args)
     limit = gpu_bytes(gpu_memory)
@@ -156,7 +156,7 @@ def gpu_bytes(given_gib: float | None) -> int | None:
         if not math.isfinite(given_gib) or given_gib <= 0:
             raise ConfigError(f"--gpu-memory must be more than 0 GiB, got {given_gib:g}")
         return int(given_gib * GiB)
-    from buildkit.flows.platformcheck import gpu_memory_bytes
+    from buildkit.flows.doctor.platformcheck import gpu_memory_bytes
 
     return gpu_memory_bytes()
 

@@ -1,5 +1,5 @@
 """What one check found, for every command that checks something: the smoke checks of a built image
-(verify/), `buildkit verify-image` (release/verifyimage.py) and `buildkit doctor` (flows/doctor.py).
+(verify/), `buildkit verify-image` (release/verifyimage.py) and `buildkit doctor` (flows/doctor/run.py).
 
 One Status for all of them; each command keeps its own words where it renders (doctor prints ok/warn/fail,
 verify-image ok/FAIL, verify the status's value): to_json(words) maps a status to the word of the document.

@@ -4,7 +4,7 @@ every tool calls it and what buildkit needs to know of it.
 One entry is all a platform is: the cross build (plan/platforms.py, the templates), CPU levels
 (plan/cpulevels.py through the entry's ggml family, core/ggmlcpu.py), CUDA wheels and roots
 (source/), the image checks (verify/: ELF machine, ld.so's folders, objdump, QEMU), the GPU host's
-folders (gpu/libplan.py) and the CI runners (flows/nightlyjobs.py) read it from here, and keep no
+folders (gpu/libplan.py) and the CI runners (flows/nightly/jobs.py) read it from here, and keep no
 table of their own (tests/unit/test_platform_catalogue.py holds that). docs/design.md, "Adding a
 platform", says what a new one takes.
 """

@@ -1,7 +1,7 @@
 """Debian packages pinned to a recorded build's versions (issue 41, item 5), and base.apt_snapshot.
 
 A build records every Debian package of its build stage and of its runtime image with its version (the
-lock's debian_packages; flows/debpackages.py reads them from the stages' own dpkg status). `reproduce`
+lock's debian_packages; flows/unit/debpackages.py reads them from the stages' own dpkg status). `reproduce`
 gives the plan these as AptPins, and render.py writes, per stage, a script and an apt preferences file
 into the build context's apt-pins/ folder, which that stage's apt step bind-mounts at /mnt. The script
 checks, with `apt-cache madison`, that the mirror still has each recorded version not installed already;

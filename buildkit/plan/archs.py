@@ -71,7 +71,7 @@ ARCHS: dict[str, Arch] = {
 # was). A version inside its range that is not in it, or two majors ahead (99.9), is refused before any
 # work (a typo); a newer one of this major or the next is
 # the provider's to judge: provider wheels asks the package index which cuda-toolkit releases exist
-# (flows/cudacontexts.py), provider nvidia finds the base image's tag or not, so a release NVIDIA ships
+# (flows/unit/cudacontexts.py), provider nvidia finds the base image's tag or not, so a release NVIDIA ships
 # after this list builds the day it ships. With no index to ask, this list is the fallback.
 CUDA_RELEASES: tuple[tuple[int, int], ...] = (
     *((10, m) for m in range(3)), *((11, m) for m in range(9)), *((12, m) for m in range(10) if m != 7),

@@ -122,7 +122,7 @@ class SourceFacts:
 
 @dataclass(frozen=True)
 class Resolved:
-    """Everything the plan needs that only I/O finds (flows/pipeline.prepare resolves it, make_plan uses it)."""
+    """Everything the plan needs that only I/O finds (flows/unit/pipeline.prepare resolves it, make_plan uses it)."""
     source: SourceFacts
     template_sha256: str  # this buildkit's templates
     tool_version: str

@@ -8,7 +8,7 @@ matrix with the reason, not an error.
 
 With `build.platform = "linux/amd64,linux/arm64"` each variant is built once per platform: one
 Variant per platform, all with the variant's key (their tags' name) and `platform_split` set; the
-flows build each as its own bake target and publish one OCI index per variant (flows/matrix.py).
+flows build each as its own bake target and publish one OCI index per variant (flows/matrix/bake.py).
 An arch that does not exist on one of the platforms (sm_121 on amd64) leaves that platform out,
 with the reason.
 """

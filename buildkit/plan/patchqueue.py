@@ -1,5 +1,5 @@
 """Which patch queue a build applies (pure but for the bundled folder's path): the rule written once, for the build
-stages (flows/pipeline.py), the nightly's no-op check (flows/nightly.py), its jobs and reproduce.
+stages (flows/unit/pipeline.py), the nightly's no-op check (flows/nightly/run.py), its jobs and reproduce.
 
 source.patch_dir relative to buildkit.toml. Without a config file, and with neither the source nor the queue given
 on the command line, the source is the seed's fork at its pinned commit (plan/options.py) and the queue is the one

@@ -17,7 +17,7 @@ Everything is checked before anything starts: unknown keys (with the key meant),
 arguments buildkit sets itself (model, draft model, host, port), missing model files.
 
 `ServerSpec` is one container to run, as data: image, model files (each mounted read-only at
-/models/...), llama-server arguments, GPUs and port. flows/serving.py makes the engine's spec of it
+/models/...), llama-server arguments, GPUs and port. flows/serve/serving.py makes the engine's spec of it
 (`buildkit run`, whose `--print` shows the command the engine makes, and `buildkit bench --image`).
 """
 

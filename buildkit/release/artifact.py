@@ -68,7 +68,7 @@ class Published:
         return tuple(ref.rsplit(":", 1)[1] for ref in self.pushed)
 
 
-# publish()'s signing step (flows/signpublished.py makes them of a release/signer.Signer): called once the
+# publish()'s signing step (flows/unit/signpublished.py makes them of a release/signer.Signer): called once the
 # registry holds the artifact by digest and before any tag points at it, signs the digest (and attaches what
 # it attests); returns the references it wrote.
 SignStep = Callable[[RegistryClient, ImageRef, str], tuple[str, ...]]

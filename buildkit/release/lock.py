@@ -26,7 +26,7 @@ from buildkit.plan.tags import artifact_variant
 
 @dataclass(frozen=True)
 class BuildOutcome:
-    """What a build of a plan produced (flows/pipeline.Prepared.outcome): all a lock entry holds beside the plan.
+    """What a build of a plan produced (flows/unit/pipeline.Prepared.outcome): all a lock entry holds beside the plan.
     An image the registry already has (nothing built here) has its digest only."""
     dockerfile_sha256: str  # the rendered Dockerfile's
     image_digest: str = ""
@@ -36,7 +36,7 @@ class BuildOutcome:
     build_seconds: float = 0.0
     build_started: str = ""  # RFC 3339, UTC ("" without a build here)
     build_finished: str = ""
-    debian_packages: dict[str, Any] | None = None  # flows/debpackages.py, when read
+    debian_packages: dict[str, Any] | None = None  # flows/unit/debpackages.py, when read
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class LockEntry:
     workload: dict[str, Any] | None = None  # `buildkit workload-check --attach-lock`; a rebuild clears it
     build_seconds: float = 0.0  # wall time of the buildx run (the next build's estimate)
     # every Debian package of the build stage and of the runtime image with its version ({"build": {pkg:
-    # version}, "runtime": {...}}, flows/debpackages.py); known after the apt steps, so in no build key.
+    # version}, "runtime": {...}}, flows/unit/debpackages.py); known after the apt steps, so in no build key.
     # `reproduce` installs these versions (plan/aptpins.py); "architectures" ({"build": {pkg: arch}, ...}) and
     # "os" ({"build": {"id", "version_id"}, ...}) say the rest the provenance lists. None: a lock written
     # before it, or not read

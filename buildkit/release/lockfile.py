@@ -116,7 +116,7 @@ class Lock:
 
     @property
     def nightly(self) -> Mapping[str, Any]:
-        """nightly's record (flows/nightlyprevious.py checks its shape); {} when there is none."""
+        """nightly's record (flows/nightly/previous.py checks its shape); {} when there is none."""
         return self._document.get("nightly") or {}
 
     # ------------------------------------------------------------------ lookups

@@ -60,7 +60,7 @@ class PublishResult:
     origin: str  # "built", "engine" (an image with this build key was already loaded) or "registry"
     build_key: str
     signed: tuple[str, ...] = ()  # the signature and attestation references written
-    tests: str = ""  # build --tests --push: the tests image, repository@digest (flows/testsimage.py)
+    tests: str = ""  # build --tests --push: the tests image, repository@digest (flows/unit/testsimage.py)
 
 
 def _labels_of(client: RegistryClient, repo: str, digest: str) -> dict[str, str]:

@@ -2,7 +2,7 @@
 
 * nvcc's front ends (cudafe++, cicc) fold ``long double`` constants in the format of the machine nvcc
   runs on (x87 80-bit on x86-64, IEEE quad on AArch64), whatever the target; no flag changes that. A
-  cross build therefore refuses a tree whose ``.cu``/``.cuh`` files use it (flows/pipeline.py).
+  cross build therefore refuses a tree whose ``.cu``/``.cuh`` files use it (flows/unit/pipeline.py).
 * CCCL's iterators that ``<cub/cub.cuh>`` stopped including (ITERATORS_CUB_DROPPED): up to CCCL 3.2
   (CUDA 13.2) it included all of ``<cuda/iterator>``; CCCL 3.3 and later include only the counting,
   constant, transform, tabulate-output and zip iterators (CCCL 3.5, measured with ``nvcc -M``). A source

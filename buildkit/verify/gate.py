@@ -1,6 +1,6 @@
 """Verify, then remove the tags: an image that fails its checks does not stay in the engine.
 
-The one place `build` (flows/pipeline.py) and a matrix build (flows/matrix.py) turn a verification
+The one place `build` (flows/unit/pipeline.py) and a matrix build (flows/matrix/bake.py) turn a verification
 into "keep the image" or "remove its tags and say why".
 """
 

@@ -1,4 +1,4 @@
-"""`buildkit base debian` (flows/debianbase.py), run as the README's offline section shows it, in its cheap
+"""`buildkit base debian` (flows/setup/debianbase.py), run as the README's offline section shows it, in its cheap
 one-platform form: debootstrap of Debian 12 from the machine's own Debian mirror, no registry, the image loaded
 into the real engine. The session's Debian base is made by that command (tests/images.py ensure_debian_image,
 on an engine that lacks it: every CI run), so this test checks that image rather than spending another

@@ -288,7 +288,7 @@ def test_unreachable_source_says_how_to_point_elsewhere(project, client):
 def test_verify_catches_a_runtime_stage_without_a_shared_library(project, client, tmp_path):
     """A runtime stage that forgot libllama-common.so.0 (seen in published images) fails verification."""
     from buildkit.plan.config import load_config
-    from buildkit.flows.pipeline import prepare
+    from buildkit.flows.unit.pipeline import prepare
     from buildkit.core.check import Status
     from buildkit.verify.checks import verify_image
     from buildkit.engine.dockerengine import DockerEngine

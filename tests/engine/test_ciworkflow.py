@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from buildkit.flows.ciworkflow import WorkflowOptions, check_cron, render_workflow
-from buildkit.flows.installorigin import install_spec
+from buildkit.flows.nightly.ciworkflow import WorkflowOptions, check_cron, render_workflow
+from buildkit.flows.nightly.installorigin import install_spec
 from buildkit.core.errors import ConfigError
 from buildkit.plan.render import templates_sha256
 from cliutil import cli_env

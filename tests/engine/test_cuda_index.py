@@ -153,7 +153,7 @@ def test_with_no_index_the_built_in_list_judges_and_says_so(project):
 def test_provider_nvidia_checks_the_devel_tag_of_a_release_newer_than_the_list(registry_plain, tmp_path):
     """13.7 is newer than the built-in list: the registry's tags say whether NVIDIA's image has it."""
     from buildkit.core.errors import ArchError
-    from buildkit.flows.cudacontexts import check_cuda_available
+    from buildkit.flows.unit.cudacontexts import check_cuda_available
     from buildkit.oci.registry import RegistryClient
     from buildkit.oci.registryhttp import sha256_digest
     from buildkit.plan.buildplan import make_request
@@ -185,7 +185,7 @@ def test_provider_nvidia_checks_the_devel_tag_of_a_release_newer_than_the_list(r
 def test_the_nightly_plan_stops_on_a_release_the_index_lacks(json_index, tmp_path, monkeypatch):
     """Before it asks git or the registry anything: one line naming the releases the index has."""
     from buildkit.core.errors import ArchError
-    from buildkit.flows import nightlyjobs
+    from buildkit.flows.nightly import jobs as nightlyjobs
     from buildkit.plan.config import load_config
 
     server, _ = json_index

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from buildkit.flows.diskcheck import required_gb
+from buildkit.flows.doctor.diskcheck import required_gb
 from buildkit.core.check import Status
-from buildkit.flows.doctorcheck import Variant, version_tuple
-from buildkit.flows.platformcheck import judge_driver, judge_emulation, parse_nvidia_smi
+from buildkit.flows.doctor.check import Variant, version_tuple
+from buildkit.flows.doctor.platformcheck import judge_driver, judge_emulation, parse_nvidia_smi
 from cliutil import buildkit_env
 
 CUDA131 = Variant("cuda13.1-sm120", (13, 1), "sm_120", "linux/amd64")

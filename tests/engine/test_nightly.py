@@ -9,7 +9,7 @@ import pytest
 
 from buildkit.source.changelog import changelog
 from buildkit.core.errors import ConfigError, SourceError
-from buildkit.flows.nightly import (FAILED, PASSED, SKIPPED, Summary, VariantResult, ls_remote_head, nightly_tags,
+from buildkit.flows.nightly.run import (FAILED, PASSED, SKIPPED, Summary, VariantResult, ls_remote_head, nightly_tags,
                               nightly_version, write_summaries)
 from buildkit.release.promote import promote
 from buildkit.source.changelog import Changelog, Commit
@@ -126,8 +126,8 @@ def test_build_push_never_adopts_a_nightly_image_of_the_same_build_key():
 def test_the_no_op_path_helpers_agree_with_the_build_stages(tmp_path):
     """nightly keeps its own copies of patch_dir and normalise_url so that an unchanged night does not
     import the build stages (GitPython, Jinja, docker-py); they must give the same answers."""
-    from buildkit.flows import nightly
-    from buildkit.flows import pipeline
+    from buildkit.flows.nightly import run as nightly
+    from buildkit.flows.unit import pipeline
     from buildkit.source import fetch as source
 
     for url in ("git://h/x.git", "https://h/x", "git@github.com:o/r.git", "relative/path", str(tmp_path), "~/x"):
@@ -139,7 +139,7 @@ def test_the_no_op_path_helpers_agree_with_the_build_stages(tmp_path):
 
 
 def test_the_nightly_record_is_written_through_the_one_lock_update(tmp_path):
-    from buildkit.flows.nightly import read_nightly_record, update_nightly_record
+    from buildkit.flows.nightly.run import read_nightly_record, update_nightly_record
     path = tmp_path / "buildkit.lock"
     path.write_text(json.dumps({"lock_version": 1, "builds": {"cpu/server": {"commit": "c"}}}))  # an odd entry
     update_nightly_record(path, "u", "main", "cpu", {"commit": "a"})

@@ -45,7 +45,7 @@ def unit(variant: str, platform: str) -> dict:
 
 
 def plan_of(host: str, units: list[dict]) -> dict:
-    """plan.json as `nightly --plan` writes it (flows/nightlyplan.py NightlyPlan)."""
+    """plan.json as `nightly --plan` writes it (flows/nightly/plan.py NightlyPlan)."""
     return {"plan_version": 1, "repository": f"{host}/{REPO}", "url": "git://127.0.0.1/f", "branch": "master",
             "date": "20261202", "commit": COMMIT, "old_commit": None, "patch_set_sha256": "p", "version": VERSION,
             "build": True, "excluded": [], "variants": [entry("cpu"), entry("cpu-light")],
@@ -135,7 +135,7 @@ def test_assemble_hands_the_gate_the_nightlys_and_the_releases_tests_images_by_d
     """`--assemble --bench-gate cpu` (issue 46): the outputs `tests` (the tests image the cpu job pushed, checked to
     name tonight's image) and `release_tests` (the release's, found through its build-key label as
     bk-<key>-cpu-tests and checked to name the release); a tests image that names another image is not used."""
-    from buildkit.flows.testsimage import TESTS_LABEL
+    from buildkit.flows.unit.testsimage import TESTS_LABEL
 
     host = registry_plain.host
     name = f"{host}/{GATE_REPO}"

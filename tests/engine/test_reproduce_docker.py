@@ -1,6 +1,6 @@
 """Reproducible builds on the real engine: the example fork's cpu variant, built, then rebuilt from a clean state.
 
-The first build goes through `buildkit.flows.pipeline.build(..., no_cache=True)` (buildx --no-cache;
+The first build goes through `buildkit.flows.unit.pipeline.build(..., no_cache=True)` (buildx --no-cache;
 its compile reads nothing from the ccache). A later commit, dated after it, is
 built with the cache (its runtime packages come from the first build's cached step, made before that
 commit) and `buildkit reproduce` of its lock rebuilds it cache-less, compiling every object again (no
@@ -24,7 +24,7 @@ from unittest import mock
 import docker
 import pytest
 
-from buildkit.flows.buildunit import UnitResult
+from buildkit.flows.unit.buildunit import UnitResult
 from buildkit.core.progress import ccache_stats
 from forkrepo import _git, make_fork_repo
 from cliutil import buildkit_env, write_project
@@ -116,7 +116,7 @@ def clean_build(project, **overrides):
     """buildkit build with buildx --no-cache: every object compiled again, into the clean builds' own
     ccache mount."""
     from buildkit.engine.api import get_engine
-    from buildkit.flows.pipeline import build
+    from buildkit.flows.unit.pipeline import build
 
     return build(config(project, **overrides), get_engine(), no_cache=True)
 
@@ -226,7 +226,7 @@ def test_a_missing_or_mismatching_input_is_an_error(project, first, tmp_path):
 def variants(project, first, fork, tmp_path_factory):
     """The same build with one input changed each: a patch, a template, the commit (cache allowed)."""
     from buildkit.engine.api import get_engine
-    from buildkit.flows.pipeline import build
+    from buildkit.flows.unit.pipeline import build
 
     out = {}
     templates = tmp_path_factory.mktemp("templates")
@@ -313,7 +313,7 @@ def test_the_cuda_variant_is_reproduced_bit_for_bit(project, tmp_path_factory, t
     from a user's own CUDA root, or a cross build's, would): the image's /usr/local/cuda/lib64 must not
     take its time from what the engine kept of those transfers."""
     from buildkit.engine.api import get_engine
-    from buildkit.flows.pipeline import build, cache_root
+    from buildkit.flows.unit.pipeline import build, cache_root
     from buildkit.source.cudaroot import ensure_cuda_root, runtime_subset
 
     cache = str(tmp_path_factory.getbasetemp() / "buildkit-cache")  # shared with test_build_docker's CUDA root

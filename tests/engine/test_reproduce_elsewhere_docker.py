@@ -7,7 +7,7 @@ build comes from the main engine.
 The commit is dated after the main engine's BuildKit first held the base (as a nightly's new commit is, on a
 long-lived builder), the case where a base history entry without a time took the time of that engine's cache record
 (BuildKit's fill) and `rewrite-timestamp`, which only lowers later times, kept it: the second engine then gave the
-commit's time, and another digest. Bases buildkit makes carry a fixed time (flows/debianbase.py), and a base
+commit's time, and another digest. Bases buildkit makes carry a fixed time (flows/setup/debianbase.py), and a base
 without one is refused (engine/baseimages.check_base_history)."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from test_publish_docker import ROOT, buildkit, ok
 
 from buildkit.engine.api import get_engine
 from buildkit.engine.baseimages import local_digest, pin_in_engine
-from buildkit.flows.debianbase import machine_mirror
+from buildkit.flows.setup.debianbase import machine_mirror
 
 pytestmark = pytest.mark.docker
 

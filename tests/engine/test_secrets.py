@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from buildkit.core.errors import SourceError
-from buildkit.flows.nightly import ls_remote_head
+from buildkit.flows.nightly.run import ls_remote_head
 from buildkit.source.fetch import export_tree, fetch_source, mirror_dir
 from buildkit.core.urlcreds import clean_url, redact_text, redact_url, split_credentials
 from cliutil import buildkit_env, write_project

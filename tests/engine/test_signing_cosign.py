@@ -172,7 +172,7 @@ def test_verify_image_checks_signature_provenance_and_lock(signed, cli, tmp_path
 
 
 def test_a_pushed_lock_entry_is_signed_with_its_provenance_and_sbom(signed, cli, tmp_path):
-    from buildkit.flows.signpublished import sign_entry
+    from buildkit.flows.unit.signpublished import sign_entry
 
     repo = REPO + "-flow"
     digest = push_tiny_image(signed["busybox"], f"{signed['host']}/{repo}:v1", tmp_path / "ctx")
@@ -309,7 +309,7 @@ def test_the_keyless_forms_predicates_are_what_cosign_attests(signed, tmp_path):
     """`nightly --job --attest-dir` (the workflow's keyless form) writes the predicates cosign attaches with the
     job's identity. Offline there is no OIDC identity, so cosign attests them here with a key: the
     same `cosign attest --type ... --predicate FILE` the workflow runs, with a key of cosign's own, then verified."""
-    from buildkit.flows.signpublished import write_predicates
+    from buildkit.flows.unit.signpublished import write_predicates
 
     repo = REPO + "-keyless"
     digest = push_tiny_image(signed["busybox"], f"{signed['host']}/{repo}:v1", tmp_path / "ctx")

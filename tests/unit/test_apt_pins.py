@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from buildkit.core.errors import ConfigError, LockError
-from buildkit.flows.record import from_lock
+from buildkit.flows.reproduce.record import from_lock
 from buildkit.plan.aptpins import (REFUSED, SCRIPT, AptPins, check_apt_snapshot, package_versions, pins_from_record,
                                    refusal, stage_files)
 from buildkit.plan.buildkey import key_of

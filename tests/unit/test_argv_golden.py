@@ -24,8 +24,8 @@ from buildkit.engine.bakefile import bake_target
 from buildkit.engine.buildx import BuildOptions
 from buildkit.engine.dockerargv import buildx_bake_argv
 from buildkit.engine.dockerengine import DockerEngine
-from buildkit.flows.buildspec import build_spec
-from buildkit.flows.serving import run_spec
+from buildkit.flows.unit.buildspec import build_spec
+from buildkit.flows.serve.serving import run_spec
 from buildkit.plan.profiles import Profile, make_spec
 from buildkit.plan.render import RenderResult
 from test_plan_render import plan_for

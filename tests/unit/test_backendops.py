@@ -151,7 +151,7 @@ def test_the_tests_stages_are_rendered_and_no_image_target_depends_on_them(arch)
 
 
 def test_the_tests_image_tag_follows_the_image_tag():
-    from buildkit.flows.testsimage import tests_tag
+    from buildkit.flows.unit.testsimage import tests_tag
 
     assert tests_tag("buildkit-test/tiny-fork:cpu") == "buildkit-test/tiny-fork:cpu-tests"
     assert tests_tag("localhost:5000/x") == "localhost:5000/x:latest-tests"
@@ -161,7 +161,7 @@ def test_the_tests_image_goes_to_the_registry_under_the_build_key_tag_only_and_f
     """Published, the tests image's one tag is the image's build-key tag with -tests (issue 46): never a release
     tag. A nightly unit builds it for every CUDA variant, and for a cpu variant only when the gate tests the
     CPU backend (its image has no other)."""
-    from buildkit.flows.testsimage import builds_tests, registry_tests_tag
+    from buildkit.flows.unit.testsimage import builds_tests, registry_tests_tag
     from buildkit.plan.archs import get_arch
     from buildkit.plan.tags import build_key_tag
 

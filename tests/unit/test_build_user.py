@@ -8,8 +8,8 @@ import re
 import pytest
 
 from buildkit.core.errors import ConfigError
-from buildkit.flows.reproduce import overrides_for
-from buildkit.flows.record import Recorded
+from buildkit.flows.reproduce.rebuild import overrides_for
+from buildkit.flows.reproduce.record import Recorded
 from buildkit.plan.buildkey import key_of
 from buildkit.plan.config import load_config
 from buildkit.plan.inputs import BaseImage, from_labels, plan_inputs

@@ -1,4 +1,4 @@
-"""The build unit's flow (flows/buildunit.py) after a build: verify → lock entry → publish, in that
+"""The build unit's flow (flows/unit/buildunit.py) after a build: verify → lock entry → publish, in that
 order, through the in-memory engine (tests/fakeengine.py) and a registry kept in a dict. What is
 checked is what a user finds afterwards: the engine's tags, buildkit.lock, the registry's tags."""
 
@@ -16,9 +16,9 @@ import pytest
 from buildkit.core.errors import RegistryError
 from buildkit.engine.api import ImageInfo, use_engine
 from buildkit.engine.buildx import BuildResult
-from buildkit.flows import buildunit
-from buildkit.flows.buildunit import LOADED, Publication, UnitOptions, attempt_unit, run_unit
-from buildkit.flows.pipeline import Prepared
+from buildkit.flows.unit import buildunit
+from buildkit.flows.unit.buildunit import LOADED, Publication, UnitOptions, attempt_unit, run_unit
+from buildkit.flows.unit.pipeline import Prepared
 from buildkit.oci.imageref import parse_image_ref
 from buildkit.oci.registry import ManifestInfo
 from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request
@@ -36,7 +36,7 @@ PACKAGES = {"build": {"gcc": "4:12.2.0-3"}, "runtime": {"libgomp1": "12.2.0-14+d
 
 @pytest.fixture(autouse=True)
 def _packages(monkeypatch):
-    """The in-memory engine builds no stages: the lock step's Debian packages (flows/debpackages.py, which
+    """The in-memory engine builds no stages: the lock step's Debian packages (flows/unit/debpackages.py, which
     tests/engine/test_debian_packages_docker.py runs for real) are given."""
     monkeypatch.setattr(buildunit, "debian_packages", lambda prepared, result, options, engine: PACKAGES)
 
@@ -232,7 +232,7 @@ def test_bake_locks_each_unit_it_built_and_verified_and_no_other(tmp_path, monke
     """`buildkit bake`'s flow (matrix.bake_locked): the bake, then each unit through the build-unit flow;
     the fake engine's image cannot pass verification (it saves no files), so verify=True locks nothing."""
     from buildkit.engine.buildx import BuildOptions
-    from buildkit.flows import matrix
+    from buildkit.flows.matrix import bake as matrix
     from buildkit.plan.matrix import Variant
 
     prepared = prepared_unit(tmp_path)
@@ -257,7 +257,7 @@ def test_bake_locks_each_unit_it_built_and_verified_and_no_other(tmp_path, monke
 def test_a_ci_job_unit_replaces_its_build_key_tag_and_locks_nothing(tmp_path):
     """`nightly --job` (BY_DIGEST, force): the same build key is the same inputs, so its tag may move;
     without an OCI archive the loaded image is saved from the engine and goes up by digest."""
-    from buildkit.flows.buildunit import BY_DIGEST
+    from buildkit.flows.unit.buildunit import BY_DIGEST
 
     registry = MemoryRegistry()
     registry.bodies["sha256:" + "9" * 64] = b"an earlier push"
@@ -302,7 +302,7 @@ def test_a_published_unit_pushes_its_tests_image_after_the_image_under_its_own_t
     """UnitOptions.tests with a publication (a nightly unit, build --tests --push; issue 46): the tests target is
     built once the image is verified, from the same context, labelled with the image's digest, and pushed after
     the image under the publication's tests tag alone (no release tag on it)."""
-    from buildkit.flows.testsimage import TESTS_LABEL
+    from buildkit.flows.unit.testsimage import TESTS_LABEL
 
     registry = MemoryRegistry()
     engine = EngineBuildingTests(registry)
@@ -337,7 +337,7 @@ def test_a_tests_image_that_does_not_build_fails_the_unit_before_anything_is_pus
 def test_no_tag_names_the_digest_before_it_is_signed(tmp_path):
     """Issue 48: the bytes go up by digest, the signer signs, and only then is any tag put on it, the build-key
     tag last: a kill before the signature leaves no tag on an unsigned digest."""
-    from buildkit.flows import buildunit as flow
+    from buildkit.flows.unit import buildunit as flow
 
     seen: list[dict[str, str]] = []
     tags = TAGS.plus("bk-" + "b" * 24 + "-cpu", "build_key", immutable=True)

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from buildkit.engine.buildx import BuildOptions, check_buildx, parse_buildx_version
 from buildkit.engine.dockerengine import DockerEngine
-from buildkit.flows.buildspec import build_command
+from buildkit.flows.unit.buildspec import build_command
 from buildkit.cli.main import main
 from buildkit.core.errors import BuildError, LockError
 from buildkit.plan.inputs import BaseImage
@@ -24,7 +24,7 @@ from test_plan_render import plan_for
 
 
 def buildx_argv(plan, rendered, options, metadata_file) -> list[str]:
-    """The command line the Docker engine runs for a plan (flows/buildspec.build_command)."""
+    """The command line the Docker engine runs for a plan (flows/unit/buildspec.build_command)."""
     return build_command(plan, rendered, options, metadata_file, DockerEngine())
 
 
@@ -189,7 +189,7 @@ def test_cli_build_help_explains_the_options():
 def test_no_cache_reaches_buildx_and_changes_no_recorded_input(tmp_path, monkeypatch):
     """build.no_cache (`buildkit build --no-cache`) says how to build, not what: buildx gets
     --no-cache, and the plan (labels, inputs, build key) is the same."""
-    from buildkit.flows import pipeline
+    from buildkit.flows.unit import pipeline
     from buildkit.plan.config import load_config
 
     monkeypatch.setattr(pipeline, "image_store", lambda engine: "containerd")

@@ -1,5 +1,5 @@
 """A CUDA source that uses a CCCL iterator CUDA 13.3+'s <cub/cub.cuh> no longer brings is found before the
-build (source/cudasource.py, flows/pipeline.check_cuda_sources), and a compile that fails anyway ends in
+build (source/cudasource.py, flows/unit/pipeline.check_cuda_sources), and a compile that fails anyway ends in
 one line naming the compiler's first error (engine/buildx.py).
 
 The DFlash fork's head (1c4788192) is such a tree: with CUDA 13.5 its argsort.cu stopped nvcc 50 s into the
@@ -20,7 +20,7 @@ import buildkit.engine
 from buildkit.engine.buildx import BuildFailed, run_build
 from buildkit.verify.buildfailure import explain, first_compile_error, known_failure, run_build_explained
 from buildkit.engine.specs import BuildSession, BuildSpec
-from buildkit.flows.pipeline import check_cuda_sources
+from buildkit.flows.unit.pipeline import check_cuda_sources
 from buildkit.source.cudasource import cub_dropped_iterator_uses
 
 from fakeengine import FakeEngine

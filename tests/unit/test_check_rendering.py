@@ -10,7 +10,7 @@ from typing import Any
 
 from buildkit.cli.output import emit_json, json_text
 from buildkit.core.check import Check, Status
-from buildkit.flows.doctor import as_json, failed, format_checks
+from buildkit.flows.doctor.run import as_json, failed, format_checks
 from buildkit.release.verifyimage import line
 from buildkit.verify.report import VerifyReport
 

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from buildkit.core.errors import BuildkitError
-from buildkit.flows.ciworkflow import WorkflowOptions, render_workflow
+from buildkit.flows.nightly.ciworkflow import WorkflowOptions, render_workflow
 
 REPO = "https://github.com/acme/llama-buildkit"
 IMAGE = "registry.example.com/team/l"

@@ -86,7 +86,7 @@ def test_an_error_under_json_is_json_on_stdout(tmp_path):
 
 
 def test_build_print_json_is_the_command_and_the_plan(monkeypatch, tmp_path):
-    from buildkit.flows import pipeline
+    from buildkit.flows.unit import pipeline
 
     _fake_prepare(monkeypatch)
     real: Callable[..., Any] = pipeline.prepare  # the fake's: it makes a SimpleNamespace

@@ -17,9 +17,9 @@ from buildkit.core.errors import BuildError
 from buildkit.engine.api import Finished, use_engine
 from buildkit.verify.buildfailure import known_failure, run_build_explained
 from buildkit.engine.specs import BuildSession, BuildSpec
-from buildkit.flows.pipeline import check_build_machine, inputs_record
-from buildkit.flows.record import from_labels
-from buildkit.flows.reproduce import overrides_for
+from buildkit.flows.unit.pipeline import check_build_machine, inputs_record
+from buildkit.flows.reproduce.record import from_labels
+from buildkit.flows.reproduce.rebuild import overrides_for
 from buildkit.plan import cpulevels
 from buildkit.plan.buildkey import key_of
 from buildkit.plan.inputs import BaseImage, plan_inputs

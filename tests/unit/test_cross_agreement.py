@@ -8,7 +8,7 @@ import pytest
 
 from buildkit.core.errors import BaseImageError, ConfigError
 from buildkit.engine.baseimages import BaseSource, check_base_platforms, offered_platforms
-from buildkit.flows.pipeline import base_platforms, check_cuda_sources
+from buildkit.flows.unit.pipeline import base_platforms, check_cuda_sources
 from buildkit.oci.ocilayout import sha256_digest
 from buildkit.plan.inputs import BaseImage, from_labels, plan_inputs
 from buildkit.plan.platforms import cuda_char_flags, judge_build_machine
@@ -139,8 +139,8 @@ def test_a_cross_build_needs_both_platforms_of_its_base(tmp_path):
 
 def test_doctor_says_what_the_seed_direction_is_and_what_buildkit_does():
     from buildkit.core.check import Status
-    from buildkit.flows.doctorcheck import Variant
-    from buildkit.flows.platformcheck import judge_cross_cuda
+    from buildkit.flows.doctor.check import Variant
+    from buildkit.flows.doctor.platformcheck import judge_cross_cuda
 
     seed = judge_cross_cuda([Variant("cuda13.1-sm120", (13, 1), "sm_120", "linux/amd64", "linux/arm64", "nvidia")])
     assert seed is not None and seed.status == Status.PASSED and seed.name == "cross-cuda"

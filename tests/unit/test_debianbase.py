@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from buildkit.cli.main import main
 from buildkit.core.errors import BaseImageError
 from buildkit.engine.baseimages import BaseSource, check_base_history, undated_history
-from buildkit.flows.debianbase import EPOCH, DEFAULT_PATH, machine_mirror, plan_base, release_time, root_layout
+from buildkit.flows.setup.debianbase import EPOCH, DEFAULT_PATH, machine_mirror, plan_base, release_time, root_layout
 from buildkit.oci.ociindex import write_index_archive
 from buildkit.oci.ocilayout import OciArchive
 
@@ -96,7 +96,7 @@ def test_the_work_folder_is_removed_only_after_the_mounts_inside_it_are_gone(tmp
     a mount would delete what the mount shows. A real tmpfs stands in for it."""
     import subprocess
 
-    from buildkit.flows.debianbase import remove_work
+    from buildkit.flows.setup.debianbase import remove_work
 
     work = tmp_path / "buildkit-base-x"
     inside = work / "root-amd64" / "dev"
@@ -122,7 +122,7 @@ def test_a_base_no_one_can_provide_names_the_whole_offline_path():
     from buildkit.core.errors import BaseImageError
     from buildkit.engine.api import ImageInfo, use_engine
     from buildkit.engine.baseimages import resolve_base_images
-    from buildkit.flows.basecheck import check_bases
+    from buildkit.flows.doctor.basecheck import check_bases
     from buildkit.core.check import Status
 
     gone = "127.0.0.1:1/nobody/cuda:13.1.0-devel-ubuntu24.04"  # a registry that refuses connections

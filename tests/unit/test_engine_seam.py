@@ -20,8 +20,8 @@ from buildkit.engine.bake import TargetOutcome, run_bake
 from buildkit.engine.bakefile import bake_document, write_bake_file
 from buildkit.engine.buildx import BuildOptions, BuildResult
 from buildkit.engine.dockerengine import DockerEngine
-from buildkit.flows.enginecheck import check_buildx_and_builder, check_engine, engine_info
-from buildkit.flows.matrix import verify_variant
+from buildkit.flows.doctor.enginecheck import check_buildx_and_builder, check_engine, engine_info
+from buildkit.flows.matrix.bake import verify_variant
 from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request
 from buildkit.plan.config import load_config
 from buildkit.verify.gate import FailedVerification, verified_or_removed

@@ -39,7 +39,7 @@ from buildkit.cli.main import main
 from buildkit.plan.config import ConfigDocument, load_config
 from buildkit.plan.buildplan import make_request
 from buildkit.engine.api import get_engine
-from buildkit.flows.serving import run_spec
+from buildkit.flows.serve.serving import run_spec
 from buildkit.plan.profiles import PROFILE_KEYS, get_profile, make_spec
 from buildkit.core.errors import PatchError
 from buildkit.source.patches import apply_patches, load_patch_queue
@@ -213,7 +213,7 @@ records = st.fixed_dictionaries({"url": st.just(URL), "branch": st.just(BRANCH)}
 def test_nightly_record_of_any_shape(tmp_path_factory, record) -> None:
     """What nightly reads back is the shape it writes, or no record (the registry's labels are asked); what it
     writes next replaces a record of another shape."""
-    from buildkit.flows.nightly import read_nightly_record, update_nightly_record
+    from buildkit.flows.nightly.run import read_nightly_record, update_nightly_record
 
     path = tmp_path_factory.mktemp("lock") / "buildkit.lock"
     path.write_text(json.dumps({"lock_version": 1, "builds": {}, "nightly": record}))
@@ -270,7 +270,7 @@ NUMERIC = {
     **{option: _bench(option) for option in ("--runs", "--max-tokens", "--concurrency", "--timeout",
                                               "--startup-timeout", "--degradation-threshold")},
     "--port": lambda value: _cli("run", "--print", "--image", "x/y:1", "--model", __file__, "--port", str(value)),
-    # doctor and build check it first (flows/doctor.run_checks); the arch then fails the config check, no engine
+    # doctor and build check it first (flows/doctor/run.run_checks); the arch then fails the config check, no engine
     "--min-free-gb": lambda value: _cli("doctor", "--offline", "--arch", "sm_999", "--min-free-gb", str(value)),
     "--jobs": _jobs,
 }
@@ -310,7 +310,7 @@ def test_bench_output_into_a_folder_that_does_not_exist_stops_before_the_runs(tm
 def test_a_report_that_cannot_be_written_is_kept_and_the_line_says_where(tmp_path) -> None:
     """The file cannot be written when the runs are over (here: a symlink into a folder that is gone)."""
     from buildkit.bench.results import save_report
-    from buildkit.flows.nightlysummary import Summary, write_summaries
+    from buildkit.flows.nightly.summary import Summary, write_summaries
 
     target = tmp_path / "r.json"
     os.symlink(tmp_path / "gone" / "r.json", target)
@@ -399,7 +399,7 @@ def test_a_fifo_where_a_file_is_written_is_one_line_and_the_result_is_kept(tmp_p
 
 
 def test_ci_github_out_a_fifo_is_one_line(tmp_path) -> None:
-    from buildkit.flows.ciworkflow import write_workflow
+    from buildkit.flows.nightly.ciworkflow import write_workflow
 
     with _fifo(tmp_path / "nightly.yml") as path:
         _refused(write_workflow, path, "on: push\n", said=f"cannot write the workflow {path}: ")

@@ -211,7 +211,7 @@ def test_v_versions_everywhere():
 
 def _fake_prepare(monkeypatch):
     """prepare() without fetching or the engine: a real plan, rendered into out_dir."""
-    from buildkit.flows import pipeline
+    from buildkit.flows.unit import pipeline
     from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request
     from buildkit.plan.render import write_context
 
@@ -228,7 +228,7 @@ def _fake_prepare(monkeypatch):
 @pytest.mark.parametrize("reproducible", ["off", "auto"])
 def test_render_out_prints_a_command_that_stays_inside_out(monkeypatch, tmp_path, reproducible):
     from buildkit.cli.main import main
-    from buildkit.flows import pipeline
+    from buildkit.flows.unit import pipeline
 
     _fake_prepare(monkeypatch)
     monkeypatch.setattr(pipeline, "reproducible_exporter", lambda cfg, engine: reproducible == "auto")
@@ -253,7 +253,7 @@ def test_print_leaves_no_folder_behind(monkeypatch, tmp_path):
     """--print leaves nothing but what a build leaves: the source's kept build folder with its tree (issue 50
     item 8: a warm --print syncs that tree instead of exporting it afresh), no Dockerfile, no temporary folder."""
     from buildkit.cli.main import main
-    from buildkit.flows import pipeline
+    from buildkit.flows.unit import pipeline
 
     _fake_prepare(monkeypatch)
     monkeypatch.setattr(pipeline, "reproducible_exporter", lambda cfg, engine: False)

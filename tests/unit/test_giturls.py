@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from buildkit.core.giturls import local_path, loopback_host, vcs_uri
-from buildkit.flows.installorigin import Checkout, Remote, reachable
+from buildkit.flows.nightly.installorigin import Checkout, Remote, reachable
 
 import pytest
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from buildkit.core.errors import BuildkitError, ConfigError, RegistryError
-from buildkit.flows.pipeline import Prepared
+from buildkit.flows.unit.pipeline import Prepared
 from buildkit.oci.imageref import (InvalidReference, name_of, names_registry, parse_image_ref, parse_repository,
                                    split_reference, tag_of)
 from buildkit.plan.buildplan import PlanOptions, Resolved, make_plan, make_request

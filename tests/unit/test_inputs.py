@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 
 from buildkit.core.errors import InputsError
-from buildkit.flows.pipeline import inputs_record
-from buildkit.flows.record import from_lock
+from buildkit.flows.unit.pipeline import inputs_record
+from buildkit.flows.reproduce.record import from_lock
 from buildkit.plan.buildkey import build_key, key_of
 from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request
 from buildkit.plan.config import load_config

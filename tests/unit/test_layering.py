@@ -116,7 +116,7 @@ def test_the_engine_is_made_in_the_cli_and_passed_down():
 LOCAL_IMPORTS = {  # (module, the buildkit module it imports in a function): why
     ("engine/api.py", "buildkit.engine.dockerengine"):
         "get_engine()'s default engine, which implements api's Engine; goes with the global (issue 49 item 4)",
-    ("flows/pipeline.py", "buildkit.flows.buildunit"):
+    ("flows/unit/pipeline.py", "buildkit.flows.unit.buildunit"):
         "pipeline.build runs the unit that builds on pipeline's Prepared; goes when build() moves to the unit",
 }
 # Circles through `if TYPE_CHECKING:` imports (annotations only; no circle at run time): each goes with the move
@@ -127,8 +127,8 @@ TYPE_CIRCLES = {
     ("buildkit.plan.buildkey", "buildkit.plan.buildplan", "buildkit.plan.inputs"):
         "make_plan (buildplan) computes the inputs and the key of a BuildPlan that inputs and buildkey name in "
         "annotations; BuildPlan in a module of its own ends it",
-    ("buildkit.flows.buildunit", "buildkit.flows.debpackages", "buildkit.flows.pipeline",
-     "buildkit.flows.testsimage"):
+    ("buildkit.flows.unit.buildunit", "buildkit.flows.unit.debpackages", "buildkit.flows.unit.pipeline",
+     "buildkit.flows.unit.testsimage"):
         "pipeline's Prepared and pipeline.build (above the unit); Prepared in a module of its own, build() moved up",
 }
 
@@ -225,3 +225,25 @@ def test_module_level_imports_make_no_circle():
 
 def test_circles_through_type_checking_imports_are_the_known_ones():
     assert circles(import_graph(typing=True)) == sorted(tuple(sorted(circle)) for circle in TYPE_CIRCLES)
+
+
+# flows/ in subpackages that show the stages (issue 49 item 3): one build unit; many units (the matrix, an index);
+# the nightly; then what builds on them. A subpackage imports its own modules and those of the ones before it.
+FLOWS_ORDER = ["unit", "matrix", "nightly", "reproduce", "doctor", "setup", "serve"]
+
+
+def test_flows_subpackages_point_down():
+    rank = {name: i for i, name in enumerate(FLOWS_ORDER)}
+    flows = PACKAGE / "flows"
+    assert sorted(p.name for p in flows.iterdir() if (p / "__init__.py").is_file()) == sorted(FLOWS_ORDER)
+    assert [p.name for p in flows.glob("*.py")] == ["__init__.py"]  # every flow in the subpackage of its stage
+    against = []
+    for path in sorted(flows.rglob("*.py")):
+        parts = path.relative_to(flows).parts
+        if len(parts) < 2:
+            continue
+        for module in imports_of(path):
+            there = module.split(".")[2] if module.startswith("buildkit.flows.") else None
+            if there in rank and rank[there] > rank[parts[0]]:
+                against.append(f"{path.relative_to(PACKAGE)} imports {module}")
+    assert against == []

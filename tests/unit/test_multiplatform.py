@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from buildkit.core.errors import ArchError, ConfigError, ImageSourceError, LockError
-from buildkit.flows.multiplatform import platform_requests
-from buildkit.flows.record import IndexRecorded, load_record
+from buildkit.flows.matrix.multiplatform import platform_requests
+from buildkit.flows.reproduce.record import IndexRecorded, load_record
 from buildkit.oci.ociindex import PlatformManifest, index_digest_of, index_document, write_index_archive
 from buildkit.oci.ocilayout import OCI_INDEX, OCI_MANIFEST, OciArchive
 from buildkit.plan.buildkey import index_key
@@ -216,7 +216,7 @@ def test_a_malformed_index_entry_is_one_error(tmp_path):
 
 
 def test_a_matrix_with_several_platforms_has_one_unit_per_platform_and_one_key_per_variant():
-    from buildkit.flows.matrix import local_name
+    from buildkit.flows.matrix.bake import local_name
     from buildkit.plan.matrix import matrix_variants
 
     cfg = load_config(None, {}, {"matrix.archs": (["cpu", "sm_121"], "t"), "matrix.cuda_versions": (["13.1"], "t"),

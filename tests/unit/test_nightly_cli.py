@@ -13,8 +13,8 @@ import yaml
 from click.testing import CliRunner, Result
 
 from buildkit.cli.main import main
-from buildkit.flows.nightlyplan import NightlyPlan
-from buildkit.flows.nightlysummary import Summary, VariantResult
+from buildkit.flows.nightly.plan import NightlyPlan
+from buildkit.flows.nightly.summary import Summary, VariantResult
 
 from test_nightly_jobs import PLAN
 
@@ -32,7 +32,8 @@ def summary() -> Summary:
 @pytest.fixture
 def nightly(monkeypatch, tmp_path):
     """`buildkit nightly ARGS` in a project folder; the runs the command started are in .runs."""
-    from buildkit.flows import nightly as flow, nightlyjobs
+    from buildkit.flows.nightly import run as flow
+    from buildkit.flows.nightly import jobs as nightlyjobs
 
     runs: list[str] = []
 
@@ -118,7 +119,7 @@ def test_a_stray_word_without_json_is_still_a_usage_error(nightly):
 
 
 def test_the_generated_workflow_writes_its_documents_with_summary():
-    from buildkit.flows.ciworkflow import WorkflowOptions, render_workflow
+    from buildkit.flows.nightly.ciworkflow import WorkflowOptions, render_workflow
 
     doc = yaml.safe_load(render_workflow(WorkflowOptions(registry="ghcr.io", install="git+https://x/b@v1",
                                                          cache_ref="ghcr.io/a/x")))

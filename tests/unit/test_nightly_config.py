@@ -14,9 +14,10 @@ import pytest
 
 from buildkit import __version__
 from buildkit.core.paths import templates_sha256
-from buildkit.flows import nightly, nightlyjobs
-from buildkit.flows.nightly import PASSED, Previous, is_current, one_per_key, patch_dir, run_nightly
-from buildkit.flows.nightlyprevious import config_of, stale_reason, update_nightly_record
+from buildkit.flows.nightly import run as nightly
+from buildkit.flows.nightly import jobs as nightlyjobs
+from buildkit.flows.nightly.run import PASSED, Previous, is_current, one_per_key, patch_dir, run_nightly
+from buildkit.flows.nightly.previous import config_of, stale_reason, update_nightly_record
 from buildkit.oci.registry import ManifestInfo
 from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan
 from buildkit.plan.config import load_config

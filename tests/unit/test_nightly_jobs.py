@@ -10,9 +10,9 @@ import os
 import pytest
 
 from buildkit.core.errors import ConfigError
-from buildkit.flows.ciworkflow import cache_budget
-from buildkit.flows.nightlyplan import NightlyPlan
-from buildkit.flows.nightlyjobs import (DEFAULT_RUNNERS, check_runners, github_outputs, label_arch, parse_runners,
+from buildkit.flows.nightly.ciworkflow import cache_budget
+from buildkit.flows.nightly.plan import NightlyPlan
+from buildkit.flows.nightly.jobs import (DEFAULT_RUNNERS, check_runners, github_outputs, label_arch, parse_runners,
                                         plan_summary, read_results, unit_id, write_github_outputs)
 from buildkit.plan.config import load_config
 from buildkit.plan.matrix import matrix_variants
@@ -146,7 +146,7 @@ def test_the_stand_in_runner_has_contains_and_step_outcomes():
 
 
 def test_the_summary_says_whether_a_bench_gate_runs():
-    from buildkit.flows.nightlysummary import NO_GATE, Summary, VariantResult, bench_gate_line
+    from buildkit.flows.nightly.summary import NO_GATE, Summary, VariantResult, bench_gate_line
 
     def night(*results: tuple[str, str]) -> Summary:
         return Summary(repository="r", url="u", branch="b", date="d", old_commit=None, new_commit="c" * 40,

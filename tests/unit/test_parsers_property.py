@@ -17,7 +17,7 @@ from buildkit.oci.imageref import parse_image_ref
 from buildkit.release.lockfile import Lock
 from buildkit.plan.inputs import INPUTS_LABEL, LABEL_PREFIX
 from buildkit.oci.registryauth import parse_www_authenticate
-from buildkit.flows.record import from_labels
+from buildkit.flows.reproduce.record import from_labels
 from buildkit.plan.tags import check_repository, check_tag, next_version, parse_version
 from buildkit.plan.tagset import release_tags
 from buildkit.core.urlcreds import redact_text, split_credentials

@@ -159,8 +159,8 @@ from buildkit.plan.render import render_dockerfile, render_toolchain
 from buildkit.source.cudawheels import norm_arch
 from buildkit.verify.elfcheck import machine_name
 from buildkit.verify.elfdeps import machine_system_dirs
-from buildkit.flows.nightlyjobs import label_arch, parse_runners
-from buildkit.flows.platformcheck import judge_emulation
+from buildkit.flows.nightly.jobs import label_arch, parse_runners
+from buildkit.flows.doctor.platformcheck import judge_emulation
 
 def plan(**values):
     cfg = load_config(None, env={}, overrides={k: (v, "test") for k, v in values.items()})

@@ -10,15 +10,15 @@ import pytest
 
 from buildkit.engine.buildx import BuildOptions
 from buildkit.engine.dockerengine import DockerEngine
-from buildkit.flows.buildspec import build_command
+from buildkit.flows.unit.buildspec import build_command
 from buildkit.core.errors import ReproduceError
 from buildkit.plan.inputs import INPUTS_LABEL, BaseImage
 from buildkit.engine.baseimages import BaseSource
-from buildkit.flows.pipeline import from_refs, inputs_record
+from buildkit.flows.unit.pipeline import from_refs, inputs_record
 from buildkit.plan.buildplan import render_view
 from buildkit.plan.render import RenderResult, render_dockerfile
-from buildkit.flows.record import from_labels, from_lock, select_entry
-from buildkit.flows.reproduce import overrides_for
+from buildkit.flows.reproduce.record import from_labels, from_lock, select_entry
+from buildkit.flows.reproduce.rebuild import overrides_for
 from test_plan_render import plan_for
 
 DIGEST = "sha256:" + "ab" * 32
@@ -164,7 +164,7 @@ def test_the_clean_rebuilds_own_ccache_mount_is_no_dockerfile_difference(tmp_pat
     from dataclasses import replace
     from types import SimpleNamespace
 
-    from buildkit.flows.reproduce import _check_prepared
+    from buildkit.flows.reproduce.rebuild import _check_prepared
     from buildkit.plan.buildplan import PlanOptions, Resolved, clean_ccache_id, make_plan
     from buildkit.plan.render import write_context
 

@@ -2,7 +2,7 @@
 
 1. Resolve the head of `source.branch` with `git ls-remote` (no mirror, no clone).
 2. For every variant of the matrix (see plan/matrix.py), find what it was last built from
-   (flows/nightlyprevious.py). The registry is the truth, the lock a shortcut: one HEAD request for
+   (flows/nightly/previous.py). The registry is the truth, the lock a shortcut: one HEAD request for
    `nightly-<variant>` gives the digest the world sees; if the lock's `nightly` record holds that
    same digest, its commit and patch-set hash, and the inputs of the lock's entry of that digest,
    are used (nothing more to ask). Otherwise (a fresh CI runner without the lock, a lock from
@@ -19,13 +19,13 @@
    built or pushed), with `docker buildx bake`, verified, and each pushed on its own with the
    version `<next patch>-nightly.<YYYYMMDD>` (`.<n>` appended for a second nightly on the same
    day: immutable tags never move) and the moving tag `nightly-<variant>`; a CUDA variant's tests
-   image (flows/testsimage.py) after it, under `bk-<key>-<variant>-tests` only. A variant that fails
+   image (flows/unit/testsimage.py) after it, under `bk-<key>-<variant>-tests` only. A variant that fails
    anywhere keeps its previous images and tags and does not stop the others.
 4. The lock gets each published variant's entry, and its `nightly` record (commit, patch set,
    digest, version per variant) is updated.
 5. A summary (JSON, and Markdown for $GITHUB_STEP_SUMMARY): old and new commit, the changelog
    (`git log old..new`), each variant's result, digest, tags, build time and whether it was skipped.
-CI splits steps 1-3 into jobs (flows/nightlyjobs.py); `promote` makes a nightly a release.
+CI splits steps 1-3 into jobs (flows/nightly/jobs.py); `promote` makes a nightly a release.
 """
 
 from __future__ import annotations
@@ -41,20 +41,20 @@ from typing import TYPE_CHECKING, Any
 
 import semver
 
-from buildkit.flows.buildunit import LOADED, Publication, UnitOptions
-from buildkit.flows.matrix import assemble_indexes, build_matrix, index_platforms, IndexBuild
-from buildkit.flows.cudacontexts import cache_root
-from buildkit.flows.pipeline import build_options, Prepared
-from buildkit.flows.testsimage import builds_tests, registry_tests_tag
-from buildkit.flows.multiplatform import record_index
-from buildkit.flows.signpublished import index_sign_step
+from buildkit.flows.unit.buildunit import LOADED, Publication, UnitOptions
+from buildkit.flows.matrix.bake import assemble_indexes, build_matrix, index_platforms, IndexBuild
+from buildkit.flows.unit.cudacontexts import cache_root
+from buildkit.flows.unit.pipeline import build_options, Prepared
+from buildkit.flows.unit.testsimage import builds_tests, registry_tests_tag
+from buildkit.flows.matrix.multiplatform import record_index
+from buildkit.flows.unit.signpublished import index_sign_step
 from buildkit.plan import patchqueue
 from buildkit.plan.matrix import Variant, matrix_variants
 # the nightly's API, re-exported explicitly (`X as X`: strict mypy's no_implicit_reexport)
-from buildkit.flows.nightlysummary import (FAILED as FAILED, PASSED as PASSED, SKIPPED as SKIPPED,
+from buildkit.flows.nightly.summary import (FAILED as FAILED, PASSED as PASSED, SKIPPED as SKIPPED,
                                            Summary as Summary, VariantResult as VariantResult,
                                            write_summaries as write_summaries)
-from buildkit.flows.nightlyprevious import (Previous as Previous, is_current as is_current,
+from buildkit.flows.nightly.previous import (Previous as Previous, is_current as is_current,
                                             nightly_tag as nightly_tag, old_commit_of as old_commit_of,
                                             one_per_key as one_per_key, previous_builds as previous_builds,
                                             read_nightly_record as read_nightly_record,

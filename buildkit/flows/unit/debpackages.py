@@ -33,7 +33,7 @@ from buildkit.engine.specs import BuildSpec
 from buildkit.oci.imagesource import open_image
 from buildkit.plan.aptpins import keyed_packages
 from buildkit.release.sbom import STATUS_LIMIT, DebPackage, OsRelease, image_contents, installed, os_release
-from buildkit.flows.pipeline import Prepared
+from buildkit.flows.unit.pipeline import Prepared
 
 BUILD_PACKAGES_TARGET = "build-packages"  # templates/_devel.j2
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from buildkit.core.errors import BuildkitError
 from buildkit.engine.buildx import BuildOptions, BuildResult
-from buildkit.flows.buildspec import build_spec
+from buildkit.flows.unit.buildspec import build_spec
 from buildkit.oci.digest import Digest
 from buildkit.plan.inputs import BUILD_KEY_LABEL
 from buildkit.plan.tags import TagSet, build_key_tag
@@ -35,7 +35,7 @@ from buildkit.verify.buildfailure import run_build_explained
 
 if TYPE_CHECKING:
     from buildkit.engine.api import Engine, Images, OutStream
-    from buildkit.flows.pipeline import Prepared
+    from buildkit.flows.unit.pipeline import Prepared
     from buildkit.oci.imageref import ImageRef
     from buildkit.oci.registry import RegistryClient
     from buildkit.plan.archs import Arch

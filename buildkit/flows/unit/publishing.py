@@ -1,6 +1,6 @@
 """Publishing a build (`buildkit build --push`, `buildkit push`): what the registry and the engine
 already hold decides whether to build; a build (or the engine's image) then goes through the build
-unit's flow (flows/buildunit.py: build, verify, lock, publish, lock), one already published only
+unit's flow (flows/unit/buildunit.py: build, verify, lock, publish, lock), one already published only
 gets its missing tags and its lock entry."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 from buildkit.core.errors import ConfigError, LockError, RegistryError
 from buildkit.engine.api import Engine, Images, OutStream
 from buildkit.engine.buildx import BuildOptions, BuildResult, check_buildx
-from buildkit.flows.buildunit import RELEASE, Publication, UnitOptions, run_unit
-from buildkit.flows.pipeline import Prepared, build_options, prepared_context
-from buildkit.flows.testsimage import build_tests_image, push_tests_image, registry_tests_tag, tests_of_image
+from buildkit.flows.unit.buildunit import RELEASE, Publication, UnitOptions, run_unit
+from buildkit.flows.unit.pipeline import Prepared, build_options, prepared_context
+from buildkit.flows.unit.testsimage import build_tests_image, push_tests_image, registry_tests_tag, tests_of_image
 from buildkit.oci.imageref import ImageRef
 from buildkit.oci.registry import RegistryClient, client_for
 from buildkit.plan.buildplan import make_request
@@ -26,7 +26,7 @@ from buildkit.plan.tagset import TagTarget, publication_tags
 from buildkit.release.lock import LockEntry
 from buildkit.release.lockfile import Lock, record
 from buildkit.release.ownership import Proof, image_signature_proof, key_parameters, prove
-from buildkit.flows.signpublished import sign_step
+from buildkit.flows.unit.signpublished import sign_step
 from buildkit.release.artifact import Image, SignStep
 from buildkit.release.publish import (VERSION_LABEL, Prover, PublishResult, check_immutable_free,
                                       image_labels, local_image_with_key, publish,
@@ -44,7 +44,7 @@ def build_and_push(cfg: ResolvedConfig, engine: Engine, *, version: str | None =
     never loaded without verify, else loaded for the checks only and its tags removed after the push.
     extra_tags (--tag) are local tags and pushed as moving tags too. before_build runs only when there is
     something to compile (the registry and the engine lack this build key), before the compile: `build`'s
-    deferred disk check. tests: the tests image too (flows/testsimage.py), pushed after the image under
+    deferred disk check. tests: the tests image too (flows/unit/testsimage.py), pushed after the image under
     bk-<key>-<variant>-tests; PublishResult.tests says where."""
     request = make_request(cfg)
     if version is not None:

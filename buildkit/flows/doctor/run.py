@@ -31,15 +31,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from buildkit.core.errors import BuildError, BuildkitError, ConfigError
-from buildkit.flows.basecheck import check_bases
-from buildkit.flows.cudacontexts import cache_root
-from buildkit.flows.diskcheck import check_disk, disk_kind, required_gb
+from buildkit.flows.doctor.basecheck import check_bases
+from buildkit.flows.unit.cudacontexts import cache_root
+from buildkit.flows.doctor.diskcheck import check_disk, disk_kind, required_gb
 from buildkit.core.check import Check, Status
-from buildkit.flows.doctorcheck import Variant
-from buildkit.flows.enginecheck import check_buildx_and_builder, check_engine, engine_info
-from buildkit.flows.multiplatform import platform_requests
-from buildkit.flows.platformcheck import check_driver, check_emulation, judge_cross_cuda
-from buildkit.flows.registrycheck import check_registry
+from buildkit.flows.doctor.check import Variant
+from buildkit.flows.doctor.enginecheck import check_buildx_and_builder, check_engine, engine_info
+from buildkit.flows.matrix.multiplatform import platform_requests
+from buildkit.flows.doctor.platformcheck import check_driver, check_emulation, judge_cross_cuda
+from buildkit.flows.doctor.registrycheck import check_registry
 from buildkit.plan.archs import parse_cuda_version
 from buildkit.plan.buildplan import make_request, BuildRequest
 from buildkit.plan.platforms import is_multi

@@ -10,7 +10,7 @@ from pathlib import Path
 from buildkit.core.boundedread import read_regular
 from buildkit.core.compilework import CompileCurve
 from buildkit.core.wholefile import write_whole
-from buildkit.flows.cudacontexts import cache_root
+from buildkit.flows.unit.cudacontexts import cache_root
 from buildkit.plan.buildplan import BuildRequest
 from buildkit.plan.config import ResolvedConfig
 

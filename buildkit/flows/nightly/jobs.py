@@ -9,7 +9,7 @@ variant takes ~45 min and ~8 GB of disk), so the workflow of `buildkit ci github
    set, or an input the config decides changed) become the GitHub matrix, each with the runner
    label that builds it natively and the reason. Nothing to build: the workflow ends here.
 2. job (`run_job`): build, verify and push one unit at the planned commit and version, by digest
-   under its build-key tag `bk-<key>-<variant>` only, and a CUDA unit's tests image (flows/testsimage.py)
+   under its build-key tag `bk-<key>-<variant>` only, and a CUDA unit's tests image (flows/unit/testsimage.py)
    under `bk-<key>-<variant>-tests`; its result (digest, build key, checks, the tests image's digest) is
    a small JSON file the workflow carries to the next job as an artifact.
 3. assemble (`assemble`): from the jobs' digests, through the registry API only (nothing built,
@@ -31,13 +31,13 @@ import tempfile
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from buildkit.flows.cudacontexts import check_cuda_available
+from buildkit.flows.unit.cudacontexts import check_cuda_available
 from buildkit.core.savefile import write_or_keep
-from buildkit.flows.buildunit import BY_DIGEST, Publication, UnitOptions
-from buildkit.flows.matrix import build_matrix
-from buildkit.flows.pipeline import build_options, Prepared
-from buildkit.flows.testsimage import builds_tests, registry_tests_tag, tests_of_image
-from buildkit.flows.signpublished import write_predicates, index_sign_step
+from buildkit.flows.unit.buildunit import BY_DIGEST, Publication, UnitOptions
+from buildkit.flows.matrix.bake import build_matrix
+from buildkit.flows.unit.pipeline import build_options, Prepared
+from buildkit.flows.unit.testsimage import builds_tests, registry_tests_tag, tests_of_image
+from buildkit.flows.unit.signpublished import write_predicates, index_sign_step
 from buildkit.oci.ociindex import PlatformManifest, index_document
 from buildkit.oci.ocilayout import sha256_digest
 from buildkit.plan.buildkey import index_key
@@ -45,12 +45,12 @@ from buildkit.plan.patchqueue import queue_required
 from buildkit.core.boundedread import MiB, read_json_object
 from buildkit.core.errors import BuildkitError, ConfigError, PatchError, TamperedError
 from buildkit.core.platforms import ARCHES
-from buildkit.flows.nightlyplan import (Excluded, JobResult, NightlyPlan, PlannedPrevious, PlannedUnit,
+from buildkit.flows.nightly.plan import (Excluded, JobResult, NightlyPlan, PlannedPrevious, PlannedUnit,
                                         PlannedVariant)
-from buildkit.flows.nightly import (ls_remote_head, nightly_tags, nightly_version, normalise_url, patch_dir,
+from buildkit.flows.nightly.run import (ls_remote_head, nightly_tags, nightly_version, normalise_url, patch_dir,
                                     repository_of, today)
-from buildkit.flows.nightlyprevious import nightly_tag, old_commit_of, one_per_key, previous_builds, stale_variants
-from buildkit.flows.nightlysummary import FAILED, PASSED, SKIPPED, Summary, VariantResult
+from buildkit.flows.nightly.previous import nightly_tag, old_commit_of, one_per_key, previous_builds, stale_variants
+from buildkit.flows.nightly.summary import FAILED, PASSED, SKIPPED, Summary, VariantResult
 from buildkit.oci.registry import RegistryClient, client_for
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.matrix import Variant, bake_target_name, matrix_variants

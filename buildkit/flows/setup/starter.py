@@ -17,7 +17,7 @@ from pathlib import Path
 from buildkit.core.errors import ConfigError
 from buildkit.core.urlcreds import split_credentials
 from buildkit.core.wholefile import write_whole
-from buildkit.flows.nightly import ls_remote_default, normalise_url
+from buildkit.flows.nightly.run import ls_remote_default, normalise_url
 from buildkit.plan.archs import get_arch
 from buildkit.plan.buildplan import make_request
 from buildkit.plan.config import CONFIG_FILE, KEY_BY_NAME, ConfigDocument, load_config

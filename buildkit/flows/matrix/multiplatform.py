@@ -24,10 +24,10 @@ from buildkit.core.errors import BuildkitError, ConfigError, RegistryError
 from buildkit.core.progress import stage
 from buildkit.engine.api import Engine, Images, OutStream
 from buildkit.engine.buildx import BuildResult, check_buildx
-from buildkit.flows.buildunit import UnitOptions, run_unit
-from buildkit.flows.debpackages import debian_packages
-from buildkit.flows.pipeline import Prepared, build_options, prepared_context
-from buildkit.flows.signpublished import index_sign_step
+from buildkit.flows.unit.buildunit import UnitOptions, run_unit
+from buildkit.flows.unit.debpackages import debian_packages
+from buildkit.flows.unit.pipeline import Prepared, build_options, prepared_context
+from buildkit.flows.unit.signpublished import index_sign_step
 from buildkit.oci.ociindex import write_index_archive
 from buildkit.oci.registry import client_for, RegistryClient
 from buildkit.oci.ocilayout import Descriptor, json_document
@@ -57,7 +57,7 @@ class PlatformBuild:
     prepared: Prepared
     result: BuildResult
     report: VerifyReport
-    packages: dict[str, Any] | None = None  # its Debian packages (flows/debpackages.py), when it was built here
+    packages: dict[str, Any] | None = None  # its Debian packages (flows/unit/debpackages.py), when it was built here
 
     def entry(self, engine: Images) -> LockEntry:
         """This platform's lock entry (LockEntry.of its plan and its build; engine: the one holding its image)."""

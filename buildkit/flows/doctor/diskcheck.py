@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from buildkit.core.check import Check, Status
-from buildkit.flows.doctorcheck import Variant
+from buildkit.flows.doctor.check import Variant
 
 # Free disk space (GB) a build needs on the engine's data root, by variant kind: the base images,
 # the build stage's layers, the exported archive and the loaded image, plus the ccache mount.

@@ -14,7 +14,7 @@ from buildkit.core.platforms import ARCHES, NVIDIA_CROSS, machine_arch
 from buildkit.plan.platforms import cpu_arch, cuda_char_flags
 from buildkit.verify import binfmt
 from buildkit.core.check import Check, Status
-from buildkit.flows.doctorcheck import Variant, last_line, run_tool, version_tuple
+from buildkit.flows.doctor.check import Variant, last_line, run_tool, version_tuple
 
 # Minimum host driver per CUDA major, NVIDIA's "CUDA Toolkit 11.x, 12.x, and 13.x Minimum Required
 # Driver Versions" table (docs.nvidia.com/deploy/cuda-compatibility, minor version compatibility):

@@ -15,11 +15,11 @@ from typing import Any, TYPE_CHECKING, cast
 
 from buildkit.core.errors import BuildkitError
 from buildkit.engine.bake import TargetOutcome, run_bake
-from buildkit.flows.pipeline import prepare, check_build_machine, Prepared
-from buildkit.flows.buildspec import build_spec
-from buildkit.flows.buildunit import UnitOptions, attempt_unit, UnitResult
+from buildkit.flows.unit.pipeline import prepare, check_build_machine, Prepared
+from buildkit.flows.unit.buildspec import build_spec
+from buildkit.flows.unit.buildunit import UnitOptions, attempt_unit, UnitResult
 from buildkit.engine.buildx import check_buildx, BuildOptions, BuildResult
-from buildkit.flows.multiplatform import PlatformBuild, record_index
+from buildkit.flows.matrix.multiplatform import PlatformBuild, record_index
 from buildkit.oci.imageref import tag_of
 from buildkit.engine.bakefile import bake_document, bake_target, write_bake_file
 from buildkit.oci.ociindex import write_index_archive
@@ -88,7 +88,7 @@ def matrix_document(variants: Sequence[Variant], prepared: dict[str, Prepared], 
 
 # prepared: a Prepared (Any: tests/unit/test_engine_seam.py passes a class with its plan and CUDA roots only)
 def verify_variant(prepared: Any, outcome: TargetOutcome, engine: Engine) -> tuple[VerifyReport | None, str]:
-    """(report, error): the build unit's verify stage alone (flows/buildunit.py); a failed image loses its tags."""
+    """(report, error): the build unit's verify stage alone (flows/unit/buildunit.py); a failed image loses its tags."""
     assert outcome.result is not None
     unit = attempt_unit(prepared, UnitOptions(stages=False), engine=engine, built=outcome.result)
     return (unit.report if unit.ok or unit.report.checks else None), unit.error
@@ -100,7 +100,7 @@ def build_matrix(variants: Sequence[Variant], options: BuildOptions, work_dir: P
                  finish: Callable[[Variant, Prepared], UnitOptions] | None = None,
                  ) -> tuple[list[VariantBuild], Path | None]:
     """Prepare every variant, bake them all, then each built unit through the build unit's flow
-    (flows/buildunit.py) after its build: verify, and the lock entry and publication finish(variant,
+    (flows/unit/buildunit.py) after its build: verify, and the lock entry and publication finish(variant,
     prepared) asks for (none without it). A variant that fails at any stage is reported and does not
     stop the others. Returns (builds in matrix order, bake file)."""
     prepared, errors = prepare_matrix(variants, work_dir, engine, stop_on=stop_on)
@@ -148,7 +148,7 @@ class IndexBuild:
 
 
 def index_platforms(index: IndexBuild) -> list[PlatformBuild]:
-    """The platforms of a baked multi-platform variant as flows/multiplatform's PlatformBuilds."""
+    """The platforms of a baked multi-platform variant as flows/matrix/multiplatform's PlatformBuilds."""
     out = []
     for u in index.units:  # an index is made (index.ok) only of platforms that were built
         assert u.prepared is not None and u.outcome is not None and u.outcome.result is not None

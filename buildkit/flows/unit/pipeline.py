@@ -35,12 +35,13 @@ from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.cpulevels import gcc_line
 from buildkit.release.lockfile import Lock
 from buildkit.verify.cpuhost import host_cpu_id
-from buildkit.flows.cudacontexts import cache_root as cache_root, check_cuda_available, cuda_contexts  # (cli uses it)
+# (cli uses it)
+from buildkit.flows.unit.cudacontexts import cache_root as cache_root, check_cuda_available, cuda_contexts
 from buildkit.core.errors import BuildkitError, ConfigError, SourceError
 from buildkit.release.lock import BuildOutcome
 
 if TYPE_CHECKING:  # buildunit builds on this module
-    from buildkit.flows.buildunit import UnitResult
+    from buildkit.flows.unit.buildunit import UnitResult
 from buildkit.plan import patchqueue
 from buildkit.source.patches import PatchQueue, apply_patches, load_patch_queue
 from buildkit.core.progress import stage
@@ -372,10 +373,10 @@ def check_build_machine(request: BuildRequest, engine: Host, stream: OutStream |
 def build(cfg: ResolvedConfig, engine: Engine, *, extra_tags: tuple[str, ...] = (), verify: bool = True,
           work_dir: Path | None = None, stream: OutStream | None = None, no_cache: bool = False,
           tests: bool = False) -> UnitResult:
-    """Prepare, then the build unit's flow (flows/buildunit.py): build, verify, write the lock.
+    """Prepare, then the build unit's flow (flows/unit/buildunit.py): build, verify, write the lock.
     no_cache: build from a clean state (buildx --no-cache), as build.no_cache does. tests: then the
-    tests target from the same context (flows/testsimage.py). A UnitResult."""
-    from buildkit.flows.buildunit import UnitOptions, run_unit  # (it builds on this module)
+    tests target from the same context (flows/unit/testsimage.py). A UnitResult."""
+    from buildkit.flows.unit.buildunit import UnitOptions, run_unit  # (it builds on this module)
 
     request = make_request(cfg)  # refuse a bad request before anything else
     options = build_options(cfg, engine)

@@ -46,9 +46,9 @@ from buildkit.oci.imagesource import open_image
 from buildkit.oci.ocilayout import OciArchive
 from buildkit.plan.inputs import INPUTS, cuda_wheel_hashes
 from buildkit.source.patches import load_patch_queue
-from buildkit.flows.buildspec import build_spec
-from buildkit.flows.pipeline import patch_dir, prepare
-from buildkit.flows.record import IndexRecorded, Recorded
+from buildkit.flows.unit.buildspec import build_spec
+from buildkit.flows.unit.pipeline import patch_dir, prepare
+from buildkit.flows.reproduce.record import IndexRecorded, Recorded
 from buildkit.oci.imageref import name_of
 from buildkit.plan.buildplan import clean_ccache_id, make_request
 from buildkit.plan.aptpins import pins_from_record

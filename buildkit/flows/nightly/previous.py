@@ -1,4 +1,4 @@
-"""What each variant's nightly tag was built from, and why it must be built again (flows/nightly.py step 2).
+"""What each variant's nightly tag was built from, and why it must be built again (flows/nightly/run.py step 2).
 
 The registry is the truth, the lock a shortcut: one HEAD request for `nightly-<variant>` gives the
 digest the world sees. When the lock's nightly record holds that digest, its commit and patch set are

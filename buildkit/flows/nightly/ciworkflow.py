@@ -5,14 +5,14 @@ render.templates_sha256, does not change with it). The workflow holds secret *re
 (`${{ secrets.NAME }}`) only, never values: the names are checked to be secret names, and no
 value from the environment is read.
 
-The workflow (see flows/nightlyjobs.py for the three steps of buildkit it runs):
+The workflow (see flows/nightly/jobs.py for the three steps of buildkit it runs):
 
 * plan, on a hosted runner, in seconds: `buildkit nightly --plan` resolves the head, asks the
   registry, and gives the matrix of units (variant x platform) to build; with none, the run ends.
 * build, one job per unit (`strategy.matrix` from the plan's output, fail-fast off), each on a
   runner of the CPU it compiles on (--runner ARCH=LABELS): install buildkit from its git
   repository (`pip install git+URL@COMMIT`: not on PyPI; by default the URL and commit of the running
-  buildkit, flows/installorigin.py), free disk space, restore the unit's ccache
+  buildkit, flows/nightly/installorigin.py), free disk space, restore the unit's ccache
   (actions/cache, key unit + commit, falling back to the unit's last entry) into the builder,
   `buildkit nightly --job UNIT` (build, verify, push by digest under the build-key tag), and only
   when it built: save the ccache and delete the entry it replaces (one entry per unit).
@@ -49,8 +49,8 @@ from buildkit.core.paths import templates_dir
 from buildkit.core.platforms import default_platform
 from buildkit.core.boundedread import MiB, read_regular
 from buildkit.core.wholefile import write_whole
-from buildkit.flows.installorigin import install_spec
-from buildkit.flows.nightlyjobs import DEFAULT_RUNNERS
+from buildkit.flows.nightly.installorigin import install_spec
+from buildkit.flows.nightly.jobs import DEFAULT_RUNNERS
 from buildkit.plan.matrix import Variant
 
 TEMPLATE = "ci/github-nightly.yml.j2"

@@ -1,4 +1,4 @@
-"""The contracts between the nightly's CI jobs (flows/nightlyjobs.py): the plan the plan job writes and
+"""The contracts between the nightly's CI jobs (flows/nightly/jobs.py): the plan the plan job writes and
 every job and assemble read, and the result each job writes for assemble. Frozen dataclasses with one
 JSON form each, carrying their format's version (`plan_version`, `result_version`: `version` is the
 night's release version): a document of another version, or of none, is one ConfigError that says so,

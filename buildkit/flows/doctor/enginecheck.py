@@ -12,7 +12,7 @@ from buildkit.core.errors import BuildError
 from buildkit.engine.api import EngineError, Host
 from buildkit.engine.buildx import MIN_BUILDX, check_buildx
 from buildkit.core.check import Check, Status
-from buildkit.flows.doctorcheck import version_tuple
+from buildkit.flows.doctor.check import version_tuple
 
 MIN_ENGINE = (23, 0)  # BuildKit as the default builder, `docker buildx` integration
 

@@ -1,6 +1,6 @@
 """One build unit, start to end: build → verify → lock entry → tests image → publish, always in that order.
 
-A unit is one prepared image (flows/pipeline.prepare: source fetched, plan made, context rendered).
+A unit is one prepared image (flows/unit/pipeline.prepare: source fetched, plan made, context rendered).
 Every flow that builds runs its units through here: `build` (pipeline.build), `build --push`
 (publishing.build_and_push), each platform of a multi-platform build (multiplatform.build_multi:
 verify only, its lock entries go with the index), and, after `docker buildx bake` built the images,
@@ -10,7 +10,7 @@ bake's result and the build stage is skipped).
 The order is what makes a failure safe: an image that fails verification loses its tags
 (verify/gate.py) and gets no lock entry; nothing unverified is pushed; the lock's entry of a
 publication is written only after the registry has it. A unit asked for its tests image
-(flows/testsimage.py: `build --tests`, a nightly unit) builds it once the image is verified, from the
+(flows/unit/testsimage.py: `build --tests`, a nightly unit) builds it once the image is verified, from the
 same context; a tests image that does not build fails the unit before anything is pushed, and a
 publication pushes it after the image, under its own tag only.
 """
@@ -28,11 +28,11 @@ from buildkit.core.errors import BuildkitError
 from buildkit.core.progress import stage
 from buildkit.engine.api import Engine
 from buildkit.engine.buildx import BuildOptions, BuildResult
-from buildkit.flows.buildspec import build_spec
-from buildkit.flows.debpackages import debian_packages
-from buildkit.flows.compiletimes import compile_curve_path, read_compile_curve, save_compile_curve
-from buildkit.flows.testsimage import BuiltTestsImage, build_tests_image, push_tests_image
-from buildkit.flows.pipeline import Prepared, build_options, check_build_machine, last_build_seconds
+from buildkit.flows.unit.buildspec import build_spec
+from buildkit.flows.unit.debpackages import debian_packages
+from buildkit.flows.unit.compiletimes import compile_curve_path, read_compile_curve, save_compile_curve
+from buildkit.flows.unit.testsimage import BuiltTestsImage, build_tests_image, push_tests_image
+from buildkit.flows.unit.pipeline import Prepared, build_options, check_build_machine, last_build_seconds
 from buildkit.source.cudasource import cuda_object_count
 from buildkit.oci.imageref import ImageRef
 from buildkit.oci.registry import RegistryClient
@@ -40,7 +40,7 @@ from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.tags import TagSet
 from buildkit.release.lock import LockEntry
 from buildkit.release.lockfile import record, write_lock_entry
-from buildkit.flows.signpublished import sign_step
+from buildkit.flows.unit.signpublished import sign_step
 from buildkit.release.artifact import Image, Published, SignStep
 from buildkit.release.publish import local_image, publish, tag_locally
 from buildkit.release.signer import Signer
@@ -80,7 +80,7 @@ class UnitOptions:
     lock_first: bool = True
     publish: Publication | None = None
     build: BuildOptions | None = None  # the build stage's (default: the config's)
-    tests: bool = False  # also build the tests image (flows/testsimage.py), once the image is verified
+    tests: bool = False  # also build the tests image (flows/unit/testsimage.py), once the image is verified
     stages: bool = True  # the stage lines on stderr (a bake's units have the bake's log instead)
     stream: Any = None
 
@@ -202,7 +202,7 @@ def _entry(prepared: Prepared, result: BuildResult, packages: dict[str, Any] | N
 
 
 def _packages(run: _Run, result: BuildResult, cfg: ResolvedConfig | None) -> dict[str, Any]:
-    """The lock entry's debian_packages of result (flows/debpackages.py)."""
+    """The lock entry's debian_packages of result (flows/unit/debpackages.py)."""
     options = run.options.build or _options(cfg, run.engine)
     return debian_packages(run.prepared, result, options, run.engine)
 

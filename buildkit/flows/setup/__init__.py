@@ -1,0 +1,1 @@
+"""Setting up: a starting project (`buildkit init`), a Debian base image made here (`buildkit base debian`)."""
