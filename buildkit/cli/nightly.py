@@ -13,7 +13,7 @@ from buildkit.cli.output import emit_json, json_text
 from buildkit.cli.signing import make_signer, sign_key_option
 from buildkit.core.errors import ConfigError
 from buildkit.engine.api import get_engine
-from buildkit.flows.nightly.summary import PASSED
+from buildkit.flows.nightly.plan import VariantStatus
 
 if TYPE_CHECKING:
     from buildkit.plan.config import ResolvedConfig
@@ -147,7 +147,7 @@ def nightly(as_json: bool, summary_path: str | None, date: str | None, force: bo
             summary.bench_gate = bench_gate_line(bench_gate, summary)
         # what the night published (an index, or a job's image), for the workflow's keyless signing step
         published = [f"{repository_of(cfg).name}@{v.digest}" for v in summary.variants
-                     if v.status == PASSED and not v.skipped and v.digest]
+                     if v.status == VariantStatus.PASSED and not v.skipped and v.digest]
         outputs = {"published": " ".join(published)}
         if bench_gate not in (None, "none"):  # the tests images the gate job pulls by digest
             from buildkit.flows.nightly.summary import gate_tests
@@ -221,13 +221,13 @@ def _ci_step(cfg: ResolvedConfig, as_json: bool, summary_path: str | None, plan_
                          engine=get_engine())
         name = repository_of(cfg).name
         outputs = {"built": "true" if result.built else "false",  # reference: what the job pushed, to sign
-                   "reference": f"{name}@{result.digest}" if result.status == PASSED else "",
+                   "reference": f"{name}@{result.digest}" if result.status == VariantStatus.PASSED else "",
                    # its tests image (not signed: the gate's input, pulled by this digest; flows/unit/testsimage.py)
-                   "tests_reference": f"{name}@{result.tests_digest}" if result.status == PASSED
+                   "tests_reference": f"{name}@{result.tests_digest}" if result.status == VariantStatus.PASSED
                    and result.tests_digest else ""}
         line = (f"{result.unit}: {result.status} {result.digest or result.error}").rstrip()
         problems = []
-        data, ok = result.to_dict(), result.status == PASSED
+        data, ok = result.to_dict(), result.status == VariantStatus.PASSED
     problems += write_github_outputs(outputs)
     if as_json:
         emit_json(data)

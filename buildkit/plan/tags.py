@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import semver
 
@@ -131,11 +132,14 @@ def build_key_tag(build_key: str, variant_name: str) -> str:
     return f"bk-{build_key[:24]}-{variant_name}"
 
 
+TagKind = Literal["immutable", "moving"]  # an immutable tag never moves to another digest
+
+
 @dataclass(frozen=True)
 class TagRule:
     """A tag a publish writes whose name is known only then (or only to another command)."""
     pattern: str
-    kind: str  # immutable or moving
+    kind: TagKind
     when: str
 
 

@@ -19,19 +19,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import semver
 
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.tags import TagSet, build_key_tag, check_tag, parse_version
 
-ROLES = ("version", "sha", "build_key", "nightly", "variant", "latest", "extra")
+Role = Literal["version", "sha", "build_key", "nightly", "variant", "latest", "extra"]
+ROLES: tuple[Role, ...] = get_args(Role)
 
 
 @dataclass(frozen=True)
 class Tag:
     name: str
-    role: str  # one of ROLES
+    role: Role
     immutable: bool  # an immutable tag never moves to another digest
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import MISSING, asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, Literal
 
 from buildkit.core.errors import LockError
 from buildkit.core.platforms import DEFAULT_PLATFORM
@@ -22,6 +22,10 @@ from buildkit.plan.inputs import BaseImage, BuildInputs, from_lock_entry
 from buildkit.plan.schema import JSON_TYPES, JsonType, json_type
 from buildkit.plan.buildplan import BuildPlan
 from buildkit.plan.tags import artifact_variant
+
+# How buildx exported the image: "oci" (reproducible: OCI exporter, rewrite-timestamp, then loaded) or "load".
+# LockEntry.exporter stays str: a lock is read as written ("" in one written before the field).
+Exporter = Literal["oci", "load"]
 
 
 @dataclass(frozen=True)
@@ -32,7 +36,7 @@ class BuildOutcome:
     image_digest: str = ""
     image_id: str = ""  # the engine's id of the loaded image
     tags: tuple[str, ...] = ()
-    exporter: str = "load"  # "oci" or "load" (LockEntry.exporter)
+    exporter: Exporter = "load"  # LockEntry.exporter
     build_seconds: float = 0.0
     build_started: str = ""  # RFC 3339, UTC ("" without a build here)
     build_finished: str = ""

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from buildkit.engine.api import ImageInfo, Images, OutStream
 from buildkit.oci.ocilayout import Descriptor, json_document, OCI_INDEX, OciArchive, push_layout, INDEX_TYPES
@@ -48,6 +49,9 @@ from buildkit.release.artifact import Artifact, Image, Index, Published, SignSte
 from buildkit.release.ownership import Proof
 
 VERSION_LABEL = "org.opencontainers.image.version"
+# Where a published result came from: "built" this run, the "engine" (an image with this build key was already
+# loaded) or the "registry" (it had this build key: nothing built, nothing pushed)
+Origin = Literal["built", "engine", "registry"]
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,7 @@ class PublishResult:
     digest: str
     tags: tuple[str, ...]  # every tag of this build, now pointing at digest
     added: tuple[str, ...]  # tags this run created or moved
-    origin: str  # "built", "engine" (an image with this build key was already loaded) or "registry"
+    origin: Origin
     build_key: str
     signed: tuple[str, ...] = ()  # the signature and attestation references written
     tests: str = ""  # build --tests --push: the tests image, repository@digest (flows/unit/testsimage.py)

@@ -9,7 +9,7 @@ import pytest
 
 from buildkit.source.changelog import changelog
 from buildkit.core.errors import ConfigError, SourceError
-from buildkit.flows.nightly.run import (FAILED, PASSED, SKIPPED, Summary, VariantResult, ls_remote_head, nightly_tags,
+from buildkit.flows.nightly.run import (VariantStatus, Summary, VariantResult, ls_remote_head, nightly_tags,
                               nightly_version, write_summaries)
 from buildkit.release.promote import promote
 from buildkit.source.changelog import Changelog, Commit
@@ -74,10 +74,11 @@ def summary(**kw) -> Summary:
     s = Summary(repository="127.0.0.1:5000/n/t", url="git://x/y", branch="master", date="20261130",
                 old_commit="a" * 40, new_commit="b" * 40, version="0.1.0-nightly.20261130",
                 changelog=Changelog("a" * 40, "b" * 40, (Commit("b" * 40, "fix: pipes | in subjects"),)))
-    s.variants = [VariantResult("cpu", "cpu", None, "server", PASSED, digest="sha256:" + "1" * 64,
+    s.variants = [VariantResult("cpu", "cpu", None, "server", VariantStatus.PASSED, digest="sha256:" + "1" * 64,
                                 tags=["0.1.0-nightly.20261130-cpu", "nightly-cpu"], build_seconds=12.3),
-                  VariantResult("cuda13.1-sm120", "sm_120", "13.1", "server", FAILED, error="build failed: x"),
-                  VariantResult("cuda13.1-sm89", "sm_89", "13.1", "server", SKIPPED)]
+                  VariantResult("cuda13.1-sm120", "sm_120", "13.1", "server", VariantStatus.FAILED,
+                                error="build failed: x"),
+                  VariantResult("cuda13.1-sm89", "sm_89", "13.1", "server", VariantStatus.SKIPPED)]
     for key, value in kw.items():
         setattr(s, key, value)
     return s

@@ -13,7 +13,7 @@ import yaml
 from click.testing import CliRunner, Result
 
 from buildkit.cli.main import main
-from buildkit.flows.nightly.plan import NightlyPlan
+from buildkit.flows.nightly.plan import NightlyPlan, VariantStatus
 from buildkit.flows.nightly.summary import Summary, VariantResult
 
 from test_nightly_jobs import PLAN
@@ -26,7 +26,8 @@ def summary() -> Summary:
     return Summary(repository="r.example/t/l", url="git://x/f", branch="master", date="20261202",
                    old_commit="b" * 40, new_commit=C, version="0.1.1-nightly.20261202",
                    variants=[VariantResult(variant="cpu", arch="cpu", cuda_version=None, target="server",
-                                           status="passed", digest="sha256:" + "1" * 64, build_seconds=12.0)])
+                                           status=VariantStatus.PASSED, digest="sha256:" + "1" * 64,
+                                           build_seconds=12.0)])
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from buildkit import __version__
 from buildkit.core.paths import templates_sha256
 from buildkit.flows.nightly import run as nightly
 from buildkit.flows.nightly import jobs as nightlyjobs
-from buildkit.flows.nightly.run import PASSED, Previous, is_current, one_per_key, patch_dir, run_nightly
+from buildkit.flows.nightly.run import Previous, VariantStatus, is_current, one_per_key, patch_dir, run_nightly
 from buildkit.flows.nightly.previous import config_of, stale_reason, update_nightly_record
 from buildkit.oci.registry import ManifestInfo
 from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan
@@ -127,7 +127,7 @@ def plan(cfg) -> dict:
 
 def build_nothing(cfg, client, repository, summary, variants, todo, *args, **kwargs):
     """_build_and_publish standing in: every variant to build passes."""
-    summary.variants = [nightly._result_for(v, PASSED, commit=HEAD) for v in todo]
+    summary.variants = [nightly._result_for(v, VariantStatus.PASSED, commit=HEAD) for v in todo]
 
 
 # ---------------------------------------------------------------- the classification
@@ -173,7 +173,8 @@ def test_a_changed_config_rebuilds_the_same_commit_and_says_why(tmp_path, regist
     assert [u["reason"] for u in got["matrix"]["include"]] == [reason]
     monkeypatch.setattr(nightly, "_build_and_publish", build_nothing)
     summary = run_nightly(cfg, date="20261202", engine=FakeEngine())
-    assert not summary.up_to_date and [(v.status, v.reason) for v in summary.variants] == [(PASSED, reason)]
+    assert not summary.up_to_date
+    assert [(v.status, v.reason) for v in summary.variants] == [(VariantStatus.PASSED, reason)]
     assert summary.to_dict()["variants"][0]["reason"] == reason
     assert f"| `{key}` | passed ({reason.replace('|', chr(92) + '|')})" in summary.to_markdown()
 

@@ -11,7 +11,7 @@ import pytest
 
 from buildkit.core.errors import ConfigError
 from buildkit.flows.nightly.ciworkflow import cache_budget
-from buildkit.flows.nightly.plan import NightlyPlan
+from buildkit.flows.nightly.plan import NightlyPlan, VariantStatus
 from buildkit.flows.nightly.jobs import (DEFAULT_RUNNERS, check_runners, github_outputs, label_arch, parse_runners,
                                         plan_summary, read_results, unit_id, write_github_outputs)
 from buildkit.plan.config import load_config
@@ -150,7 +150,8 @@ def test_the_summary_says_whether_a_bench_gate_runs():
 
     def night(*results: tuple[str, str]) -> Summary:
         return Summary(repository="r", url="u", branch="b", date="d", old_commit=None, new_commit="c" * 40,
-                       variants=[VariantResult(v, "cpu", None, "server", status) for v, status in results])
+                       variants=[VariantResult(v, "cpu", None, "server", VariantStatus(status))
+                                 for v, status in results])
 
     assert bench_gate_line("none", night(("cpu", "passed"))) == NO_GATE == \
         "bench gate: none (no GPU runner configured; nightlies are not promoted automatically)"

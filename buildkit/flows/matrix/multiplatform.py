@@ -18,7 +18,7 @@ import tempfile
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from buildkit.core.errors import BuildkitError, ConfigError, RegistryError
 from buildkit.core.progress import stage
@@ -76,7 +76,7 @@ class MultiResult:
     version: str = ""
     pushed: tuple[str, ...] = ()  # registry references, with push
     added: tuple[str, ...] = ()  # registry tags this run created or moved
-    origin: str = "built"  # or "registry": the registry had this index's build key, nothing was built
+    origin: Literal["built", "registry"] = "built"  # registry: it had this index's build key, nothing was built
     signed: tuple[str, ...] = ()  # the index's signature references, with a signing key
 
     def to_json(self) -> dict[str, Any]:

@@ -50,7 +50,8 @@ from buildkit.flows.nightly.plan import (Excluded, JobResult, NightlyPlan, Plann
 from buildkit.flows.nightly.run import (ls_remote_head, nightly_tags, nightly_version, normalise_url, patch_dir,
                                     repository_of, today)
 from buildkit.flows.nightly.previous import nightly_tag, old_commit_of, one_per_key, previous_builds, stale_variants
-from buildkit.flows.nightly.summary import FAILED, PASSED, SKIPPED, Summary, VariantResult
+from buildkit.flows.nightly.plan import VariantStatus
+from buildkit.flows.nightly.summary import Summary, VariantResult
 from buildkit.oci.registry import RegistryClient, client_for
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.matrix import Variant, bake_target_name, matrix_variants
@@ -170,13 +171,13 @@ def plan_summary(plan: NightlyPlan) -> Summary:
         if not entry.build:
             p = entry.previous
             assert p is not None  # a variant not built has a nightly tag (stale_variants)
-            summary.variants.append(_result(entry, SKIPPED, previous_commit=p.commit, commit=p.commit,
+            summary.variants.append(_result(entry, VariantStatus.SKIPPED, previous_commit=p.commit, commit=p.commit,
                                             digest=p.digest, version=p.version or "",
                                             tags=[nightly_tag(entry.variant)], known_from=p.known_from))
     return summary
 
 
-def _result(entry: PlannedVariant, status: str, **fields: Any) -> VariantResult:
+def _result(entry: PlannedVariant, status: VariantStatus, **fields: Any) -> VariantResult:
     return VariantResult(variant=entry.variant, arch=entry.arch, cuda_version=entry.cuda_version,
                          target=entry.target, status=status, reason=entry.reason, **fields)
 
@@ -227,7 +228,7 @@ def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream: OutStream 
     v = find_unit(cfg, unit).with_values("nightly", source__commit=commit, image__version=version)
     repository = repository_of(cfg)
     out = {"id": unit_id(v), "unit": v.unit, "variant": v.key, "platform": v.request.platform, "commit": commit,
-           "version": version, "status": FAILED, "built": False, "digest": "", "build_key": "", "tag": "",
+           "version": version, "status": VariantStatus.FAILED, "built": False, "digest": "", "build_key": "", "tag": "",
            "build_seconds": None, "checks": (), "error": "", "tests_tag": "", "tests_digest": ""}
     tests = builds_tests(v.request.arch, v.cfg.options.gpu_check.backend)
 
@@ -261,7 +262,7 @@ def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream: OutStream 
                 entry = replace(LockEntry.of(done.prepared.plan, done.prepared.outcome(done.result, engine=engine)),
                                 version=version)
                 write_predicates(entry, b.unit.published.digest, repository.name, attest_dir)
-            out["status"] = PASSED
+            out["status"] = VariantStatus.PASSED
         except BuildkitError as exc:
             if isinstance(exc, ConfigError):
                 raise
@@ -292,7 +293,7 @@ def read_results(folder: Path) -> tuple[NightlyPlan, dict[str, JobResult]]:
 
 def _no_result(unit: PlannedUnit, plan: NightlyPlan) -> JobResult:
     return JobResult(id=unit.id, unit=unit.unit, variant=unit.variant, platform=unit.platform, commit=plan.commit,
-                     version=plan.version, status=FAILED, built=False, digest="", build_key="", tag="",
+                     version=plan.version, status=VariantStatus.FAILED, built=False, digest="", build_key="", tag="",
                      build_seconds=None, checks=(), error="no result from its job", tests_tag="", tests_digest="")
 
 
@@ -313,19 +314,20 @@ def assemble(cfg: ResolvedConfig, folder: Path, *, signer: Signer | None = None)
             seconds = max((r.build_seconds or 0 for r in got), default=None)
             checks = [dict(c, platform=u.platform) for u, r in zip(units, got, strict=True) for c in r.checks]
             failed = [f"{u.unit}: {r.error or 'failed'}" for u, r in zip(units, got, strict=True)
-                      if r.status != PASSED]
+                      if r.status != VariantStatus.PASSED]
             if failed:
-                done[entry.variant] = _result(entry, FAILED, previous_commit=_prev(entry), error="; ".join(failed),
-                                                 build_seconds=seconds, checks=checks)
+                done[entry.variant] = _result(entry, VariantStatus.FAILED, previous_commit=_prev(entry),
+                                                 error="; ".join(failed), build_seconds=seconds, checks=checks)
                 continue
             try:
                 published = _tag_variant(client, repository, plan, entry, units, got, signer)
             except BuildkitError as exc:
-                done[entry.variant] = _result(entry, FAILED, previous_commit=_prev(entry), build_seconds=seconds,
-                                                 error=f"built, not published: {exc}", checks=checks)
+                done[entry.variant] = _result(entry, VariantStatus.FAILED, previous_commit=_prev(entry),
+                                                 build_seconds=seconds, error=f"built, not published: {exc}",
+                                                 checks=checks)
                 continue
             tests = _tests_of(client, repository, got, published.digest)
-            done[entry.variant] = _result(entry, PASSED, previous_commit=_prev(entry), commit=plan.commit,
+            done[entry.variant] = _result(entry, VariantStatus.PASSED, previous_commit=_prev(entry), commit=plan.commit,
                                              digest=published.digest, version=plan.version,
                                              tags=list(published.tags), changed_tags=list(published.added),
                                              build_seconds=seconds, checks=checks,

@@ -10,12 +10,29 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, fields
+from enum import StrEnum
 from typing import Any, TypeVar
 
 from buildkit.core.errors import ConfigError
 
 PLAN_VERSION = 1
 RESULT_VERSION = 2  # 2: the tests image (tests_tag, tests_digest)
+
+
+class VariantStatus(StrEnum):
+    """What the night did with a variant (JobResult.status, summary.VariantResult.status). The nightly's own
+    set, not core/check.Status: a variant is never 'warned', and these are values of the nightly's documents."""
+    PASSED = "passed"
+    FAILED = "failed"
+    SKIPPED = "skipped"  # its nightly tag is current: nothing built tonight (never a job's result)
+
+
+def _status(value: Any, where: str) -> VariantStatus:
+    try:
+        return VariantStatus(value)
+    except ValueError:
+        raise ConfigError(f"{where}: expected one of {', '.join(VariantStatus)}, got {value!r}") from None
+
 
 # What each annotation of these classes takes from JSON
 _CHECKS = {
@@ -166,7 +183,7 @@ class JobResult:
     platform: str
     commit: str
     version: str
-    status: str  # nightly.PASSED or FAILED
+    status: VariantStatus  # PASSED or FAILED
     built: bool
     digest: str  # the manifest pushed under tag, "" when none was
     build_key: str
@@ -184,4 +201,4 @@ class JobResult:
     @classmethod
     def from_dict(cls, data: Any, where: str = "the job's result") -> JobResult:
         _version(data, "result_version", RESULT_VERSION, "a job result", where)
-        return _from(cls, {k: v for k, v in data.items() if k != "result_version"}, where)
+        return _from(cls, {k: v for k, v in data.items() if k != "result_version"}, where, {"status": _status})

@@ -51,8 +51,8 @@ from buildkit.flows.unit.signpublished import index_sign_step
 from buildkit.plan import patchqueue
 from buildkit.plan.matrix import Variant, matrix_variants
 # the nightly's API, re-exported explicitly (`X as X`: strict mypy's no_implicit_reexport)
-from buildkit.flows.nightly.summary import (FAILED as FAILED, PASSED as PASSED, SKIPPED as SKIPPED,
-                                           Summary as Summary, VariantResult as VariantResult,
+from buildkit.flows.nightly.plan import VariantStatus as VariantStatus
+from buildkit.flows.nightly.summary import (Summary as Summary, VariantResult as VariantResult,
                                            write_summaries as write_summaries)
 from buildkit.flows.nightly.previous import (Previous as Previous, is_current as is_current,
                                             nightly_tag as nightly_tag, old_commit_of as old_commit_of,
@@ -181,7 +181,7 @@ def today() -> str:
     return _dt.datetime.now(_dt.UTC).strftime("%Y%m%d")
 
 
-def _result_for(variant: Variant, status: str, **fields: Any) -> VariantResult:
+def _result_for(variant: Variant, status: VariantStatus, **fields: Any) -> VariantResult:
     req = variant.request
     return VariantResult(variant=variant.key, arch=req.arch.name, cuda_version=req.cuda_version, target=req.target,
                          status=status, **fields)
@@ -217,7 +217,7 @@ def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = F
             if not todo:
                 summary.up_to_date = True
                 current = {k: p for k, p in previous.items() if p is not None}  # all of them (is_current)
-                summary.variants = [_result_for(v, SKIPPED, previous_commit=current[v.key].commit,
+                summary.variants = [_result_for(v, VariantStatus.SKIPPED, previous_commit=current[v.key].commit,
                                                 commit=current[v.key].commit, digest=current[v.key].digest,
                                                 version=current[v.key].version or "", tags=[nightly_tag(v.key)],
                                                 known_from=current[v.key].known_from) for v in one_per_key(variants)]
@@ -232,7 +232,8 @@ def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = F
             raise
         summary.error = str(exc)
         done = {v.variant for v in summary.variants}
-        summary.variants += [_result_for(v, FAILED, error="not built: the night failed before this variant")
+        summary.variants += [_result_for(v, VariantStatus.FAILED,
+                                         error="not built: the night failed before this variant")
                              for v in one_per_key(variants) if v.key not in done]
     finally:
         for result in summary.variants:
@@ -251,8 +252,8 @@ def _build_and_publish(cfg: ResolvedConfig, client: RegistryClient, repository: 
         if v.key not in todo_keys:
             p = previous[v.key]
             assert p is not None  # not built tonight: its previous build is current (stale_variants)
-            results[v.key] = _result_for(v, SKIPPED, previous_commit=p.commit, commit=p.commit, digest=p.digest,
-                                         version=p.version or "", tags=[nightly_tag(v.key)],
+            results[v.key] = _result_for(v, VariantStatus.SKIPPED, previous_commit=p.commit, commit=p.commit,
+                                         digest=p.digest, version=p.version or "", tags=[nightly_tag(v.key)],
                                          known_from=p.known_from)
     to_build = [v.with_values("nightly", source__commit=head, image__version=summary.version) for v in todo]
 
@@ -274,7 +275,7 @@ def _build_and_publish(cfg: ResolvedConfig, client: RegistryClient, repository: 
             summary.changelog = changelog(cache_root(cfg), summary.url, summary.old_commit, head)
             for v in to_build:
                 p = previous[v.key]
-                results[v.key] = _result_for(v, FAILED, previous_commit=p.commit if p else None,
+                results[v.key] = _result_for(v, VariantStatus.FAILED, previous_commit=p.commit if p else None,
                                              error=f"not built: {exc}")
             summary.variants = [results[v.key] for v in one_per_key(variants)]
             return
@@ -299,11 +300,11 @@ def _build_and_publish(cfg: ResolvedConfig, client: RegistryClient, repository: 
                 except BuildkitError as exc:
                     error = f"built, not published: {exc}"
             if error or published is None:
-                results[v.key] = _result_for(v, FAILED, previous_commit=p.commit if p else None, error=error,
-                                             build_seconds=seconds, checks=checks)
+                results[v.key] = _result_for(v, VariantStatus.FAILED, previous_commit=p.commit if p else None,
+                                             error=error, build_seconds=seconds, checks=checks)
                 continue
             tags, digest, added = nightly_tags(summary.version, head, v.key), published.digest, published.added
-            results[v.key] = _result_for(v, PASSED, previous_commit=p.commit if p else None, commit=head,
+            results[v.key] = _result_for(v, VariantStatus.PASSED, previous_commit=p.commit if p else None, commit=head,
                                          digest=digest, version=summary.version, tags=list(tags.all),
                                          changed_tags=list(added), build_seconds=seconds, checks=checks,
                                          tests=b.unit.tests.reference if b.unit and b.unit.tests else "")
@@ -321,8 +322,8 @@ def _publish_index(client: RegistryClient, repository: ImageRef, summary: Summar
               for c in u.report.checks]
     previous_commit = p.commit if p else None
     if not index.ok:
-        return _result_for(v, FAILED, previous_commit=previous_commit, error=index.error, build_seconds=seconds,
-                           checks=checks)
+        return _result_for(v, VariantStatus.FAILED, previous_commit=previous_commit, error=index.error,
+                           build_seconds=seconds, checks=checks)
     tags = nightly_tags(summary.version, head, v.key)
     try:
         done = publish(client, repository, Index(index.digest, archive=index.archive,
@@ -338,8 +339,8 @@ def _publish_index(client: RegistryClient, repository: ImageRef, summary: Summar
             "commit": head, "patch_set_sha256": patch_set, "digest": digest, "version": summary.version,
             "date": summary.date})
     except BuildkitError as exc:
-        return _result_for(v, FAILED, previous_commit=previous_commit, error=f"built, not published: {exc}",
-                           build_seconds=seconds, checks=checks)
-    return _result_for(v, PASSED, previous_commit=previous_commit, commit=head, digest=digest,
+        return _result_for(v, VariantStatus.FAILED, previous_commit=previous_commit,
+                           error=f"built, not published: {exc}", build_seconds=seconds, checks=checks)
+    return _result_for(v, VariantStatus.PASSED, previous_commit=previous_commit, commit=head, digest=digest,
                        version=summary.version, tags=list(tags.all), changed_tags=list(added),
                        build_seconds=seconds, checks=checks)

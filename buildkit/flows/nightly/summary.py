@@ -11,12 +11,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from buildkit.core.savefile import write_or_keep
+from buildkit.flows.nightly.plan import VariantStatus
 from buildkit.flows.unit.testsimage import CPU_BACKEND, tests_of_release
 from buildkit.oci.imageref import ImageRef
 from buildkit.oci.registry import client_for
 from buildkit.source.changelog import Changelog
 
-PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 
 @dataclass
 class VariantResult:
@@ -24,7 +24,7 @@ class VariantResult:
     arch: str
     cuda_version: str | None
     target: str
-    status: str  # passed | failed | skipped
+    status: VariantStatus
     previous_commit: str | None = None
     commit: str | None = None  # what the image now in nightly-<variant> was built from
     digest: str = ""
@@ -40,7 +40,7 @@ class VariantResult:
 
     @property
     def skipped(self) -> bool:
-        return self.status == SKIPPED
+        return self.status == VariantStatus.SKIPPED
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "skipped": self.skipped}
@@ -66,7 +66,7 @@ class Summary:
 
     @property
     def ok(self) -> bool:
-        return not self.error and all(v.status != FAILED for v in self.variants)
+        return not self.error and all(v.status != VariantStatus.FAILED for v in self.variants)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -85,8 +85,8 @@ class Summary:
         if self.up_to_date:
             return (f"up to date: {self.branch} is still at {_short(self.new_commit)} and every variant was built "
                     f"from it as configured; nothing built ({self.check_seconds:.2f} s)")
-        failed = [v.variant for v in self.variants if v.status == FAILED]
-        built = [v.variant for v in self.variants if v.status == PASSED]
+        failed = [v.variant for v in self.variants if v.status == VariantStatus.FAILED]
+        built = [v.variant for v in self.variants if v.status == VariantStatus.PASSED]
         if failed:
             return (f"nightly {self.version}: {len(failed)} of {len(built) + len(failed)} variants failed "
                     f"({', '.join(failed)})")
@@ -130,7 +130,7 @@ def bench_gate_line(gate: str, summary: Summary) -> str:
     if gate == "none":
         return NO_GATE
     result = next((v for v in summary.variants if v.variant == gate), None)
-    if result is None or result.status == SKIPPED:
+    if result is None or result.status == VariantStatus.SKIPPED:
         return f"bench gate: {gate} was not built tonight; nothing benched or promoted"
     if not summary.ok:
         return f"bench gate: {gate} not benched: the nightly has failed variants; nothing promoted"
@@ -172,7 +172,7 @@ def gate_tests(repository: ImageRef, results: Sequence[VariantResult], gate: str
     """What the nightly's gate job pulls by digest (`nightly --assemble --bench-gate VARIANT`): the outputs
     `tests`, tonight's tests image of the variant (as its job pushed it, checked by assemble), and `release_tests`,
     the release's (tests_of_release); each "" when there is none, and a line saying what each is."""
-    built = next((v for v in results if v.variant == gate and v.status == PASSED and not v.skipped), None)
+    built = next((v for v in results if v.variant == gate and v.status == VariantStatus.PASSED and not v.skipped), None)
     if built is None:  # not built tonight: the gate does not run
         return {"tests": "", "release_tests": ""}, []
     with client_for(repository.registry) as client:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from pathlib import Path
 from collections.abc import Iterator
 from typing import Any
@@ -48,11 +49,16 @@ from buildkit.verify.report import VerifyReport
 from buildkit.verify.gate import FailedVerification, verified_or_removed
 from buildkit.verify.buildfailure import run_build_explained
 
-# How a verified unit reaches the registry (Publication.how):
-RELEASE = "release"  # build --push: the OCI archive through the registry API (the engine's copy then gets the
-#                      first release tag, or loses its tags with keep_loaded=False), else `docker push`
-LOADED = "loaded"  # the nightly: `docker push` of the loaded image, its immutable tags checked free first
-BY_DIGEST = "by-digest"  # a nightly CI job: the OCI archive through the API when there is one, else as LOADED
+
+class How(StrEnum):
+    """How a verified unit reaches the registry (Publication.how)."""
+    RELEASE = "release"  # build --push: the OCI archive through the registry API (the engine's copy then gets the
+    #                      first release tag, or loses its tags with keep_loaded=False), else `docker push`
+    LOADED = "loaded"  # the nightly: `docker push` of the loaded image, its immutable tags checked free first
+    BY_DIGEST = "by-digest"  # a nightly CI job: the OCI archive through the API when there is one, else as LOADED
+
+
+RELEASE, LOADED, BY_DIGEST = How.RELEASE, How.LOADED, How.BY_DIGEST  # the names the flows import
 STAGES = ("build", "verify", "lock", "tests", "publish")
 
 
@@ -64,7 +70,7 @@ class Publication:
     repository: ImageRef
     tags: TagSet
     version: str
-    how: str = RELEASE
+    how: How = How.RELEASE
     force: bool = False
     keep_loaded: bool = True  # RELEASE through the archive: False removes the engine's tags after the push
     signer: Signer | None = None  # signs the pushed digest, with the unit's provenance and SBOM attached

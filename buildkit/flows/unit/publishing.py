@@ -28,7 +28,7 @@ from buildkit.release.lockfile import Lock, record
 from buildkit.release.ownership import Proof, image_signature_proof, key_parameters, prove
 from buildkit.flows.unit.signpublished import sign_step
 from buildkit.release.artifact import Image, SignStep
-from buildkit.release.publish import (VERSION_LABEL, Prover, PublishResult, check_immutable_free,
+from buildkit.release.publish import (VERSION_LABEL, Origin, Prover, PublishResult, check_immutable_free,
                                       image_labels, local_image_with_key, publish,
                                       publish_repository, reuse_published)
 from buildkit.release.signer import Signer, public_key_of
@@ -92,7 +92,7 @@ def build_and_push(cfg: ResolvedConfig, engine: Engine, *, version: str | None =
             unit = run_unit(prepared, UnitOptions(verify=verify, lock_path=lock_path, publish=publication,
                                                   build=build_opts, tests=tests, stream=stream),
                             engine=engine, cfg=cfg)
-            origin = "built"
+            origin: Origin = "built"
         else:  # the engine's image with this build key: pushed as it is, its lock entry once published
             seconds, finished_at = built_before(lock_path, key)  # its build's times, for the provenance
             held = BuildResult(digest=local.id, config_digest=local.id, tags=tuple(local.tags), seconds=seconds,
