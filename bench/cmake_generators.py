@@ -29,6 +29,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from buildkit.engine.api import get_engine  # noqa: E402
 from buildkit.flows.unit.pipeline import prepare  # noqa: E402
+from buildkit.flows.unit.spec import unit_spec  # noqa: E402
 from buildkit.plan.config import load_config  # noqa: E402
 from forkrepo import make_fork_repo  # noqa: E402
 from images import ensure_debian_image  # noqa: E402
@@ -70,7 +71,7 @@ def main() -> int:
                      "cache.dir": (str(tmp_path / "cache"), "bench")}
         if args.cpu_level:
             overrides["build.cpu_level"] = (args.cpu_level, "bench")
-        plan = prepare(load_config(None, env={}, overrides=overrides), get_engine(), ctx).plan
+        plan = prepare(unit_spec(load_config(None, env={}, overrides=overrides), get_engine()), get_engine(), ctx).plan
         src, build, log = ctx / "src", args.work / "build", args.work / "cmake.log"
         log.unlink(missing_ok=True)
         env = dict(os.environ, CCACHE_DIR=str(ccache_dir), CCACHE_NOHASHDIR="1")

@@ -51,7 +51,9 @@ def mib(n: float) -> str:
 def build_level(repo: Path, commit: str, level: str, work: Path, *, jobs: int, base: str, no_cache: bool,
                 ccache: bool) -> dict:
     from buildkit.plan.config import load_config
+    from buildkit.engine.api import get_engine
     from buildkit.flows.unit.pipeline import build
+    from buildkit.flows.unit.spec import unit_spec
 
     overrides = {"source.url": str(repo), "source.commit": commit, "image.name": IMAGE, "build.arch": "cpu",
                  "build.cpu_level": level, "build.jobs": jobs, "build.progress": "plain", "build.ccache": ccache,
@@ -61,7 +63,7 @@ def build_level(repo: Path, commit: str, level: str, work: Path, *, jobs: int, b
     print(f"building cpu level {level} (log {log}) ...", flush=True)
     start = time.monotonic()
     with log.open("w") as out:
-        built = build(cfg, stream=out, no_cache=no_cache)
+        built = build(unit_spec(cfg, get_engine()), get_engine(), stream=out, no_cache=no_cache)
     seconds = time.monotonic() - start
     ref = built.result.tags[0]
     size = int(subprocess.run(["docker", "image", "inspect", "--format", "{{.Size}}", ref], check=True,

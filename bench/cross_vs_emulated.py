@@ -40,6 +40,7 @@ IMAGE = "buildkit-bench/cross"
 def render(repo: Path, commit: str, work: Path, *, build_platform: str, jobs: int, base: str, real_target: str):
     from buildkit.engine.api import get_engine
     from buildkit.flows.unit.pipeline import prepare
+    from buildkit.flows.unit.spec import unit_spec
     from buildkit.plan.config import load_config
 
     overrides = {"source.url": str(repo), "source.commit": commit, "image.name": IMAGE, "build.arch": "cpu",
@@ -47,7 +48,7 @@ def render(repo: Path, commit: str, work: Path, *, build_platform: str, jobs: in
                  "build.ccache": False, "base.os_image": base, "cache.dir": str(work / "cache")}
     cfg = load_config(None, env={}, overrides={k: (v, "bench") for k, v in overrides.items()})
     out = work / f"context-{build_platform.split('/')[1]}"
-    prepared = prepare(cfg, get_engine(), out)
+    prepared = prepare(unit_spec(cfg, get_engine()), get_engine(), out)
     dockerfile = prepared.rendered.dockerfile
     if real_target:
         text = dockerfile.read_text()

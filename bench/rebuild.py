@@ -31,6 +31,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from buildkit.engine.api import get_engine  # noqa: E402
 from buildkit.plan.config import load_config  # noqa: E402
 from buildkit.flows.unit.pipeline import build, prepare  # noqa: E402
+from buildkit.flows.unit.spec import unit_spec  # noqa: E402
 from forkrepo import make_fork_repo  # noqa: E402
 from images import ensure_debian_image  # noqa: E402
 
@@ -101,14 +102,15 @@ def main() -> int:
             log = args.logs / f"{name}.log"
             start = time.monotonic()
             with open(log, "w") as stream:
-                unit = build(cfg_for(commit, ccache), get_engine(), verify=args.verify, stream=stream)
+                unit = build(unit_spec(cfg_for(commit, ccache), get_engine()), get_engine(), verify=args.verify,
+                             stream=stream)
             wall = time.monotonic() - start
             steps = step_seconds(log.read_text())
             return {"wall": wall, **steps, "verify": unit.seconds.get("verify", 0.0),
                     "other": wall - steps["compile"] - steps["export"] - unit.seconds.get("verify", 0.0)}
 
         # context size versus the tree it comes from
-        prepared = prepare(cfg_for(first, True), get_engine(), tmp_path / "ctx")
+        prepared = prepare(unit_spec(cfg_for(first, True), get_engine()), get_engine(), tmp_path / "ctx")
         context_bytes = du(prepared.rendered.context_dir)
         repo_bytes = du(repo)
 

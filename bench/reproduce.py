@@ -24,7 +24,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from buildkit.plan.config import load_config  # noqa: E402
 from buildkit.oci.imagediff import diff_images  # noqa: E402
 from buildkit.oci.imagesource import open_image  # noqa: E402
+from buildkit.engine.api import get_engine  # noqa: E402
 from buildkit.flows.unit.pipeline import build  # noqa: E402
+from buildkit.flows.unit.spec import unit_spec  # noqa: E402
 from buildkit.flows.reproduce.record import from_lock  # noqa: E402
 from buildkit.flows.reproduce.rebuild import reproduce  # noqa: E402
 from forkrepo import make_fork_repo  # noqa: E402
@@ -54,7 +56,7 @@ def main() -> int:
                      "lock.path": str(tmp_path / "buildkit.lock"), "build.progress": "quiet"}
         cfg = load_config(None, env={}, overrides={k: (v, "bench") for k, v in overrides.items()}, cwd=tmp_path)
         start = time.monotonic()
-        first = build(cfg, no_cache=True, verify=False)
+        first = build(unit_spec(cfg, get_engine()), get_engine(), no_cache=True, verify=False)
         print(f"build 1: {time.monotonic() - start:.0f}s  {first.result.digest}")
         start = time.monotonic()
         result = reproduce(from_lock(tmp_path / "buildkit.lock"), env={"LLAMA_BUILDKIT_CACHE_DIR": str(cache)},

@@ -74,8 +74,8 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
           sign_key: Path | None, **kwargs: Any) -> None:
     """Fetch the pinned commit, patch, render, build with buildx, verify and write the lock."""
     from buildkit.flows.unit.buildspec import build_command
-    from buildkit.flows.unit.cudacontexts import cache_root
-    from buildkit.flows.unit.pipeline import build as run_pipeline, build_options
+    from buildkit.flows.unit.pipeline import build as run_pipeline
+    from buildkit.flows.unit.spec import cache_root, unit_spec
 
     if version:
         from buildkit.plan.tags import normalise_version
@@ -107,9 +107,10 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
         # written, so a warm --print takes seconds less than an export), the Dockerfile removed again;
         # a folder another build holds means a temporary one. `buildkit render --out DIR` keeps one.
         cache_root(cfg).mkdir(parents=True, exist_ok=True)
-        with prepared_context(cfg, engine, extra_tags=extra_tags, lay_out=False) as prepared:
+        spec = unit_spec(cfg, engine)
+        with prepared_context(spec, engine, extra_tags=extra_tags, lay_out=False) as prepared:
             metadata = prepared.rendered.context_dir.parent / "metadata.json"
-            argv = build_command(prepared.plan, prepared.rendered, build_options(cfg, engine), metadata, engine)
+            argv = build_command(prepared.plan, prepared.rendered, spec.build, metadata, engine)
             if as_json:
                 plan = prepared.plan
                 emit_json({"argv": argv, "variant": plan.request.variant, "build_key": prepared.build_key,
@@ -137,9 +138,9 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
                 raise refusal(short_disk)
 
         with _display(cfg):
-            published = build_and_push(cfg, engine, version=version, bump=bump, force=force, verify=not no_verify,
-                                       load=not no_load, extra_tags=extra_tags, before_build=before_build,
-                                       signer=signer, tests=tests)
+            published = build_and_push(unit_spec(cfg, engine), engine, version=version, bump=bump, force=force,
+                                       verify=not no_verify, load=not no_load, extra_tags=extra_tags,
+                                       before_build=before_build, signer=signer, tests=tests)
         what = {"built": "built, verified and pushed",
                 "engine": "pushed the image with this build key already in the engine, nothing built",
                 "registry": "already published (the registry has this build key), nothing built"}[published.origin]
@@ -151,7 +152,7 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
     from buildkit.core.progress import stages, summary, summary_line
 
     with _display(cfg):
-        built = run_pipeline(cfg, engine, extra_tags=extra_tags, verify=not no_verify, tests=tests)
+        built = run_pipeline(unit_spec(cfg, engine), engine, extra_tags=extra_tags, verify=not no_verify, tests=tests)
     assert built.result is not None  # run_unit raises when the build fails; the result is the build's
     facts = summary(built.prepared.plan.request.variant, built.result.seconds,
                     engine.image_size(built.result.tags[0]) if built.result.tags else None,

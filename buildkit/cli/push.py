@@ -27,7 +27,10 @@ def push(force: bool, as_json: bool, sign_key: Path | None, **kwargs: Any) -> No
     signed before any moving tag points at it, with its provenance and SBOM attached.
     """
     from buildkit.flows.unit.publishing import push_local
+    from buildkit.flows.unit.spec import unit_spec
 
     cfg = resolve(kwargs)
-    published = push_local(cfg, get_engine(), force=force, signer=make_signer(sign_key, cfg))
+    engine = get_engine()
+    signer = make_signer(sign_key, cfg)  # (before the request is checked, as it was)
+    published = push_local(unit_spec(cfg, engine), engine, force=force, signer=signer)
     echo_published(published, f"pushed {published.repository}@{published.digest} version {published.version}", as_json)

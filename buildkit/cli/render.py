@@ -23,15 +23,17 @@ def render(out_dir: str, **kwargs: Any) -> None:
     """Fetch, patch and render the Dockerfile and build context without building."""
     from buildkit.flows.unit.buildspec import build_command
     from buildkit.flows.unit.cudacontexts import missing_roots
-    from buildkit.flows.unit.pipeline import build_options, prepare
+    from buildkit.flows.unit.pipeline import prepare
+    from buildkit.flows.unit.spec import unit_spec
 
     cfg = resolve(kwargs)
     out = Path(out_dir).resolve()
     engine = get_engine()
-    prepared = prepare(cfg, engine, out, lay_out=False)  # CUDA wheels resolved from the index, none downloaded
+    spec = unit_spec(cfg, engine)
+    prepared = prepare(spec, engine, out, lay_out=False)  # CUDA wheels resolved from the index, none downloaded
     # the command writes only into DIR (its metadata file, an OCI archive), which is also its context:
     # the context's .dockerignore leaves those out (plan/render.py)
-    argv = build_command(prepared.plan, prepared.rendered, build_options(cfg, engine), out / METADATA_FILE, engine)
+    argv = build_command(prepared.plan, prepared.rendered, spec.build, out / METADATA_FILE, engine)
     click.echo(f"rendered {prepared.rendered.dockerfile} for {prepared.plan.request.variant} "
                f"at {prepared.source.commit}")
     click.echo("build it with:\n  " + shlex.join(argv))

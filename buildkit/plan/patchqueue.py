@@ -10,10 +10,22 @@ seed's patches are not another fork's.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from buildkit.core.paths import bundled_patches_dir
 from buildkit.plan.config import ResolvedConfig
+from buildkit.source.patches import PatchQueue, load_patch_queue
+
+
+@dataclass(frozen=True)
+class PatchPolicy:
+    """The queue a build applies: its folder, and whether a missing or unreadable one is an error."""
+    folder: Path
+    required: bool = False
+
+    def load(self) -> PatchQueue:
+        return load_patch_queue(self.folder, required=self.required)
 
 
 def uses_bundled_queue(cfg: ResolvedConfig) -> bool:
@@ -29,3 +41,8 @@ def patch_dir(cfg: ResolvedConfig) -> Path:
 def queue_required(cfg: ResolvedConfig) -> bool:
     """A missing or unreadable queue is an error only where one was asked for (a setting, not the default)."""
     return bool(cfg.origins["source.patch_dir"] != "default")
+
+
+def patch_policy(cfg: ResolvedConfig) -> PatchPolicy:
+    """The queue of cfg's builds (the build unit, the nightly and its jobs, reproduce): patch_dir and queue_required."""
+    return PatchPolicy(patch_dir(cfg), queue_required(cfg))

@@ -164,7 +164,23 @@ class TagTarget:
     def of(cls, cfg: ResolvedConfig, variant: str, commit: str, *, build_key: str | None = None,
            extra: tuple[str, ...] = ()) -> TagTarget:
         """The target of a variant of this config: the is-default rule (its name is image.default_variant)."""
-        return cls(commit, variant, variant == cfg.image.default_variant, build_key, extra)
+        return TagRule.of(cfg).target(variant, commit, build_key=build_key, extra=extra)
+
+
+@dataclass(frozen=True)
+class TagRule:
+    """The config's rule of which variant gets the plain tags (image.default_variant), read once (a unit's spec
+    holds it: flows/unit/spec.py)."""
+    default_variant: str
+
+    @classmethod
+    def of(cls, cfg: ResolvedConfig) -> TagRule:
+        return cls(cfg.image.default_variant)
+
+    def target(self, variant: str, commit: str, *, build_key: str | None = None,
+               extra: tuple[str, ...] = ()) -> TagTarget:
+        """The target of a variant: the is-default rule."""
+        return TagTarget(commit, variant, variant == self.default_variant, build_key, extra)
 
 
 def publication_tags(target: TagTarget, version: str) -> TagSet:

@@ -289,6 +289,7 @@ def test_verify_catches_a_runtime_stage_without_a_shared_library(project, client
     """A runtime stage that forgot libllama-common.so.0 (seen in published images) fails verification."""
     from buildkit.plan.config import load_config
     from buildkit.flows.unit.pipeline import prepare
+    from buildkit.flows.unit.spec import unit_spec
     from buildkit.core.check import Status
     from buildkit.verify.checks import verify_image
     from buildkit.engine.dockerengine import DockerEngine
@@ -299,7 +300,7 @@ def test_verify_catches_a_runtime_stage_without_a_shared_library(project, client
     try:
         cfg = load_config(project["root"] / "buildkit.toml", env=project["env"],
                           overrides={"build.arch": ("cpu", "test")})
-        plan = prepare(cfg, DockerEngine(), tmp_path / "ctx").plan
+        plan = prepare(unit_spec(cfg, DockerEngine()), DockerEngine(), tmp_path / "ctx").plan
         report = verify_image(plan, "buildkit-test/tiny-fork:broken-runtime", DockerEngine())
         failed = report.failures()
         assert failed and failed[0].status == Status.FAILED and "libllama-common.so.0" in failed[0].detail

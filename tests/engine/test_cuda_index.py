@@ -154,6 +154,7 @@ def test_provider_nvidia_checks_the_devel_tag_of_a_release_newer_than_the_list(r
     """13.7 is newer than the built-in list: the registry's tags say whether NVIDIA's image has it."""
     from buildkit.core.errors import ArchError
     from buildkit.flows.unit.cudacontexts import check_cuda_available
+    from buildkit.flows.unit.spec import cuda_settings
     from buildkit.oci.registry import RegistryClient
     from buildkit.oci.registryhttp import sha256_digest
     from buildkit.plan.buildplan import make_request
@@ -176,9 +177,9 @@ def test_provider_nvidia_checks_the_devel_tag_of_a_release_newer_than_the_list(r
             "build.arch": ("sm_120", "t"), "build.cuda_version": (version, "t"),
             "base.devel_image": (f"{registry_plain.host}/{repo}:{{cuda_version}}.0-devel-ubuntu24.04", "t")})
 
-    check_cuda_available(make_request(cfg("13.6")), cfg("13.6"))  # the tag is there
+    check_cuda_available(make_request(cfg("13.6")), cuda_settings(cfg("13.6")))  # the tag is there
     with pytest.raises(ArchError) as info:
-        check_cuda_available(make_request(cfg("13.9")), cfg("13.9"))  # a runtime tag only
+        check_cuda_available(make_request(cfg("13.9")), cuda_settings(cfg("13.9")))  # a runtime tag only
     assert "has no tag 13.9.0-devel-ubuntu24.04" in str(info.value) and "CUDA 13.4, 13.6;" in str(info.value)
 
 

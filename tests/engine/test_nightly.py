@@ -125,18 +125,13 @@ def test_build_push_never_adopts_a_nightly_image_of_the_same_build_key():
 
 
 def test_the_no_op_path_helpers_agree_with_the_build_stages(tmp_path):
-    """nightly keeps its own copies of patch_dir and normalise_url so that an unchanged night does not
-    import the build stages (GitPython, Jinja, docker-py); they must give the same answers."""
+    """nightly keeps its own copy of normalise_url so that an unchanged night does not import the source
+    stage (GitPython); it must give the same answers. (The patch queue's rule is one: plan/patchqueue.patch_policy.)"""
     from buildkit.flows.nightly import run as nightly
-    from buildkit.flows.unit import pipeline
     from buildkit.source import fetch as source
 
     for url in ("git://h/x.git", "https://h/x", "git@github.com:o/r.git", "relative/path", str(tmp_path), "~/x"):
         assert nightly.normalise_url(url) == source.normalise_url(url)
-    (tmp_path / "buildkit.toml").write_text('schema_version = 1\n[source]\npatch_dir = "q"\n')
-    for cfg in (load_config(None, env={}), load_config(tmp_path / "buildkit.toml", env={}),
-                load_config(None, env={}, overrides={"source.patch_dir": ("p", "test")}, cwd=tmp_path)):
-        assert nightly.patch_dir(cfg) == pipeline.patch_dir(cfg)
 
 
 def test_the_nightly_record_is_written_through_the_one_lock_update(tmp_path):

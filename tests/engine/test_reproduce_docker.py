@@ -112,11 +112,18 @@ def config(project, **overrides):
                        overrides={k: (v, "test") for k, v in overrides.items()})
 
 
+def build(cfg, engine, **kwargs):
+    """pipeline.build of cfg's unit (spec.unit_spec resolves it)."""
+    from buildkit.flows.unit import pipeline
+    from buildkit.flows.unit.spec import unit_spec
+
+    return pipeline.build(unit_spec(cfg, engine), engine, **kwargs)
+
+
 def clean_build(project, **overrides):
     """buildkit build with buildx --no-cache: every object compiled again, into the clean builds' own
     ccache mount."""
     from buildkit.engine.api import get_engine
-    from buildkit.flows.unit.pipeline import build
 
     return build(config(project, **overrides), get_engine(), no_cache=True)
 
@@ -226,7 +233,6 @@ def test_a_missing_or_mismatching_input_is_an_error(project, first, tmp_path):
 def variants(project, first, fork, tmp_path_factory):
     """The same build with one input changed each: a patch, a template, the commit (cache allowed)."""
     from buildkit.engine.api import get_engine
-    from buildkit.flows.unit.pipeline import build
 
     out = {}
     templates = tmp_path_factory.mktemp("templates")
@@ -313,7 +319,7 @@ def test_the_cuda_variant_is_reproduced_bit_for_bit(project, tmp_path_factory, t
     from a user's own CUDA root, or a cross build's, would): the image's /usr/local/cuda/lib64 must not
     take its time from what the engine kept of those transfers."""
     from buildkit.engine.api import get_engine
-    from buildkit.flows.unit.pipeline import build, cache_root
+    from buildkit.flows.unit.spec import cache_root
     from buildkit.source.cudaroot import ensure_cuda_root, runtime_subset
 
     cache = str(tmp_path_factory.getbasetemp() / "buildkit-cache")  # shared with test_build_docker's CUDA root

@@ -212,14 +212,14 @@ def test_v_versions_everywhere():
 def _fake_prepare(monkeypatch):
     """prepare() without fetching or the engine: a real plan, rendered into out_dir."""
     from buildkit.flows.unit import pipeline
-    from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request
+    from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan
     from buildkit.plan.render import write_context
 
-    def prepare(cfg, engine, out_dir, **_):
+    def prepare(spec, engine, out_dir, **_):
         out_dir.mkdir(parents=True)
         (out_dir / "src").mkdir()
         facts = SourceFacts(url="u", commit=C, commit_time=1, build_number=1, patch_set_sha256="p", patch_names=())
-        plan = make_plan(make_request(cfg), Resolved(facts, "t", "1"))
+        plan = make_plan(spec.request, Resolved(facts, "t", "1"))
         return SimpleNamespace(plan=plan, rendered=write_context(plan, out_dir), source=SimpleNamespace(commit=C))
 
     monkeypatch.setattr(pipeline, "prepare", prepare)
@@ -228,10 +228,10 @@ def _fake_prepare(monkeypatch):
 @pytest.mark.parametrize("reproducible", ["off", "auto"])
 def test_render_out_prints_a_command_that_stays_inside_out(monkeypatch, tmp_path, reproducible):
     from buildkit.cli.main import main
-    from buildkit.flows.unit import pipeline
+    from buildkit.flows.unit import spec
 
     _fake_prepare(monkeypatch)
-    monkeypatch.setattr(pipeline, "reproducible_exporter", lambda cfg, engine: reproducible == "auto")
+    monkeypatch.setattr(spec, "reproducible_exporter", lambda cfg, engine: reproducible == "auto")
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "deep" / "ctx"
     result = CliRunner().invoke(main, ["render", "--arch", "cpu", "--out", "deep/ctx"], catch_exceptions=False)
@@ -253,10 +253,10 @@ def test_print_leaves_no_folder_behind(monkeypatch, tmp_path):
     """--print leaves nothing but what a build leaves: the source's kept build folder with its tree (issue 50
     item 8: a warm --print syncs that tree instead of exporting it afresh), no Dockerfile, no temporary folder."""
     from buildkit.cli.main import main
-    from buildkit.flows.unit import pipeline
+    from buildkit.flows.unit import spec
 
     _fake_prepare(monkeypatch)
-    monkeypatch.setattr(pipeline, "reproducible_exporter", lambda cfg, engine: False)
+    monkeypatch.setattr(spec, "reproducible_exporter", lambda cfg, engine: False)
     monkeypatch.chdir(tmp_path)
     cache = tmp_path / "cache"
     result = CliRunner().invoke(main, ["build", "--arch", "cpu", "--print", "--cache-dir", str(cache)],

@@ -247,3 +247,10 @@ def test_flows_subpackages_point_down():
             if there in rank and rank[there] > rank[parts[0]]:
                 against.append(f"{path.relative_to(PACKAGE)} imports {module}")
     assert against == []
+
+
+def test_the_build_unit_reads_its_spec_not_the_config():
+    """Config resolved once (issue 49 item 2): in flows/unit only spec.py (unit_spec, the resolver) names
+    ResolvedConfig; the unit's stages read the frozen UnitSpec it makes."""
+    naming = sorted(p.name for p in (PACKAGE / "flows" / "unit").glob("*.py") if "ResolvedConfig" in p.read_text())
+    assert naming == ["spec.py"]

@@ -16,7 +16,8 @@ from buildkit import __version__
 from buildkit.core.paths import templates_sha256
 from buildkit.flows.nightly import run as nightly
 from buildkit.flows.nightly import jobs as nightlyjobs
-from buildkit.flows.nightly.run import Previous, VariantStatus, is_current, one_per_key, patch_dir, run_nightly
+from buildkit.flows.nightly.run import Previous, VariantStatus, is_current, one_per_key, run_nightly
+from buildkit.plan.patchqueue import patch_dir
 from buildkit.flows.nightly.previous import config_of, stale_reason, update_nightly_record
 from buildkit.oci.registry import ManifestInfo
 from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan

@@ -196,6 +196,7 @@ def test_a_missing_patch_folder_stops_a_build_before_any_work(tmp_path: Path) ->
     """--patches /no/such/dir: one line before the base images are looked up and anything is fetched."""
     from buildkit.engine.api import use_engine
     from buildkit.flows.unit.pipeline import prepare
+    from buildkit.flows.unit.spec import unit_spec
     from buildkit.plan.config import load_config
     from fakeengine import FakeEngine
 
@@ -204,7 +205,7 @@ def test_a_missing_patch_folder_stops_a_build_before_any_work(tmp_path: Path) ->
         "base.os_image": ("127.0.0.1:1/no-such/image:1", "--os-image"), "source.url": (str(tmp_path / "fork"), "t"),
         "cache.dir": (str(tmp_path / "cache"), "t")})
     with use_engine(FakeEngine()) as engine, pytest.raises(PatchError, match="no-such-dir does not exist"):
-        prepare(cfg, engine, tmp_path / "out")
+        prepare(unit_spec(cfg, engine), engine, tmp_path / "out")
     assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from buildkit.core.errors import BuildError, BuildkitError, ConfigError
 from buildkit.flows.doctor.basecheck import check_bases
-from buildkit.flows.unit.cudacontexts import cache_root
+from buildkit.flows.unit.spec import cache_root
 from buildkit.flows.doctor.diskcheck import check_disk, disk_kind, required_gb
 from buildkit.core.check import Check, Status
 from buildkit.flows.doctor.check import Variant

@@ -16,6 +16,7 @@ from typing import Any, TYPE_CHECKING, cast
 from buildkit.core.errors import BuildkitError
 from buildkit.engine.bake import TargetOutcome, run_bake
 from buildkit.flows.unit.pipeline import prepare, check_build_machine, Prepared
+from buildkit.flows.unit.spec import unit_spec
 from buildkit.flows.unit.buildspec import build_spec
 from buildkit.flows.unit.buildunit import UnitOptions, attempt_unit, UnitResult
 from buildkit.engine.buildx import check_buildx, BuildOptions, BuildResult
@@ -57,7 +58,8 @@ def prepare_matrix(variants: Sequence[Variant], work_dir: Path, engine: Engine, 
     errors: dict[str, str] = {}
     for variant in variants:
         try:
-            prepared[variant.unit] = prepare(variant.cfg, engine, work_dir / variant.target_name / "context")
+            prepared[variant.unit] = prepare(unit_spec(variant.cfg, engine), engine,
+                                             work_dir / variant.target_name / "context")
         except stop_on:
             raise
         except BuildkitError as exc:

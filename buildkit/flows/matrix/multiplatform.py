@@ -26,7 +26,8 @@ from buildkit.engine.api import Engine, Images, OutStream
 from buildkit.engine.buildx import BuildResult, check_buildx
 from buildkit.flows.unit.buildunit import UnitOptions, run_unit
 from buildkit.flows.unit.debpackages import debian_packages
-from buildkit.flows.unit.pipeline import Prepared, build_options, prepared_context
+from buildkit.flows.unit.pipeline import Prepared, prepared_context
+from buildkit.flows.unit.spec import build_options, unit_spec
 from buildkit.flows.unit.signpublished import index_sign_step
 from buildkit.oci.ociindex import write_index_archive
 from buildkit.oci.registry import client_for, RegistryClient
@@ -123,7 +124,8 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
     variant, image_name, target = first_request.tag_variant, first_request.image_name, first_request.target
     with ExitStack() as stack:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="buildkit-multi-")))
-        prepared = [(p, sub, stack.enter_context(prepared_context(sub, engine, request=req, extra_tags=extra_tags)))
+        prepared = [(p, sub, stack.enter_context(prepared_context(unit_spec(sub, engine, request=req), engine,
+                                                                   extra_tags=extra_tags)))
                     for p, sub, req in items]
         key = index_key((p, pr.build_key) for p, _, pr in prepared)
         commit = prepared[0][2].source.commit
@@ -151,11 +153,11 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
             check_immutable_free(client, repository.repository, tags, None, force=force)
             prepared = [(p, sub, pr.replanned(version=version)) for p, sub, pr in prepared]
         builds = []
-        for platform, sub, pr in prepared:
+        for platform, _, pr in prepared:
             pr = pr.replanned(shared_tags=False)  # its build-key tag only: the shared tags belong to the index
             # verified like any build; no lock entry yet: the platforms' entries go with the index's
             unit = run_unit(pr, UnitOptions(verify=verify, build=replace(options, load=load or verify), stream=stream),
-                            engine=engine, cfg=sub)
+                            engine=engine)
             assert unit.result is not None
             builds.append(PlatformBuild(platform, unit.prepared, unit.result, unit.report,
                                         debian_packages(unit.prepared, unit.result, options, engine)))

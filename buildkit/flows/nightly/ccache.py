@@ -5,7 +5,7 @@ from __future__ import annotations
 from buildkit.engine.baseimages import resolve_base_images
 from buildkit.engine.api import Engine
 from buildkit.engine.ccachestore import CcacheTarget
-from buildkit.flows.unit.cudacontexts import cache_root
+from buildkit.flows.unit.spec import cache_root
 from buildkit.flows.nightly.jobs import find_unit
 from buildkit.plan.buildplan import ccache_id
 from buildkit.plan.config import ResolvedConfig

@@ -31,23 +31,24 @@ import tempfile
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from buildkit.flows.unit.cudacontexts import check_cuda_available
 from buildkit.core.savefile import write_or_keep
 from buildkit.flows.unit.buildunit import BY_DIGEST, Publication, UnitOptions
 from buildkit.flows.matrix.bake import build_matrix
-from buildkit.flows.unit.pipeline import build_options, Prepared
+from buildkit.flows.unit.pipeline import Prepared
+from buildkit.flows.unit.cudacontexts import check_cuda_available
+from buildkit.flows.unit.spec import build_options, cuda_settings
 from buildkit.flows.unit.testsimage import builds_tests, registry_tests_tag, tests_of_image
 from buildkit.flows.unit.signpublished import write_predicates, index_sign_step
 from buildkit.oci.ociindex import PlatformManifest, index_document
 from buildkit.oci.ocilayout import sha256_digest
 from buildkit.plan.buildkey import index_key
-from buildkit.plan.patchqueue import queue_required
+from buildkit.plan.patchqueue import patch_policy
 from buildkit.core.boundedread import MiB, read_json_object
 from buildkit.core.errors import BuildkitError, ConfigError, PatchError, TamperedError
 from buildkit.core.platforms import ARCHES
 from buildkit.flows.nightly.plan import (Excluded, JobResult, NightlyPlan, PlannedPrevious, PlannedUnit,
                                         PlannedVariant)
-from buildkit.flows.nightly.run import (ls_remote_head, nightly_tags, nightly_version, normalise_url, patch_dir,
+from buildkit.flows.nightly.run import (ls_remote_head, nightly_tags, nightly_version, normalise_url,
                                     repository_of, today)
 from buildkit.flows.nightly.previous import nightly_tag, old_commit_of, one_per_key, previous_builds, stale_variants
 from buildkit.flows.nightly.plan import VariantStatus
@@ -62,7 +63,6 @@ from buildkit.release.artifact import Published, Image, Index
 from buildkit.release.publish import publish
 from buildkit.release.ownership import image_signature_proof
 from buildkit.release.signer import Signer, public_key_of
-from buildkit.source.patches import load_patch_queue
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -139,10 +139,10 @@ def plan_nightly(cfg: ResolvedConfig, *, runners: dict[str, str], date: str | No
     variants, excluded = matrix_variants(cfg)
     check_runners(variants, runners)
     for v in variants:  # a CUDA release the package index lacks stops the plan, before any job starts
-        check_cuda_available(v.request, v.cfg)
+        check_cuda_available(v.request, cuda_settings(v.cfg))
     repository = repository_of(cfg)
     url, branch = normalise_url(cfg.source.url), cfg.source.branch
-    queue = load_patch_queue(patch_dir(cfg), required=queue_required(cfg))
+    queue = patch_policy(cfg).load()
     head = ls_remote_head(url, branch, auth=split_credentials(cfg.source.url)[1])
     with client_for(repository.registry) as client:
         previous = previous_builds(client, repository, variants, cfg.lock.path, url, branch,

@@ -43,12 +43,12 @@ import semver
 
 from buildkit.flows.unit.buildunit import LOADED, Publication, UnitOptions
 from buildkit.flows.matrix.bake import assemble_indexes, build_matrix, index_platforms, IndexBuild
-from buildkit.flows.unit.cudacontexts import cache_root
-from buildkit.flows.unit.pipeline import build_options, Prepared
+from buildkit.flows.unit.pipeline import Prepared
+from buildkit.flows.unit.spec import build_options, cache_root
 from buildkit.flows.unit.testsimage import builds_tests, registry_tests_tag
 from buildkit.flows.matrix.multiplatform import record_index
 from buildkit.flows.unit.signpublished import index_sign_step
-from buildkit.plan import patchqueue
+from buildkit.plan.patchqueue import patch_policy
 from buildkit.plan.matrix import Variant, matrix_variants
 # the nightly's API, re-exported explicitly (`X as X`: strict mypy's no_implicit_reexport)
 from buildkit.flows.nightly.plan import VariantStatus as VariantStatus
@@ -67,7 +67,6 @@ from buildkit.plan.config import ResolvedConfig
 from buildkit.core.errors import BuildkitError, ConfigError, PatchError, RegistryError, SourceError
 from buildkit.oci.imageref import ImageRef, parse_image_ref
 from buildkit.source.gitcmd import Git
-from buildkit.source.patches import load_patch_queue
 from buildkit.oci.registry import RegistryClient, client_for
 from buildkit.release.signer import Signer, public_key_of
 from buildkit.plan.tags import TagSet, next_version, parse_version
@@ -157,11 +156,6 @@ def nightly_tags(version: str, commit: str, key: str) -> TagSet:
 
 # ---------------------------------------------------------------- the run
 
-def patch_dir(cfg: ResolvedConfig) -> Path:
-    """The patch queue's folder (plan/patchqueue.py has the rule; it imports none of the build stages)."""
-    return patchqueue.patch_dir(cfg)
-
-
 def normalise_url(url: str) -> str:
     """source.normalise_url's rule (tested to agree), without importing GitPython."""
     url = split_credentials(url)[0]
@@ -202,7 +196,7 @@ def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = F
     lock_path = cfg.lock.path
     summary = Summary(repository=repository.name, url=url, branch=branch, date=date, old_commit=None,
                       new_commit=None, excluded=[{"combination": c, "reason": r} for c, r in excluded])
-    queue = load_patch_queue(patch_dir(cfg), required=patchqueue.queue_required(cfg))
+    queue = patch_policy(cfg).load()
     reasons: dict[str, str] = {}  # why each variant is built tonight
     try:
         head = ls_remote_head(url, branch, auth=auth)

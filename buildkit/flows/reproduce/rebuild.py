@@ -35,7 +35,7 @@ from typing import Any
 
 from buildkit import __version__
 from buildkit.oci.ociindex import index_digest_of
-from buildkit.plan.patchqueue import queue_required
+from buildkit.plan.patchqueue import patch_policy
 from buildkit.engine.baseimages import local_digest
 from buildkit.engine.buildx import BuildOptions, check_buildx
 from buildkit.plan.config import ResolvedConfig, load_config
@@ -45,9 +45,9 @@ from buildkit.engine.api import Engine, Images, OutStream
 from buildkit.oci.imagesource import open_image
 from buildkit.oci.ocilayout import OciArchive
 from buildkit.plan.inputs import INPUTS, cuda_wheel_hashes
-from buildkit.source.patches import load_patch_queue
 from buildkit.flows.unit.buildspec import build_spec
-from buildkit.flows.unit.pipeline import patch_dir, prepare
+from buildkit.flows.unit.pipeline import prepare
+from buildkit.flows.unit.spec import unit_spec
 from buildkit.flows.reproduce.record import IndexRecorded, Recorded
 from buildkit.oci.imageref import name_of
 from buildkit.plan.buildplan import clean_ccache_id, make_request
@@ -128,11 +128,12 @@ def check_inputs(rec: Recorded, cfg: ResolvedConfig, engine: Images, stream: Out
         raise ReproduceError(f"the templates here hash to {here[:12]}, the recorded build used "
                              f"{i.template_sha256[:12]}; "
                              f"use the templates of buildkit {i.tool_version}")
-    queue = load_patch_queue(patch_dir(cfg), required=queue_required(cfg))
+    patches = patch_policy(cfg)
+    queue = patches.load()
     if queue.sha256 != i.patch_set_sha256:
         names = ", ".join(queue.names) or "none"
         recorded = f" ({', '.join(i.patches) or 'no patches'})"
-        raise ReproduceError(f"the patch set in {patch_dir(cfg)} ({names}) hashes to {queue.sha256[:12]}, the recorded "
+        raise ReproduceError(f"the patch set in {patches.folder} ({names}) hashes to {queue.sha256[:12]}, the recorded "
                              f"one{recorded} to {i.patch_set_sha256[:12]}; point --patches at the recorded patches")
     for base in i.base_images:
         now = local_digest(engine, base.ref)
@@ -201,8 +202,8 @@ def reproduce(rec: Recorded, *, config_path: Path | None = None, env: Mapping[st
         # a clean rebuild compiles every object again, also where the recorded build used a ccache
         # the recorded Debian package versions: installed as they were, or one line naming those the mirror lacks
         pins = pins_from_record(rec.debian_packages, rec.origin)
-        prepared = prepare(cfg, engine, Path(tmp) / "context", request=request, ccache_recache=not use_cache,
-                           apt_pins=pins)
+        prepared = prepare(unit_spec(cfg, engine, request=request), engine, Path(tmp) / "context",
+                           ccache_recache=not use_cache, apt_pins=pins)
         more = _check_prepared(rec, prepared, cuda_wheel_hashes(prepared.cuda_manifest))
         for warning in more:
             stream.write(f"warning: {warning}\n")

@@ -33,11 +33,10 @@ from buildkit.flows.unit.buildspec import build_spec
 from buildkit.flows.unit.debpackages import debian_packages
 from buildkit.flows.unit.compiletimes import compile_curve_path, read_compile_curve, save_compile_curve
 from buildkit.flows.unit.testsimage import BuiltTestsImage, build_tests_image, push_tests_image
-from buildkit.flows.unit.pipeline import Prepared, build_options, check_build_machine, last_build_seconds
+from buildkit.flows.unit.pipeline import Prepared, check_build_machine, last_build_seconds
 from buildkit.source.cudasource import cuda_object_count
 from buildkit.oci.imageref import ImageRef
 from buildkit.oci.registry import RegistryClient
-from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.tags import TagSet
 from buildkit.release.lock import LockEntry
 from buildkit.release.lockfile import record, write_lock_entry
@@ -135,22 +134,22 @@ class _Run:
                           self.published, dict(self.seconds), error, self.current if error else "", self.tests)
 
 
-def run_unit(prepared: Prepared, options: UnitOptions, *, engine: Engine, cfg: ResolvedConfig | None = None,
+def run_unit(prepared: Prepared, options: UnitOptions, *, engine: Engine,
              built: BuildResult | None = None) -> UnitResult:
     """build (unless built: a bake's result) → verify → lock entry → publish. A failure raises, as it
-    came (FailedVerification after the image lost its tags). cfg: the unit's config, for the build stage."""
+    came (FailedVerification after the image lost its tags). The build stage reads prepared.spec."""
     run = _Run(prepared, options, engine)
-    _run(run, cfg, built)
+    _run(run, built)
     return run.outcome()
 
 
-def attempt_unit(prepared: Prepared, options: UnitOptions, *, engine: Engine, cfg: ResolvedConfig | None = None,
+def attempt_unit(prepared: Prepared, options: UnitOptions, *, engine: Engine,
                  built: BuildResult | None = None) -> UnitResult:
     """run_unit for one unit of many: a BuildkitError is the result's error (and failed, its stage),
     with what the unit reached (a failed verification's report)."""
     run = _Run(prepared, options, engine)
     try:
-        _run(run, cfg, built)
+        _run(run, built)
     except FailedVerification as exc:
         run.report = exc.report
         return run.outcome(str(exc))
@@ -159,9 +158,9 @@ def attempt_unit(prepared: Prepared, options: UnitOptions, *, engine: Engine, cf
     return run.outcome()
 
 
-def _run(run: _Run, cfg: ResolvedConfig | None, built: BuildResult | None) -> None:
+def _run(run: _Run, built: BuildResult | None) -> None:
     prepared, options, engine = run.prepared, run.options, run.engine
-    result = built if built is not None else _build(run, cfg)
+    result = built if built is not None else _build(run)
     run.result = result
     if options.verify:
         with run.step("verify", result.tags[0] if result.tags else ""):
@@ -170,11 +169,11 @@ def _run(run: _Run, cfg: ResolvedConfig | None, built: BuildResult | None) -> No
     entry = None  # the unit's lock entry, made once for its build (again only when the publication untagged it)
     if options.lock_path is not None and (options.publish is None or options.lock_first):
         with run.step("lock"):
-            entry = _entry(prepared, result, _packages(run, result, cfg), engine)
+            entry = _entry(prepared, result, _packages(run, result), engine)
             write_lock_entry(options.lock_path, entry)
             run.entry = entry
     if options.tests:
-        build = options.build or _options(cfg, engine)
+        build = options.build or _options(prepared)
         if options.publish is not None and not options.publish.keep_loaded:  # --no-load: its archive only
             build = replace(build, load=False)
         with run.step("tests", f"{prepared.plan.request.variant}, its tests target"):
@@ -185,7 +184,7 @@ def _run(run: _Run, cfg: ResolvedConfig | None, built: BuildResult | None) -> No
     target = options.publish
     sign = None
     if target.signer is not None:  # the signed provenance lists the build stage's packages: read them first
-        entry = entry or _entry(prepared, result, _packages(run, result, cfg), engine)
+        entry = entry or _entry(prepared, result, _packages(run, result), engine)
         sign = sign_step(replace(entry, version=target.version), target.signer)
     with run.step("publish"):
         built = result
@@ -198,7 +197,7 @@ def _run(run: _Run, cfg: ResolvedConfig | None, built: BuildResult | None) -> No
         with run.step("lock"):
             if entry is None or result is not built:  # (the engine's tags of an image pushed with --no-load: gone)
                 packages = entry.debian_packages if entry is not None else None
-                entry = _entry(prepared, result, packages or _packages(run, result, cfg), engine)
+                entry = _entry(prepared, result, packages or _packages(run, result), engine)
             run.entry = record(options.lock_path, entry, run.published, target.version)
 
 
@@ -207,28 +206,29 @@ def _entry(prepared: Prepared, result: BuildResult, packages: dict[str, Any] | N
     return LockEntry.of(prepared.plan, prepared.outcome(result, debian_packages=packages, engine=engine))
 
 
-def _packages(run: _Run, result: BuildResult, cfg: ResolvedConfig | None) -> dict[str, Any]:
+def _packages(run: _Run, result: BuildResult) -> dict[str, Any]:
     """The lock entry's debian_packages of result (flows/unit/debpackages.py)."""
-    options = run.options.build or _options(cfg, run.engine)
+    options = run.options.build or _options(run.prepared)
     return debian_packages(run.prepared, result, options, run.engine)
 
 
-def _options(cfg: ResolvedConfig | None, engine: Engine) -> BuildOptions:
-    """How the export of the build stage's packages runs: the config's builder (a bake's unit may have none)."""
-    return build_options(cfg, engine) if cfg is not None else BuildOptions()
+def _options(prepared: Prepared) -> BuildOptions:
+    """How the export of the build stage's packages runs: the unit's spec's builder (a bake's unit may have none)."""
+    return prepared.spec.build if prepared.spec is not None else BuildOptions()
 
 
-def _build(run: _Run, cfg: ResolvedConfig | None) -> BuildResult:
-    if cfg is None:
-        raise TypeError("run_unit builds with the unit's config: give cfg, or built")
+def _build(run: _Run) -> BuildResult:
     prepared, options, engine = run.prepared, run.options, run.engine
-    build = options.build or build_options(cfg, engine)
+    unit = prepared.spec
+    if unit is None:
+        raise TypeError("run_unit builds a unit prepared from its spec (pipeline.prepare): give that, or built")
+    build = options.build or unit.build
     check_build_machine(prepared.plan.request, engine, options.stream)
     metadata = prepared.rendered.context_dir.parent / "metadata.json"
     spec = build_spec(prepared.plan, prepared.rendered, build, metadata)
     request = prepared.plan.request
-    last = last_build_seconds(cfg, request)
-    curves = compile_curve_path(cfg, request)
+    last = last_build_seconds(unit.lock_path, request)
+    curves = compile_curve_path(unit.cache_root, request)
     cuda = cuda_object_count(prepared.rendered.context_dir / "src", prepared.plan.cmake_args) \
         if request.arch.is_cuda else None
     with run.step("build", f"{request.variant}" + (f", last build took {last:.0f}s" if last else "")):

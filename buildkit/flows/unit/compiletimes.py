@@ -10,17 +10,15 @@ from pathlib import Path
 from buildkit.core.boundedread import read_regular
 from buildkit.core.compilework import CompileCurve
 from buildkit.core.wholefile import write_whole
-from buildkit.flows.unit.cudacontexts import cache_root
 from buildkit.plan.buildplan import BuildRequest
-from buildkit.plan.config import ResolvedConfig
 
 LIMIT = 1 << 20  # a curve of 444 objects is about 4 KB
 
 
-def compile_curve_path(cfg: ResolvedConfig, request: BuildRequest) -> Path:
+def compile_curve_path(cache_root: Path, request: BuildRequest) -> Path:
     """One file per variant, target, platform and CPU level (what the lock's entries are keyed by)."""
     name = "-".join((request.variant, request.target, request.platform, request.cpu_level.name))
-    return cache_root(cfg) / "compile-times" / (re.sub(r"[^A-Za-z0-9._-]+", "_", name) + ".json")
+    return cache_root / "compile-times" / (re.sub(r"[^A-Za-z0-9._-]+", "_", name) + ".json")
 
 
 def read_compile_curve(path: Path) -> CompileCurve | None:

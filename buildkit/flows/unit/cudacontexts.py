@@ -14,15 +14,14 @@ from typing import Any
 import hashlib
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from buildkit.core.errors import ArchError, CudaRootError, BuildkitError
-from buildkit.core.paths import cache_dir
 from buildkit.oci.imageref import parse_image_ref
 from buildkit.oci.registry import client_for
 from buildkit.plan.archs import CUDA_RELEASES, parse_cuda_version
 from buildkit.plan.buildplan import BuildRequest
-from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.platforms import Platform
 from buildkit.source.cudaroot import (cuda_root_dir, ensure_cuda_root, is_complete, planned_manifest, read_manifest,
                                       runtime_subset)
@@ -32,8 +31,15 @@ from buildkit.source.pyindex import IndexUnreachable, PackageIndex
 Contexts = tuple[Path | None, dict[str, Any] | None, tuple[tuple[str, Path], ...]]
 
 
-def cache_root(cfg: ResolvedConfig) -> Path:
-    return cfg.cache.dir or cache_dir()
+@dataclass(frozen=True)
+class CudaSettings:
+    """What the CUDA toolkit's stages read of the config (flows/unit/spec.py resolves it): the cache the roots and
+    the index's metadata live in, a user's own toolkit (base.cuda_root), cuBLAS in the roots (base.cublas), and
+    base.devel_image as written (check_nvidia_tag: named per release or not)."""
+    cache: Path
+    cuda_root: Path | None
+    cublas: bool
+    devel_image: str
 
 
 def _say(line: str) -> None:
@@ -44,19 +50,19 @@ def _versions(releases: list[tuple[int, int]] | tuple[tuple[int, int], ...]) -> 
     return ", ".join(f"{a}.{b}" for a, b in releases)
 
 
-def check_cuda_available(request: BuildRequest, cfg: ResolvedConfig, index: PackageIndex | None = None) -> None:
+def check_cuda_available(request: BuildRequest, cuda: CudaSettings, index: PackageIndex | None = None) -> None:
     """A provider-wheels CUDA build's release must be one the index publishes a cuda-toolkit of (ArchError
     naming those of its major version); a user's own base.cuda_root is taken as it is. Provider nvidia:
     see check_nvidia_tag."""
     if request.provider == "nvidia" and request.cuda_version is not None:
-        check_nvidia_tag(request, cfg)
-    if request.provider != "wheels" or request.cuda_version is None or cfg.base.cuda_root:
+        check_nvidia_tag(request, cuda)
+    if request.provider != "wheels" or request.cuda_version is None or cuda.cuda_root:
         return
     wanted = parse_cuda_version(request.cuda_version)
-    if is_complete(cuda_root_dir(request.cuda_version, cache_root(cfg), with_cublas=cfg.base.cublas,
+    if is_complete(cuda_root_dir(request.cuda_version, cuda.cache, with_cublas=cuda.cublas,
                                  arch=request.build_cpu.processor)):
         return  # laid out before: it exists
-    index = index or PackageIndex(cache_root(cfg))
+    index = index or PackageIndex(cuda.cache)
     try:
         releases = toolkit_releases(index)
     except IndexUnreachable as e:
@@ -76,12 +82,12 @@ def check_cuda_available(request: BuildRequest, cfg: ResolvedConfig, index: Pack
                         "build.cuda_version")
 
 
-def check_nvidia_tag(request: BuildRequest, cfg: ResolvedConfig) -> None:
+def check_nvidia_tag(request: BuildRequest, cuda: CudaSettings) -> None:
     """A release newer than the built-in list, with a devel_image named per release ({cuda_version}, as
     NVIDIA's default): its tag must be in the registry (ArchError naming the releases its tags have); when
     the registry cannot be read, resolving the base image judges, after a line saying so."""
     assert request.cuda_version is not None
-    if parse_cuda_version(request.cuda_version) in CUDA_RELEASES or "{cuda_version}" not in cfg.base.devel_image:
+    if parse_cuda_version(request.cuda_version) in CUDA_RELEASES or "{cuda_version}" not in cuda.devel_image:
         return
 
     ref = parse_image_ref(request.devel_image)
@@ -112,7 +118,7 @@ def cuda_manifest(root: Path | None) -> dict[str, Any] | None:
         return {"note": "CUDA root given with base.cuda_root; no wheel manifest"}
 
 
-def cuda_contexts(request: BuildRequest, cfg: ResolvedConfig, *, lay_out: bool = True) -> Contexts:
+def cuda_contexts(request: BuildRequest, cuda: CudaSettings, *, lay_out: bool = True) -> Contexts:
     """(the build machine's CUDA root, the wheel manifest, the named contexts) of provider wheels.
 
     A cross build gets two roots: cuda-root, the build machine's (nvcc runs there), and cuda-target,
@@ -123,7 +129,7 @@ def cuda_contexts(request: BuildRequest, cfg: ResolvedConfig, *, lay_out: bool =
         return None, None, ()
     cuda_version = request.cuda_version
     assert cuda_version is not None
-    given = cfg.base.cuda_root
+    given = cuda.cuda_root
     if given:
         if request.cross:
             raise CudaRootError(f"base.cuda_root is one folder for one platform; a cross build for {request.platform} "
@@ -132,19 +138,19 @@ def cuda_contexts(request: BuildRequest, cfg: ResolvedConfig, *, lay_out: bool =
         if not (root / "bin" / "nvcc").is_file():
             raise CudaRootError(f"base.cuda_root {root} has no bin/nvcc; point it at a CUDA toolkit folder")
         key = hashlib.sha256(str(root).encode()).hexdigest()[:12]
-        runtime_dir = cache_root(cfg) / "cuda-root" / f"local-{key}.runtime"
+        runtime_dir = cuda.cache / "cuda-root" / f"local-{key}.runtime"
         runtime = runtime_subset(root, runtime_dir) if lay_out else runtime_dir
         return root, cuda_manifest(root), (("cuda-root", root), ("cuda-runtime", runtime))
 
-    index = PackageIndex(cache_root(cfg))
+    index = PackageIndex(cuda.cache)
 
     def root_of(cpu: Platform) -> tuple[Path, dict[str, Any] | None]:
         if lay_out:
-            laid = ensure_cuda_root(cuda_version, cache_root(cfg), with_cublas=cfg.base.cublas, arch=cpu.processor,
+            laid = ensure_cuda_root(cuda_version, cuda.cache, with_cublas=cuda.cublas, arch=cpu.processor,
                                     index=index)
             return laid, cuda_manifest(laid)
-        return (cuda_root_dir(cuda_version, cache_root(cfg), with_cublas=cfg.base.cublas, arch=cpu.processor),
-                planned_manifest(cuda_version, cache_root(cfg), with_cublas=cfg.base.cublas, arch=cpu.processor,
+        return (cuda_root_dir(cuda_version, cuda.cache, with_cublas=cuda.cublas, arch=cpu.processor),
+                planned_manifest(cuda_version, cuda.cache, with_cublas=cuda.cublas, arch=cpu.processor,
                                  index=index))
 
     def runtime_of(root: Path) -> Path:

@@ -30,23 +30,20 @@ from collections.abc import Iterator
 from buildkit import __version__
 from buildkit.engine.api import Engine, Host, Images, OutStream
 from buildkit.engine.baseimages import BaseSource, check_base_history, check_base_platforms, resolve_base_images
-from buildkit.engine.buildx import BuildOptions, BuildResult, check_buildx, image_store
-from buildkit.plan.config import ResolvedConfig
+from buildkit.engine.buildx import BuildResult, check_buildx
 from buildkit.plan.cpulevels import gcc_line
 from buildkit.release.lockfile import Lock
 from buildkit.verify.cpuhost import host_cpu_id
-# (cli uses it)
-from buildkit.flows.unit.cudacontexts import cache_root as cache_root, check_cuda_available, cuda_contexts
+from buildkit.flows.unit.cudacontexts import check_cuda_available, cuda_contexts
+from buildkit.flows.unit.spec import UnitSpec
 from buildkit.core.errors import BuildkitError, ConfigError, SourceError
 from buildkit.release.lock import BuildOutcome
 
 if TYPE_CHECKING:  # buildunit builds on this module
     from buildkit.flows.unit.buildunit import UnitResult
-from buildkit.plan import patchqueue
-from buildkit.source.patches import PatchQueue, apply_patches, load_patch_queue
+from buildkit.source.patches import PatchQueue, apply_patches
 from buildkit.core.progress import stage
-from buildkit.plan.buildplan import (BuildPlan, BuildRequest, PlanOptions, Resolved, SourceFacts, make_plan,
-                                     make_request, render_view)
+from buildkit.plan.buildplan import BuildPlan, BuildRequest, PlanOptions, Resolved, SourceFacts, make_plan, render_view
 from buildkit.plan.inputs import BaseImage, BuildInputs, plan_inputs
 from buildkit.plan.platforms import engine_platform, judge_build_machine, long_double_differs
 from buildkit.plan.aptpins import AptPins
@@ -60,9 +57,6 @@ from buildkit.core.filelock import try_lock
 from buildkit.core.urlcreds import clean_url
 from buildkit.core.treewalk import remove_tree
 from buildkit.verify import binfmt
-
-SHA_LEN = 40
-
 
 @dataclass(frozen=True)
 class Prepared:
@@ -78,6 +72,7 @@ class Prepared:
     # image with the cuobjdump of whichever runs on this machine (an emulated build machine's does not)
     cuda_roots: tuple[Path, ...] = ()
     unpinned_dockerfile: str = ""  # `reproduce` with apt pins: the Dockerfile as the recorded build rendered it
+    spec: UnitSpec | None = None  # what it was prepared from (the build stage reads its options, cache and lock)
 
     @property
     def build_key(self) -> str:
@@ -102,7 +97,7 @@ class Prepared:
         request = self.plan.request if version is None else replace(self.plan.request, version=version)
         options = replace(self.options, shared_tags=shared_tags)
         return Prepared(make_plan(request, self.resolved, options), self.rendered, self.source, self.patches,
-                        self.cuda_root, self.resolved, options, self.cuda_roots, self.unpinned_dockerfile)
+                        self.cuda_root, self.resolved, options, self.cuda_roots, self.unpinned_dockerfile, self.spec)
 
     def outcome(self, result: BuildResult | None = None, *, image_digest: str | None = None,
                 debian_packages: dict[str, Any] | None = None, engine: Images | None = None) -> BuildOutcome:
@@ -124,23 +119,6 @@ class Prepared:
                             debian_packages=debian_packages)
 
 
-def patch_dir(cfg: ResolvedConfig) -> Path:
-    """The patch queue's folder (plan/patchqueue.py has the rule)."""
-    return patchqueue.patch_dir(cfg)
-
-
-def ref_and_pin(cfg: ResolvedConfig) -> tuple[str, str | None]:
-    """What to fetch and what it must resolve to. A full SHA in source.commit is the pin;
-    a branch or tag name there is fetched as is; an empty one means the tracked branch."""
-    commit = cfg.source.commit.strip()
-    if not commit:
-        return cfg.source.branch, None
-    is_hex = all(c in "0123456789abcdefABCDEF" for c in commit)
-    if is_hex and len(commit) == SHA_LEN:
-        return commit.lower(), commit.lower()
-    return commit, None  # a branch, tag, or a short SHA the source stage refuses with its message
-
-
 def _fresh_dir(path: Path) -> bool:
     """Make sure path is an empty folder; True when we created it."""
     try:
@@ -155,9 +133,9 @@ def _fresh_dir(path: Path) -> bool:
     return True
 
 
-def prepare(cfg: ResolvedConfig, engine: Engine, out_dir: Path, *, extra_tags: tuple[str, ...] = (),
-            request: BuildRequest | None = None, ccache_recache: bool = False, in_place: bool = False,
-            lay_out: bool = True, apt_pins: AptPins | None = None) -> Prepared:
+def prepare(spec: UnitSpec, engine: Engine, out_dir: Path, *, extra_tags: tuple[str, ...] = (),
+            ccache_recache: bool = False, in_place: bool = False, lay_out: bool = True,
+            apt_pins: AptPins | None = None) -> Prepared:
     """Check the request, fetch, export, patch and render into out_dir (Dockerfile + src/).
     ccache_recache (also when build.no_cache is set): a clean build's compile, which reads nothing from
     the ccache (BuildPlan.ccache_recache) and writes into a cache mount of its own (buildplan.clean_ccache_id):
@@ -166,26 +144,25 @@ def prepare(cfg: ResolvedConfig, engine: Engine, out_dir: Path, *, extra_tags: t
     changed files written), everything else in it is rendered anew.
     lay_out=False (--print, render): the CUDA roots are resolved from the package index, not downloaded.
     apt_pins (`reproduce`): the recorded Debian package versions the apt steps install (no input)."""
-    request = request or make_request(cfg)  # an unknown arch or unbuildable CUDA version stops here
-    options = PlanOptions(extra_tags=extra_tags, clean_ccache=ccache_recache or cfg.build.no_cache,
+    request = spec.request  # (unit_spec refused an unknown arch or an unbuildable CUDA version)
+    options = PlanOptions(extra_tags=extra_tags, clean_ccache=ccache_recache or spec.build.no_cache,
                           apt_pins=apt_pins or None)
-    check_cuda_available(request, cfg)  # a CUDA release the index does not have, too
-    queue = load_patch_queue(patch_dir(cfg), required=patchqueue.queue_required(cfg))
-    ref, pin = ref_and_pin(cfg)
+    check_cuda_available(request, spec.cuda)  # a CUDA release the index does not have stops here
+    queue = spec.patches.load()
     # base images first: one that cannot be had stops the build before any fetch
-    sources = resolve_base_images([request.devel_image, request.runtime_image], cache_root(cfg),
-                                  builder=cfg.build.builder, engine=engine)
+    sources = resolve_base_images([request.devel_image, request.runtime_image], spec.cache_root,
+                                  builder=spec.build.builder, engine=engine)
     check_base_platforms(sources, *base_platforms(request))
     check_base_history(sources)
     bases = tuple(BaseImage(ref=s.ref, digest=s.digest) for s in sources)
-    with stage("fetch", clean_url(cfg.source.url)):
-        info = fetch_source(cfg.source.url, ref, pin, cache_root(cfg))
+    with stage("fetch", clean_url(spec.source_url)):
+        info = fetch_source(spec.source_url, spec.ref, spec.pin, spec.cache_root)
     if in_place:
         clear_around(out_dir / "src")
     created = not in_place and _fresh_dir(out_dir)
     try:
         with stage("fetch", f"export {info.commit[:12]}"):
-            (sync_tree if in_place else export_tree)(info, cache_root(cfg), out_dir / "src")
+            (sync_tree if in_place else export_tree)(info, spec.cache_root, out_dir / "src")
         with stage("patch", f"{len(queue.files)} patch(es)"):
             apply_patches(queue, out_dir / "src")
         check_cuda_sources(request, out_dir / "src")
@@ -194,7 +171,7 @@ def prepare(cfg: ResolvedConfig, engine: Engine, out_dir: Path, *, extra_tags: t
                             patch_names=queue.names, cpu_variants=declared_variants(out_dir / "src"), ref=info.ref,
                             patch_sha256=queue.digests)
         with stage("render", request.variant):
-            cuda_root, cuda_manifest, cuda_named = cuda_contexts(request, cfg, lay_out=lay_out)
+            cuda_root, cuda_manifest, cuda_named = cuda_contexts(request, spec.cuda, lay_out=lay_out)
             named = cuda_named + tuple(c for c in (s.named_context() for s in sources) if c is not None)
             resolved = Resolved(source=facts, template_sha256=templates_sha256(), tool_version=__version__,
                                 base_images=bases, from_refs=from_refs(sources), cuda_manifest=cuda_manifest,
@@ -212,7 +189,7 @@ def prepare(cfg: ResolvedConfig, engine: Engine, out_dir: Path, *, extra_tags: t
         raise
     roots = tuple(path for name, path in cuda_named if name in ("cuda-root", "cuda-target"))
     return Prepared(plan=plan, rendered=rendered, source=info, patches=queue, cuda_root=cuda_root, resolved=resolved,
-                    options=options, cuda_roots=roots, unpinned_dockerfile=unpinned)
+                    options=options, cuda_roots=roots, unpinned_dockerfile=unpinned, spec=spec)
 
 
 def base_platforms(request: BuildRequest) -> tuple[tuple[str, ...], str]:
@@ -260,21 +237,6 @@ def _cpu_host(request: BuildRequest) -> str | None:
     return host_cpu_id() if request.cpu_level.native else None
 
 
-def reproducible_exporter(cfg: ResolvedConfig, engine: Images) -> bool:
-    """The OCI exporter path (bit-for-bit digests) is used when `docker load` keeps an archive's bytes:
-    on the containerd image store. build.reproducible = "off" forces the plain --load path."""
-    if cfg.build.reproducible == "off":
-        return False
-    return image_store(engine) == "containerd"
-
-
-def build_options(cfg: ResolvedConfig, engine: Images) -> BuildOptions:
-    return BuildOptions(builder=cfg.build.builder, progress=cfg.build.progress,
-                        cache_from=cfg.build.cache_from, cache_to=cfg.build.cache_to,
-                        reproducible=reproducible_exporter(cfg, engine),
-                        provenance=cfg.build.provenance, no_cache=cfg.build.no_cache)
-
-
 # --------------------------------------------------------------------------- deterministic inputs
 
 def from_refs(sources: tuple[BaseSource, ...]) -> tuple[tuple[str, str], ...]:
@@ -306,14 +268,14 @@ def rfc3339(unix: float) -> str:
     return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def kept_context_dir(cfg: ResolvedConfig) -> Path:
+def kept_context_dir(spec: UnitSpec) -> Path:
     """The build folder kept between builds of one source (cache_root/contexts/<its mirror's name>)."""
-    return cache_root(cfg) / "contexts" / mirror_dir(cache_root(cfg), clean_url(cfg.source.url)).stem
+    return spec.cache_root / "contexts" / mirror_dir(spec.cache_root, clean_url(spec.source_url)).stem
 
 
 @contextmanager
-def prepared_context(cfg: ResolvedConfig, engine: Engine, *, request: BuildRequest | None = None,
-                     extra_tags: tuple[str, ...] = (), work_dir: Path | None = None, ccache_recache: bool = False,
+def prepared_context(spec: UnitSpec, engine: Engine, *, extra_tags: tuple[str, ...] = (),
+                     work_dir: Path | None = None, ccache_recache: bool = False,
                      lay_out: bool = True) -> Iterator[Prepared]:
     """A rendered build context that lives as long as the with-block.
 
@@ -323,22 +285,22 @@ def prepared_context(cfg: ResolvedConfig, engine: Engine, *, request: BuildReque
     source that holds that folder now (another process, or another platform of this build) gets a
     temporary folder instead, as work_dir does. lay_out=False: as prepare's (--print)."""
     with ExitStack() as stack:
-        kept = kept_context_dir(cfg) if work_dir is None else None
+        kept = kept_context_dir(spec) if work_dir is None else None
         if kept is not None and stack.enter_context(try_lock(kept.with_name(kept.name + ".lock"))):
             stack.callback(clear_around, kept / "context" / "src")
             stack.callback(clear_around, kept / "context")  # buildx's metadata, the OCI archive
-            yield prepare(cfg, engine, kept / "context", extra_tags=extra_tags, request=request, in_place=True,
+            yield prepare(spec, engine, kept / "context", extra_tags=extra_tags, in_place=True,
                           ccache_recache=ccache_recache, lay_out=lay_out)
             return
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="buildkit-context-", dir=work_dir))
-        yield prepare(cfg, engine, Path(tmp) / "context", extra_tags=extra_tags, request=request,
-                      ccache_recache=ccache_recache, lay_out=lay_out)
+        yield prepare(spec, engine, Path(tmp) / "context", extra_tags=extra_tags, ccache_recache=ccache_recache,
+                      lay_out=lay_out)
 
 
-def last_build_seconds(cfg: ResolvedConfig, request: BuildRequest) -> float | None:
+def last_build_seconds(lock_path: Path, request: BuildRequest) -> float | None:
     """How long the lock's last build of this variant took (None when unknown)."""
     try:
-        lock = Lock.read(cfg.lock.path)
+        lock = Lock.read(lock_path)
         found = lock.find(request.variant, request.target, request.platform, request.cpu_level.name,
                           request.arch.name)
         entry = found[1] if found else lock.builds.get(f"{request.variant}/{request.target}@{request.platform}")
@@ -370,7 +332,7 @@ def check_build_machine(request: BuildRequest, engine: Host, stream: OutStream |
         (stream or sys.stderr).write(f"buildkit: {note}\n")
 
 
-def build(cfg: ResolvedConfig, engine: Engine, *, extra_tags: tuple[str, ...] = (), verify: bool = True,
+def build(spec: UnitSpec, engine: Engine, *, extra_tags: tuple[str, ...] = (), verify: bool = True,
           work_dir: Path | None = None, stream: OutStream | None = None, no_cache: bool = False,
           tests: bool = False) -> UnitResult:
     """Prepare, then the build unit's flow (flows/unit/buildunit.py): build, verify, write the lock.
@@ -378,12 +340,11 @@ def build(cfg: ResolvedConfig, engine: Engine, *, extra_tags: tuple[str, ...] = 
     tests target from the same context (flows/unit/testsimage.py). A UnitResult."""
     from buildkit.flows.unit.buildunit import UnitOptions, run_unit  # (it builds on this module)
 
-    request = make_request(cfg)  # refuse a bad request before anything else
-    options = build_options(cfg, engine)
-    options = replace(options, no_cache=no_cache or options.no_cache)
+    request = spec.request  # (unit_spec refused a bad request before anything else)
+    options = replace(spec.build, no_cache=no_cache or spec.build.no_cache)
     check_buildx(engine)
     check_build_machine(request, engine, warn=False)  # before the fetch and the toolkit: a build that cannot run here
-    with prepared_context(cfg, engine, request=request, extra_tags=extra_tags, work_dir=work_dir,
+    with prepared_context(spec, engine, extra_tags=extra_tags, work_dir=work_dir,
                           ccache_recache=options.no_cache) as prepared:
-        return run_unit(prepared, UnitOptions(verify=verify, lock_path=cfg.lock.path, build=options, tests=tests,
-                                              stream=stream), cfg=cfg, engine=engine)
+        return run_unit(prepared, UnitOptions(verify=verify, lock_path=spec.lock_path, build=options, tests=tests,
+                                              stream=stream), engine=engine)

@@ -15,14 +15,13 @@ from buildkit.core.errors import ConfigError, LockError, RegistryError
 from buildkit.engine.api import Engine, Images, OutStream
 from buildkit.engine.buildx import BuildOptions, BuildResult, check_buildx
 from buildkit.flows.unit.buildunit import RELEASE, Publication, UnitOptions, run_unit
-from buildkit.flows.unit.pipeline import Prepared, build_options, prepared_context
+from buildkit.flows.unit.pipeline import Prepared, prepared_context
+from buildkit.flows.unit.spec import UnitSpec
 from buildkit.flows.unit.testsimage import build_tests_image, push_tests_image, registry_tests_tag, tests_of_image
 from buildkit.oci.imageref import ImageRef
 from buildkit.oci.registry import RegistryClient, client_for
-from buildkit.plan.buildplan import make_request
-from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.tags import check_tag, next_version, parse_version
-from buildkit.plan.tagset import TagTarget, publication_tags
+from buildkit.plan.tagset import publication_tags
 from buildkit.release.lock import LockEntry
 from buildkit.release.lockfile import Lock, record
 from buildkit.release.ownership import Proof, image_signature_proof, key_parameters, prove
@@ -34,7 +33,7 @@ from buildkit.release.publish import (VERSION_LABEL, Origin, Prover, PublishResu
 from buildkit.release.signer import Signer, public_key_of
 
 
-def build_and_push(cfg: ResolvedConfig, engine: Engine, *, version: str | None = None, bump: str = "patch",
+def build_and_push(spec: UnitSpec, engine: Engine, *, version: str | None = None, bump: str = "patch",
                    force: bool = False, verify: bool = True, stream: OutStream | None = None, load: bool = True,
                    extra_tags: tuple[str, ...] = (),
                    before_build: Callable[[], None] | None = None,
@@ -46,29 +45,29 @@ def build_and_push(cfg: ResolvedConfig, engine: Engine, *, version: str | None =
     something to compile (the registry and the engine lack this build key), before the compile: `build`'s
     deferred disk check. tests: the tests image too (flows/unit/testsimage.py), pushed after the image under
     bk-<key>-<variant>-tests; PublishResult.tests says where."""
-    request = make_request(cfg)
+    request = spec.request
     if version is not None:
         parse_version(version)
     for tag in extra_tags:
         check_tag(tag)
     repository = publish_repository(request.image_name)
-    options = build_options(cfg, engine)
+    options = spec.build
     if not load and not options.reproducible:
         raise ConfigError("--no-load needs the OCI exporter (the containerd image store, build.reproducible "
                           "= auto): without it the image reaches the registry through the engine")
     check_buildx(engine)
     variant, repo = request.artifact_variant, repository.repository
     with client_for(repository.registry) as client, \
-            prepared_context(cfg, engine, request=request, extra_tags=extra_tags) as prepared:
+            prepared_context(spec, engine, extra_tags=extra_tags) as prepared:
         key, commit = prepared.build_key, prepared.source.commit
-        target = TagTarget.of(cfg, variant, commit, build_key=key, extra=extra_tags)
+        target = spec.tags.target(variant, commit, build_key=key, extra=extra_tags)
         found_sign = _found_sign_step(prepared, signer) if signer is not None else None
-        mine = image_prover(client, repo, cfg.lock.path, key, key_parameters(_unbuilt(prepared)), signer)
+        mine = image_prover(client, repo, spec.lock_path, key, key_parameters(_unbuilt(prepared)), signer)
         reused = None if force else reuse_published(client, repository, target, found_sign, prove=mine,
                                                     version=version)
         if reused is not None:
             done, version, tags = reused
-            record(cfg.lock.path, LockEntry.of(prepared.plan, prepared.outcome(image_digest=done.digest)), done,
+            record(spec.lock_path, LockEntry.of(prepared.plan, prepared.outcome(image_digest=done.digest)), done,
                    version)
             return PublishResult(repository.name, version, done.digest, tags.all, done.added, origin="registry",
                                  build_key=key, signed=done.signed,
@@ -84,14 +83,14 @@ def build_and_push(cfg: ResolvedConfig, engine: Engine, *, version: str | None =
         prepared = prepared.replanned(version=version)
         publication = Publication(client, repository, tags, version, how=RELEASE, force=force, keep_loaded=load,
                                   signer=signer, tests_tag=registry_tests_tag(key, variant) if tests else "")
-        lock_path = cfg.lock.path
+        lock_path = spec.lock_path
         if local is None:
             if before_build is not None:
                 before_build()
             build_opts = replace(options, load=load or verify)  # verify runs the image in the engine
             unit = run_unit(prepared, UnitOptions(verify=verify, lock_path=lock_path, publish=publication,
                                                   build=build_opts, tests=tests, stream=stream),
-                            engine=engine, cfg=cfg)
+                            engine=engine)
             origin: Origin = "built"
         else:  # the engine's image with this build key: pushed as it is, its lock entry once published
             seconds, finished_at = built_before(lock_path, key)  # its build's times, for the provenance
@@ -172,12 +171,12 @@ def _found_sign_step(prepared: Prepared, signer: Signer) -> SignStep:
     return sign
 
 
-def push_local(cfg: ResolvedConfig, engine: Images, *, force: bool = False, stream: OutStream | None = None,
+def push_local(spec: UnitSpec, engine: Images, *, force: bool = False, stream: OutStream | None = None,
                signer: Signer | None = None) -> PublishResult:
     """`buildkit push`: publish the image of the lock's entry for this variant, already in the engine."""
-    request = make_request(cfg)
+    request = spec.request
     repository = publish_repository(request.image_name)
-    lock_path = cfg.lock.path
+    lock_path = spec.lock_path
     lock = Lock.read(lock_path)
     found = lock.find(request.variant, request.target, request.platform, request.cpu_level.name, request.arch.name)
     if found is None:
@@ -190,7 +189,7 @@ def push_local(cfg: ResolvedConfig, engine: Images, *, force: bool = False, stre
         raise RegistryError(f"the image {recorded.image_id[:19]} of {request.variant} is not in the local engine; "
                             "run buildkit build again")
     key, version, commit = recorded.build_key, recorded.version, recorded.commit
-    target = TagTarget.of(cfg, request.artifact_variant, commit, build_key=key)
+    target = spec.tags.target(request.artifact_variant, commit, build_key=key)
     sign = sign_step(recorded, signer) if signer is not None else None
     with client_for(repository.registry) as client:
         mine = image_prover(client, repository.repository, lock_path, key, key_parameters(recorded), signer)
