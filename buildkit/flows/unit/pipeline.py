@@ -108,7 +108,8 @@ class Prepared:
         if result is None:
             return BuildOutcome(dockerfile_sha256=rendered, image_digest=image_digest or "",
                                 debian_packages=debian_packages)
-        assert engine is not None, "Prepared.outcome of a build's result needs the engine holding its image"
+        if engine is None:  # a programming error, not an input's: kept under python -O too
+            raise TypeError("Prepared.outcome of a build's result needs the engine holding its image")
         image_id = _local_image_id(engine, result.tags[0], result.config_digest) if result.tags \
             else result.config_digest
         started, finished = build_times(result)
