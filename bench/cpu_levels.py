@@ -52,7 +52,7 @@ def build_level(repo: Path, commit: str, level: str, work: Path, *, jobs: int, b
                 ccache: bool) -> dict:
     from buildkit.plan.config import load_config
     from buildkit.engine.api import get_engine
-    from buildkit.flows.unit.pipeline import build
+    from buildkit.flows.unit.buildunit import build
     from buildkit.flows.unit.spec import unit_spec
 
     overrides = {"source.url": str(repo), "source.commit": commit, "image.name": IMAGE, "build.arch": "cpu",

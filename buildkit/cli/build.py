@@ -74,7 +74,7 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
           sign_key: Path | None, **kwargs: Any) -> None:
     """Fetch the pinned commit, patch, render, build with buildx, verify and write the lock."""
     from buildkit.flows.unit.buildspec import build_command
-    from buildkit.flows.unit.pipeline import build as run_pipeline
+    from buildkit.flows.unit.buildunit import build as run_pipeline
     from buildkit.flows.unit.spec import cache_root, unit_spec
 
     if version:

@@ -1,6 +1,6 @@
 """Reproducible builds on the real engine: the example fork's cpu variant, built, then rebuilt from a clean state.
 
-The first build goes through `buildkit.flows.unit.pipeline.build(..., no_cache=True)` (buildx --no-cache;
+The first build goes through `buildkit.flows.unit.buildunit.build(..., no_cache=True)` (buildx --no-cache;
 its compile reads nothing from the ccache). A later commit, dated after it, is
 built with the cache (its runtime packages come from the first build's cached step, made before that
 commit) and `buildkit reproduce` of its lock rebuilds it cache-less, compiling every object again (no
@@ -46,7 +46,7 @@ PATCH = """--- a/common/common.cpp
 
 
 def digest_of(unit: UnitResult) -> str:
-    """The digest of a build that succeeded (pipeline.build raises when it does not)."""
+    """The digest of a build that succeeded (buildunit.build raises when it does not)."""
     assert unit.result is not None
     return unit.result.digest
 
@@ -113,11 +113,11 @@ def config(project, **overrides):
 
 
 def build(cfg, engine, **kwargs):
-    """pipeline.build of cfg's unit (spec.unit_spec resolves it)."""
-    from buildkit.flows.unit import pipeline
+    """buildunit.build of cfg's unit (spec.unit_spec resolves it)."""
+    from buildkit.flows.unit import buildunit
     from buildkit.flows.unit.spec import unit_spec
 
-    return pipeline.build(unit_spec(cfg, engine), engine, **kwargs)
+    return buildunit.build(unit_spec(cfg, engine), engine, **kwargs)
 
 
 def clean_build(project, **overrides):

@@ -116,8 +116,6 @@ def test_the_engine_is_made_in_the_cli_and_passed_down():
 LOCAL_IMPORTS = {  # (module, the buildkit module it imports in a function): why
     ("engine/api.py", "buildkit.engine.dockerengine"):
         "get_engine()'s default engine, which implements api's Engine; goes with the global (issue 49 item 4)",
-    ("flows/unit/pipeline.py", "buildkit.flows.unit.buildunit"):
-        "pipeline.build runs the unit that builds on pipeline's Prepared; goes when build() moves to the unit",
 }
 # Circles through `if TYPE_CHECKING:` imports (annotations only; no circle at run time): each goes with the move
 # its reason names.
@@ -127,9 +125,6 @@ TYPE_CIRCLES = {
     ("buildkit.plan.buildkey", "buildkit.plan.buildplan", "buildkit.plan.inputs"):
         "make_plan (buildplan) computes the inputs and the key of a BuildPlan that inputs and buildkey name in "
         "annotations; BuildPlan in a module of its own ends it",
-    ("buildkit.flows.unit.buildunit", "buildkit.flows.unit.debpackages", "buildkit.flows.unit.pipeline",
-     "buildkit.flows.unit.testsimage"):
-        "pipeline's Prepared and pipeline.build (above the unit); Prepared in a module of its own, build() moved up",
 }
 
 

@@ -1,7 +1,7 @@
 """One build unit, start to end: build → verify → lock entry → tests image → publish, always in that order.
 
 A unit is one prepared image (flows/unit/pipeline.prepare: source fetched, plan made, context rendered).
-Every flow that builds runs its units through here: `build` (pipeline.build), `build --push`
+Every flow that builds runs its units through here: `build` (buildunit.build), `build --push`
 (publishing.build_and_push), each platform of a multi-platform build (multiplatform.build_multi:
 verify only, its lock entries go with the index), and, after `docker buildx bake` built the images,
 each unit of `bake`, of the nightly and of a nightly CI job (matrix.build_matrix; `built` is then the
@@ -27,13 +27,14 @@ from typing import Any
 
 from buildkit.core.errors import BuildkitError
 from buildkit.core.progress import stage
-from buildkit.engine.api import Engine
-from buildkit.engine.buildx import BuildOptions, BuildResult
+from buildkit.engine.api import Engine, OutStream
+from buildkit.engine.buildx import BuildOptions, BuildResult, check_buildx
 from buildkit.flows.unit.buildspec import build_spec
 from buildkit.flows.unit.debpackages import debian_packages
 from buildkit.flows.unit.compiletimes import compile_curve_path, read_compile_curve, save_compile_curve
 from buildkit.flows.unit.testsimage import BuiltTestsImage, build_tests_image, push_tests_image
-from buildkit.flows.unit.pipeline import Prepared, check_build_machine, last_build_seconds
+from buildkit.flows.unit.pipeline import Prepared, check_build_machine, last_build_seconds, prepared_context
+from buildkit.flows.unit.spec import UnitSpec
 from buildkit.source.cudasource import cuda_object_count
 from buildkit.oci.imageref import ImageRef
 from buildkit.oci.registry import RegistryClient
@@ -266,5 +267,21 @@ def _publish(target: Publication, result: BuildResult, options: UnitOptions, sig
     return published, result
 
 
-__all__ = ["BY_DIGEST", "LOADED", "RELEASE", "Publication", "Published", "UnitOptions", "UnitResult",
+def build(spec: UnitSpec, engine: Engine, *, extra_tags: tuple[str, ...] = (), verify: bool = True,
+          work_dir: Path | None = None, stream: OutStream | None = None, no_cache: bool = False,
+          tests: bool = False) -> UnitResult:
+    """`buildkit build`: prepare (flows/unit/pipeline.py), then this unit's flow: build, verify, write the lock.
+    no_cache: build from a clean state (buildx --no-cache), as build.no_cache does. tests: then the
+    tests target from the same context (flows/unit/testsimage.py). A UnitResult."""
+    request = spec.request  # (unit_spec refused a bad request before anything else)
+    options = replace(spec.build, no_cache=no_cache or spec.build.no_cache)
+    check_buildx(engine)
+    check_build_machine(request, engine, warn=False)  # before the fetch and the toolkit: a build that cannot run here
+    with prepared_context(spec, engine, extra_tags=extra_tags, work_dir=work_dir,
+                          ccache_recache=options.no_cache) as prepared:
+        return run_unit(prepared, UnitOptions(verify=verify, lock_path=spec.lock_path, build=options, tests=tests,
+                                              stream=stream), engine=engine)
+
+
+__all__ = ["BY_DIGEST", "LOADED", "RELEASE", "Publication", "Published", "UnitOptions", "UnitResult", "build",
            "attempt_unit", "run_unit"]

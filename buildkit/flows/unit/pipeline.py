@@ -18,7 +18,7 @@ and no lock change behind.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 import sys
 import tempfile
 from datetime import UTC, datetime
@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from buildkit import __version__
 from buildkit.engine.api import Engine, Host, Images, OutStream
 from buildkit.engine.baseimages import BaseSource, check_base_history, check_base_platforms, resolve_base_images
-from buildkit.engine.buildx import BuildResult, check_buildx
+from buildkit.engine.buildx import BuildResult
 from buildkit.plan.cpulevels import gcc_line
 from buildkit.release.lockfile import Lock
 from buildkit.verify.cpuhost import host_cpu_id
@@ -39,8 +39,6 @@ from buildkit.flows.unit.spec import UnitSpec
 from buildkit.core.errors import BuildkitError, ConfigError, SourceError
 from buildkit.release.lock import BuildOutcome
 
-if TYPE_CHECKING:  # buildunit builds on this module
-    from buildkit.flows.unit.buildunit import UnitResult
 from buildkit.source.patches import PatchQueue, apply_patches
 from buildkit.core.progress import stage
 from buildkit.plan.buildplan import BuildPlan, BuildRequest, PlanOptions, Resolved, SourceFacts, make_plan, render_view
@@ -331,21 +329,3 @@ def check_build_machine(request: BuildRequest, engine: Host, stream: OutStream |
     note = gcc_line(request.cpu_level, request.platform)
     if note and warn:
         (stream or sys.stderr).write(f"buildkit: {note}\n")
-
-
-def build(spec: UnitSpec, engine: Engine, *, extra_tags: tuple[str, ...] = (), verify: bool = True,
-          work_dir: Path | None = None, stream: OutStream | None = None, no_cache: bool = False,
-          tests: bool = False) -> UnitResult:
-    """Prepare, then the build unit's flow (flows/unit/buildunit.py): build, verify, write the lock.
-    no_cache: build from a clean state (buildx --no-cache), as build.no_cache does. tests: then the
-    tests target from the same context (flows/unit/testsimage.py). A UnitResult."""
-    from buildkit.flows.unit.buildunit import UnitOptions, run_unit  # (it builds on this module)
-
-    request = spec.request  # (unit_spec refused a bad request before anything else)
-    options = replace(spec.build, no_cache=no_cache or spec.build.no_cache)
-    check_buildx(engine)
-    check_build_machine(request, engine, warn=False)  # before the fetch and the toolkit: a build that cannot run here
-    with prepared_context(spec, engine, extra_tags=extra_tags, work_dir=work_dir,
-                          ccache_recache=options.no_cache) as prepared:
-        return run_unit(prepared, UnitOptions(verify=verify, lock_path=spec.lock_path, build=options, tests=tests,
-                                              stream=stream), engine=engine)
