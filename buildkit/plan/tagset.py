@@ -164,17 +164,17 @@ class TagTarget:
     def of(cls, cfg: ResolvedConfig, variant: str, commit: str, *, build_key: str | None = None,
            extra: tuple[str, ...] = ()) -> TagTarget:
         """The target of a variant of this config: the is-default rule (its name is image.default_variant)."""
-        return TagRule.of(cfg).target(variant, commit, build_key=build_key, extra=extra)
+        return DefaultVariantRule.of(cfg).target(variant, commit, build_key=build_key, extra=extra)
 
 
 @dataclass(frozen=True)
-class TagRule:
+class DefaultVariantRule:
     """The config's rule of which variant gets the plain tags (image.default_variant), read once (a unit's spec
     holds it: flows/unit/spec.py)."""
     default_variant: str
 
     @classmethod
-    def of(cls, cfg: ResolvedConfig) -> TagRule:
+    def of(cls, cfg: ResolvedConfig) -> DefaultVariantRule:
         return cls(cfg.image.default_variant)
 
     def target(self, variant: str, commit: str, *, build_key: str | None = None,

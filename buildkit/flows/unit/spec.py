@@ -20,7 +20,7 @@ from buildkit.flows.unit.cudacontexts import CudaSettings
 from buildkit.plan.buildplan import BuildRequest, make_request
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.patchqueue import PatchPolicy, patch_policy
-from buildkit.plan.tagset import TagRule
+from buildkit.plan.tagset import DefaultVariantRule
 
 SHA_LEN = 40
 
@@ -39,7 +39,7 @@ class UnitSpec:
     build: BuildOptions
     cuda: CudaSettings
     lock_path: Path
-    tags: TagRule
+    tags: DefaultVariantRule
 
 
 def cache_root(cfg: ResolvedConfig) -> Path:
@@ -85,4 +85,4 @@ def unit_spec(cfg: ResolvedConfig, engine: Images, *, request: BuildRequest | No
     ref, pin = ref_and_pin(cfg)
     return UnitSpec(request=request, source_url=cfg.source.url, ref=ref, pin=pin, patches=patch_policy(cfg),
                     cache_root=cache_root(cfg), build=build_options(cfg, engine), cuda=cuda_settings(cfg),
-                    lock_path=cfg.lock.path, tags=TagRule.of(cfg))
+                    lock_path=cfg.lock.path, tags=DefaultVariantRule.of(cfg))
