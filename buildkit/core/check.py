@@ -28,7 +28,7 @@ class Check:
 
     @property
     def failed(self) -> bool:
-        return self.status is Status.FAILED
+        return self.status == Status.FAILED  # (a status read back as its plain string compares equal too)
 
     def to_json(self, words: Mapping[Status, str] | None = None) -> dict[str, str]:
         """{name, status, detail}; the status as words names it (else its value). The fix is the caller's
