@@ -19,6 +19,7 @@ from buildkit.engine.buildx import BuildOptions, image_store
 from buildkit.flows.unit.cudacontexts import CudaSettings
 from buildkit.plan.buildplan import BuildRequest, make_request
 from buildkit.plan.config import ResolvedConfig
+from buildkit.plan.matrix import Variant, bake_target_name
 from buildkit.plan.patchqueue import PatchPolicy, patch_policy
 from buildkit.plan.tagset import DefaultVariantRule
 
@@ -40,6 +41,32 @@ class UnitSpec:
     cuda: CudaSettings
     lock_path: Path
     tags: DefaultVariantRule
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    """One variant of the build matrix, resolved: its key (the tags' name: cpu, cuda13.1-sm120), its unit's spec,
+    whether it is one platform of a multi-platform variant, the configured build.build_platform ("" when the
+    target's own) and options.gpu_check.backend (whether the nightly builds its tests image)."""
+    key: str
+    spec: UnitSpec
+    platform_split: bool = False
+    build_platform: str = ""
+    gpu_check_backend: str = ""
+
+    @property
+    def request(self) -> BuildRequest:
+        return self.spec.request
+
+    @property
+    def unit(self) -> str:
+        """What is built once: the key, with the platform for one platform of a multi-platform variant."""
+        return f"{self.key}@{self.request.platform}" if self.platform_split else self.key
+
+    @property
+    def target_name(self) -> str:
+        """The bake target name (bake allows letters, digits, '_' and '-' only)."""
+        return bake_target_name(self.unit)
 
 
 def cache_root(cfg: ResolvedConfig) -> Path:
@@ -86,3 +113,10 @@ def unit_spec(cfg: ResolvedConfig, engine: Images, *, request: BuildRequest | No
     return UnitSpec(request=request, source_url=cfg.source.url, ref=ref, pin=pin, patches=patch_policy(cfg),
                     cache_root=cache_root(cfg), build=build_options(cfg, engine), cuda=cuda_settings(cfg),
                     lock_path=cfg.lock.path, tags=DefaultVariantRule.of(cfg))
+
+
+def variant_spec(variant: Variant, engine: Images) -> VariantSpec:
+    """A matrix variant (plan/matrix.Variant, which holds its configuration) resolved for the flows."""
+    return VariantSpec(key=variant.key, spec=unit_spec(variant.cfg, engine, request=variant.request),
+                       platform_split=variant.platform_split, build_platform=variant.cfg.build.build_platform,
+                       gpu_check_backend=variant.cfg.options.gpu_check.backend)
