@@ -47,17 +47,19 @@ def _carry(direction: str, folder: str | None, registry_repo: str | None, unit: 
            kwargs: dict[str, Any]) -> None:
     """export or import every variant's ccache: one loop, two directions."""
     from buildkit.engine.ccachestore import export_ccache, import_ccache
+    from buildkit.cli.nightlyspecs import variant_specs
     from buildkit.flows.nightly.ccache import targets_for
 
     _check(folder, registry_repo)
     cfg = resolve(kwargs)
     engine = get_engine()
     where = Path(folder) if folder else None
+    units = variant_specs(cfg, engine)[0]
     if direction == "export":
-        done = export_ccache(engine, targets_for(cfg, engine, unit), dest_dir=where, registry_repo=registry_repo or "",
-                             builder=cfg.build.builder)
+        done = export_ccache(engine, targets_for(units, engine, unit), dest_dir=where,
+                             registry_repo=registry_repo or "", builder=cfg.build.builder)
     else:
-        done = import_ccache(engine, targets_for(cfg, engine, unit), src_dir=where, registry_repo=registry_repo or "",
+        done = import_ccache(engine, targets_for(units, engine, unit), src_dir=where, registry_repo=registry_repo or "",
                              builder=cfg.build.builder)
     click.echo(f"{direction}ed {len(done)} ccache(s): {' '.join(done) or 'none'}")
 

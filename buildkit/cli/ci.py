@@ -107,9 +107,9 @@ def github(out_path: str | None, cron: str | None, username_secret: str, passwor
     from buildkit.flows.nightly.ciworkflow import (DEFAULT_CRON, DEFAULT_PATH, WorkflowOptions, cache_budget,
                                                    check_cron, config_in_repo, render_workflow, write_workflow)
     from buildkit.flows.nightly.installorigin import install_spec as default_install
-    from buildkit.flows.nightly.run import repository_of
+    from buildkit.cli.nightlyspecs import repository_of, variant_specs
+    from buildkit.engine.api import get_engine
     from buildkit.flows.nightly.jobs import DEFAULT_RUNNERS, check_runners, parse_runners
-    from buildkit.plan.matrix import matrix_variants
 
     cfg = resolve(kwargs, notice=False)  # no buildkit.toml is refused below
     # settings of this machine only (its cache folder, its disk) say nothing the workflow would build with
@@ -130,7 +130,7 @@ def github(out_path: str | None, cron: str | None, username_secret: str, passwor
     if cfg.origins["image.name"] == "default" or repository.name.startswith("docker.io/library/"):
         raise ConfigError(f"image {cfg.image.name!r} would be pushed to docker.io/library, where no one may "
                           "push; give --image REGISTRY/OWNER/NAME (or [image] name in buildkit.toml)")
-    variants = matrix_variants(cfg)[0]
+    variants = variant_specs(cfg, get_engine())[0]
     by_arch = {**dict(DEFAULT_RUNNERS), **parse_runners(runners)}
     check_runners(variants, by_arch)
     bench_variant = bench_variant or cfg.image.default_variant

@@ -139,28 +139,32 @@ def nightly(as_json: bool, summary_path: str | None, date: str | None, force: bo
 
         if bench_gate is not None:
             _check_bench_gate(Path(assemble_dir), bench_gate)
-        from buildkit.flows.nightly.run import repository_of
+        from buildkit.cli.nightlyspecs import repository_of
         from buildkit.flows.nightly.jobs import write_github_outputs
 
-        summary = assemble(cfg, Path(assemble_dir), signer=signer)
+        repository = repository_of(cfg)
+        summary = assemble(repository, Path(assemble_dir), signer=signer)
         if bench_gate is not None:
             summary.bench_gate = bench_gate_line(bench_gate, summary)
         # what the night published (an index, or a job's image), for the workflow's keyless signing step
-        published = [f"{repository_of(cfg).name}@{v.digest}" for v in summary.variants
+        published = [f"{repository.name}@{v.digest}" for v in summary.variants
                      if v.status == VariantStatus.PASSED and not v.skipped and v.digest]
         outputs = {"published": " ".join(published)}
         if bench_gate not in (None, "none"):  # the tests images the gate job pulls by digest
             from buildkit.flows.nightly.summary import gate_tests
 
-            gate, lines = gate_tests(repository_of(cfg), summary.variants, bench_gate)
+            gate, lines = gate_tests(repository, summary.variants, bench_gate)
             outputs.update(gate)
             for line in lines:
                 click.echo(line, err=True)
         for problem in write_github_outputs(outputs):
             click.echo(f"warning: {problem}", err=True)
     else:
-        summary = run_nightly(cfg, date=date, force=force, verify=not no_verify, signer=signer,
-                              engine=get_engine())
+        from buildkit.cli.nightlyspecs import nightly_spec
+
+        engine = get_engine()
+        summary = run_nightly(nightly_spec(cfg, engine), date=date, force=force, verify=not no_verify, signer=signer,
+                              engine=engine)
     unsaved = write_summaries(summary, summary_path)
     out = sys.stderr if as_json else sys.stdout
     if as_json:
@@ -203,10 +207,12 @@ def _ci_step(cfg: ResolvedConfig, as_json: bool, summary_path: str | None, plan_
     from buildkit.flows.nightly.jobs import (DEFAULT_RUNNERS, github_outputs, parse_runners, plan_nightly,
                                             plan_summary, run_job, write_github_outputs)
     from buildkit.flows.nightly.summary import write_summaries
+    from buildkit.cli.nightlyspecs import job_spec, nightly_spec
 
+    engine = get_engine()
     if plan_only:
-        plan = plan_nightly(cfg, runners=parse_runners(runners) or dict(DEFAULT_RUNNERS), date=date, force=force,
-                            signer=signer)
+        plan = plan_nightly(nightly_spec(cfg, engine), runners=parse_runners(runners) or dict(DEFAULT_RUNNERS),
+                            date=date, force=force, signer=signer)
         outputs = github_outputs(plan)
         units = [u.id for u in plan.units]
         line = (f"to build from {plan.commit[:12]} as {plan.version}: {' '.join(units)}" if units else
@@ -214,12 +220,10 @@ def _ci_step(cfg: ResolvedConfig, as_json: bool, summary_path: str | None, plan_
         problems = [] if plan.build else write_summaries(plan_summary(plan), None)
         data, ok = plan.to_dict(), True
     else:
-        from buildkit.flows.nightly.run import repository_of
-
         assert job_unit is not None  # --job, the other way here (nightly())
-        result = run_job(cfg, job_unit, verify=verify, signer=signer, attest_dir=attest_dir,
-                         engine=get_engine())
-        name = repository_of(cfg).name
+        spec = job_spec(cfg, engine)
+        result = run_job(spec, job_unit, verify=verify, signer=signer, attest_dir=attest_dir, engine=engine)
+        name = spec.repository.name
         outputs = {"built": "true" if result.built else "false",  # reference: what the job pushed, to sign
                    "reference": f"{name}@{result.digest}" if result.status == VariantStatus.PASSED else "",
                    # its tests image (not signed: the gate's input, pulled by this digest; flows/unit/testsimage.py)

@@ -186,7 +186,9 @@ def test_provider_nvidia_checks_the_devel_tag_of_a_release_newer_than_the_list(r
 def test_the_nightly_plan_stops_on_a_release_the_index_lacks(json_index, tmp_path, monkeypatch):
     """Before it asks git or the registry anything: one line naming the releases the index has."""
     from buildkit.core.errors import ArchError
+    from buildkit.cli.nightlyspecs import nightly_spec
     from buildkit.flows.nightly import jobs as nightlyjobs
+    from fakeengine import FakeEngine
     from buildkit.plan.config import load_config
 
     server, _ = json_index
@@ -197,7 +199,8 @@ def test_the_nightly_plan_stops_on_a_release_the_index_lacks(json_index, tmp_pat
               "matrix.archs": ["sm_120"], "matrix.cuda_versions": ["13.5", "13.9"], "cache.dir": str(tmp_path)}
     cfg = load_config(None, env={}, overrides={k: (v, "test") for k, v in values.items()})
     with pytest.raises(ArchError, match=r"CUDA 13\.9 is not on the package index .*13\.3, 13\.4, 13\.5"):
-        nightlyjobs.plan_nightly(cfg, runners={"amd64": "ubuntu-latest", "arm64": "ubuntu-24.04-arm"})
+        nightlyjobs.plan_nightly(nightly_spec(cfg, FakeEngine()),
+                                 runners={"amd64": "ubuntu-latest", "arm64": "ubuntu-24.04-arm"})
 
 
 @pytest.mark.parametrize("mode", ["stall", "trickle_body", "status_then_trickle"])

@@ -24,6 +24,9 @@ from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan
 from buildkit.plan.config import load_config
 from buildkit.plan.configinputs import CONFIG_INPUTS, config_decided
 from buildkit.plan.inputs import INPUTS, LABEL_PREFIX, BaseImage, plan_inputs
+from buildkit.cli.nightlyspecs import nightly_spec, variant_specs
+from buildkit.flows.nightly.spec import at_head
+from buildkit.flows.unit.spec import variant_spec
 from buildkit.plan.matrix import matrix_variants
 from buildkit.release.lock import entry_from_dict
 from buildkit.release.lockfile import update_lock
@@ -107,7 +110,7 @@ def patch_set(cfg) -> str:
 
 def built_inputs(cfg, *, tool_version: str = __version__):
     """What a nightly of cfg's one variant records: the inputs of its plan at HEAD with the current patches."""
-    (variant,) = one_per_key(matrix_variants(cfg)[0])
+    (variant,) = one_per_key(variant_specs(cfg, FakeEngine())[0])
     facts = SourceFacts(url=URL, commit=HEAD, commit_time=1767225600, build_number=7,
                         patch_set_sha256=patch_set(cfg), patch_names=())
     plan = make_plan(variant.request, Resolved(facts, templates_sha256(), tool_version))
@@ -123,15 +126,27 @@ def publish(registry: Registry, cfg, **kwargs) -> str:
 
 def plan(cfg) -> dict:
     """The plan's JSON form (plan.json)."""
-    return nightlyjobs.plan_nightly(cfg, runners={"amd64": "ubuntu-latest", "arm64": "ubuntu-24.04-arm"}).to_dict()
+    runners = {"amd64": "ubuntu-latest", "arm64": "ubuntu-24.04-arm"}
+    return nightlyjobs.plan_nightly(nightly_spec(cfg, FakeEngine()), runners=runners).to_dict()
 
 
-def build_nothing(cfg, client, repository, summary, variants, todo, *args, **kwargs):
+def build_nothing(spec, client, repository, summary, variants, todo, *args, **kwargs):
     """_build_and_publish standing in: every variant to build passes."""
     summary.variants = [nightly._result_for(v, VariantStatus.PASSED, commit=HEAD) for v in todo]
 
 
 # ---------------------------------------------------------------- the classification
+
+@pytest.mark.parametrize("version", ["0.1.1-nightly.20261202", "v1.2.3"])
+def test_a_variant_at_the_head_is_its_config_with_that_commit_and_version(tmp_path, version):
+    """What the night builds (at_head) is the variant resolved again with source.commit and image.version set, as
+    plan/matrix.Variant.with_values made it: the same request (labels, build key), source pin and unit spec."""
+    cfg = config(tmp_path, **{"matrix.archs": ["cpu", "sm_120"], "build.platform": "linux/amd64,linux/arm64"})
+    engine = FakeEngine()
+    for v in matrix_variants(cfg)[0]:
+        again = v.with_values("nightly", source__commit=HEAD, image__version=version)
+        assert at_head(variant_spec(v, engine), HEAD, version) == variant_spec(again, engine)
+
 
 def test_the_config_decided_inputs_are_generated_from_the_declarations():
     assert {i.name for i in CONFIG_INPUTS} == CONFIG_DECIDED
@@ -144,7 +159,7 @@ def test_the_config_decided_inputs_are_generated_from_the_declarations():
 def test_config_inputs_are_the_values_a_plan_records(tmp_path):
     cfg = config(tmp_path, **{"build.cpu_level": "x86-64-v3", "build.user": "app", "build.cmake_args": ["-DX=1"]})
     _, inputs = built_inputs(cfg)
-    (variant,) = one_per_key(matrix_variants(cfg)[0])
+    (variant,) = one_per_key(variant_specs(cfg, FakeEngine())[0])
     assert config_of(variant, URL) == {i.name: getattr(inputs, i.name) for i in CONFIG_INPUTS}
 
 
@@ -156,7 +171,7 @@ def test_same_commit_patches_and_config_is_up_to_date(tmp_path, registry):
     got = plan(cfg)
     assert not got["build"] and got["matrix"] == {"include": []}
     assert [(v["build"], v["reason"]) for v in got["variants"]] == [(False, "")]
-    summary = run_nightly(cfg, date="20261202", engine=FakeEngine())
+    summary = run_nightly(nightly_spec(cfg, FakeEngine()), date="20261202", engine=FakeEngine())
     assert summary.up_to_date and [(v.status, v.reason) for v in summary.variants] == [("skipped", "")]
 
 
@@ -173,7 +188,7 @@ def test_a_changed_config_rebuilds_the_same_commit_and_says_why(tmp_path, regist
     assert got["build"] and [(v["variant"], v["reason"]) for v in got["variants"]] == [(key, reason)]
     assert [u["reason"] for u in got["matrix"]["include"]] == [reason]
     monkeypatch.setattr(nightly, "_build_and_publish", build_nothing)
-    summary = run_nightly(cfg, date="20261202", engine=FakeEngine())
+    summary = run_nightly(nightly_spec(cfg, FakeEngine()), date="20261202", engine=FakeEngine())
     assert not summary.up_to_date
     assert [(v.status, v.reason) for v in summary.variants] == [(VariantStatus.PASSED, reason)]
     assert summary.to_dict()["variants"][0]["reason"] == reason
@@ -186,7 +201,7 @@ def test_another_buildkit_version_or_template_rebuilds(tmp_path, registry):
     assert [v["reason"] for v in plan(cfg)["variants"]] == [f"buildkit 0.0.1 -> {__version__}"]
     _, inputs = built_inputs(cfg)
     older = Previous(HEAD, patch_set(cfg), "sha256:x", "v", "registry", replace(inputs, template_sha256="0" * 64))
-    (variant,) = one_per_key(matrix_variants(cfg)[0])
+    (variant,) = one_per_key(variant_specs(cfg, FakeEngine())[0])
     assert stale_reason(older, HEAD, patch_set(cfg), config_of(variant, URL)) == "template changed"
 
 
@@ -208,7 +223,7 @@ def test_an_image_older_than_a_later_input_is_up_to_date(tmp_path, registry):
 def test_the_commit_and_the_patch_set_still_decide_first(tmp_path):
     cfg = config(tmp_path)
     _, inputs = built_inputs(cfg)
-    (variant,) = one_per_key(matrix_variants(cfg)[0])
+    (variant,) = one_per_key(variant_specs(cfg, FakeEngine())[0])
     wanted, patches = config_of(variant, URL), patch_set(cfg)
     prev = Previous(HEAD, patches, "sha256:x", "v", "lock", inputs)
     assert is_current(prev, HEAD, patches, wanted)
@@ -239,13 +254,14 @@ def test_a_quiet_night_asks_the_registry_as_often_as_before(tmp_path, registry):
     key, inputs = built_inputs(cfg)
     registry.push(f"nightly-{key}", inputs.to_labels("b" * 64))
     # no lock: the image's labels, read once, say everything
-    run = run_nightly(cfg, date="20261202", engine=FakeEngine())
+    run = run_nightly(nightly_spec(cfg, FakeEngine()), date="20261202", engine=FakeEngine())
     assert run.up_to_date and run.variants[0].known_from == "registry"
     assert [r.split()[0] + " " + r.split()[1] for r in registry.requests] == [
         "HEAD nightly-cpu", "GET manifest", "GET blob"]
     registry.requests.clear()
     lock_of_nightly(cfg, registry, key, inputs)
-    run = run_nightly(cfg, date="20261202", engine=FakeEngine())  # the lock's record and entry: one request
+    # the lock's record and entry: one request
+    run = run_nightly(nightly_spec(cfg, FakeEngine()), date="20261202", engine=FakeEngine())
     assert run.up_to_date and run.variants[0].known_from == "lock"
     assert registry.requests == [f"HEAD nightly-{key}"]
     registry.requests.clear()

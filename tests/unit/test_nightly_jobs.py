@@ -15,13 +15,14 @@ from buildkit.flows.nightly.plan import NightlyPlan, VariantStatus
 from buildkit.flows.nightly.jobs import (DEFAULT_RUNNERS, check_runners, github_outputs, label_arch, parse_runners,
                                         plan_summary, read_results, unit_id, write_github_outputs)
 from buildkit.plan.config import load_config
-from buildkit.plan.matrix import matrix_variants
+from buildkit.cli.nightlyspecs import variant_specs
+from fakeengine import FakeEngine
 from ghactions import condition, read_outputs, substitute
 
 
 def variants(**overrides):
     cfg = load_config(None, env={}, overrides={k: (v, "test") for k, v in overrides.items()})
-    return matrix_variants(cfg)[0]
+    return variant_specs(cfg, FakeEngine())[0]
 
 
 def test_a_runner_label_must_build_the_cpu_of_its_units():

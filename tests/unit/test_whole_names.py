@@ -35,9 +35,12 @@ def test_the_same_values_without_it_pass(key, value):
 
 def test_a_nightly_job_refuses_a_commit_with_a_trailing_newline():
     """The commit becomes a tag and a label of the job's image: the plan's 40 hex digits, whole."""
+    from buildkit.cli.nightlyspecs import job_spec, nightly_spec
     from buildkit.flows.nightly.jobs import run_job
 
     cfg = load_config(None, {}, {"matrix.archs": (["cpu"], "t"), "source.commit": ("a" * 40 + "\n", "--commit"),
                                  "image.version": ("1.0.0", "--release")})
     with pytest.raises(ConfigError, match="--job needs --commit with the plan's full 40-hex commit"):
-        run_job(cfg, "cpu", engine=FakeEngine())
+        job_spec(cfg, FakeEngine())  # the command's, before the matrix is resolved
+    with pytest.raises(ConfigError, match="--job needs --commit with the plan's full 40-hex commit"):
+        run_job(nightly_spec(cfg, FakeEngine()), "cpu", engine=FakeEngine())

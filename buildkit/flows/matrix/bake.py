@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TYPE_CHECKING, cast
+from typing import Any, TYPE_CHECKING, TypeVar, cast
 
 from buildkit.core.errors import BuildkitError
 from buildkit.engine.bake import TargetOutcome, run_bake
 from buildkit.flows.unit.pipeline import prepare, check_build_machine, Prepared
-from buildkit.flows.unit.spec import unit_spec
+from buildkit.flows.unit.spec import VariantSpec, unit_spec
 from buildkit.flows.unit.buildspec import build_spec
 from buildkit.flows.unit.buildunit import UnitOptions, attempt_unit, UnitResult
 from buildkit.engine.buildx import check_buildx, BuildOptions, BuildResult
@@ -32,10 +32,13 @@ from buildkit.verify.report import VerifyReport
 if TYPE_CHECKING:
     from buildkit.engine.api import Engine, Images, OutStream
 
+# a matrix's variant: plan/matrix's (bake), or already resolved (the nightly's VariantSpec)
+AnyVariant = TypeVar("AnyVariant", Variant, VariantSpec)
+
 
 @dataclass(frozen=True)
 class VariantBuild:
-    variant: Variant
+    variant: Variant | VariantSpec
     prepared: Prepared | None
     outcome: TargetOutcome | None
     report: VerifyReport | None
@@ -47,7 +50,7 @@ class VariantBuild:
         return not self.error
 
 
-def prepare_matrix(variants: Sequence[Variant], work_dir: Path, engine: Engine, *,
+def prepare_matrix(variants: Sequence[Variant | VariantSpec], work_dir: Path, engine: Engine, *,
                    stop_on: tuple[type[BaseException], ...] = (),
                    ) -> tuple[dict[str, Prepared], dict[str, str]]:
     """Fetch, patch and render every variant into work_dir/<target>/context.
@@ -58,7 +61,8 @@ def prepare_matrix(variants: Sequence[Variant], work_dir: Path, engine: Engine, 
     errors: dict[str, str] = {}
     for variant in variants:
         try:
-            prepared[variant.unit] = prepare(unit_spec(variant.cfg, engine), engine,
+            spec = variant.spec if isinstance(variant, VariantSpec) else unit_spec(variant.cfg, engine)
+            prepared[variant.unit] = prepare(spec, engine,
                                              work_dir / variant.target_name / "context")
         except stop_on:
             raise
@@ -67,12 +71,12 @@ def prepare_matrix(variants: Sequence[Variant], work_dir: Path, engine: Engine, 
     return prepared, errors
 
 
-def local_name(variant: Variant) -> str:
+def local_name(variant: Variant | VariantSpec) -> str:
     """The name in a unit's local tags: the variant's, with the platform for one platform of several."""
     return f"{variant.key}-{variant.request.platform.replace('/', '-')}" if variant.platform_split else variant.key
 
 
-def matrix_document(variants: Sequence[Variant], prepared: dict[str, Prepared], options: BuildOptions,
+def matrix_document(variants: Sequence[Variant | VariantSpec], prepared: dict[str, Prepared], options: BuildOptions,
                     work_dir: Path) -> dict[str, Any]:
     """The bake document for the prepared variants. Local tags are <image>:<variant> and
     sha-<7>-<variant>, the variant including a non-server target, so targets never share a tag."""
@@ -96,10 +100,10 @@ def verify_variant(prepared: Any, outcome: TargetOutcome, engine: Engine) -> tup
     return (unit.report if unit.ok or unit.report.checks else None), unit.error
 
 
-def build_matrix(variants: Sequence[Variant], options: BuildOptions, work_dir: Path, *, engine: Engine,
+def build_matrix(variants: Sequence[AnyVariant], options: BuildOptions, work_dir: Path, *, engine: Engine,
                  verify: bool = True,
                  stream: OutStream | None = None, stop_on: tuple[type[BaseException], ...] = (),
-                 finish: Callable[[Variant, Prepared], UnitOptions] | None = None,
+                 finish: Callable[[AnyVariant, Prepared], UnitOptions] | None = None,
                  ) -> tuple[list[VariantBuild], Path | None]:
     """Prepare every variant, bake them all, then each built unit through the build unit's flow
     (flows/unit/buildunit.py) after its build: verify, and the lock entry and publication finish(variant,

@@ -51,7 +51,7 @@ from buildkit.core.boundedread import MiB, read_regular
 from buildkit.core.wholefile import write_whole
 from buildkit.flows.nightly.installorigin import install_spec
 from buildkit.flows.nightly.jobs import DEFAULT_RUNNERS
-from buildkit.plan.matrix import Variant
+from buildkit.flows.unit.spec import VariantSpec
 
 TEMPLATE = "ci/github-nightly.yml.j2"
 DEFAULT_PATH = Path(".github/workflows/buildkit-nightly.yml")
@@ -171,7 +171,7 @@ def config_in_repo(config: Path, cwd: Path) -> str:
     return Path(rel).as_posix()
 
 
-def cache_budget(variants: Sequence[Variant], layer_cache: str, *, ccache: bool = True) -> tuple[float, str]:
+def cache_budget(variants: Sequence[VariantSpec], layer_cache: str, *, ccache: bool = True) -> tuple[float, str]:
     """(GB the matrix's units put in the GitHub cache, the sum written out); ConfigError over 10 GB."""
     kinds = ["cuda" if v.request.arch.is_cuda else "cpu" for v in variants]
     per = {k: (CCACHE_GB[k] if ccache else 0.0) + (GHA_LAYERS_GB[k] if layer_cache == "gha" else 0.0)

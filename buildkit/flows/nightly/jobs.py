@@ -22,7 +22,7 @@ on the runners.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 import json
 import re
@@ -36,27 +36,23 @@ from buildkit.flows.unit.buildunit import BY_DIGEST, Publication, UnitOptions
 from buildkit.flows.matrix.bake import build_matrix
 from buildkit.flows.unit.pipeline import Prepared
 from buildkit.flows.unit.cudacontexts import check_cuda_available
-from buildkit.flows.unit.spec import build_options, cuda_settings
+from buildkit.flows.unit.spec import VariantSpec
 from buildkit.flows.unit.testsimage import builds_tests, registry_tests_tag, tests_of_image
 from buildkit.flows.unit.signpublished import write_predicates, index_sign_step
 from buildkit.oci.ociindex import PlatformManifest, index_document
 from buildkit.oci.ocilayout import sha256_digest
 from buildkit.plan.buildkey import index_key
-from buildkit.plan.patchqueue import patch_policy
 from buildkit.core.boundedread import MiB, read_json_object
 from buildkit.core.errors import BuildkitError, ConfigError, PatchError, TamperedError
 from buildkit.core.platforms import ARCHES
 from buildkit.flows.nightly.plan import (Excluded, JobResult, NightlyPlan, PlannedPrevious, PlannedUnit,
                                         PlannedVariant)
-from buildkit.flows.nightly.run import (ls_remote_head, nightly_tags, nightly_version, normalise_url,
-                                    repository_of, today)
+from buildkit.flows.nightly.run import ls_remote_head, nightly_tags, nightly_version, today
+from buildkit.flows.nightly.spec import NightlySpec
 from buildkit.flows.nightly.previous import nightly_tag, old_commit_of, one_per_key, previous_builds, stale_variants
 from buildkit.flows.nightly.plan import VariantStatus
 from buildkit.flows.nightly.summary import Summary, VariantResult
 from buildkit.oci.registry import RegistryClient, client_for
-from buildkit.plan.config import ResolvedConfig
-from buildkit.plan.matrix import Variant, bake_target_name, matrix_variants
-from buildkit.core.urlcreds import split_credentials
 from buildkit.plan.tags import TagSet, build_key_tag, parse_version
 from buildkit.release.lock import LockEntry
 from buildkit.release.artifact import Published, Image, Index
@@ -87,18 +83,18 @@ def label_arch(labels: str) -> str | None:
     return None
 
 
-def build_arch(variant: Variant) -> str:
+def build_arch(variant: VariantSpec) -> str:
     """The CPU of the machine a unit compiles on: build.build_platform's when set (a cross build),
     else the image's own platform (a native compile on a runner of that CPU)."""
-    return (variant.cfg.build.build_platform or variant.request.platform).split("/")[1]
+    return (variant.build_platform or variant.request.platform).split("/")[1]
 
 
-def unit_id(variant: Variant) -> str:
+def unit_id(variant: VariantSpec) -> str:
     """A unit's name where GitHub allows letters, digits, '_' and '-' only (artifacts, cache keys)."""
-    return bake_target_name(variant.unit)
+    return variant.target_name  # bake's name rule is GitHub's
 
 
-def check_runners(variants: list[Variant], runners: dict[str, str]) -> None:
+def check_runners(variants: Sequence[VariantSpec], runners: dict[str, str]) -> None:
     """Every unit has a runner for the CPU it compiles on, and no label says another CPU."""
     for arch, labels in runners.items():
         said = label_arch(labels)
@@ -122,13 +118,13 @@ def parse_runners(items: tuple[str, ...] | list[str]) -> dict[str, str]:
     return out
 
 
-def _unit_entry(v: Variant, runners: dict[str, str], reason: str) -> PlannedUnit:
+def _unit_entry(v: VariantSpec, runners: dict[str, str], reason: str) -> PlannedUnit:
     labels = runners[build_arch(v)]
     return PlannedUnit(id=unit_id(v), unit=v.unit, variant=v.key, platform=v.request.platform, split=v.platform_split,
                        runner=tuple(labels.split(",")) if "," in labels else labels, reason=reason)
 
 
-def plan_nightly(cfg: ResolvedConfig, *, runners: dict[str, str], date: str | None = None,
+def plan_nightly(spec: NightlySpec, *, runners: dict[str, str], date: str | None = None,
                  force: bool = False, signer: Signer | None = None) -> NightlyPlan:
     """What tonight's jobs are: the head, the version, and the units that need a build (the matrix). With a
     signer's key, a nightly image the lock does not record must be signed by it to be skipped
@@ -136,16 +132,14 @@ def plan_nightly(cfg: ResolvedConfig, *, runners: dict[str, str], date: str | No
     date = date or today()
     if not (len(date) == 8 and date.isdigit()):
         raise ConfigError(f"--date {date!r} is not YYYYMMDD")
-    variants, excluded = matrix_variants(cfg)
+    variants, repository, url, branch = list(spec.variants), spec.repository, spec.url, spec.branch
     check_runners(variants, runners)
     for v in variants:  # a CUDA release the package index lacks stops the plan, before any job starts
-        check_cuda_available(v.request, cuda_settings(v.cfg))
-    repository = repository_of(cfg)
-    url, branch = normalise_url(cfg.source.url), cfg.source.branch
-    queue = patch_policy(cfg).load()
-    head = ls_remote_head(url, branch, auth=split_credentials(cfg.source.url)[1])
+        check_cuda_available(v.request, v.spec.cuda)
+    queue = spec.patches.load()
+    head = ls_remote_head(url, branch, auth=spec.auth)
     with client_for(repository.registry) as client:
-        previous = previous_builds(client, repository, variants, cfg.lock.path, url, branch,
+        previous = previous_builds(client, repository, variants, spec.lock_path, url, branch,
                                    public_key_of(signer))
         reasons = stale_variants(previous, variants, head, queue.sha256, url, force)
         todo = [v for v in variants if reasons[v.key]]
@@ -159,7 +153,7 @@ def plan_nightly(cfg: ResolvedConfig, *, runners: dict[str, str], date: str | No
                                       previous=PlannedPrevious(**p.to_dict()) if (p := previous[v.key]) else None)
                        for v in one_per_key(variants)),
         units=tuple(_unit_entry(v, runners, reasons[v.key]) for v in todo),
-        excluded=tuple(Excluded(c, r) for c, r in excluded))
+        excluded=tuple(Excluded(c, r) for c, r in spec.excluded))
 
 
 def plan_summary(plan: NightlyPlan) -> Summary:
@@ -201,39 +195,44 @@ def write_github_outputs(outputs: dict[str, str], env: Mapping[str, str] | None 
 
 # ---------------------------------------------------------------- one job: one unit
 
-def find_unit(cfg: ResolvedConfig, unit: str) -> Variant:
-    variants = matrix_variants(cfg)[0]
+def find_unit(variants: Sequence[VariantSpec], unit: str) -> VariantSpec:
     for v in variants:
         if unit in (v.unit, unit_id(v)):
             return v
     raise ConfigError(f"--job {unit!r} is not a unit of the matrix ({', '.join(unit_id(v) for v in variants)})")
 
 
-def run_job(cfg: ResolvedConfig, unit: str, *, verify: bool = True, stream: OutStream | None = None,
-            signer: Signer | None = None, attest_dir: Path | None = None, engine: Engine) -> JobResult:
-    """Build, verify and push one unit (source.commit and image.version: the plan's) by digest under
-    its build-key tag, signed by signer; attest_dir: the predicates of the pushed image for `cosign attest`
-    (the keyless form). A failure is in the result (status failed), not raised, but for ConfigError."""
-    return JobResult(**_run_job(cfg, unit, verify=verify, stream=stream, signer=signer, attest_dir=attest_dir,
-                                engine=engine))
-
-
-def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream: OutStream | None, signer: Signer | None,
-             attest_dir: Path | None = None, engine: Engine) -> dict[str, Any]:
-    stream = sys.stderr if stream is None else stream
-    commit, version = cfg.source.commit, cfg.image.version
+def check_job(commit: str, version: str) -> None:
+    """A job's source.commit and image.version are the plan's: its 40 hex digits, whole, and a version."""
     if not _SHA.fullmatch(commit or ""):
         raise ConfigError(f"--job needs --commit with the plan's full 40-hex commit, not {commit!r}")
     parse_version(version)
-    v = find_unit(cfg, unit).with_values("nightly", source__commit=commit, image__version=version)
-    repository = repository_of(cfg)
+
+
+def run_job(spec: NightlySpec, unit: str, *, verify: bool = True, stream: OutStream | None = None,
+            signer: Signer | None = None, attest_dir: Path | None = None, engine: Engine) -> JobResult:
+    """Build, verify and push one unit (spec's commit and version: the plan's, which its variants were resolved
+    with) by digest under its build-key tag, signed by signer; attest_dir: the predicates of the pushed image for
+    `cosign attest` (the keyless form). A failure is in the result (status failed), not raised, but for
+    ConfigError."""
+    return JobResult(**_run_job(spec, unit, verify=verify, stream=stream, signer=signer, attest_dir=attest_dir,
+                                engine=engine))
+
+
+def _run_job(spec: NightlySpec, unit: str, *, verify: bool, stream: OutStream | None, signer: Signer | None,
+             attest_dir: Path | None = None, engine: Engine) -> dict[str, Any]:
+    stream = sys.stderr if stream is None else stream
+    commit, version = spec.commit, spec.version
+    check_job(commit, version)
+    v = find_unit(spec.variants, unit)
+    repository = spec.repository
     out = {"id": unit_id(v), "unit": v.unit, "variant": v.key, "platform": v.request.platform, "commit": commit,
            "version": version, "status": VariantStatus.FAILED, "built": False, "digest": "", "build_key": "", "tag": "",
            "build_seconds": None, "checks": (), "error": "", "tests_tag": "", "tests_digest": ""}
-    tests = builds_tests(v.request.arch, v.cfg.options.gpu_check.backend)
+    tests = builds_tests(v.request.arch, v.gpu_check_backend)
 
     # under its build-key tag, which may be replaced: the same inputs; its tests image under that tag's -tests
-    def by_digest(_: Variant, prepared: Prepared) -> UnitOptions:
+    def by_digest(_: VariantSpec, prepared: Prepared) -> UnitOptions:
         tags = TagSet((), ()).plus(build_key_tag(prepared.build_key, v.key), "build_key", immutable=True)
         return UnitOptions(tests=tests, publish=Publication(
             client, repository, tags, version, how=BY_DIGEST, force=True, signer=signer,
@@ -242,7 +241,7 @@ def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream: OutStream 
     with tempfile.TemporaryDirectory(prefix="buildkit-job-") as tmp:
         try:
             with client_for(repository.registry) as client:
-                (b,), _ = build_matrix([v], build_options(cfg, engine), Path(tmp), engine=engine, verify=verify,
+                (b,), _ = build_matrix([v], spec.build, Path(tmp), engine=engine, verify=verify,
                                        stream=stream, stop_on=(PatchError,), finish=by_digest)
             out["built"] = b.outcome is not None and b.outcome.ok
             out["build_seconds"] = b.outcome.seconds if b.outcome else None
@@ -297,11 +296,11 @@ def _no_result(unit: PlannedUnit, plan: NightlyPlan) -> JobResult:
                      build_seconds=None, checks=(), error="no result from its job", tests_tag="", tests_digest="")
 
 
-def assemble(cfg: ResolvedConfig, folder: Path, *, signer: Signer | None = None) -> Summary:
-    """The nightly tags (and, for a multi-platform variant, its index) on the digests the jobs pushed."""
+def assemble(repository: ImageRef, folder: Path, *, signer: Signer | None = None) -> Summary:
+    """The nightly tags (and, for a multi-platform variant, its index) on the digests the jobs pushed to
+    repository (the configuration's image.name: the plan must be of it)."""
     plan, results = read_results(folder)
     summary = plan_summary(plan)
-    repository = repository_of(cfg)
     if repository.name != plan.repository:
         raise ConfigError(f"the plan is for {plan.repository}, this configuration for {repository.name}")
     done = {}

@@ -20,10 +20,10 @@ its variant is built anew (the reason says so), and nothing of it is signed, kep
 from __future__ import annotations
 
 import collections
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -35,11 +35,13 @@ from buildkit.oci.imageref import ImageRef
 from buildkit.oci.registry import RegistryClient
 from buildkit.plan.configinputs import config_changes, config_inputs
 from buildkit.plan.inputs import BuildInputs, from_labels
-from buildkit.plan.matrix import Variant
 from buildkit.release.lockfile import Lock, update_lock
 from buildkit.release.publish import image_labels
 from buildkit.release.provenance import PREDICATE_TYPE, signed_definition
 from buildkit.release.signing import attested_statement, check_signature
+
+if TYPE_CHECKING:
+    from buildkit.flows.unit.spec import VariantSpec
 
 REVISION_LABEL = "org.opencontainers.image.revision"
 PATCH_SET_LABEL = "org.llama-buildkit.patch-set"
@@ -51,7 +53,7 @@ def nightly_tag(key: str) -> str:
     return f"nightly-{key}"
 
 
-def one_per_key(variants: list[Variant]) -> list[Variant]:
+def one_per_key(variants: Sequence[VariantSpec]) -> list[VariantSpec]:
     """A multi-platform variant's first platform stands for it (one nightly tag, one summary row)."""
     return list({v.key: v for v in reversed(variants)}.values())[::-1]
 
@@ -125,7 +127,7 @@ def lock_inputs(lock: Lock, digest: str, platform: str) -> BuildInputs | None:
         return None
 
 
-def last_built(client: RegistryClient, repo: str, variant: Variant, record: dict[str, Any] | None,
+def last_built(client: RegistryClient, repo: str, variant: VariantSpec, record: dict[str, Any] | None,
                lock: Lock, key: ec.EllipticCurvePublicKey | None = None) -> Previous | None:
     """What nightly-<key> in the registry was built from; None when there is no such image. With key, an
     image the lock does not record must be signed by it (else Previous.foreign says why not)."""
@@ -167,7 +169,7 @@ def _not_signed(client: RegistryClient, repo: str, digest: str, key: ec.Elliptic
     return ""
 
 
-def previous_builds(client: RegistryClient, repository: ImageRef, variants: list[Variant], lock_path: Path,
+def previous_builds(client: RegistryClient, repository: ImageRef, variants: Sequence[VariantSpec], lock_path: Path,
                     url: str, branch: str, key: ec.EllipticCurvePublicKey | None = None,
                     ) -> dict[str, Previous | None]:
     """{variant key: what its nightly tag was built from}: one registry request per variant whose nightly
@@ -184,7 +186,7 @@ def old_commit_of(previous: dict[str, Previous | None]) -> str | None:  # the ch
     return collections.Counter(commits).most_common(1)[0][0] if commits else None
 
 
-def config_of(variant: Variant, url: str) -> dict[str, Any]:
+def config_of(variant: VariantSpec, url: str) -> dict[str, Any]:
     """The inputs the variant's config decides now (plan/configinputs.py), with this buildkit's version
     and templates."""
     return config_inputs(variant.request, source_url=url, template_sha256=templates_sha256(),
@@ -211,7 +213,7 @@ def is_current(previous: Previous | None, commit: str, patch_set: str, wanted: M
     return not stale_reason(previous, commit, patch_set, wanted)
 
 
-def stale_variants(previous: dict[str, Previous | None], variants: list[Variant], commit: str, patch_set: str,
+def stale_variants(previous: dict[str, Previous | None], variants: Sequence[VariantSpec], commit: str, patch_set: str,
                    url: str, force: bool = False) -> dict[str, str]:
     """{variant key: why its nightly is built tonight ("": it is not)}; a multi-platform variant is judged
     by its first platform, the image whose labels its nightly tag shows."""

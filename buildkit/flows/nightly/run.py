@@ -44,12 +44,11 @@ import semver
 from buildkit.flows.unit.buildunit import LOADED, Publication, UnitOptions
 from buildkit.flows.matrix.bake import assemble_indexes, build_matrix, index_platforms, IndexBuild
 from buildkit.flows.unit.pipeline import Prepared
-from buildkit.flows.unit.spec import build_options, cache_root
+from buildkit.flows.unit.spec import VariantSpec
 from buildkit.flows.unit.testsimage import builds_tests, registry_tests_tag
 from buildkit.flows.matrix.multiplatform import record_index
 from buildkit.flows.unit.signpublished import index_sign_step
-from buildkit.plan.patchqueue import patch_policy
-from buildkit.plan.matrix import Variant, matrix_variants
+from buildkit.flows.nightly.spec import NightlySpec, at_head
 # the nightly's API, re-exported explicitly (`X as X`: strict mypy's no_implicit_reexport)
 from buildkit.flows.nightly.plan import VariantStatus as VariantStatus
 from buildkit.flows.nightly.summary import (Summary as Summary, VariantResult as VariantResult,
@@ -63,9 +62,8 @@ from buildkit.flows.nightly.previous import (Previous as Previous, is_current as
 from buildkit.release.artifact import Index
 from buildkit.release.publish import publish
 from buildkit.source.changelog import Changelog, Commit as Commit, changelog
-from buildkit.plan.config import ResolvedConfig
-from buildkit.core.errors import BuildkitError, ConfigError, PatchError, RegistryError, SourceError
-from buildkit.oci.imageref import ImageRef, parse_image_ref
+from buildkit.core.errors import BuildkitError, ConfigError, PatchError, SourceError
+from buildkit.oci.imageref import ImageRef
 from buildkit.source.gitcmd import Git
 from buildkit.oci.registry import RegistryClient, client_for
 from buildkit.release.signer import Signer, public_key_of
@@ -75,6 +73,7 @@ from buildkit.core.urlcreds import UrlAuth, redact_text, split_credentials
 
 if TYPE_CHECKING:
     from buildkit.engine.api import Engine, OutStream
+    from buildkit.plan.matrix import Variant  # a VariantBuild's, until bake's builds hold VariantSpecs only
 
 # The no-op path (ls-remote, lock, one HEAD per variant) imports only what it needs: the build
 # path's modules (pipeline, publish, bake's runner, the source stage) are imported where they are
@@ -164,24 +163,17 @@ def normalise_url(url: str) -> str:
     return str(Path(url).expanduser().resolve())
 
 
-def repository_of(cfg: ResolvedConfig) -> ImageRef:
-    repository = parse_image_ref(cfg.image.name)
-    if repository.tag or repository.digest:
-        raise RegistryError(f"image.name {cfg.image.name!r} must not carry a tag or digest")
-    return repository
-
-
 def today() -> str:
     return _dt.datetime.now(_dt.UTC).strftime("%Y%m%d")
 
 
-def _result_for(variant: Variant, status: VariantStatus, **fields: Any) -> VariantResult:
+def _result_for(variant: VariantSpec | Variant, status: VariantStatus, **fields: Any) -> VariantResult:
     req = variant.request
     return VariantResult(variant=variant.key, arch=req.arch.name, cuda_version=req.cuda_version, target=req.target,
                          status=status, **fields)
 
 
-def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = False, verify: bool = True,
+def run_nightly(spec: NightlySpec, *, date: str | None = None, force: bool = False, verify: bool = True,
                 stream: OutStream | None = None, signer: Signer | None = None, engine: Engine) -> Summary:
     """One nightly run; failures of the night are in the summary (Summary.ok), not raised."""
     start = time.monotonic()
@@ -189,20 +181,16 @@ def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = F
     date = date or today()
     if not (len(date) == 8 and date.isdigit()):
         raise ConfigError(f"--date {date!r} is not YYYYMMDD")
-    variants, excluded = matrix_variants(cfg)
-    repository = repository_of(cfg)
-    url, branch = normalise_url(cfg.source.url), cfg.source.branch
-    auth = split_credentials(cfg.source.url)[1]
-    lock_path = cfg.lock.path
-    summary = Summary(repository=repository.name, url=url, branch=branch, date=date, old_commit=None,
-                      new_commit=None, excluded=[{"combination": c, "reason": r} for c, r in excluded])
-    queue = patch_policy(cfg).load()
+    variants, repository, url, lock_path = list(spec.variants), spec.repository, spec.url, spec.lock_path
+    summary = Summary(repository=repository.name, url=url, branch=spec.branch, date=date, old_commit=None,
+                      new_commit=None, excluded=[{"combination": c, "reason": r} for c, r in spec.excluded])
+    queue = spec.patches.load()
     reasons: dict[str, str] = {}  # why each variant is built tonight
     try:
-        head = ls_remote_head(url, branch, auth=auth)
+        head = ls_remote_head(url, spec.branch, auth=spec.auth)
         summary.new_commit = head
         with client_for(repository.registry) as client:
-            previous = previous_builds(client, repository, variants, lock_path, url, branch,
+            previous = previous_builds(client, repository, variants, lock_path, url, spec.branch,
                                        public_key_of(signer))
             summary.check_seconds = time.monotonic() - start
             summary.old_commit = old_commit_of(previous)
@@ -219,7 +207,7 @@ def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = F
                 return summary
             existing = client.list_tags(repository.repository)
             summary.version = nightly_version(existing, [v.key for v in variants], date)
-            _build_and_publish(cfg, client, repository, summary, variants, todo, previous, head, queue.sha256,
+            _build_and_publish(spec, client, repository, summary, variants, todo, previous, head, queue.sha256,
                                lock_path, verify=verify, stream=stream, signer=signer, engine=engine)
     except BuildkitError as exc:
         if isinstance(exc, ConfigError):
@@ -236,9 +224,9 @@ def run_nightly(cfg: ResolvedConfig, *, date: str | None = None, force: bool = F
     return summary
 
 
-def _build_and_publish(cfg: ResolvedConfig, client: RegistryClient, repository: ImageRef, summary: Summary,
-                       variants: list[Variant], todo: list[Variant], previous: dict[str, Previous | None], head: str,
-                       patch_set: str, lock_path: Path, *, verify: bool, stream: OutStream,
+def _build_and_publish(spec: NightlySpec, client: RegistryClient, repository: ImageRef, summary: Summary,
+                       variants: list[VariantSpec], todo: list[VariantSpec], previous: dict[str, Previous | None],
+                       head: str, patch_set: str, lock_path: Path, *, verify: bool, stream: OutStream,
                        signer: Signer | None = None, engine: Engine) -> None:
     todo_keys = {v.key for v in todo}
     results: dict[str, VariantResult] = {}
@@ -249,38 +237,38 @@ def _build_and_publish(cfg: ResolvedConfig, client: RegistryClient, repository: 
             results[v.key] = _result_for(v, VariantStatus.SKIPPED, previous_commit=p.commit, commit=p.commit,
                                          digest=p.digest, version=p.version or "", tags=[nightly_tag(v.key)],
                                          known_from=p.known_from)
-    to_build = [v.with_values("nightly", source__commit=head, image__version=summary.version) for v in todo]
+    to_build = [at_head(v, head, summary.version) for v in todo]
 
-    def publication(v: Variant, prepared: Prepared) -> UnitOptions:  # a platform of several: with its index, below
+    def publication(v: VariantSpec, prepared: Prepared) -> UnitOptions:  # a platform of several: with its index, below
         if v.platform_split:
             return UnitOptions()
-        tests = builds_tests(v.request.arch, v.cfg.options.gpu_check.backend)  # under bk-<key>-<variant>-tests
+        tests = builds_tests(v.request.arch, v.gpu_check_backend)  # under bk-<key>-<variant>-tests
         return UnitOptions(lock_path=lock_path, lock_first=False, tests=tests, publish=Publication(
             client, repository, nightly_tags(summary.version, head, v.key), summary.version, how=LOADED,
             signer=signer, tests_tag=registry_tests_tag(prepared.build_key, v.key) if tests else ""))
 
     with tempfile.TemporaryDirectory(prefix="buildkit-nightly-") as tmp:
         try:
-            builds, _ = build_matrix(to_build, build_options(cfg, engine), Path(tmp), engine=engine, verify=verify,
+            builds, _ = build_matrix(to_build, spec.build, Path(tmp), engine=engine, verify=verify,
                                      stream=stream, stop_on=(PatchError,), finish=publication)
         except PatchError as exc:
             summary.error = f"the patch queue does not apply to {head[:12]}, nothing was built or pushed: {exc}"
             summary.version = ""  # nothing was published under it
-            summary.changelog = changelog(cache_root(cfg), summary.url, summary.old_commit, head)
+            summary.changelog = changelog(spec.cache_root, summary.url, summary.old_commit, head)
             for v in to_build:
                 p = previous[v.key]
                 results[v.key] = _result_for(v, VariantStatus.FAILED, previous_commit=p.commit if p else None,
                                              error=f"not built: {exc}")
             summary.variants = [results[v.key] for v in one_per_key(variants)]
             return
-        summary.changelog = changelog(cache_root(cfg), summary.url, summary.old_commit, head)
+        summary.changelog = changelog(spec.cache_root, summary.url, summary.old_commit, head)
         for index in assemble_indexes(builds, Path(tmp), engine):
             results[index.key] = _publish_index(client, repository, summary, index, previous[index.key], head,
                                                 patch_set, lock_path, signer, engine)
         for b in builds:
             if b.variant.platform_split:  # published with its index, above
                 continue
-            v, p = b.variant, previous[b.variant.key]
+            w, p = b.variant, previous[b.variant.key]
             seconds = b.outcome.seconds if b.outcome else None
             checks = [c.to_json() for c in b.report.checks] if b.report else []
             published, error = (b.unit.published, b.error) if b.unit is not None else (None, b.error)
@@ -288,17 +276,17 @@ def _build_and_publish(cfg: ResolvedConfig, client: RegistryClient, repository: 
                 error = f"built, not published: {b.error}"
             elif published is not None:
                 try:
-                    update_nightly_record(lock_path, summary.url, summary.branch, v.key, {
+                    update_nightly_record(lock_path, summary.url, summary.branch, w.key, {
                         "commit": head, "patch_set_sha256": patch_set, "digest": published.digest,
                         "version": summary.version, "date": summary.date})
                 except BuildkitError as exc:
                     error = f"built, not published: {exc}"
             if error or published is None:
-                results[v.key] = _result_for(v, VariantStatus.FAILED, previous_commit=p.commit if p else None,
+                results[w.key] = _result_for(w, VariantStatus.FAILED, previous_commit=p.commit if p else None,
                                              error=error, build_seconds=seconds, checks=checks)
                 continue
-            tags, digest, added = nightly_tags(summary.version, head, v.key), published.digest, published.added
-            results[v.key] = _result_for(v, VariantStatus.PASSED, previous_commit=p.commit if p else None, commit=head,
+            tags, digest, added = nightly_tags(summary.version, head, w.key), published.digest, published.added
+            results[w.key] = _result_for(w, VariantStatus.PASSED, previous_commit=p.commit if p else None, commit=head,
                                          digest=digest, version=summary.version, tags=list(tags.all),
                                          changed_tags=list(added), build_seconds=seconds, checks=checks,
                                          tests=b.unit.tests.reference if b.unit and b.unit.tests else "")

@@ -76,9 +76,14 @@ def cache_root(cfg: ResolvedConfig) -> Path:
 def ref_and_pin(cfg: ResolvedConfig) -> tuple[str, str | None]:
     """What to fetch and what it must resolve to. A full SHA in source.commit is the pin;
     a branch or tag name there is fetched as is; an empty one means the tracked branch."""
-    commit = cfg.source.commit.strip()
+    return ref_and_pin_of(cfg.source.commit, cfg.source.branch)
+
+
+def ref_and_pin_of(commit: str, branch: str) -> tuple[str, str | None]:
+    """ref_and_pin's rule on the values (pure): the nightly pins its variants to the head it resolved with it."""
+    commit = commit.strip()
     if not commit:
-        return cfg.source.branch, None
+        return branch, None
     is_hex = all(c in "0123456789abcdefABCDEF" for c in commit)
     if is_hex and len(commit) == SHA_LEN:
         return commit.lower(), commit.lower()
@@ -105,18 +110,21 @@ def build_options(cfg: ResolvedConfig, engine: Images) -> BuildOptions:
                         provenance=cfg.build.provenance, no_cache=cfg.build.no_cache)
 
 
-def unit_spec(cfg: ResolvedConfig, engine: Images, *, request: BuildRequest | None = None) -> UnitSpec:
+def unit_spec(cfg: ResolvedConfig, engine: Images, *, request: BuildRequest | None = None,
+              build: BuildOptions | None = None) -> UnitSpec:
     """cfg resolved for one build unit. request: the one already made of cfg (a matrix's variant, a platform of
-    several); else make_request(cfg), so an unknown arch or an unbuildable CUDA version stops here, first."""
+    several); else make_request(cfg), so an unknown arch or an unbuildable CUDA version stops here, first.
+    build: build_options(cfg, engine) made once already (a matrix's variants share them: the engine is asked once)."""
     request = request or make_request(cfg)
     ref, pin = ref_and_pin(cfg)
     return UnitSpec(request=request, source_url=cfg.source.url, ref=ref, pin=pin, patches=patch_policy(cfg),
-                    cache_root=cache_root(cfg), build=build_options(cfg, engine), cuda=cuda_settings(cfg),
+                    cache_root=cache_root(cfg), build=build_options(cfg, engine) if build is None else build,
+                    cuda=cuda_settings(cfg),
                     lock_path=cfg.lock.path, tags=DefaultVariantRule.of(cfg))
 
 
-def variant_spec(variant: Variant, engine: Images) -> VariantSpec:
+def variant_spec(variant: Variant, engine: Images, *, build: BuildOptions | None = None) -> VariantSpec:
     """A matrix variant (plan/matrix.Variant, which holds its configuration) resolved for the flows."""
-    return VariantSpec(key=variant.key, spec=unit_spec(variant.cfg, engine, request=variant.request),
+    return VariantSpec(key=variant.key, spec=unit_spec(variant.cfg, engine, request=variant.request, build=build),
                        platform_split=variant.platform_split, build_platform=variant.cfg.build.build_platform,
                        gpu_check_backend=variant.cfg.options.gpu_check.backend)
