@@ -13,7 +13,7 @@ from buildkit.engine.api import Images
 from buildkit.flows.nightly.jobs import check_job
 from buildkit.flows.nightly.run import normalise_url
 from buildkit.flows.nightly.spec import NightlySpec
-from buildkit.flows.unit.spec import VariantSpec, build_options, cache_root, variant_spec
+from buildkit.flows.unit.spec import VariantSpec, asked_build_options, cache_root, variant_spec
 from buildkit.oci.imageref import ImageRef, parse_image_ref
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.matrix import matrix_variants
@@ -30,9 +30,10 @@ def repository_of(cfg: ResolvedConfig) -> ImageRef:
 
 def variant_specs(cfg: ResolvedConfig, engine: Images) -> tuple[tuple[VariantSpec, ...], tuple[tuple[str, str], ...]]:
     """(the matrix's variants resolved, in matrix order; the combinations it leaves out, with why). buildx's options
-    are the matrix's, the same for every variant: the engine is asked once."""
+    are the matrix's, the same for every variant, as the config asks them: the engine is not asked here (the nightly
+    asks it when a build starts: flows/nightly/spec.on_engine)."""
     variants, excluded = matrix_variants(cfg)
-    build = build_options(cfg, engine)
+    build = asked_build_options(cfg)
     return tuple(variant_spec(v, engine, build=build) for v in variants), tuple(excluded)
 
 

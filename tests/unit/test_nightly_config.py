@@ -25,7 +25,7 @@ from buildkit.plan.config import load_config
 from buildkit.plan.configinputs import CONFIG_INPUTS, config_decided
 from buildkit.plan.inputs import INPUTS, LABEL_PREFIX, BaseImage, plan_inputs
 from buildkit.cli.nightlyspecs import nightly_spec, variant_specs
-from buildkit.flows.nightly.spec import at_head
+from buildkit.flows.nightly.spec import at_head, on_engine, with_build
 from buildkit.flows.unit.spec import variant_spec
 from buildkit.plan.matrix import matrix_variants
 from buildkit.release.lock import entry_from_dict
@@ -143,9 +143,12 @@ def test_a_variant_at_the_head_is_its_config_with_that_commit_and_version(tmp_pa
     plan/matrix.Variant.with_values made it: the same request (labels, build key), source pin and unit spec."""
     cfg = config(tmp_path, **{"matrix.archs": ["cpu", "sm_120"], "build.platform": "linux/amd64,linux/arm64"})
     engine = FakeEngine()
-    for v in matrix_variants(cfg)[0]:
+    spec = nightly_spec(cfg, engine)
+    assert len(spec.variants) == len(matrix_variants(cfg)[0]) == 4
+    for v, resolved in zip(matrix_variants(cfg)[0], spec.variants, strict=True):
         again = v.with_values("nightly", source__commit=HEAD, image__version=version)
-        assert at_head(variant_spec(v, engine), HEAD, version) == variant_spec(again, engine)
+        built = with_build(at_head(resolved, HEAD, version), on_engine(spec.build, engine))
+        assert built == variant_spec(again, engine) and built.spec.build.reproducible  # (containerd's store)
 
 
 def test_the_config_decided_inputs_are_generated_from_the_declarations():

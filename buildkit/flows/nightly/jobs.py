@@ -48,7 +48,7 @@ from buildkit.core.platforms import ARCHES
 from buildkit.flows.nightly.plan import (Excluded, JobResult, NightlyPlan, PlannedPrevious, PlannedUnit,
                                         PlannedVariant)
 from buildkit.flows.nightly.run import ls_remote_head, nightly_tags, nightly_version, today
-from buildkit.flows.nightly.spec import NightlySpec
+from buildkit.flows.nightly.spec import NightlySpec, on_engine, with_build
 from buildkit.flows.nightly.previous import nightly_tag, old_commit_of, one_per_key, previous_builds, stale_variants
 from buildkit.flows.nightly.plan import VariantStatus
 from buildkit.flows.nightly.summary import Summary, VariantResult
@@ -225,6 +225,8 @@ def _run_job(spec: NightlySpec, unit: str, *, verify: bool, stream: OutStream | 
     commit, version = spec.commit, spec.version
     check_job(commit, version)
     v = find_unit(spec.variants, unit)
+    build = on_engine(spec.build, engine)  # asked once a build starts
+    v = with_build(v, build)
     repository = spec.repository
     out = {"id": unit_id(v), "unit": v.unit, "variant": v.key, "platform": v.request.platform, "commit": commit,
            "version": version, "status": VariantStatus.FAILED, "built": False, "digest": "", "build_key": "", "tag": "",
@@ -241,7 +243,7 @@ def _run_job(spec: NightlySpec, unit: str, *, verify: bool, stream: OutStream | 
     with tempfile.TemporaryDirectory(prefix="buildkit-job-") as tmp:
         try:
             with client_for(repository.registry) as client:
-                (b,), _ = build_matrix([v], spec.build, Path(tmp), engine=engine, verify=verify,
+                (b,), _ = build_matrix([v], build, Path(tmp), engine=engine, verify=verify,
                                        stream=stream, stop_on=(PatchError,), finish=by_digest)
             out["built"] = b.outcome is not None and b.outcome.ok
             out["build_seconds"] = b.outcome.seconds if b.outcome else None

@@ -48,7 +48,7 @@ from buildkit.flows.unit.spec import VariantSpec
 from buildkit.flows.unit.testsimage import builds_tests, registry_tests_tag
 from buildkit.flows.matrix.multiplatform import record_index
 from buildkit.flows.unit.signpublished import index_sign_step
-from buildkit.flows.nightly.spec import NightlySpec, at_head
+from buildkit.flows.nightly.spec import NightlySpec, at_head, on_engine, with_build
 # the nightly's API, re-exported explicitly (`X as X`: strict mypy's no_implicit_reexport)
 from buildkit.flows.nightly.plan import VariantStatus as VariantStatus
 from buildkit.flows.nightly.summary import (Summary as Summary, VariantResult as VariantResult,
@@ -237,7 +237,8 @@ def _build_and_publish(spec: NightlySpec, client: RegistryClient, repository: Im
             results[v.key] = _result_for(v, VariantStatus.SKIPPED, previous_commit=p.commit, commit=p.commit,
                                          digest=p.digest, version=p.version or "", tags=[nightly_tag(v.key)],
                                          known_from=p.known_from)
-    to_build = [at_head(v, head, summary.version) for v in todo]
+    build = on_engine(spec.build, engine)
+    to_build = [with_build(at_head(v, head, summary.version), build) for v in todo]
 
     def publication(v: VariantSpec, prepared: Prepared) -> UnitOptions:  # a platform of several: with its index, below
         if v.platform_split:
@@ -249,7 +250,7 @@ def _build_and_publish(spec: NightlySpec, client: RegistryClient, repository: Im
 
     with tempfile.TemporaryDirectory(prefix="buildkit-nightly-") as tmp:
         try:
-            builds, _ = build_matrix(to_build, spec.build, Path(tmp), engine=engine, verify=verify,
+            builds, _ = build_matrix(to_build, build, Path(tmp), engine=engine, verify=verify,
                                      stream=stream, stop_on=(PatchError,), finish=publication)
         except PatchError as exc:
             summary.error = f"the patch queue does not apply to {head[:12]}, nothing was built or pushed: {exc}"

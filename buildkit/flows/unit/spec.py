@@ -10,7 +10,7 @@ engine's image store).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from buildkit.core.paths import cache_dir
@@ -98,23 +98,33 @@ def cuda_settings(cfg: ResolvedConfig) -> CudaSettings:
 def reproducible_exporter(cfg: ResolvedConfig, engine: Images) -> bool:
     """The OCI exporter path (bit-for-bit digests) is used when `docker load` keeps an archive's bytes:
     on the containerd image store. build.reproducible = "off" forces the plain --load path."""
-    if cfg.build.reproducible == "off":
-        return False
-    return image_store(engine) == "containerd"
+    return exporter_on(cfg.build.reproducible != "off", engine)
+
+
+def exporter_on(asked: bool, engine: Images) -> bool:
+    """reproducible_exporter's rule on the value: asked (build.reproducible not "off") and containerd's store."""
+    return asked and image_store(engine) == "containerd"
+
+
+def asked_build_options(cfg: ResolvedConfig) -> BuildOptions:
+    """build_options before the engine is asked: reproducible says whether the config asks for the exporter;
+    exporter_on(it, engine) when a build starts (the nightly: a quiet night runs no docker command)."""
+    return BuildOptions(builder=cfg.build.builder, progress=cfg.build.progress,
+                        cache_from=cfg.build.cache_from, cache_to=cfg.build.cache_to,
+                        reproducible=cfg.build.reproducible != "off",
+                        provenance=cfg.build.provenance, no_cache=cfg.build.no_cache)
 
 
 def build_options(cfg: ResolvedConfig, engine: Images) -> BuildOptions:
-    return BuildOptions(builder=cfg.build.builder, progress=cfg.build.progress,
-                        cache_from=cfg.build.cache_from, cache_to=cfg.build.cache_to,
-                        reproducible=reproducible_exporter(cfg, engine),
-                        provenance=cfg.build.provenance, no_cache=cfg.build.no_cache)
+    return replace(asked_build_options(cfg), reproducible=reproducible_exporter(cfg, engine))
 
 
 def unit_spec(cfg: ResolvedConfig, engine: Images, *, request: BuildRequest | None = None,
               build: BuildOptions | None = None) -> UnitSpec:
     """cfg resolved for one build unit. request: the one already made of cfg (a matrix's variant, a platform of
     several); else make_request(cfg), so an unknown arch or an unbuildable CUDA version stops here, first.
-    build: build_options(cfg, engine) made once already (a matrix's variants share them: the engine is asked once)."""
+    build: buildx's options made already (a matrix's variants share them: the engine is asked once, or when a build
+    starts)."""
     request = request or make_request(cfg)
     ref, pin = ref_and_pin(cfg)
     return UnitSpec(request=request, source_url=cfg.source.url, ref=ref, pin=pin, patches=patch_policy(cfg),
