@@ -13,7 +13,7 @@ a build's inputs is a loop over them:
 * the build key's fields (buildkey.py `key_fields`);
 * a lock entry's input fields (`lock_fields`; release/lock.py's LockEntry declares them, with what the
   build produced; tests/unit/test_lock_types.py holds them to `INPUTS`), read back by `from_lock_entry`;
-* reproduce's config overrides (flows/reproduce/rebuild.py `overrides_for`); its record holds a model.
+* reproduce's config overrides (cli/reproducespecs.py `overrides_for`); its record holds a model.
 
 A new input is one field here (and, when it comes from the config, its config key and its field of
 BuildRequest). An input added after images and locks existed is `later`: every form leaves it out while

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from buildkit.core.errors import ConfigError
-from buildkit.flows.reproduce.rebuild import overrides_for
+from buildkit.cli.reproducespecs import overrides_for
 from buildkit.flows.reproduce.record import Recorded
 from buildkit.plan.buildkey import key_of
 from buildkit.plan.config import load_config

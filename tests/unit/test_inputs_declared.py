@@ -11,7 +11,7 @@ import pytest
 
 from buildkit.core.errors import ConfigError
 from buildkit.flows.reproduce.record import Recorded, from_lock
-from buildkit.flows.reproduce.rebuild import overrides_for
+from buildkit.cli.reproducespecs import overrides_for
 from buildkit.plan.buildkey import key_of
 from buildkit.plan.buildplan import Resolved, make_plan, make_request
 from buildkit.plan.config import load_config

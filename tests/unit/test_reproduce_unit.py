@@ -18,7 +18,7 @@ from buildkit.flows.unit.pipeline import from_refs, inputs_record
 from buildkit.plan.buildplan import render_view
 from buildkit.plan.render import RenderResult, render_dockerfile
 from buildkit.flows.reproduce.record import from_labels, from_lock, select_entry
-from buildkit.flows.reproduce.rebuild import overrides_for
+from buildkit.cli.reproducespecs import overrides_for
 from test_plan_render import plan_for
 
 DIGEST = "sha256:" + "ab" * 32
