@@ -73,10 +73,11 @@ def _cfg(**values):
 
 
 def test_tags_of_the_full_target_are_its_own_and_never_the_servers():
-    from buildkit.release.publish import tags_for
+    from buildkit.cli.tags import tag_target
+    from buildkit.plan.tagset import publication_tags
 
-    server = tags_for(_cfg(**{"build.arch": "sm_120"}), "1.2.3", C)
-    full = tags_for(_cfg(**{"build.arch": "sm_120", "build.target": "full"}), "1.2.3", C)
+    server = publication_tags(tag_target(_cfg(**{"build.arch": "sm_120"}), C), "1.2.3")
+    full = publication_tags(tag_target(_cfg(**{"build.arch": "sm_120", "build.target": "full"}), C), "1.2.3")
     assert "latest" in server.all and "1.2.3" in server.all
     assert full.immutable == ("1.2.3-cuda13.1-sm120-full", "sha-9054832-cuda13.1-sm120-full")
     assert full.moving == ("1.2-cuda13.1-sm120-full", "1-cuda13.1-sm120-full", "cuda13.1-sm120-full")
