@@ -165,7 +165,8 @@ def test_the_clean_rebuilds_own_ccache_mount_is_no_dockerfile_difference(tmp_pat
     from types import SimpleNamespace
 
     from buildkit.flows.reproduce.rebuild import _check_prepared
-    from buildkit.plan.buildplan import PlanOptions, Resolved, clean_ccache_id, make_plan
+    from buildkit.plan.buildplan import clean_ccache_id, make_plan
+    from buildkit.plan.plantypes import PlanOptions, Resolved
     from buildkit.plan.render import write_context
 
     plan = plan_for(**{"build.arch": "cpu", "base.os_image": "buildkit-test/debian:bookworm"})

@@ -86,7 +86,9 @@ def test_tags_of_the_full_target_are_its_own_and_never_the_servers():
 
 def test_build_bake_and_tags_give_a_variant_one_name():
     from buildkit.plan.matrix import matrix_variants
-    from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request
+    from buildkit.plan.buildplan import make_plan, make_request
+    from buildkit.plan.plantypes import Resolved
+    from buildkit.plan.request import SourceFacts
 
     cfg = _cfg(**{"matrix.archs": ["sm_120", "cpu"], "matrix.cuda_versions": ["13.1"],
                   "matrix.targets": ["server", "full"]})
@@ -116,7 +118,9 @@ def test_cli_tags_for_the_full_target(tmp_path):
 
 def test_two_builds_of_one_commit_with_other_flags_keep_a_tag_each():
     from buildkit.plan.buildkey import build_key
-    from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request, with_key_tag
+    from buildkit.plan.buildplan import make_plan, make_request, with_key_tag
+    from buildkit.plan.plantypes import Resolved
+    from buildkit.plan.request import SourceFacts
     from buildkit.plan.inputs import BaseImage
 
     facts = SourceFacts(url="u", commit=C, commit_time=1, build_number=1, patch_set_sha256="p", patch_names=())

@@ -33,7 +33,8 @@ from buildkit.oci.ociindex import write_index_archive
 from buildkit.oci.registry import client_for, RegistryClient
 from buildkit.oci.ocilayout import Descriptor, json_document
 from buildkit.plan.buildkey import index_key
-from buildkit.plan.buildplan import BuildRequest, make_request
+from buildkit.plan.buildplan import make_request
+from buildkit.plan.request import BuildRequest
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.matrix import with_values
 from buildkit.plan.platforms import parse_platforms
