@@ -61,7 +61,7 @@ def test_next_version_bumps_the_highest_release_of_the_variant(bump, expected):
 def test_first_version_is_0_1_0():
     assert next_version(["latest"], V) == "0.1.0"
     with pytest.raises(ConfigError, match="--bump"):
-        next_version([], V, "huge")
+        next_version([], V, "huge")  # type: ignore[arg-type]  # (what an untyped caller may pass)
 
 
 # ------------------------------------------------------------------ one variant name (issue 14)
