@@ -20,6 +20,7 @@ from buildkit.engine.api import Engine, get_engine
 if TYPE_CHECKING:
     from buildkit.core.livedisplay import LiveDisplay
     from buildkit.plan.config import ResolvedConfig
+    from buildkit.plan.tags import Bump
 
 
 VERSION_OPTIONS: list[Decorator] = [
@@ -69,7 +70,7 @@ def version_options(func: Callable[..., Any]) -> Callable[..., Any]:
                    "(bk-<key>-<variant>-tests): never a release tag, not signed (docs/gpu.md).")
 @sign_key_option
 @handle_errors
-def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ...], push: bool, print_only: bool,
+def build(version: str | None, bump: Bump, force: bool, extra_tags: tuple[str, ...], push: bool, print_only: bool,
           no_verify: bool, no_load: bool, no_preflight: bool, min_free_gb: float | None, as_json: bool, tests: bool,
           sign_key: Path | None, **kwargs: Any) -> None:
     """Fetch the pinned commit, patch, render, build with buildx, verify and write the lock."""

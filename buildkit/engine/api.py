@@ -31,12 +31,11 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 import threading
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from buildkit.core.errors import BuildkitError
 
-if TYPE_CHECKING:
-    from buildkit.engine.specs import BuildSession, BuildSpec, RunSpec
+from buildkit.engine.specs import BuildSession, BuildSpec, ContainerSpec, RunSpec
 
 
 class OutStream(Protocol):
@@ -61,25 +60,6 @@ class ImageInfo:
     labels: dict[str, str] = field(default_factory=dict)
     repo_digests: tuple[str, ...] = ()
     size: int | None = None
-
-
-@dataclass(frozen=True)
-class Mount:
-    source: str
-    target: str
-    read_only: bool = True
-
-
-@dataclass(frozen=True)
-class ContainerSpec:
-    """A detached container (not auto-removed: the caller stops and removes it)."""
-    image: str
-    command: tuple[str, ...] = ()
-    name: str = ""
-    labels: dict[str, str] = field(default_factory=dict)
-    ports: dict[int, tuple[str, int | None]] = field(default_factory=dict)  # container port -> (bind, host)
-    mounts: tuple[Mount, ...] = ()
-    gpus: str = ""  # docker --gpus value
 
 
 @dataclass(frozen=True)

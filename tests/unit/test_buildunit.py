@@ -21,7 +21,9 @@ from buildkit.flows.unit.buildunit import LOADED, Publication, UnitOptions, atte
 from buildkit.flows.unit.pipeline import Prepared
 from buildkit.oci.imageref import parse_image_ref
 from buildkit.oci.registry import ManifestInfo
-from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request
+from buildkit.plan.buildplan import make_plan, make_request
+from buildkit.plan.plantypes import Resolved
+from buildkit.plan.request import SourceFacts
 from buildkit.plan.config import load_config
 from buildkit.plan.render import RenderResult
 from buildkit.plan.tags import TagSet

@@ -22,7 +22,9 @@ from buildkit.engine.buildx import BuildOptions, BuildResult
 from buildkit.engine.dockerengine import DockerEngine
 from buildkit.flows.doctor.enginecheck import check_buildx_and_builder, check_engine, engine_info
 from buildkit.flows.matrix.bake import verify_variant
-from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request
+from buildkit.plan.buildplan import make_plan, make_request
+from buildkit.plan.plantypes import Resolved
+from buildkit.plan.request import SourceFacts
 from buildkit.plan.config import load_config
 from buildkit.verify.gate import FailedVerification, verified_or_removed
 from fakeengine import FakeEngine

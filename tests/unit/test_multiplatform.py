@@ -19,7 +19,8 @@ from buildkit.oci.ociindex import PlatformManifest, index_digest_of, index_docum
 from buildkit.oci.ocilayout import OCI_INDEX, OCI_MANIFEST, OciArchive
 from buildkit.plan.buildkey import index_key
 from buildkit.plan.config import load_config
-from buildkit.plan.inputs import BaseImage, plan_inputs
+from buildkit.plan.inputs import BaseImage
+from buildkit.plan.plantypes import plan_inputs
 from buildkit.plan.platforms import parse_platforms
 from buildkit.release.lock import IndexEntry, LockEntry, PlatformRecord, platform_entry_key
 from buildkit.release.lockfile import Lock, write_index_entry

@@ -18,7 +18,7 @@ from buildkit.flows.unit.pipeline import from_refs, inputs_record
 from buildkit.plan.buildplan import render_view
 from buildkit.plan.render import RenderResult, render_dockerfile
 from buildkit.flows.reproduce.record import from_labels, from_lock, select_entry
-from buildkit.flows.reproduce.rebuild import overrides_for
+from buildkit.cli.reproducespecs import overrides_for
 from test_plan_render import plan_for
 
 DIGEST = "sha256:" + "ab" * 32
@@ -165,7 +165,8 @@ def test_the_clean_rebuilds_own_ccache_mount_is_no_dockerfile_difference(tmp_pat
     from types import SimpleNamespace
 
     from buildkit.flows.reproduce.rebuild import _check_prepared
-    from buildkit.plan.buildplan import PlanOptions, Resolved, clean_ccache_id, make_plan
+    from buildkit.plan.buildplan import clean_ccache_id, make_plan
+    from buildkit.plan.plantypes import PlanOptions, Resolved
     from buildkit.plan.render import write_context
 
     plan = plan_for(**{"build.arch": "cpu", "base.os_image": "buildkit-test/debian:bookworm"})

@@ -41,7 +41,8 @@ from buildkit.flows.matrix.multiplatform import platform_requests
 from buildkit.flows.doctor.platformcheck import check_driver, check_emulation, judge_cross_cuda
 from buildkit.flows.doctor.registrycheck import check_registry
 from buildkit.plan.archs import parse_cuda_version
-from buildkit.plan.buildplan import make_request, BuildRequest
+from buildkit.plan.buildplan import make_request
+from buildkit.plan.request import BuildRequest
 from buildkit.plan.platforms import is_multi
 from buildkit.plan.matrix import matrix_variants
 

@@ -33,7 +33,8 @@ from buildkit.oci.ociindex import write_index_archive
 from buildkit.oci.registry import client_for, RegistryClient
 from buildkit.oci.ocilayout import Descriptor, json_document
 from buildkit.plan.buildkey import index_key
-from buildkit.plan.buildplan import BuildRequest, make_request
+from buildkit.plan.buildplan import make_request
+from buildkit.plan.request import BuildRequest
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.matrix import with_values
 from buildkit.plan.platforms import parse_platforms
@@ -44,7 +45,7 @@ from buildkit.release.signer import Signer, public_key_of
 
 if TYPE_CHECKING:
     pass
-from buildkit.plan.tags import build_key_tag, check_tag, next_version, parse_version, platform_suffix
+from buildkit.plan.tags import Bump, build_key_tag, check_tag, next_version, parse_version, platform_suffix
 from buildkit.plan.tagset import TagTarget, publication_tags
 from buildkit.release.artifact import Index
 from buildkit.release.lock import IndexEntry, LockEntry, PlatformRecord, platform_entry_key
@@ -107,7 +108,7 @@ def platform_requests(cfg: ResolvedConfig) -> list[tuple[str, ResolvedConfig, Bu
     return out
 
 
-def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None = None, bump: str = "patch",
+def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None = None, bump: Bump = "patch",
                 force: bool = False, verify: bool = True, load: bool = True, stream: OutStream | None = None,
                 extra_tags: tuple[str, ...] = (), signer: Signer | None = None, engine: Engine) -> MultiResult:
     items = platform_requests(cfg)  # every platform checked before anything else
