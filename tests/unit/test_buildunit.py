@@ -235,12 +235,13 @@ def test_bake_locks_each_unit_it_built_and_verified_and_no_other(tmp_path, monke
     the fake engine's image cannot pass verification (it saves no files), so verify=True locks nothing."""
     from buildkit.engine.buildx import BuildOptions
     from buildkit.flows.matrix import bake as matrix
-    from buildkit.plan.matrix import Variant
+    from buildkit.flows.unit.spec import unit_spec, VariantSpec
 
     prepared = prepared_unit(tmp_path)
-    variant = Variant(key="cpu", cfg=load_config(None, env={}, overrides={}), request=prepared.plan.request)
-    monkeypatch.setattr(matrix, "prepare_matrix", lambda variants, work, engine, **_: ({"cpu": prepared}, {}))
     engine = FakeEngine()
+    variant = VariantSpec("cpu", unit_spec(load_config(None, env={}, overrides={}), engine,
+                                           request=prepared.plan.request))
+    monkeypatch.setattr(matrix, "prepare_matrix", lambda variants, work, engine, **_: ({"cpu": prepared}, {}))
     lock = tmp_path / "buildkit.lock"
     with use_engine(engine):
         (build,), indexes, _ = matrix.bake_locked([variant], BuildOptions(progress="plain"), tmp_path / "work", lock,

@@ -36,7 +36,7 @@ from buildkit.flows.unit.buildunit import BY_DIGEST, Publication, UnitOptions
 from buildkit.flows.matrix.bake import build_matrix
 from buildkit.flows.unit.pipeline import Prepared
 from buildkit.flows.unit.cudacontexts import check_cuda_available
-from buildkit.flows.unit.spec import build_options, cuda_settings
+from buildkit.flows.unit.spec import build_options, cuda_settings, variant_spec, VariantSpec
 from buildkit.flows.unit.testsimage import builds_tests, registry_tests_tag, tests_of_image
 from buildkit.flows.unit.signpublished import write_predicates, index_sign_step
 from buildkit.oci.ociindex import PlatformManifest, index_document
@@ -233,7 +233,7 @@ def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream: OutStream 
     tests = builds_tests(v.request.arch, v.cfg.options.gpu_check.backend)
 
     # under its build-key tag, which may be replaced: the same inputs; its tests image under that tag's -tests
-    def by_digest(_: Variant, prepared: Prepared) -> UnitOptions:
+    def by_digest(_: VariantSpec, prepared: Prepared) -> UnitOptions:
         tags = TagSet((), ()).plus(build_key_tag(prepared.build_key, v.key), "build_key", immutable=True)
         return UnitOptions(tests=tests, publish=Publication(
             client, repository, tags, version, how=BY_DIGEST, force=True, signer=signer,
@@ -242,8 +242,9 @@ def _run_job(cfg: ResolvedConfig, unit: str, *, verify: bool, stream: OutStream 
     with tempfile.TemporaryDirectory(prefix="buildkit-job-") as tmp:
         try:
             with client_for(repository.registry) as client:
-                (b,), _ = build_matrix([v], build_options(cfg, engine), Path(tmp), engine=engine, verify=verify,
-                                       stream=stream, stop_on=(PatchError,), finish=by_digest)
+                (b,), _ = build_matrix([variant_spec(v, engine)], build_options(cfg, engine), Path(tmp),
+                                       engine=engine, verify=verify, stream=stream, stop_on=(PatchError,),
+                                       finish=by_digest)
             out["built"] = b.outcome is not None and b.outcome.ok
             out["build_seconds"] = b.outcome.seconds if b.outcome else None
             out["checks"] = tuple(c.to_json() for c in b.report.checks) if b.report else ()

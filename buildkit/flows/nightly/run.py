@@ -44,7 +44,7 @@ import semver
 from buildkit.flows.unit.buildunit import LOADED, Publication, UnitOptions
 from buildkit.flows.matrix.bake import assemble_indexes, build_matrix, index_platforms, IndexBuild
 from buildkit.flows.unit.pipeline import Prepared
-from buildkit.flows.unit.spec import build_options, cache_root
+from buildkit.flows.unit.spec import build_options, cache_root, variant_spec, VariantSpec
 from buildkit.flows.unit.testsimage import builds_tests, registry_tests_tag
 from buildkit.flows.matrix.multiplatform import record_index
 from buildkit.flows.unit.signpublished import index_sign_step
@@ -175,7 +175,7 @@ def today() -> str:
     return _dt.datetime.now(_dt.UTC).strftime("%Y%m%d")
 
 
-def _result_for(variant: Variant, status: VariantStatus, **fields: Any) -> VariantResult:
+def _result_for(variant: Variant | VariantSpec, status: VariantStatus, **fields: Any) -> VariantResult:
     req = variant.request
     return VariantResult(variant=variant.key, arch=req.arch.name, cuda_version=req.cuda_version, target=req.target,
                          status=status, **fields)
@@ -242,6 +242,7 @@ def _build_and_publish(cfg: ResolvedConfig, client: RegistryClient, repository: 
                        signer: Signer | None = None, engine: Engine) -> None:
     todo_keys = {v.key for v in todo}
     results: dict[str, VariantResult] = {}
+    v: Variant | VariantSpec  # a variant of the matrix, and below a built one's spec
     for v in variants:
         if v.key not in todo_keys:
             p = previous[v.key]
@@ -251,18 +252,19 @@ def _build_and_publish(cfg: ResolvedConfig, client: RegistryClient, repository: 
                                          known_from=p.known_from)
     to_build = [v.with_values("nightly", source__commit=head, image__version=summary.version) for v in todo]
 
-    def publication(v: Variant, prepared: Prepared) -> UnitOptions:  # a platform of several: with its index, below
+    def publication(v: VariantSpec, prepared: Prepared) -> UnitOptions:  # a platform of several: with its index, below
         if v.platform_split:
             return UnitOptions()
-        tests = builds_tests(v.request.arch, v.cfg.options.gpu_check.backend)  # under bk-<key>-<variant>-tests
+        tests = builds_tests(v.request.arch, v.gpu_check_backend)  # under bk-<key>-<variant>-tests
         return UnitOptions(lock_path=lock_path, lock_first=False, tests=tests, publish=Publication(
             client, repository, nightly_tags(summary.version, head, v.key), summary.version, how=LOADED,
             signer=signer, tests_tag=registry_tests_tag(prepared.build_key, v.key) if tests else ""))
 
     with tempfile.TemporaryDirectory(prefix="buildkit-nightly-") as tmp:
         try:
-            builds, _ = build_matrix(to_build, build_options(cfg, engine), Path(tmp), engine=engine, verify=verify,
-                                     stream=stream, stop_on=(PatchError,), finish=publication)
+            builds, _ = build_matrix([variant_spec(v, engine) for v in to_build], build_options(cfg, engine),
+                                     Path(tmp), engine=engine, verify=verify, stream=stream, stop_on=(PatchError,),
+                                     finish=publication)
         except PatchError as exc:
             summary.error = f"the patch queue does not apply to {head[:12]}, nothing was built or pushed: {exc}"
             summary.version = ""  # nothing was published under it
