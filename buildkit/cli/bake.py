@@ -11,7 +11,7 @@ import click
 
 from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, resolve
 from buildkit.cli.output import emit_json
-from buildkit.engine.api import get_engine
+from buildkit.engine.current import get_engine
 
 
 @click.command(cls=BuildkitCommand)

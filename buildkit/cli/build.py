@@ -15,7 +15,8 @@ from buildkit.cli.options import (BuildkitCommand, Decorator, config_options, ha
 from buildkit.cli.output import echo_published, emit_json
 from buildkit.cli.signing import make_signer, sign_key_option
 from buildkit.core.errors import ConfigError
-from buildkit.engine.api import Engine, get_engine
+from buildkit.engine.api import Engine
+from buildkit.engine.current import get_engine
 
 if TYPE_CHECKING:
     from buildkit.core.livedisplay import LiveDisplay

@@ -16,7 +16,7 @@ from buildkit.cli.diff import DIFFERENT
 from buildkit.cli.options import handle_errors
 from buildkit.cli.output import emit_json, json_text
 from buildkit.core.errors import ConfigError
-from buildkit.engine.api import get_engine
+from buildkit.engine.current import get_engine
 
 
 @click.command()

@@ -5,7 +5,7 @@ engine. `DockerEngine` (dockerengine.py: the docker CLI, argv lists, and docker-
 structured answer is wanted) is the only one today; a remote engine, or the in-memory fake the
 unit tests use, implements the same methods. Nothing outside buildkit/engine/ talks to Docker.
 
-    engine = get_engine()              # the CLI, once per command (DockerEngine by default) ...
+    engine = get_engine()              # the CLI, once per command (current.py; DockerEngine by default) ...
     verify_image(plan, tag, engine)    # ... and passes it down: a function names the roles it uses
     with use_engine(fake): ...         # tests, and later a remote engine
 
@@ -26,8 +26,8 @@ own message; `untag` is best effort (cleanup) and never raises; the lookups (`im
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 import threading
@@ -226,28 +226,3 @@ class Containers(Protocol):
 class Engine(Host, Builder, Images, Containers, Protocol):
     """Every role at once: what DockerEngine and the tests' FakeEngine implement. A function names the
     role(s) it uses (engine: Images), so a second engine implements only those it is handed for."""
-
-
-_current: list[Engine] = []
-_default: list[Engine] = []
-
-
-def get_engine() -> Engine:
-    """The engine in use (use_engine), else the Docker engine driven through the `docker` CLI."""
-    if _current:
-        return _current[-1]
-    if not _default:
-        from buildkit.engine.dockerengine import DockerEngine
-
-        _default.append(DockerEngine())
-    return _default[0]
-
-
-@contextmanager
-def use_engine(engine: Engine) -> Iterator[Engine]:
-    """Every get_engine() in the block answers engine."""
-    _current.append(engine)
-    try:
-        yield engine
-    finally:
-        _current.remove(engine)

@@ -119,7 +119,7 @@ class DockerEngine(Engine):
                              "or newer is needed")
         return version
 
-    # One DockerEngine per process (api.get_engine keeps it for the process's life), so the cache holding it is no leak.
+    # One DockerEngine per process (current.get_engine keeps it for the life of the process): the cache is no leak.
     @functools.cache  # noqa: B019
     def image_store(self) -> str:
         try:

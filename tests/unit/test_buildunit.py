@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from buildkit.core.errors import RegistryError
-from buildkit.engine.api import ImageInfo, use_engine
+from buildkit.engine.api import ImageInfo
+from buildkit.engine.current import use_engine
 from buildkit.engine.buildx import BuildResult
 from buildkit.flows.unit import buildunit
 from buildkit.flows.unit.buildunit import LOADED, Publication, UnitOptions, attempt_unit, run_unit

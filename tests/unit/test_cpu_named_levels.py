@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from buildkit.core.errors import BuildError
-from buildkit.engine.api import Finished, use_engine
+from buildkit.engine.api import Finished
+from buildkit.engine.current import use_engine
 from buildkit.verify.buildfailure import known_failure, run_build_explained
 from buildkit.engine.specs import BuildSession, BuildSpec
 from buildkit.flows.unit.pipeline import check_build_machine, inputs_record

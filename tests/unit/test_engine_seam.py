@@ -15,7 +15,8 @@ import pytest
 from buildkit.core.check import Status
 from buildkit.core.errors import VerifyError
 from buildkit.core.filelock import file_lock
-from buildkit.engine.api import Host, ImageInfo, get_engine, use_engine
+from buildkit.engine.api import Host, ImageInfo
+from buildkit.engine.current import get_engine, use_engine
 from buildkit.engine.bake import TargetOutcome, run_bake
 from buildkit.engine.bakefile import bake_document, write_bake_file
 from buildkit.engine.buildx import BuildOptions, BuildResult

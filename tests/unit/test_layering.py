@@ -113,10 +113,7 @@ def test_the_engine_is_made_in_the_cli_and_passed_down():
 # An import of a buildkit module inside a function hides an import circle rather than removing it (issue 49):
 # outside cli/ (whose command modules are imported when their command runs: cli/main.py) every buildkit import
 # is at module level, and the module-level imports make no circle. These are the exceptions.
-LOCAL_IMPORTS = {  # (module, the buildkit module it imports in a function): why
-    ("engine/api.py", "buildkit.engine.dockerengine"):
-        "get_engine()'s default engine, which implements api's Engine; goes with the global (issue 49 item 4)",
-}
+LOCAL_IMPORTS: dict[tuple[str, str], str] = {}  # (module, the buildkit module it imports in a function): why
 # Circles through `if TYPE_CHECKING:` imports (annotations only; no circle at run time): none are left (issue 49:
 # engine/specs.py holds ContainerSpec and Mount; plan/request.py and plan/plantypes.py the plan's types). A new one
 # goes here with the move that ends it, or better, that move is made.

@@ -130,7 +130,8 @@ def test_inputs_record_is_plain_json():
 def test_engine_only_base_is_named_by_digest_in_the_engine_on_its_own_builder(tmp_path):
     """The engine's own builder (driver docker) reads the image by a pinned name, so BuildKit keeps the
     base's layers; any other builder gets the OCI layout; planning (no builder given) pins nothing."""
-    from buildkit.engine.api import ImageInfo, use_engine
+    from buildkit.engine.api import ImageInfo
+    from buildkit.engine.current import use_engine
     from buildkit.engine.baseimages import resolve_base_images
     from fakeengine import FakeEngine
 

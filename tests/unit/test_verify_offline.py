@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from buildkit.engine.api import use_engine
+from buildkit.engine.current import use_engine
 from buildkit.plan.buildplan import make_plan, make_request
 from buildkit.plan.plantypes import Resolved
 from buildkit.plan.request import SourceFacts
