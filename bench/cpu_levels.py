@@ -51,7 +51,7 @@ def mib(n: float) -> str:
 def build_level(repo: Path, commit: str, level: str, work: Path, *, jobs: int, base: str, no_cache: bool,
                 ccache: bool) -> dict:
     from buildkit.plan.config import load_config
-    from buildkit.engine.api import get_engine
+    from buildkit.engine.current import get_engine
     from buildkit.flows.unit.buildunit import build
     from buildkit.flows.unit.spec import unit_spec
 

@@ -29,6 +29,7 @@ from buildkit.flows.unit.buildunit import build  # noqa: E402
 from buildkit.flows.unit.spec import unit_spec  # noqa: E402
 from buildkit.flows.reproduce.record import from_lock  # noqa: E402
 from buildkit.flows.reproduce.rebuild import reproduce  # noqa: E402
+from buildkit.cli.reproducespecs import reproduce_spec  # noqa: E402
 from forkrepo import make_fork_repo  # noqa: E402
 from images import ensure_debian_image  # noqa: E402
 
@@ -55,13 +56,15 @@ def main() -> int:
                      "base.cublas": not args.no_cublas, "image.name": "bench/reproduce", "cache.dir": str(cache),
                      "lock.path": str(tmp_path / "buildkit.lock"), "build.progress": "quiet"}
         cfg = load_config(None, env={}, overrides={k: (v, "bench") for k, v in overrides.items()}, cwd=tmp_path)
+        engine = get_engine()
         start = time.monotonic()
-        first = build(unit_spec(cfg, get_engine()), get_engine(), no_cache=True, verify=False)
+        first = build(unit_spec(cfg, engine), engine, no_cache=True, verify=False)
         print(f"build 1: {time.monotonic() - start:.0f}s  {first.result.digest}")
         start = time.monotonic()
-        result = reproduce(from_lock(tmp_path / "buildkit.lock"), env={"LLAMA_BUILDKIT_CACHE_DIR": str(cache)},
-                           patches=str(tmp_path / "patches"),
-                           keep=tmp_path / "keep", compare=False)
+        rec = from_lock(tmp_path / "buildkit.lock")
+        spec = reproduce_spec(rec, engine, config_path=None, env={"LLAMA_BUILDKIT_CACHE_DIR": str(cache)},
+                              patches=str(tmp_path / "patches"))
+        result = reproduce(rec, spec, keep=tmp_path / "keep", compare=False, engine=engine)
         print(f"build 2: {time.monotonic() - start:.0f}s  {result.digest}")
         if result.reproduced:
             print("reproduced: same manifest digest")

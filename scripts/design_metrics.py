@@ -8,8 +8,11 @@ over has to hold in their head. Run before and after a change to the package's s
 - get_engine() call sites and the files they are in;
 - function-local imports of buildkit modules, per package (cli/'s lazy command modules counted apart);
 - the import cycles: strongly connected components of the module-level import graph (TYPE_CHECKING imports left
-  out), and of the graph with the function-local imports added (the circles those imports hide);
-- the configuration's reach: functions with a ResolvedConfig parameter, and the modules they are in;
+  out), of the graph with the function-local imports added (the circles those imports hide), and of the
+  module-level graph with the TYPE_CHECKING imports added (circles among annotations);
+- the configuration's reach: functions with a ResolvedConfig parameter, and the modules they are in; and the cfg
+  walk: the modules below cli/ (plan/config.py, which defines it, left out) whose code holds the configuration at
+  all (a parameter, variable or attribute named `cfg`, or a ResolvedConfig annotation);
 - the raw lock: subscripts of what read_lock returns (`read_lock(...)["builds"]`) and `.get("builds")` calls;
 - release_tags call sites.
 """
@@ -161,7 +164,13 @@ def measure(root: Path) -> dict[str, object]:
     release_tags_calls = 0
     raw_lock = 0
     cfg_functions: list[str] = []
+    cfg_walk: set[str] = set()
     for name, (_, tree) in trees.items():
+        below_cli = not name.startswith("buildkit.cli") and name != "buildkit.plan.config"
+        if below_cli and any((isinstance(n, ast.Name) and n.id == "cfg") or (isinstance(n, ast.arg) and n.arg == "cfg")
+                             or (isinstance(n, ast.Attribute) and n.attr == "cfg")
+                             or (isinstance(n, ast.Name) and n.id == "ResolvedConfig") for n in ast.walk(tree)):
+            cfg_walk.add(name)
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
                 if node.func.id == "get_engine":
@@ -185,10 +194,10 @@ def measure(root: Path) -> dict[str, object]:
         pkg = name.split(".")[1] if name.count(".") else "buildkit"
         local[pkg] += len(f.local)
 
-    def graph(with_local: bool) -> dict[str, set[str]]:
+    def graph(with_local: bool, with_typing: bool = False) -> dict[str, set[str]]:
         edges: dict[str, set[str]] = {}
         for name, f in facts.items():
-            targets = set(f.top) | (set(f.local) if with_local else set())
+            targets = set(f.top) | (set(f.local) if with_local else set()) | (f.typing_only if with_typing else set())
             # importing a.b.c runs a/__init__ and a/b/__init__ too; those rarely import back, so they are left out
             edges[name] = {t for t in targets if t in known and t != name}
         return edges
@@ -207,9 +216,12 @@ def measure(root: Path) -> dict[str, object]:
         "function_local_imports_below_cli": sum(v for k, v in local.items() if k != "cli"),
         "cycles_module_level": cycles(graph(False)),
         "cycles_with_local_imports": cycles(graph(True)),
+        "cycles_with_type_checking": cycles(graph(False, with_typing=True)),
         "resolvedconfig_functions": len(cfg_functions),
         "resolvedconfig_functions_in_flows": sum(fn.startswith("buildkit.flows.") for fn in cfg_functions),
         "resolvedconfig_modules": cfg_modules,
+        "cfg_walk_modules": sorted(cfg_walk),
+        "cfg_walk_modules_in_flows": sum(m.startswith("buildkit.flows.") for m in cfg_walk),
         "raw_lock_subscripts": raw_lock,
         "release_tags_calls": release_tags_calls,
     }
@@ -231,11 +243,12 @@ def main() -> None:
         print(f"{key}: {len(figures[key])}")  # type: ignore[arg-type]
     for key in ("get_engine_calls", "get_engine_files", "function_local_imports_total",
                 "function_local_imports_below_cli", "resolvedconfig_functions", "resolvedconfig_functions_in_flows",
-                "raw_lock_subscripts", "release_tags_calls"):
+                "cfg_walk_modules_in_flows", "raw_lock_subscripts", "release_tags_calls"):
         print(f"{key}: {figures[key]}")
     print(f"function_local_imports: {figures['function_local_imports']}")
     print(f"resolvedconfig_modules: {len(figures['resolvedconfig_modules'])}")  # type: ignore[arg-type]
-    for key in ("cycles_module_level", "cycles_with_local_imports"):
+    print(f"cfg_walk_modules: {len(figures['cfg_walk_modules'])}")  # type: ignore[arg-type]
+    for key in ("cycles_module_level", "cycles_with_local_imports", "cycles_with_type_checking"):
         print(f"{key}: {len(figures[key])}")  # type: ignore[arg-type]
         for c in figures[key]:  # type: ignore[attr-defined]
             print("   ", " <-> ".join(m.removeprefix("buildkit.") for m in c))

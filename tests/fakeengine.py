@@ -12,8 +12,9 @@ from pathlib import Path
 from collections.abc import Callable, Sequence
 
 from buildkit.core.errors import BuildError
-from buildkit.engine.api import ContainerSpec, ContainerState, Engine, EngineError, Finished, ImageDigests, ImageInfo
+from buildkit.engine.api import ContainerState, Engine, EngineError, Finished, ImageDigests, ImageInfo
 from buildkit.engine.dockerargv import buildx_build_argv, docker_run_argv
+from buildkit.engine.specs import ContainerSpec
 
 
 class FakeEngine(Engine):

@@ -51,7 +51,7 @@ def need_containerd_store(store: str | None = None) -> None:
     """Reproducible digests need the containerd image store: skip without it locally, fail under CI.
     `store` is the engine's image store (default: asked of the engine)."""
     if store is None:
-        from buildkit.engine.api import get_engine
+        from buildkit.engine.current import get_engine
         from buildkit.engine.buildx import image_store
 
         store = image_store(get_engine())

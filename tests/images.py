@@ -237,7 +237,7 @@ def _make_multiarch_image(ref: str, configured: bool, suite: str) -> str:
     OCI index: buildkit's index archive (oci/ociindex.py) of the native image's `docker save` and the
     foreign root written by `buildkit base debian`'s layout writer (flows/setup/debianbase.py)."""
     from buildkit.core.errors import BuildkitError
-    from buildkit.engine.api import get_engine
+    from buildkit.engine.current import get_engine
     from buildkit.flows.setup.debianbase import root_layout, unpacked_root
     from buildkit.oci.imageref import parse_image_ref
     from buildkit.oci.ociindex import write_index_archive

@@ -11,7 +11,7 @@ import click
 
 from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, resolve
 from buildkit.cli.output import emit_json
-from buildkit.engine.api import get_engine
+from buildkit.engine.current import get_engine
 
 
 @click.command(cls=BuildkitCommand)
@@ -35,13 +35,14 @@ def bake(print_only: bool, bake_path: str | None, no_verify: bool, as_json: bool
     from buildkit.flows.matrix.bake import bake_locked, matrix_document, prepare_matrix
     from buildkit.plan.matrix import matrix_variants
     from buildkit.core.errors import BuildkitError
-    from buildkit.flows.unit.spec import build_options, cache_root
+    from buildkit.flows.unit.spec import build_options, cache_root, variant_spec
 
     cfg = resolve(kwargs)
-    variants, excluded = matrix_variants(cfg)
+    matrix, excluded = matrix_variants(cfg)
     for combination, reason in excluded:
         click.echo(f"left out of the matrix: {combination}: {reason}", err=True)
     engine = get_engine()
+    variants = [variant_spec(v, engine) for v in matrix]
     options = build_options(cfg, engine)
     if print_only:
         base = cache_root(cfg) / "contexts"

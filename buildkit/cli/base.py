@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from buildkit.cli.options import handle_errors
-from buildkit.engine.api import get_engine
+from buildkit.engine.current import get_engine
 
 
 @click.group()

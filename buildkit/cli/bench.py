@@ -17,7 +17,7 @@ from buildkit.cli.output import emit_json
 from buildkit.core import interrupts
 from buildkit.plan.config import find_config_file, load_config, read_document
 from buildkit.core.errors import BenchError
-from buildkit.engine.api import get_engine
+from buildkit.engine.current import get_engine
 from buildkit.plan.profiles import ServerSpec, get_profile, make_spec
 
 if TYPE_CHECKING:

@@ -15,11 +15,13 @@ from buildkit.cli.options import (BuildkitCommand, Decorator, config_options, ha
 from buildkit.cli.output import echo_published, emit_json
 from buildkit.cli.signing import make_signer, sign_key_option
 from buildkit.core.errors import ConfigError
-from buildkit.engine.api import Engine, get_engine
+from buildkit.engine.api import Engine
+from buildkit.engine.current import get_engine
 
 if TYPE_CHECKING:
     from buildkit.core.livedisplay import LiveDisplay
     from buildkit.plan.config import ResolvedConfig
+    from buildkit.plan.tags import Bump
 
 
 VERSION_OPTIONS: list[Decorator] = [
@@ -69,7 +71,7 @@ def version_options(func: Callable[..., Any]) -> Callable[..., Any]:
                    "(bk-<key>-<variant>-tests): never a release tag, not signed (docs/gpu.md).")
 @sign_key_option
 @handle_errors
-def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ...], push: bool, print_only: bool,
+def build(version: str | None, bump: Bump, force: bool, extra_tags: tuple[str, ...], push: bool, print_only: bool,
           no_verify: bool, no_load: bool, no_preflight: bool, min_free_gb: float | None, as_json: bool, tests: bool,
           sign_key: Path | None, **kwargs: Any) -> None:
     """Fetch the pinned commit, patch, render, build with buildx, verify and write the lock."""
@@ -123,12 +125,13 @@ def build(version: str | None, bump: str, force: bool, extra_tags: tuple[str, ..
         return
     short_disk = None
     if not no_preflight:
+        from buildkit.cli.matrixspecs import doctor_spec
         from buildkit.flows.doctor.run import preflight
 
         # with --push a short disk stops the build only if there is something to compile: the image of
         # this build key may be in the engine already (`build`, then `build --push`) or in the registry
-        short_disk = preflight(cfg, engine, min_free_gb=min_free_gb, echo=lambda line: click.echo(line, err=True),
-                               defer_disk=push)
+        short_disk = preflight(doctor_spec(cfg, min_free_gb=min_free_gb, cheap_only=True), engine,
+                               echo=lambda line: click.echo(line, err=True), defer_disk=push)
     if push:
         from buildkit.flows.doctor.run import refusal
         from buildkit.flows.unit.publishing import build_and_push
@@ -191,14 +194,16 @@ def _display(cfg: ResolvedConfig) -> AbstractContextManager[LiveDisplay | None]:
 def _build_multi(cfg: ResolvedConfig, engine: Engine, *, preflight: bool, min_free_gb: float | None, as_json: bool,
                  **kwargs: Any) -> None:
     """Several platforms: one build each, one OCI index under every tag (flows/matrix/multiplatform.py)."""
-    from buildkit.flows.matrix.multiplatform import build_multi, platform_requests
+    from buildkit.cli.matrixspecs import doctor_spec, multi_spec, platform_requests
+    from buildkit.flows.matrix.multiplatform import build_multi
 
     platform_requests(cfg)  # a bad platform list is the first error, before the preflight
     if preflight:
         from buildkit.flows.doctor.run import preflight as run_preflight
 
-        run_preflight(cfg, engine, min_free_gb=min_free_gb, echo=lambda line: click.echo(line, err=True))
-    result = build_multi(cfg, engine=engine, **kwargs)
+        run_preflight(doctor_spec(cfg, min_free_gb=min_free_gb, cheap_only=True), engine,
+                      echo=lambda line: click.echo(line, err=True))
+    result = build_multi(multi_spec(cfg, engine), engine=engine, **kwargs)
     if as_json:
         emit_json(result)
         return

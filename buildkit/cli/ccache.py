@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from buildkit.cli.options import FC, BuildkitCommand, config_options, handle_errors, resolve
-from buildkit.engine.api import get_engine
+from buildkit.engine.current import get_engine
 
 WHERE = [
     click.option("--dir", "folder", type=click.Path(file_okay=False),

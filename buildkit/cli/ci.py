@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, resolve
 from buildkit.core.platforms import default_platform
+
+if TYPE_CHECKING:
+    from buildkit.flows.nightly.ciworkflow import LayerCache
 
 
 THIS_MACHINE_ONLY = ("cache.dir", "build.min_free_gb")  # `ci github` ignores them, from anywhere
@@ -88,7 +91,7 @@ def ci() -> None:
 @handle_errors
 def github(out_path: str | None, cron: str | None, username_secret: str, password_secret: str, python_version: str,
            install_spec: str | None, buildkit_repo: str | None, buildkit_ref: str | None, runners: tuple[str, ...],
-           plan_runner: str, layer_cache: str, bench_runner: str | None, bench_model: str | None,
+           plan_runner: str, layer_cache: LayerCache, bench_runner: str | None, bench_model: str | None,
            bench_profile: str | None, bench_variant: str | None, max_slowdown: float, bench_runs: int | None,
            bench_max_tokens: int | None, gpu_check: bool, workload_check: bool, bench_model_draft: str | None,
            acceptance_tolerance: float, sign: str, no_ccache: bool, no_free_disk: bool, force: bool,
@@ -108,7 +111,7 @@ def github(out_path: str | None, cron: str | None, username_secret: str, passwor
                                                    check_cron, config_in_repo, render_workflow, write_workflow)
     from buildkit.flows.nightly.installorigin import install_spec as default_install
     from buildkit.cli.nightlyspecs import repository_of, variant_specs
-    from buildkit.engine.api import get_engine
+    from buildkit.engine.current import get_engine
     from buildkit.flows.nightly.jobs import DEFAULT_RUNNERS, check_runners, parse_runners
 
     cfg = resolve(kwargs, notice=False)  # no buildkit.toml is refused below

@@ -32,7 +32,7 @@ def diff(a: str, b: str, platform: str, no_files: bool, as_json: bool) -> None:
     layers and files that differ: path, size, sha256, and the ELF sections of differing binaries).
     """
     from buildkit.oci.imagediff import diff_images
-    from buildkit.engine.api import get_engine
+    from buildkit.engine.current import get_engine
     from buildkit.oci.imagesource import open_image
 
     engine = get_engine()

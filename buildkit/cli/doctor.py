@@ -9,7 +9,7 @@ import click
 
 from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, resolve
 from buildkit.cli.output import emit_json
-from buildkit.engine.api import get_engine
+from buildkit.engine.current import get_engine
 
 
 @click.command(cls=BuildkitCommand)
@@ -31,10 +31,11 @@ def doctor(min_free_gb: float | None, matrix: bool, offline: bool, push: bool, a
     \b
     Each line is ok, warn or fail, with the fix. The exit code is 1 when any check fails.
     """
+    from buildkit.cli.matrixspecs import doctor_spec
     from buildkit.flows.doctor.run import as_json as checks_json, failed, format_checks, run_checks
 
-    cfg = resolve(kwargs)
-    checks = run_checks(cfg, get_engine(), min_free_gb=min_free_gb, matrix=matrix, offline=offline, push=push)
+    spec = doctor_spec(resolve(kwargs), min_free_gb=min_free_gb, matrix=matrix)
+    checks = run_checks(spec, get_engine(), offline=offline, push=push)
     if as_json:
         emit_json(checks_json(checks))
     else:

@@ -89,7 +89,8 @@ def _run_in_engine(image: str, args: list[str], timeout: float, gpus: str) -> tu
     import docker.errors
     import requests
 
-    from buildkit.engine.api import EngineError, get_engine
+    from buildkit.engine.api import EngineError
+    from buildkit.engine.current import get_engine
 
     engine = get_engine()
     if engine.image(image) is None:

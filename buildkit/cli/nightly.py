@@ -12,7 +12,7 @@ from buildkit.cli.options import BuildkitCommand, config_options, handle_errors,
 from buildkit.cli.output import emit_json, json_text
 from buildkit.cli.signing import make_signer, sign_key_option
 from buildkit.core.errors import ConfigError
-from buildkit.engine.api import get_engine
+from buildkit.engine.current import get_engine
 from buildkit.flows.nightly.plan import VariantStatus
 
 if TYPE_CHECKING:

@@ -21,11 +21,13 @@ from buildkit.cli.output import echo_published
 def promote(nightly_tag: str, version: str, as_json: bool, step_summary: str | None, **kwargs: Any) -> None:
     """Turn a nightly into a release: its digest gets the release tags of --release, nothing is rebuilt."""
     from buildkit.plan.tags import normalise_version
+    from buildkit.plan.tagset import DefaultVariantRule
     from buildkit.release.promote import promote as run_promote, promotion_markdown
 
     version = normalise_version(version)  # v1.2.3 is 1.2.3, as docker/metadata-action's type=semver
 
-    done = run_promote(resolve(kwargs), nightly_tag, version)
+    cfg = resolve(kwargs)
+    done = run_promote(cfg.image.name, DefaultVariantRule.of(cfg), nightly_tag, version)
     echo_published(done, f"promoted {done.repository}:{done.source_tag} ({done.nightly_version or 'no version label'}, "
                          f"{done.commit[:12]}) to {version}: {done.repository}@{done.digest}", as_json)
     if step_summary:

@@ -10,7 +10,7 @@ import click
 from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, resolve
 from buildkit.cli.output import echo_published
 from buildkit.cli.signing import make_signer, sign_key_option
-from buildkit.engine.api import get_engine
+from buildkit.engine.current import get_engine
 
 
 @click.command(cls=BuildkitCommand)

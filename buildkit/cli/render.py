@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, resolve
-from buildkit.engine.api import get_engine
+from buildkit.engine.current import get_engine
 
 METADATA_FILE = "metadata.json"
 

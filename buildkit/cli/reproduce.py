@@ -16,7 +16,7 @@ from buildkit.cli.diff import DIFFERENT
 from buildkit.cli.options import handle_errors
 from buildkit.cli.output import emit_json, json_text
 from buildkit.core.errors import ConfigError
-from buildkit.engine.api import get_engine
+from buildkit.engine.current import get_engine
 
 
 @click.command()
@@ -55,8 +55,10 @@ def reproduce(target: str, build_key: str | None, config_path: str | None, patch
     report of the layers that differ and, inside them, the files (path, size, sha256).
     """
     from buildkit.plan.config import find_config_file
-    from buildkit.flows.reproduce.record import IndexRecorded, load_record
+    from buildkit.flows.reproduce.record import IndexRecorded, Recorded, load_record
     from buildkit.flows.reproduce.rebuild import reproduce as run, reproduce_index
+    from buildkit.cli.reproducespecs import reproduce_spec
+    from buildkit.flows.reproduce.spec import ReproduceSpec
     from buildkit.cli.signing import make_signer
 
     if sign_key is not None and not attest:
@@ -72,16 +74,19 @@ def reproduce(target: str, build_key: str | None, config_path: str | None, patch
     cfg_path = find_config_file(config_path, os.environ, Path.cwd())
     if isinstance(record, IndexRecorded) and attest:
         raise ConfigError("--attest is for one image for now: reproduce a platform's entry (--build)")
+
+    def spec_of(rec: Recorded) -> ReproduceSpec:
+        return reproduce_spec(rec, engine, config_path=cfg_path, env=os.environ, source=source, patches=patches,
+                              use_cache=use_cache, provenance=provenance)
+
     if isinstance(record, IndexRecorded):  # a multi-platform build: every platform, then the index
-        index = reproduce_index(record, config_path=cfg_path, source=source, patches=patches,
-                                keep=Path(keep).resolve() if keep else None, use_cache=use_cache,
-                                provenance=provenance, engine=engine)
+        index = reproduce_index(record, {p: spec_of(r) for p, r in record.platforms},
+                                keep=Path(keep).resolve() if keep else None, engine=engine)
         click.echo(json_text(index) if as_json else index.report())
         if not index.reproduced:
             sys.exit(DIFFERENT)
         return
-    result = run(record, config_path=cfg_path, source=source, patches=patches,
-                 keep=Path(keep).resolve() if keep else None, use_cache=use_cache, provenance=provenance,
+    result = run(record, spec_of(record), keep=Path(keep).resolve() if keep else None,
                  engine=engine)
     attested: tuple[str, ...] = ()
     if signer is not None and result.reproduced:

@@ -12,7 +12,8 @@ import click
 from buildkit.cli.bench import project_config
 from buildkit.cli.options import handle_errors
 from buildkit.core.errors import ConfigError, ModelError
-from buildkit.engine.api import Images, get_engine
+from buildkit.engine.api import Images
+from buildkit.engine.current import get_engine
 from buildkit.plan.config import read_document
 from buildkit.plan.inputs import LABEL_PREFIX
 from buildkit.plan.k8s import gpu_count, manifest_text, object_name, pinned_image

@@ -12,8 +12,16 @@ import click
 from buildkit.cli.options import BuildkitCommand, config_options, handle_errors, release_option, resolve
 from buildkit.cli.output import emit_json
 from buildkit.core.errors import ConfigError
+from buildkit.plan.buildplan import make_request
+from buildkit.plan.config import ResolvedConfig
+from buildkit.plan.tagset import TagTarget
 
 _SHA = re.compile(r"[0-9a-fA-F]{7,40}")
+
+
+def tag_target(cfg: ResolvedConfig, commit: str) -> TagTarget:
+    """What a build of cfg at commit is published as: its variant's name, and whether it is the default."""
+    return TagTarget.of(cfg, make_request(cfg).artifact_variant, commit)
 
 
 @click.command(cls=BuildkitCommand)
@@ -25,9 +33,8 @@ _SHA = re.compile(r"[0-9a-fA-F]{7,40}")
 def tags(version: str, as_json: bool, **kwargs: Any) -> None:
     """Print the tags a published build of a --release gets, immutable first, then the rules of the tags a
     publish names only then (the build key's, the nightly's). --commit gives the sha- tag's commit."""
-    from buildkit.plan.buildplan import make_request
     from buildkit.plan.tags import normalise_version, parse_version, publish_rules
-    from buildkit.release.publish import tags_for
+    from buildkit.plan.tagset import publication_tags
 
     version = normalise_version(version)
     parse_version(version)
@@ -37,8 +44,9 @@ def tags(version: str, as_json: bool, **kwargs: Any) -> None:
         raise ConfigError(f"the sha- tag needs a commit SHA (7 to 40 hex digits); source.commit is {commit!r} "
                           f"({cfg.origins['source.commit']}): pass --commit SHA")
     commit = commit.lower()
-    tag_set = tags_for(cfg, version, commit)
-    name = make_request(cfg).artifact_variant
+    target = tag_target(cfg, commit)
+    tag_set = publication_tags(target, version)
+    name = target.variant
     rules = publish_rules(name, commit)
     repo = cfg.image.name
     if as_json:

@@ -19,7 +19,7 @@ from buildkit.bench.lossless import NEAR_TIE
 from buildkit.cli.options import handle_errors
 from buildkit.cli.output import json_text
 from buildkit.core.errors import BenchError, BuildkitError, LockError
-from buildkit.engine.api import get_engine
+from buildkit.engine.current import get_engine
 
 CHECKS = ("lossless", "acceptance", "kv")
 RESULT_LIMIT = 16 * 2**20

@@ -5,7 +5,7 @@ engine. `DockerEngine` (dockerengine.py: the docker CLI, argv lists, and docker-
 structured answer is wanted) is the only one today; a remote engine, or the in-memory fake the
 unit tests use, implements the same methods. Nothing outside buildkit/engine/ talks to Docker.
 
-    engine = get_engine()              # the CLI, once per command (DockerEngine by default) ...
+    engine = get_engine()              # the CLI, once per command (current.py; DockerEngine by default) ...
     verify_image(plan, tag, engine)    # ... and passes it down: a function names the roles it uses
     with use_engine(fake): ...         # tests, and later a remote engine
 
@@ -26,17 +26,16 @@ own message; `untag` is best effort (cleanup) and never raises; the lookups (`im
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 import threading
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from buildkit.core.errors import BuildkitError
 
-if TYPE_CHECKING:
-    from buildkit.engine.specs import BuildSession, BuildSpec, RunSpec
+from buildkit.engine.specs import BuildSession, BuildSpec, ContainerSpec, RunSpec
 
 
 class OutStream(Protocol):
@@ -61,25 +60,6 @@ class ImageInfo:
     labels: dict[str, str] = field(default_factory=dict)
     repo_digests: tuple[str, ...] = ()
     size: int | None = None
-
-
-@dataclass(frozen=True)
-class Mount:
-    source: str
-    target: str
-    read_only: bool = True
-
-
-@dataclass(frozen=True)
-class ContainerSpec:
-    """A detached container (not auto-removed: the caller stops and removes it)."""
-    image: str
-    command: tuple[str, ...] = ()
-    name: str = ""
-    labels: dict[str, str] = field(default_factory=dict)
-    ports: dict[int, tuple[str, int | None]] = field(default_factory=dict)  # container port -> (bind, host)
-    mounts: tuple[Mount, ...] = ()
-    gpus: str = ""  # docker --gpus value
 
 
 @dataclass(frozen=True)
@@ -246,28 +226,3 @@ class Containers(Protocol):
 class Engine(Host, Builder, Images, Containers, Protocol):
     """Every role at once: what DockerEngine and the tests' FakeEngine implement. A function names the
     role(s) it uses (engine: Images), so a second engine implements only those it is handed for."""
-
-
-_current: list[Engine] = []
-_default: list[Engine] = []
-
-
-def get_engine() -> Engine:
-    """The engine in use (use_engine), else the Docker engine driven through the `docker` CLI."""
-    if _current:
-        return _current[-1]
-    if not _default:
-        from buildkit.engine.dockerengine import DockerEngine
-
-        _default.append(DockerEngine())
-    return _default[0]
-
-
-@contextmanager
-def use_engine(engine: Engine) -> Iterator[Engine]:
-    """Every get_engine() in the block answers engine."""
-    _current.append(engine)
-    try:
-        yield engine
-    finally:
-        _current.remove(engine)

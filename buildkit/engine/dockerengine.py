@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 from buildkit.core.errors import BuildError, RegistryError
 from buildkit.core.interrupts import signal_of
-from buildkit.engine.api import ContainerSpec, ContainerState, Engine, EngineError, Finished, ImageInfo, OutStream
+from buildkit.engine.api import ContainerState, Engine, EngineError, Finished, ImageInfo, OutStream
 from buildkit.engine.buildxmetadata import with_bake_images, with_build_images
 from buildkit.engine.containercreate import create_container, run_to_end
 from buildkit.engine.dockerargv import buildx_bake_argv, buildx_build_argv, docker_run_argv
 from buildkit.engine.runner import engine_turn, dockerfile_images, stream_command
-from buildkit.engine.specs import BuildSession, BuildSpec, RunSpec
+from buildkit.engine.specs import BuildSession, BuildSpec, ContainerSpec, RunSpec
 from buildkit.plan.profiles import gpu_device_requests
 
 if TYPE_CHECKING:
@@ -119,7 +119,7 @@ class DockerEngine(Engine):
                              "or newer is needed")
         return version
 
-    # One DockerEngine per process (api.get_engine keeps it for the process's life), so the cache holding it is no leak.
+    # One DockerEngine per process (current.get_engine keeps it for the life of the process): the cache is no leak.
     @functools.cache  # noqa: B019
     def image_store(self) -> str:
         try:

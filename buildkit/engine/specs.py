@@ -2,7 +2,8 @@
 
 A `BuildSpec` is one image: what `docker buildx build` is told, or one target of a bake. A
 `BuildSession` is how buildx runs (the builder, its progress display, where the digests go),
-shared by every target of one bake. A `RunSpec` is a container in the foreground (`buildkit run`).
+shared by every target of one bake. A `RunSpec` is a container in the foreground (`buildkit run`), a
+`ContainerSpec` a detached one (the engine's Containers role), with its `Mount`s.
 dockerargv.py turns them into the docker CLI's argv and bakefile.py into bake targets, so a flag
 is spelt in one place and bake and build cannot drift apart.
 """
@@ -10,10 +11,27 @@ is spelt in one place and bake and build cannot drift apart.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from buildkit.engine.api import ContainerSpec
+
+@dataclass(frozen=True)
+class Mount:
+    source: str
+    target: str
+    read_only: bool = True
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """A detached container (not auto-removed: the caller stops and removes it)."""
+    image: str
+    command: tuple[str, ...] = ()
+    name: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    ports: dict[int, tuple[str, int | None]] = field(default_factory=dict)  # container port -> (bind, host)
+    mounts: tuple[Mount, ...] = ()
+    gpus: str = ""  # docker --gpus value
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from buildkit.plan.inputs import INPUTS, BaseImage, BuildInputs, plan_inputs
-
-if TYPE_CHECKING:  # the plan is made with its key (buildplan.make_plan)
-    from buildkit.plan.buildplan import BuildPlan
+from buildkit.plan.inputs import INPUTS, BaseImage, BuildInputs
+from buildkit.plan.plantypes import BuildPlan, plan_inputs
 
 
 def key_fields(inputs: BuildInputs) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Planning (pure): what to build, as data.
+"""Planning (pure): what to build, as data (the types: plan/request.py, plan/plantypes.py).
 
 Two steps. `make_request` checks the resolved config before any work is done (unknown arch,
 an arch the CUDA version cannot build, a malformed image name or CMake flag all stop here).
@@ -10,22 +10,21 @@ key, labels, tags (bk-<key> included), the ccache mount. Nothing here touches gi
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
 
-from buildkit.plan.archs import Arch, check_cuda_release, check_cuda_support, check_platform, default_platform, get_arch
+from buildkit.plan.archs import check_cuda_release, check_cuda_support, check_platform, default_platform, get_arch
 from buildkit.plan.config import PLATFORM_FOLLOWS, ResolvedConfig
-from buildkit.plan.cpulevels import (CpuLevel, cmake_flags as cpu_cmake_flags, compiler_flags, gcc_needed, get_level,
+from buildkit.plan.cpulevels import (cmake_flags as cpu_cmake_flags, compiler_flags, gcc_needed, get_level,
                                      variant_suffix)
-from buildkit.plan.aptpins import AptPins, check_apt_snapshot
+from buildkit.plan.aptpins import check_apt_snapshot
 from buildkit.core.errors import ConfigError
 from buildkit.oci.imageref import InvalidReference, parse_image_ref
 from buildkit.plan.buildkey import key_of
-from buildkit.plan.inputs import OCI, BaseImage, BuildInputs, request_inputs
-from buildkit.plan.platforms import (TOOLCHAIN_PATH, Platform, cpu_arch, cuda_char_flags, gcc_commands, is_cross,
-                                     machine_platform)
-from buildkit.plan.tags import (artifact_variant, build_key_tag, build_tags, check_repository, normalise_version,
-                                target_variant, variant)
+from buildkit.plan.inputs import request_inputs
+from buildkit.plan.plantypes import BuildPlan, PlanOptions, Resolved
+from buildkit.plan.platforms import TOOLCHAIN_PATH, cuda_char_flags, gcc_commands, is_cross, machine_platform
+from buildkit.plan.request import BuildRequest, SourceFacts
+from buildkit.plan.tags import build_key_tag, build_tags, check_repository, normalise_version, variant
 
 
 # What may reach a shell line or a FROM line. Values are also shell-quoted in the templates.
@@ -40,151 +39,6 @@ DEFAULT_UID = 10001  # above the ids of system users and of a distribution's fir
 MAX_JOBS = 4096  # parallel compile jobs (make -j): more is a typo
 CUDA_LIB_DIR = "/usr/local/cuda/lib64"  # where the templates put the CUDA libraries to link
 TARGET_BINARIES = {"server": ("llama-server",), "light": ("llama-cli",), "full": ()}  # () = everything
-
-
-@dataclass(frozen=True)
-class BuildRequest:
-    """The config, checked: everything known before touching the source."""
-    arch: Arch
-    cuda_version: str | None  # None for cpu
-    provider: str  # nvidia | wheels | cpu
-    template: str
-    devel_image: str
-    runtime_image: str
-    target: str
-    platform: str
-    build_platform: str  # where the compile runs; another CPU than platform's: a cross build
-    jobs: int
-    no_vmm: bool
-    ccache: bool
-    cpu_level: CpuLevel
-    extra_cmake_args: tuple[str, ...]
-    image_name: str
-    version: str
-    title: str
-    licenses: str
-    description: str  # image.description, its {source}, {variant} and {target} filled in by the inputs
-    url: str  # image.url, the same
-    base_labels: bool  # image.base_labels
-    variant: str  # arch, CUDA version and CPU level: cuda13.1-sm120, cpu-x86-64-v3 (labels, lock key, caches)
-    user: str = ""  # build.user as NAME:UID (the image runs as it); empty = root
-    apt_snapshot: str = ""  # base.apt_snapshot as YYYYMMDDTHHMMSSZ (plan/aptpins.py); "" = the images' own mirrors
-    # a cross build whose build machine is not the engine's is run under the engine's emulation
-    # (build.emulate_build_platform: tests and CI); where the compile runs, not what it makes: no input
-    emulate_build_platform: bool = False
-
-    @property
-    def cross(self) -> bool:
-        return is_cross(self.build_platform, self.platform)
-
-    @property
-    def target_cpu(self) -> Platform:
-        return cpu_arch(self.platform)
-
-    @property
-    def build_cpu(self) -> Platform:
-        return cpu_arch(self.build_platform)
-
-    @property
-    def tag_variant(self) -> str:
-        """The variant as tags name it, with the target unless it is the server (plan/tags.py)."""
-        return target_variant(self.variant, self.target)
-
-    @property
-    def artifact_variant(self) -> str:
-        """The variant as a single-platform build's tags and lock key name it: tag_variant, with -arm64 (etc.)
-        for a platform other than the default (plan/tags.py platform_suffix)."""
-        return artifact_variant(self.tag_variant, self.platform, self.cpu_level.name, default_platform(self.arch))
-
-    @property
-    def cache_name(self) -> str:
-        """What `{variant}` in a --cache-from/--cache-to entry becomes: the variant as tags name it and the
-        target platform (cpu-amd64, cpu-light-amd64, cuda13.1-sm120-arm64). Each build of a bake exports its
-        cache to the ref at once, so two targets or platforms under one ref overwrote each other's cache and
-        raced: the registry answered one of the two writes 500."""
-        return f"{self.tag_variant}-{self.target_cpu.docker}"
-
-
-@dataclass(frozen=True)
-class SourceFacts:
-    """What the plan needs from the source and patch stages."""
-    url: str
-    commit: str
-    commit_time: int
-    build_number: int
-    patch_set_sha256: str
-    patch_names: tuple[str, ...]
-    # (name, features) of the CPU variants the tree's ggml declares (source/cpuvariants.py)
-    cpu_variants: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    ref: str = ""  # what was fetched (a branch, tag or the pinned SHA): the lock's ref
-    patch_sha256: tuple[str, ...] = ()  # each patch file's sha256, in the order of patch_names
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """Everything the plan needs that only I/O finds (flows/unit/pipeline.prepare resolves it, make_plan uses it)."""
-    source: SourceFacts
-    template_sha256: str  # this buildkit's templates
-    tool_version: str
-    base_images: tuple[BaseImage, ...] = ()  # configured names with their digests
-    # what a FROM line names for a base image (ref@digest, its pinned name in the engine, an OCI layout's
-    # named context): for rendering only (render_view); labels, lock and build key keep the configured names
-    from_refs: tuple[tuple[str, str], ...] = ()
-    cuda_manifest: dict[str, Any] | None = None  # the wheels of the CUDA root(s)
-    cpu_host: str | None = None  # cpu_level native: the build machine's CPU (its code depends on it)
-
-
-@dataclass(frozen=True)
-class PlanOptions:
-    """How this build of a request is made, beside its inputs."""
-    extra_tags: tuple[str, ...] = ()  # --tag: local tags too
-    # a clean build's compile (build --no-cache, reproduce): reads nothing from the ccache, writes into a
-    # cache mount of its own (BuildPlan.ccache_recache, clean_ccache_id)
-    clean_ccache: bool = False
-    apt_pins: AptPins | None = None  # reproduce: the recorded Debian package versions the apt steps install
-    shared_tags: bool = True  # False: the build-key tag only (a platform of an index: the others are the index's)
-
-
-@dataclass(frozen=True)
-class BuildPlan:
-    request: BuildRequest
-    source: SourceFacts
-    template_sha256: str
-    tool_version: str
-    cmake_args: tuple[str, ...]
-    build_targets: tuple[str, ...]
-    labels: tuple[tuple[str, str], ...]
-    tags: tuple[str, ...]
-    ccache_id: str
-    inputs: BuildInputs  # every input of the build (plan/inputs.py): its labels, lock fields and key
-    build_key: str
-    cuda_manifest: dict[str, Any] | None  # the CUDA root's wheels (the lock's cuda_root)
-    # the GCC release the build stage installs and compiles with, None for the base's own (cpulevels.gcc_needed)
-    gcc_major: int | None = None
-    # compile every object again and store it, reading nothing from the ccache (CCACHE_RECACHE): how
-    # `reproduce` and `build --no-cache` rebuild, so that a proof never rests on objects an earlier build
-    # left behind (they also get a mount of their own: clean_ccache_id).
-    # It changes how the compile runs, not what it makes: it is in no input, label or build key.
-    ccache_recache: bool = False
-    # `reproduce`: the recorded Debian package versions the apt steps install (plan/aptpins.py); known only
-    # after a build's apt steps, so no input, label or build key
-    apt_pins: AptPins | None = None
-
-    @property
-    def source_date_epoch(self) -> int:
-        return self.source.commit_time
-
-    @property
-    def annotations(self) -> tuple[tuple[str, str], ...]:
-        """The image manifest's annotations: its OCI-standard labels (org.opencontainers.image.*) again,
-        same keys, same values, so a registry or OCI tool shows them without the config. They come from
-        the labels, which hold only inputs (the created time is the commit's), so the manifest digest
-        stays reproducible. An empty label says nothing and gives no annotation."""
-        return tuple((key, value) for key, value in self.labels if key.startswith(OCI) and value)
-
-    @property
-    def arch(self) -> Arch:
-        return self.request.arch
 
 
 def _check_image_ref(name: str, value: str) -> str:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from buildkit.plan.inputs import INPUTS, BuildInputs, ByConfig, Input
 
 if TYPE_CHECKING:
-    from buildkit.plan.buildplan import BuildRequest
+    from buildkit.plan.request import BuildRequest
 
 
 def config_decided(i: Input) -> bool:

@@ -13,7 +13,7 @@ a build's inputs is a loop over them:
 * the build key's fields (buildkey.py `key_fields`);
 * a lock entry's input fields (`lock_fields`; release/lock.py's LockEntry declares them, with what the
   build produced; tests/unit/test_lock_types.py holds them to `INPUTS`), read back by `from_lock_entry`;
-* reproduce's config overrides (flows/reproduce/rebuild.py `overrides_for`); its record holds a model.
+* reproduce's config overrides (cli/reproducespecs.py `overrides_for`); its record holds a model.
 
 A new input is one field here (and, when it comes from the config, its config key and its field of
 BuildRequest). An input added after images and locks existed is `later`: every form leaves it out while
@@ -34,11 +34,10 @@ from typing import TYPE_CHECKING, Any
 
 from buildkit.core.errors import InputsError
 from buildkit.plan.labelforms import CREATED, FLAGS, NONE_WORD, NUMBER, TEXT, LabelForm
+from buildkit.plan.request import BuildRequest, SourceFacts
 from buildkit.plan.schema import JSON_TYPES, JsonType, is_strings
 
 if TYPE_CHECKING:
-    from buildkit.plan.buildplan import BuildPlan, BuildRequest, SourceFacts
-
     InputFunction = Callable[[BuildRequest, SourceFacts, "_Made"], Any]  # Input.of: a function of request, source, made
 
 LABEL_PREFIX = "org.llama-buildkit."
@@ -277,15 +276,6 @@ def request_inputs(request: BuildRequest, source: SourceFacts, *, template_sha25
     return BuildInputs(**{i.name: value(i.of) for i in INPUTS if i.of is not None}, base_images=tuple(base_images),
                        cuda_wheels=None if wheels is None else tuple(wheels),
                        cublas=_cublas(request.provider, cuda_manifest), cpu_host=cpu_host)
-
-
-def plan_inputs(plan: BuildPlan, base_images: Iterable[BaseImage] = (), cuda_manifest: dict[str, Any] | None = None,
-                cpu_host: str | None = None) -> BuildInputs:
-    """Every input of a planned build, once its base images (with digests) and CUDA root are known.
-    cpu_host: for cpu_level native, the build machine's CPU (its code depends on it)."""
-    return request_inputs(plan.request, plan.source, template_sha256=plan.template_sha256,
-                          tool_version=plan.tool_version, cmake_args=plan.cmake_args, base_images=base_images,
-                          cuda_manifest=cuda_manifest, cpu_host=cpu_host)
 
 
 # --------------------------------------------------------------------------- the parser

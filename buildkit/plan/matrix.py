@@ -21,7 +21,8 @@ from typing import Any
 
 from buildkit.core.errors import ArchError, ConfigError
 from buildkit.plan.archs import check_cuda_release, check_cuda_support, check_platform, get_arch
-from buildkit.plan.buildplan import BuildRequest, make_request
+from buildkit.plan.buildplan import make_request
+from buildkit.plan.request import BuildRequest
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.platforms import is_multi, parse_platforms
 

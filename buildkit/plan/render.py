@@ -18,7 +18,7 @@ from buildkit.core.paths import templates_dir
 from buildkit.core.wholefile import write_whole
 from buildkit.core.paths import templates_sha256 as templates_sha256  # re-exported: its home was here
 from buildkit.plan.aptpins import PINS_MOUNT, SCRIPT, AptPins, stage_files
-from buildkit.plan.buildplan import BuildPlan
+from buildkit.plan.plantypes import BuildPlan
 from buildkit.plan.platforms import TOOLCHAIN_PATH, gcc_commands, gcc_packages
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 import semver
 
@@ -163,7 +163,8 @@ def publish_rules(variant_name: str, commit: str | None = None) -> tuple[TagRule
     )
 
 
-BUMPS = ("patch", "minor", "major")
+Bump = Literal["patch", "minor", "major"]  # --bump: which part of the highest release a new version raises
+BUMPS: tuple[Bump, ...] = get_args(Bump)
 
 
 def highest_version(existing_tags: list[str], variant_name: str) -> str | None:
@@ -181,7 +182,7 @@ def highest_version(existing_tags: list[str], variant_name: str) -> str | None:
     return str(max(found)) if found else None
 
 
-def next_version(existing_tags: list[str], variant_name: str, bump: str = "patch") -> str:
+def next_version(existing_tags: list[str], variant_name: str, bump: Bump = "patch") -> str:
     """Bump the highest release V of `V-<variant>` tags; 0.1.0 when there is none."""
     if bump not in BUMPS:
         raise ConfigError(f"--bump must be one of {', '.join(BUMPS)}, got {bump!r}")

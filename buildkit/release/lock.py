@@ -20,7 +20,7 @@ from buildkit.core.platforms import DEFAULT_PLATFORM
 from buildkit.plan.archs import ARCHS, default_platform
 from buildkit.plan.inputs import BaseImage, BuildInputs, from_lock_entry
 from buildkit.plan.schema import JSON_TYPES, JsonType, json_type
-from buildkit.plan.buildplan import BuildPlan
+from buildkit.plan.plantypes import BuildPlan
 from buildkit.plan.tags import artifact_variant
 
 # How buildx exported the image: "oci" (reproducible: OCI exporter, rewrite-timestamp, then loaded) or "load".

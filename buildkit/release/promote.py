@@ -11,11 +11,10 @@ from dataclasses import dataclass
 from buildkit.core.errors import ConfigError, RegistryError
 from buildkit.oci.imageref import tag_of
 from buildkit.oci.registry import client_for
-from buildkit.plan.config import ResolvedConfig
 from buildkit.release.artifact import Image
 from buildkit.release.publish import VERSION_LABEL, image_labels, publish, publish_repository
 from buildkit.plan.tags import parse_version
-from buildkit.plan.tagset import TagTarget, publication_tags
+from buildkit.plan.tagset import DefaultVariantRule, publication_tags
 
 REVISION_LABEL = "org.opencontainers.image.revision"
 
@@ -32,8 +31,9 @@ class Promotion:
     added: tuple[str, ...]
 
 
-def promote(cfg: ResolvedConfig, source_tag: str, version: str) -> Promotion:
-    """Give the image of nightly-<variant> the release tags of version: same digest, nothing built."""
+def promote(image_name: str, rule: DefaultVariantRule, source_tag: str, version: str) -> Promotion:
+    """Give the image of nightly-<variant> in image_name's repository the release tags of version (rule: which
+    variant gets the plain tags): same digest, nothing built."""
     tag = (tag_of(source_tag) or "") if "/" in source_tag else source_tag  # a reference: its tag
     if not tag.startswith("nightly-") or tag == "nightly-":
         raise ConfigError(f"{source_tag!r} is not a nightly tag; promote takes nightly-<variant>, "
@@ -42,7 +42,7 @@ def promote(cfg: ResolvedConfig, source_tag: str, version: str) -> Promotion:
     parsed = parse_version(version)
     if parsed.prerelease and str(parsed.prerelease).startswith("nightly"):
         raise ConfigError(f"--release {version} is a nightly version; promote to a release (X.Y.Z or X.Y.Z-rc.N)")
-    repository = publish_repository(cfg.image.name)
+    repository = publish_repository(image_name)
     repo = repository.repository
     with client_for(repository.registry) as client:
         info = client.head_manifest(repo, tag)
@@ -52,7 +52,7 @@ def promote(cfg: ResolvedConfig, source_tag: str, version: str) -> Promotion:
         commit = labels.get(REVISION_LABEL, "")
         if len(commit) != 40:
             raise RegistryError(f"{repository.name}:{tag} has no {REVISION_LABEL} label; not a buildkit image")
-        tags = publication_tags(TagTarget.of(cfg, key, commit), version)
+        tags = publication_tags(rule.target(key, commit), version)
         # the nightly's signatures sign this digest, not a tag: they stay valid under the release tags
         added = publish(client, repository, Image(info.digest), tags).added
     return Promotion(repository=repository.name, source_tag=tag, digest=info.digest, version=version,

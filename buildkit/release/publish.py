@@ -36,11 +36,9 @@ from typing import Literal
 from buildkit.engine.api import ImageInfo, Images, OutStream
 from buildkit.oci.ocilayout import Descriptor, json_document, OCI_INDEX, OciArchive, push_layout, INDEX_TYPES
 from buildkit.oci.ociindex import push_index
-from buildkit.plan.config import ResolvedConfig
 from buildkit.core.errors import ConfigError, ImageSourceError, RegistryError, TamperedError
 from buildkit.core.printable import printable
 from buildkit.oci.imageref import ImageRef, name_of, parse_image_ref
-from buildkit.plan.buildplan import make_request
 from buildkit.plan.inputs import BUILD_KEY_LABEL
 from buildkit.oci.registry import RegistryClient
 from buildkit.plan.tags import TagSet, build_key_tag, highest_version, normalise_version, parse_version
@@ -331,12 +329,6 @@ def _cut_short(client: RegistryClient, repository: ImageRef, variant: str, versi
         return prove(f"{repository.name}:{tag}", info.digest)
     except TamperedError:
         return None  # an earlier release of other inputs: published before, and not this build
-
-
-def tags_for(cfg: ResolvedConfig, version: str, commit: str) -> TagSet:
-    """`buildkit tags`: the tags a build of this version and commit gets (without the build key)."""
-    request = make_request(cfg)
-    return publication_tags(TagTarget.of(cfg, request.artifact_variant, commit), version)
 
 
 def image_labels(client: RegistryClient, repo: str, digest: str) -> dict[str, str]:

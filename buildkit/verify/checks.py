@@ -40,7 +40,7 @@ from buildkit.core.paths import cache_dir
 from buildkit.core.errors import BuildkitError, VerifyError
 from buildkit.core.treewalk import files_below
 from buildkit.engine.api import Engine, EngineError
-from buildkit.plan.buildplan import BuildPlan
+from buildkit.plan.plantypes import BuildPlan
 from buildkit.plan.platforms import cpu_arch, machine_platform
 from buildkit.verify.imagetree import ImageTree, exported
 from buildkit.core.check import Check, Status

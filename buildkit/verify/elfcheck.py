@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from buildkit.core.errors import ImageSourceError
-from buildkit.plan.buildplan import BuildPlan
+from buildkit.plan.plantypes import BuildPlan
 from buildkit.plan.platforms import ARCHES
 from buildkit.verify.elfdeps import ElfError, ElfInfo, machine_system_dirs, read_elf
 from buildkit.verify.imagetree import ImageTree, resolve_in_tree

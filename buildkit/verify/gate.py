@@ -11,7 +11,7 @@ from pathlib import Path
 
 from buildkit.core.errors import BuildkitError, VerifyError
 from buildkit.engine.api import Engine
-from buildkit.plan.buildplan import BuildPlan
+from buildkit.plan.plantypes import BuildPlan
 from buildkit.verify.checks import verify_image
 from buildkit.verify.report import VerifyReport
 

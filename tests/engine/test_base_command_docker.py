@@ -14,7 +14,7 @@ import docker
 import pytest
 
 from buildkit.core.errors import BaseImageError
-from buildkit.engine.api import get_engine
+from buildkit.engine.current import get_engine
 from buildkit.engine.baseimages import check_base_history, check_base_platforms, resolve_base_images
 
 

@@ -14,6 +14,7 @@ from buildkit.flows.nightly.run import (VariantStatus, Summary, VariantResult, l
 from buildkit.release.promote import promote
 from buildkit.source.changelog import Changelog, Commit
 from buildkit.plan.config import load_config
+from buildkit.plan.tagset import DefaultVariantRule
 from buildkit.source.fetch import fetch_source
 from gitserver import commit_all, run_git
 
@@ -106,12 +107,13 @@ def test_summary_json_and_markdown(tmp_path):
 
 def test_promote_refuses_what_is_not_a_nightly_or_a_nightly_version():
     cfg = load_config(None, env={}, overrides={"image.name": ("127.0.0.1:1/n/t", "test")})
+    target = (cfg.image.name, DefaultVariantRule.of(cfg))
     with pytest.raises(ConfigError, match="nightly-<variant>"):
-        promote(cfg, "cpu", "1.0.0")
+        promote(*target, "cpu", "1.0.0")
     with pytest.raises(ConfigError, match="nightly version"):
-        promote(cfg, "nightly-cpu", "1.0.0-nightly.20261130")
+        promote(*target, "nightly-cpu", "1.0.0-nightly.20261130")
     with pytest.raises(ConfigError, match="semver"):
-        promote(cfg, "nightly-cpu", "1.0")
+        promote(*target, "nightly-cpu", "1.0")
 
 
 def test_build_push_never_adopts_a_nightly_image_of_the_same_build_key():

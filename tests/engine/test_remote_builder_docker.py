@@ -126,7 +126,9 @@ def test_ccache_import_then_export_round_trips_through_the_cache_mount(remote, t
     """What the workflow does around the nightly: a folder goes into the builder's cache mount of
     each variant, and comes out again, on the second engine."""
     from buildkit.plan.config import load_config
-    from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request
+    from buildkit.plan.buildplan import make_plan, make_request
+    from buildkit.plan.plantypes import Resolved
+    from buildkit.plan.request import SourceFacts
 
     cfg = load_config(remote["project"] / "buildkit.toml", {}, {})
     plan = make_plan(make_request(cfg), Resolved(SourceFacts("u", "a" * 40, 0, 1, "", ()), "t", "0"))

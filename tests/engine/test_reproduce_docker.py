@@ -123,7 +123,7 @@ def build(cfg, engine, **kwargs):
 def clean_build(project, **overrides):
     """buildkit build with buildx --no-cache: every object compiled again, into the clean builds' own
     ccache mount."""
-    from buildkit.engine.api import get_engine
+    from buildkit.engine.current import get_engine
 
     return build(config(project, **overrides), get_engine(), no_cache=True)
 
@@ -232,7 +232,7 @@ def test_a_missing_or_mismatching_input_is_an_error(project, first, tmp_path):
 @pytest.fixture(scope="module")
 def variants(project, first, fork, tmp_path_factory):
     """The same build with one input changed each: a patch, a template, the commit (cache allowed)."""
-    from buildkit.engine.api import get_engine
+    from buildkit.engine.current import get_engine
 
     out = {}
     templates = tmp_path_factory.mktemp("templates")
@@ -318,7 +318,7 @@ def test_the_cuda_variant_is_reproduced_bit_for_bit(project, tmp_path_factory, t
     Before the build and before the reproduction another build sends a cuda-runtime context (as a build
     from a user's own CUDA root, or a cross build's, would): the image's /usr/local/cuda/lib64 must not
     take its time from what the engine kept of those transfers."""
-    from buildkit.engine.api import get_engine
+    from buildkit.engine.current import get_engine
     from buildkit.flows.unit.spec import cache_root
     from buildkit.source.cudaroot import ensure_cuda_root, runtime_subset
 

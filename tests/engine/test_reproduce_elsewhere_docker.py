@@ -26,7 +26,7 @@ from forkrepo import make_fork_repo
 from second_engine import SecondEngine
 from test_publish_docker import ROOT, buildkit, ok
 
-from buildkit.engine.api import get_engine
+from buildkit.engine.current import get_engine
 from buildkit.engine.baseimages import local_digest, pin_in_engine
 from buildkit.flows.setup.debianbase import machine_mirror
 

@@ -9,7 +9,7 @@ from contextlib import ExitStack
 
 import pytest
 
-from buildkit.engine.api import get_engine
+from buildkit.engine.current import get_engine
 from buildkit.oci.imagesource import open_image
 from buildkit.release.sbom import image_packages, sbom_document
 

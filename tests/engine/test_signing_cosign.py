@@ -19,9 +19,12 @@ from test_registry import push_tiny_image
 from buildkit.oci.registry import RegistryClient
 from buildkit.oci.referrers import fallback_tag
 from buildkit.plan.buildkey import key_of
-from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request
+from buildkit.plan.buildplan import make_plan, make_request
+from buildkit.plan.plantypes import Resolved
+from buildkit.plan.request import SourceFacts
 from buildkit.plan.config import load_config
-from buildkit.plan.inputs import BaseImage, plan_inputs
+from buildkit.plan.inputs import BaseImage
+from buildkit.plan.plantypes import plan_inputs
 from buildkit.release import cosignformat as cf
 from buildkit.release.lock import LockEntry, entry_dict
 from buildkit.release.lockfile import write_lock_entry

@@ -20,7 +20,8 @@ from buildkit.flows.reproduce.record import from_lock
 from buildkit.plan.aptpins import (REFUSED, SCRIPT, AptPins, check_apt_snapshot, package_versions, pins_from_record,
                                    refusal, stage_files)
 from buildkit.plan.buildkey import key_of
-from buildkit.plan.inputs import BaseImage, plan_inputs
+from buildkit.plan.inputs import BaseImage
+from buildkit.plan.plantypes import plan_inputs
 from buildkit.plan.render import render_dockerfile, write_context
 from buildkit.release.lock import LockEntry, entry_dict, entry_from_dict
 from buildkit.release.lockfile import write_lock_entry

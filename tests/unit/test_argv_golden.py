@@ -149,7 +149,8 @@ def test_run_specs_make_the_docker_run_commands_argv_made(name):
 def test_the_annotations_are_the_resolved_plans_oci_labels_and_hold_no_time_of_the_build():
     """What buildx annotates the manifest with, once the base images are known: every OCI label with
     its value (base.digest too), no buildkit label, and the created time is the commit's."""
-    from buildkit.plan.buildplan import Resolved, make_plan
+    from buildkit.plan.buildplan import make_plan
+    from buildkit.plan.plantypes import Resolved
     from buildkit.plan.inputs import BaseImage
     from buildkit.plan.labelforms import oci_created
 

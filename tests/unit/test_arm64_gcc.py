@@ -6,7 +6,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from buildkit.verify.buildfailure import known_failure
-from buildkit.plan.buildplan import Resolved, make_plan, make_request
+from buildkit.plan.buildplan import make_plan, make_request
+from buildkit.plan.plantypes import Resolved
 from buildkit.plan.config import load_config
 from buildkit.plan.cpulevels import LEVELS, gcc_needed
 from buildkit.plan.render import render_dockerfile, render_toolchain, templates_sha256

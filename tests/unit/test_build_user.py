@@ -8,11 +8,12 @@ import re
 import pytest
 
 from buildkit.core.errors import ConfigError
-from buildkit.flows.reproduce.rebuild import overrides_for
+from buildkit.cli.reproducespecs import overrides_for
 from buildkit.flows.reproduce.record import Recorded
 from buildkit.plan.buildkey import key_of
 from buildkit.plan.config import load_config
-from buildkit.plan.inputs import BaseImage, from_labels, plan_inputs
+from buildkit.plan.inputs import BaseImage, from_labels
+from buildkit.plan.plantypes import plan_inputs
 from buildkit.plan.render import render_dockerfile
 
 from test_plan_render import FACTS, plan_for
@@ -41,7 +42,8 @@ def test_root_unless_asked_and_the_uid_can_be_chosen():
     assert "USER" not in render_dockerfile(plan_for(**{"build.arch": "cpu"}))
     cfg = load_config(None, env={"LLAMA_BUILDKIT_BUILD_USER": "svc:1234", "LLAMA_BUILDKIT_BUILD_BUILD_PLATFORM":
                                  "linux/amd64"})
-    from buildkit.plan.buildplan import Resolved, make_plan, make_request
+    from buildkit.plan.buildplan import make_plan, make_request
+    from buildkit.plan.plantypes import Resolved
     plan = make_plan(make_request(cfg), Resolved(FACTS, "7" * 64, "9.9.9"))
     assert re.findall(r"^USER (\S+)$", render_dockerfile(plan), re.M) == ["1234:1234"]
 

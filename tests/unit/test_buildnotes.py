@@ -14,9 +14,10 @@ from forkrepo import make_fork_repo
 from test_plan_render import FACTS
 
 from buildkit.plan.buildkey import key_of
-from buildkit.plan.buildplan import Resolved, make_plan, make_request
+from buildkit.plan.buildplan import make_plan, make_request
+from buildkit.plan.plantypes import Resolved
 from buildkit.plan.config import ConfigDocument, load_config
-from buildkit.plan.inputs import plan_inputs
+from buildkit.plan.plantypes import plan_inputs
 from buildkit.plan.render import render_dockerfile, templates_sha256
 from buildkit.source.buildnotes import proposed_flags
 

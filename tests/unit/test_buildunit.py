@@ -14,14 +14,17 @@ from pathlib import Path
 import pytest
 
 from buildkit.core.errors import RegistryError
-from buildkit.engine.api import ImageInfo, use_engine
+from buildkit.engine.api import ImageInfo
+from buildkit.engine.current import use_engine
 from buildkit.engine.buildx import BuildResult
 from buildkit.flows.unit import buildunit
 from buildkit.flows.unit.buildunit import LOADED, Publication, UnitOptions, attempt_unit, run_unit
 from buildkit.flows.unit.pipeline import Prepared
 from buildkit.oci.imageref import parse_image_ref
 from buildkit.oci.registry import ManifestInfo
-from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request
+from buildkit.plan.buildplan import make_plan, make_request
+from buildkit.plan.plantypes import Resolved
+from buildkit.plan.request import SourceFacts
 from buildkit.plan.config import load_config
 from buildkit.plan.render import RenderResult
 from buildkit.plan.tags import TagSet
@@ -233,12 +236,13 @@ def test_bake_locks_each_unit_it_built_and_verified_and_no_other(tmp_path, monke
     the fake engine's image cannot pass verification (it saves no files), so verify=True locks nothing."""
     from buildkit.engine.buildx import BuildOptions
     from buildkit.flows.matrix import bake as matrix
-    from buildkit.plan.matrix import Variant
+    from buildkit.flows.unit.spec import unit_spec, VariantSpec
 
     prepared = prepared_unit(tmp_path)
-    variant = Variant(key="cpu", cfg=load_config(None, env={}, overrides={}), request=prepared.plan.request)
-    monkeypatch.setattr(matrix, "prepare_matrix", lambda variants, work, engine, **_: ({"cpu": prepared}, {}))
     engine = FakeEngine()
+    variant = VariantSpec("cpu", unit_spec(load_config(None, env={}, overrides={}), engine,
+                                           request=prepared.plan.request))
+    monkeypatch.setattr(matrix, "prepare_matrix", lambda variants, work, engine, **_: ({"cpu": prepared}, {}))
     lock = tmp_path / "buildkit.lock"
     with use_engine(engine):
         (build,), indexes, _ = matrix.bake_locked([variant], BuildOptions(progress="plain"), tmp_path / "work", lock,

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from buildkit.core.errors import BuildError, SourceError
-from buildkit.engine.api import Finished, use_engine
+from buildkit.engine.api import Finished
+from buildkit.engine.current import use_engine
 import buildkit.engine
 from buildkit.engine.buildx import BuildFailed, run_build
 from buildkit.verify.buildfailure import explain, first_compile_error, known_failure, run_build_explained

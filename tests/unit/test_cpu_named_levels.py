@@ -14,15 +14,17 @@ from pathlib import Path
 import pytest
 
 from buildkit.core.errors import BuildError
-from buildkit.engine.api import Finished, use_engine
+from buildkit.engine.api import Finished
+from buildkit.engine.current import use_engine
 from buildkit.verify.buildfailure import known_failure, run_build_explained
 from buildkit.engine.specs import BuildSession, BuildSpec
 from buildkit.flows.unit.pipeline import check_build_machine, inputs_record
 from buildkit.flows.reproduce.record import from_labels
-from buildkit.flows.reproduce.rebuild import overrides_for
+from buildkit.cli.reproducespecs import overrides_for
 from buildkit.plan import cpulevels
 from buildkit.plan.buildkey import key_of
-from buildkit.plan.inputs import BaseImage, plan_inputs
+from buildkit.plan.inputs import BaseImage
+from buildkit.plan.plantypes import plan_inputs
 from buildkit.plan.render import render_dockerfile
 from buildkit.release.lock import LockEntry
 from buildkit.release.lockfile import Lock, write_lock_entry

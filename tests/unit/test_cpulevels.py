@@ -21,7 +21,7 @@ from buildkit.plan.inputs import BaseImage
 from buildkit.release.lock import entry_from_dict
 from buildkit.flows.unit.pipeline import inputs_record
 from buildkit.flows.reproduce.record import from_labels
-from buildkit.flows.reproduce.rebuild import overrides_for
+from buildkit.cli.reproducespecs import overrides_for
 from buildkit.verify.checks import cpu_libraries, expected_backends
 from test_plan_render import plan_for
 from test_reproduce_unit import labels_of

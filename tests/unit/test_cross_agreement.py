@@ -10,7 +10,8 @@ from buildkit.core.errors import BaseImageError, ConfigError
 from buildkit.engine.baseimages import BaseSource, check_base_platforms, offered_platforms
 from buildkit.flows.unit.pipeline import base_platforms, check_cuda_sources
 from buildkit.oci.ocilayout import sha256_digest
-from buildkit.plan.inputs import BaseImage, from_labels, plan_inputs
+from buildkit.plan.inputs import BaseImage, from_labels
+from buildkit.plan.plantypes import plan_inputs
 from buildkit.plan.platforms import cuda_char_flags, judge_build_machine
 from buildkit.plan.render import render_dockerfile
 from buildkit.source.cudasource import long_double_uses

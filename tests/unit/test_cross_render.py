@@ -10,7 +10,8 @@ import pytest
 
 from buildkit.core.errors import ArchError, ConfigError
 from buildkit.plan.buildkey import key_of
-from buildkit.plan.inputs import BaseImage, from_labels, plan_inputs
+from buildkit.plan.inputs import BaseImage, from_labels
+from buildkit.plan.plantypes import plan_inputs
 from buildkit.plan.platforms import cpu_arch, judge_build_machine, machine_platform
 from buildkit.plan.render import render_dockerfile, render_toolchain
 

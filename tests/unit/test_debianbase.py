@@ -120,7 +120,8 @@ def test_a_base_no_one_can_provide_names_the_whole_offline_path():
     from fakeengine import FakeEngine
 
     from buildkit.core.errors import BaseImageError
-    from buildkit.engine.api import ImageInfo, use_engine
+    from buildkit.engine.api import ImageInfo
+    from buildkit.engine.current import use_engine
     from buildkit.engine.baseimages import resolve_base_images
     from buildkit.flows.doctor.basecheck import check_bases
     from buildkit.core.check import Status

@@ -15,14 +15,17 @@ import pytest
 from buildkit.core.check import Status
 from buildkit.core.errors import VerifyError
 from buildkit.core.filelock import file_lock
-from buildkit.engine.api import Host, ImageInfo, get_engine, use_engine
+from buildkit.engine.api import Host, ImageInfo
+from buildkit.engine.current import get_engine, use_engine
 from buildkit.engine.bake import TargetOutcome, run_bake
 from buildkit.engine.bakefile import bake_document, write_bake_file
 from buildkit.engine.buildx import BuildOptions, BuildResult
 from buildkit.engine.dockerengine import DockerEngine
 from buildkit.flows.doctor.enginecheck import check_buildx_and_builder, check_engine, engine_info
 from buildkit.flows.matrix.bake import verify_variant
-from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request
+from buildkit.plan.buildplan import make_plan, make_request
+from buildkit.plan.plantypes import Resolved
+from buildkit.plan.request import SourceFacts
 from buildkit.plan.config import load_config
 from buildkit.verify.gate import FailedVerification, verified_or_removed
 from fakeengine import FakeEngine

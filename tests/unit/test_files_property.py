@@ -38,7 +38,7 @@ from buildkit.source.cudasource import long_double_uses
 from buildkit.cli.main import main
 from buildkit.plan.config import ConfigDocument, load_config
 from buildkit.plan.buildplan import make_request
-from buildkit.engine.api import get_engine
+from buildkit.engine.current import get_engine
 from buildkit.flows.serve.serving import run_spec
 from buildkit.plan.profiles import PROFILE_KEYS, get_profile, make_spec
 from buildkit.core.errors import PatchError

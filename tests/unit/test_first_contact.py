@@ -212,7 +212,9 @@ def test_v_versions_everywhere():
 def _fake_prepare(monkeypatch):
     """prepare() without fetching or the engine: a real plan, rendered into out_dir."""
     from buildkit.flows.unit import pipeline
-    from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan
+    from buildkit.plan.buildplan import make_plan
+    from buildkit.plan.plantypes import Resolved
+    from buildkit.plan.request import SourceFacts
     from buildkit.plan.render import write_context
 
     def prepare(spec, engine, out_dir, **_):

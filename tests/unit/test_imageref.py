@@ -12,7 +12,8 @@ from buildkit.core.errors import BuildkitError, ConfigError, RegistryError
 from buildkit.flows.unit.pipeline import Prepared
 from buildkit.oci.imageref import (InvalidReference, name_of, names_registry, parse_image_ref, parse_repository,
                                    split_reference, tag_of)
-from buildkit.plan.buildplan import PlanOptions, Resolved, make_plan, make_request
+from buildkit.plan.buildplan import make_plan, make_request
+from buildkit.plan.plantypes import PlanOptions, Resolved
 from buildkit.plan.config import load_config
 from buildkit.plan.render import templates_sha256
 from buildkit.plan.tags import check_repository, check_tag

@@ -11,9 +11,12 @@ from buildkit.core.errors import InputsError
 from buildkit.flows.unit.pipeline import inputs_record
 from buildkit.flows.reproduce.record import from_lock
 from buildkit.plan.buildkey import build_key, key_of
-from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request
+from buildkit.plan.buildplan import make_plan, make_request
+from buildkit.plan.plantypes import Resolved
+from buildkit.plan.request import SourceFacts
 from buildkit.plan.config import load_config
-from buildkit.plan.inputs import BaseImage, from_labels, plan_inputs
+from buildkit.plan.inputs import BaseImage, from_labels
+from buildkit.plan.plantypes import plan_inputs
 from buildkit.release.lock import LockEntry
 from buildkit.release.lockfile import Lock, write_lock_entry
 

@@ -11,11 +11,13 @@ import pytest
 
 from buildkit.core.errors import ConfigError
 from buildkit.flows.reproduce.record import Recorded, from_lock
-from buildkit.flows.reproduce.rebuild import overrides_for
+from buildkit.cli.reproducespecs import overrides_for
 from buildkit.plan.buildkey import key_of
-from buildkit.plan.buildplan import Resolved, make_plan, make_request
+from buildkit.plan.buildplan import make_plan, make_request
+from buildkit.plan.plantypes import Resolved
 from buildkit.plan.config import load_config
-from buildkit.plan.inputs import OCI, from_labels, plan_inputs
+from buildkit.plan.inputs import OCI, from_labels
+from buildkit.plan.plantypes import plan_inputs
 from buildkit.release.lockfile import Lock, write_lock_entry
 from test_inputs import CASES, FACTS, NVIDIA, plan
 

@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from buildkit.cli.main import main
-from buildkit.engine.api import ImageInfo, use_engine
+from buildkit.engine.api import ImageInfo
+from buildkit.engine.current import use_engine
 from fakeengine import FakeEngine
 from test_profiles import DFLASH
 

@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 
 from buildkit.core.errors import ArchError, ConfigError, ImageSourceError, LockError
-from buildkit.flows.matrix.multiplatform import platform_requests
+from buildkit.cli.matrixspecs import platform_requests
 from buildkit.flows.reproduce.record import IndexRecorded, load_record
 from buildkit.oci.ociindex import PlatformManifest, index_digest_of, index_document, write_index_archive
 from buildkit.oci.ocilayout import OCI_INDEX, OCI_MANIFEST, OciArchive
 from buildkit.plan.buildkey import index_key
 from buildkit.plan.config import load_config
-from buildkit.plan.inputs import BaseImage, plan_inputs
+from buildkit.plan.inputs import BaseImage
+from buildkit.plan.plantypes import plan_inputs
 from buildkit.plan.platforms import parse_platforms
 from buildkit.release.lock import IndexEntry, LockEntry, PlatformRecord, platform_entry_key
 from buildkit.release.lockfile import Lock, write_index_entry
@@ -216,7 +217,10 @@ def test_a_malformed_index_entry_is_one_error(tmp_path):
 
 
 def test_a_matrix_with_several_platforms_has_one_unit_per_platform_and_one_key_per_variant():
+    from fakeengine import FakeEngine
+
     from buildkit.flows.matrix.bake import local_name
+    from buildkit.flows.unit.spec import variant_spec
     from buildkit.plan.matrix import matrix_variants
 
     cfg = load_config(None, {}, {"matrix.archs": (["cpu", "sm_121"], "t"), "matrix.cuda_versions": (["13.1"], "t"),
@@ -225,7 +229,7 @@ def test_a_matrix_with_several_platforms_has_one_unit_per_platform_and_one_key_p
     assert [v.unit for v in variants] == ["cpu@linux/amd64", "cpu@linux/arm64", "cuda13.1-sm121@linux/arm64"]
     assert [v.key for v in variants] == ["cpu", "cpu", "cuda13.1-sm121"]
     assert len({v.target_name for v in variants}) == 3 and all(v.platform_split for v in variants)
-    assert [local_name(v) for v in variants][:2] == ["cpu-linux-amd64", "cpu-linux-arm64"]
+    assert [local_name(variant_spec(v, FakeEngine())) for v in variants][:2] == ["cpu-linux-amd64", "cpu-linux-arm64"]
     assert [c for c, _ in excluded] == ["sm_121 on linux/amd64"]
     again = variants[1].with_values("nightly", image__version="0.2.0")
     assert again.unit == "cpu@linux/arm64" and again.request.version == "0.2.0"

@@ -20,10 +20,13 @@ from buildkit.flows.nightly.run import Previous, VariantStatus, is_current, one_
 from buildkit.plan.patchqueue import patch_dir
 from buildkit.flows.nightly.previous import config_of, stale_reason, update_nightly_record
 from buildkit.oci.registry import ManifestInfo
-from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan
+from buildkit.plan.buildplan import make_plan
+from buildkit.plan.plantypes import Resolved
+from buildkit.plan.request import SourceFacts
 from buildkit.plan.config import load_config
 from buildkit.plan.configinputs import CONFIG_INPUTS, config_decided
-from buildkit.plan.inputs import INPUTS, LABEL_PREFIX, BaseImage, plan_inputs
+from buildkit.plan.inputs import INPUTS, LABEL_PREFIX, BaseImage
+from buildkit.plan.plantypes import plan_inputs
 from buildkit.cli.nightlyspecs import nightly_spec, variant_specs
 from buildkit.flows.nightly.spec import at_head, on_engine, with_build
 from buildkit.flows.unit.spec import variant_spec

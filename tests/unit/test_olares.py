@@ -18,7 +18,8 @@ from test_vram import fork_models
 
 from buildkit.cli.main import main
 from buildkit.core.ggufheader import read_header
-from buildkit.engine.api import ImageInfo, use_engine
+from buildkit.engine.api import ImageInfo
+from buildkit.engine.current import use_engine
 from buildkit.plan.inputs import INPUTS_LABEL
 from buildkit.plan.llamaargs import parse_server_args
 from buildkit.plan.starter import DFLASH_PROFILE, toml_value

@@ -194,7 +194,7 @@ def test_a_patch_folder_that_was_named_must_exist(tmp_path: Path) -> None:
 
 def test_a_missing_patch_folder_stops_a_build_before_any_work(tmp_path: Path) -> None:
     """--patches /no/such/dir: one line before the base images are looked up and anything is fetched."""
-    from buildkit.engine.api import use_engine
+    from buildkit.engine.current import use_engine
     from buildkit.flows.unit.pipeline import prepare
     from buildkit.flows.unit.spec import unit_spec
     from buildkit.plan.config import load_config

@@ -11,8 +11,10 @@ from pathlib import Path
 
 from buildkit.plan.aptpins import AptPins
 from buildkit.plan.buildkey import key_of
-from buildkit.plan.buildplan import PlanOptions, Resolved, clean_ccache_id, make_plan, render_view
-from buildkit.plan.inputs import BaseImage, plan_inputs
+from buildkit.plan.buildplan import clean_ccache_id, make_plan, render_view
+from buildkit.plan.plantypes import PlanOptions, Resolved
+from buildkit.plan.inputs import BaseImage
+from buildkit.plan.plantypes import plan_inputs
 from buildkit.plan.render import render_dockerfile
 from buildkit.plan.tags import build_key_tag
 from buildkit.release.lock import BuildOutcome, LockEntry, entry_dict

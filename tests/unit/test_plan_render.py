@@ -4,7 +4,9 @@ import pytest
 
 from buildkit.plan.config import load_config
 from buildkit.core.errors import ArchError, ConfigError
-from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request
+from buildkit.plan.buildplan import make_plan, make_request
+from buildkit.plan.plantypes import Resolved
+from buildkit.plan.request import SourceFacts
 from buildkit.plan.render import render_dockerfile, templates_sha256
 from buildkit.plan.tags import build_tags, check_tag, variant
 from buildkit.plan.archs import get_arch

@@ -152,7 +152,9 @@ platforms.ARCHES["riscv64"] = dataclasses.replace(
     cuda_target=None, legacy_wheel_tags=(), github_runners=(), github_arch="riscv64", cpu=None)
 
 from buildkit.cli.main import main
-from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request
+from buildkit.plan.buildplan import make_plan, make_request
+from buildkit.plan.plantypes import Resolved
+from buildkit.plan.request import SourceFacts
 from buildkit.plan.config import load_config
 from buildkit.plan.platforms import parse_platforms
 from buildkit.plan.render import render_dockerfile, render_toolchain

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from buildkit.cli.main import main
 from buildkit.plan.config import load_config, read_document
 from buildkit.core.errors import ConfigError
-from buildkit.engine.api import get_engine
+from buildkit.engine.current import get_engine
 from buildkit.flows.serve.serving import run_spec
 from buildkit.plan.profiles import get_profile, gpu_device_requests, make_spec, read_profiles, server_command
 

@@ -9,7 +9,8 @@ import pytest
 from test_inputs import CASES, MANIFEST, _entry
 
 from buildkit.plan.buildkey import key_of
-from buildkit.plan.inputs import INPUTS, plan_inputs
+from buildkit.plan.inputs import INPUTS
+from buildkit.plan.plantypes import plan_inputs
 from buildkit.release.lock import entry_dict
 from buildkit.release.provenance import BUILD_TYPE, PREDICATE_TYPE, RunDetails, provenance_statement
 

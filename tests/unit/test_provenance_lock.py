@@ -14,7 +14,7 @@ from packageurl import PackageURL
 from test_inputs import CASES, _entry
 
 from buildkit.plan.buildkey import key_of
-from buildkit.plan.inputs import plan_inputs
+from buildkit.plan.plantypes import plan_inputs
 from buildkit.release.lock import entry_dict, entry_from_dict
 from buildkit.release.lockfile import write_lock_entry
 from buildkit.release.provenance import provenance_statement, run_details

@@ -18,7 +18,7 @@ from buildkit.flows.unit.pipeline import from_refs, inputs_record
 from buildkit.plan.buildplan import render_view
 from buildkit.plan.render import RenderResult, render_dockerfile
 from buildkit.flows.reproduce.record import from_labels, from_lock, select_entry
-from buildkit.flows.reproduce.rebuild import overrides_for
+from buildkit.cli.reproducespecs import overrides_for
 from test_plan_render import plan_for
 
 DIGEST = "sha256:" + "ab" * 32
@@ -130,7 +130,8 @@ def test_inputs_record_is_plain_json():
 def test_engine_only_base_is_named_by_digest_in_the_engine_on_its_own_builder(tmp_path):
     """The engine's own builder (driver docker) reads the image by a pinned name, so BuildKit keeps the
     base's layers; any other builder gets the OCI layout; planning (no builder given) pins nothing."""
-    from buildkit.engine.api import ImageInfo, use_engine
+    from buildkit.engine.api import ImageInfo
+    from buildkit.engine.current import use_engine
     from buildkit.engine.baseimages import resolve_base_images
     from fakeengine import FakeEngine
 
@@ -165,7 +166,8 @@ def test_the_clean_rebuilds_own_ccache_mount_is_no_dockerfile_difference(tmp_pat
     from types import SimpleNamespace
 
     from buildkit.flows.reproduce.rebuild import _check_prepared
-    from buildkit.plan.buildplan import PlanOptions, Resolved, clean_ccache_id, make_plan
+    from buildkit.plan.buildplan import clean_ccache_id, make_plan
+    from buildkit.plan.plantypes import PlanOptions, Resolved
     from buildkit.plan.render import write_context
 
     plan = plan_for(**{"build.arch": "cpu", "base.os_image": "buildkit-test/debian:bookworm"})

@@ -61,7 +61,7 @@ def test_next_version_bumps_the_highest_release_of_the_variant(bump, expected):
 def test_first_version_is_0_1_0():
     assert next_version(["latest"], V) == "0.1.0"
     with pytest.raises(ConfigError, match="--bump"):
-        next_version([], V, "huge")
+        next_version([], V, "huge")  # type: ignore[arg-type]  # (what an untyped caller may pass)
 
 
 # ------------------------------------------------------------------ one variant name (issue 14)
@@ -73,10 +73,11 @@ def _cfg(**values):
 
 
 def test_tags_of_the_full_target_are_its_own_and_never_the_servers():
-    from buildkit.release.publish import tags_for
+    from buildkit.cli.tags import tag_target
+    from buildkit.plan.tagset import publication_tags
 
-    server = tags_for(_cfg(**{"build.arch": "sm_120"}), "1.2.3", C)
-    full = tags_for(_cfg(**{"build.arch": "sm_120", "build.target": "full"}), "1.2.3", C)
+    server = publication_tags(tag_target(_cfg(**{"build.arch": "sm_120"}), C), "1.2.3")
+    full = publication_tags(tag_target(_cfg(**{"build.arch": "sm_120", "build.target": "full"}), C), "1.2.3")
     assert "latest" in server.all and "1.2.3" in server.all
     assert full.immutable == ("1.2.3-cuda13.1-sm120-full", "sha-9054832-cuda13.1-sm120-full")
     assert full.moving == ("1.2-cuda13.1-sm120-full", "1-cuda13.1-sm120-full", "cuda13.1-sm120-full")
@@ -85,7 +86,9 @@ def test_tags_of_the_full_target_are_its_own_and_never_the_servers():
 
 def test_build_bake_and_tags_give_a_variant_one_name():
     from buildkit.plan.matrix import matrix_variants
-    from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request
+    from buildkit.plan.buildplan import make_plan, make_request
+    from buildkit.plan.plantypes import Resolved
+    from buildkit.plan.request import SourceFacts
 
     cfg = _cfg(**{"matrix.archs": ["sm_120", "cpu"], "matrix.cuda_versions": ["13.1"],
                   "matrix.targets": ["server", "full"]})
@@ -115,7 +118,9 @@ def test_cli_tags_for_the_full_target(tmp_path):
 
 def test_two_builds_of_one_commit_with_other_flags_keep_a_tag_each():
     from buildkit.plan.buildkey import build_key
-    from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request, with_key_tag
+    from buildkit.plan.buildplan import make_plan, make_request, with_key_tag
+    from buildkit.plan.plantypes import Resolved
+    from buildkit.plan.request import SourceFacts
     from buildkit.plan.inputs import BaseImage
 
     facts = SourceFacts(url="u", commit=C, commit_time=1, build_number=1, patch_set_sha256="p", patch_names=())

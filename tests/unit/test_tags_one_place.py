@@ -15,7 +15,7 @@ C = "905483277823858fdec17ff5c3750451cb1b7cdc"
 # every path that publishes under release or nightly tags: build --push and push, multi-platform builds,
 # the nightly (and its assemble, through nightly_tags), promote, and `buildkit tags`' listing
 PUBLICATION_PATHS = {"flows/nightly/run.py", "flows/matrix/multiplatform.py", "flows/unit/publishing.py",
-                     "release/publish.py", "release/promote.py"}
+                     "release/publish.py", "release/promote.py", "cli/tags.py"}
 # a TagSet made by hand is a publication under its build-key tag alone, no release tags
 BY_HAND = {
     "flows/nightly/jobs.py": "nightly --job pushes a unit by digest under its build-key tag only",

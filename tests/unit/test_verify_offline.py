@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from buildkit.engine.api import use_engine
-from buildkit.plan.buildplan import Resolved, SourceFacts, make_plan, make_request
+from buildkit.engine.current import use_engine
+from buildkit.plan.buildplan import make_plan, make_request
+from buildkit.plan.plantypes import Resolved
+from buildkit.plan.request import SourceFacts
 from buildkit.plan.config import load_config
 from buildkit.verify import binfmt
 from buildkit.verify.elfcheck import check_elf_machine, check_needed, elf_files, expected_absent

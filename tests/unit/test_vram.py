@@ -206,7 +206,7 @@ def test_run_warns_before_starting_a_server_that_does_not_fit(tmp_path, models, 
     """The estimate goes to stderr before the docker run line; over --gpu-memory it is a warning."""
     from fakeengine import FakeEngine
 
-    from buildkit.engine.api import use_engine
+    from buildkit.engine.current import use_engine
 
     monkeypatch.chdir(tmp_path)
     from buildkit.plan.starter import toml_value
@@ -227,7 +227,7 @@ def test_run_starts_a_server_whose_model_is_not_a_gguf_it_can_read(tmp_path, mon
     """No estimate is no reason not to start: one line says why, and the server starts."""
     from fakeengine import FakeEngine
 
-    from buildkit.engine.api import use_engine
+    from buildkit.engine.current import use_engine
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "m.gguf").write_bytes(b"GGUF")

@@ -19,7 +19,8 @@ Each check gives one line: ok, warn or fail, what was found, and for warn/fail t
 `build` runs the cheap ones (engine, disk) before anything else: see `preflight`.
 The checks only read; nothing is started, pulled or written.
 
-This module runs them and shows the result; the checks live in enginecheck.py (engine, buildx),
+What to check comes resolved by the CLI (cli/matrixspecs.doctor_spec: a DoctorSpec). This module runs the checks
+and shows the result; the checks live in enginecheck.py (engine, buildx),
 diskcheck.py, registrycheck.py and platformcheck.py (driver, emulation), on doctorcheck.py's Check.
 """
 
@@ -30,51 +31,17 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from buildkit.core.errors import BuildError, BuildkitError, ConfigError
+from buildkit.core.errors import BuildError
 from buildkit.flows.doctor.basecheck import check_bases
-from buildkit.flows.unit.spec import cache_root
 from buildkit.flows.doctor.diskcheck import check_disk, disk_kind, required_gb
 from buildkit.core.check import Check, Status
-from buildkit.flows.doctor.check import Variant
+from buildkit.flows.doctor.check import DoctorSpec
 from buildkit.flows.doctor.enginecheck import check_buildx_and_builder, check_engine, engine_info
-from buildkit.flows.matrix.multiplatform import platform_requests
 from buildkit.flows.doctor.platformcheck import check_driver, check_emulation, judge_cross_cuda
 from buildkit.flows.doctor.registrycheck import check_registry
-from buildkit.plan.archs import parse_cuda_version
-from buildkit.plan.buildplan import make_request, BuildRequest
-from buildkit.plan.platforms import is_multi
-from buildkit.plan.matrix import matrix_variants
 
 if TYPE_CHECKING:
     from buildkit.engine.api import Engine
-    from buildkit.plan.config import ResolvedConfig
-
-MAX_FREE_GB = 1e6  # a petabyte
-
-
-def _variant(req: BuildRequest) -> Variant:
-    cuda = parse_cuda_version(req.cuda_version) if req.cuda_version else None
-    return Variant(req.variant, cuda, req.arch.name, req.platform, req.build_platform, req.provider)
-
-
-def variants_of(cfg: ResolvedConfig, matrix: bool = False) -> list[Variant]:
-    """The variant of the configured build, or (matrix) every variant of the nightly matrix."""
-    if not matrix:
-        if is_multi(cfg.build.platform):  # one variant per platform of a multi-platform build
-
-            return [_variant(request) for _, _, request in platform_requests(cfg)]
-        return [_variant(make_request(cfg))]
-
-    return [_variant(v.request) for v in matrix_variants(cfg)[0]]
-
-
-def base_refs(cfg: ResolvedConfig, matrix: bool = False) -> list[str]:
-    """The base images the configured build (or every variant of the matrix) starts from."""
-    if matrix:
-        requests = [v.request for v in matrix_variants(cfg)[0]]
-    else:
-        requests = [make_request(cfg)]
-    return list(dict.fromkeys(ref for r in requests for ref in (r.devel_image, r.runtime_image)))
 
 
 def disk_places(info: dict[str, Any] | None, cache: Path) -> list[tuple[str, Path]]:
@@ -88,42 +55,34 @@ def disk_places(info: dict[str, Any] | None, cache: Path) -> list[tuple[str, Pat
     return places
 
 
-def run_checks(cfg: ResolvedConfig, engine: Engine, *, min_free_gb: float | None = None, matrix: bool = False,
-               offline: bool = False, cheap_only: bool = False, push: bool = False) -> list[Check]:
+def run_checks(spec: DoctorSpec, engine: Engine, *, offline: bool = False, cheap_only: bool = False,
+               push: bool = False) -> list[Check]:
     """Every check, in the order of the screen. cheap_only: engine and disk (what `build` runs first).
     push: the build will push, so an unreachable registry fails (else it is a warning)."""
-    if min_free_gb is not None and not 0 <= min_free_gb <= MAX_FREE_GB:  # nan and inf are not
-        raise ConfigError(f"--min-free-gb must be a number of GB from 0 to {MAX_FREE_GB:g}, got {min_free_gb:g}")
-    if not -1 <= cfg.build.min_free_gb <= MAX_FREE_GB:
-        raise ConfigError(f"build.min_free_gb must be a number of GB from 0 to {MAX_FREE_GB:g}, or -1 for the "
-                          f"estimate, got {cfg.build.min_free_gb}")
+    if spec.config_error:
+        return [Check("config", Status.FAILED, spec.config_error, "fix the setting named (see `buildkit config`)")]
     checks: list[Check] = []
-    try:
-        variants = variants_of(cfg, matrix)
-    except BuildkitError as exc:
-        return [Check("config", Status.FAILED, str(exc), "fix the setting named (see `buildkit config`)")]
+    variants = spec.variants
     info, why = engine_info(engine)
     checks.append(check_engine(info, why))
-    if min_free_gb is not None:
-        need, origin = min_free_gb, "--min-free-gb"
-    elif cfg.build.min_free_gb >= 0:
-        need, origin = float(cfg.build.min_free_gb), "build.min_free_gb"
+    if spec.min_free_gb is not None:
+        need, origin = spec.min_free_gb, spec.min_free_origin
     else:
         kinds = "+".join(sorted({disk_kind(v) for v in variants}))
         need, origin = required_gb(variants), f"{len(variants)} {kinds} variant(s)"
-    checks.append(check_disk(disk_places(info, cache_root(cfg)), need, origin))
+    checks.append(check_disk(disk_places(info, spec.cache_root), need, origin))
     if cheap_only:
         return checks
     if info is not None:
-        buildx, builder_platforms = check_buildx_and_builder(cfg.build.builder, engine)
+        buildx, builder_platforms = check_buildx_and_builder(spec.builder, engine)
     else:
         buildx, builder_platforms = Check("buildx", Status.WARNED, "not checked: no engine", "fix the engine first"), []
     checks.insert(1, buildx)
     if offline:
         checks.append(Check("registry", Status.PASSED, "not contacted (--offline)"))
     else:
-        checks.append(check_registry(cfg.image.name, push=push))
-    checks.append(check_bases(base_refs(cfg, matrix), engine, offline=offline))
+        checks.append(check_registry(spec.image_name, push=push))
+    checks.append(check_bases(spec.base_refs, engine, offline=offline))
     checks.append(check_driver(variants))
     checks.append(check_emulation(variants, builder_platforms))
     cross_cuda = judge_cross_cuda(variants)
@@ -162,12 +121,12 @@ def refusal(check: Check) -> BuildError:
                       "skip with --no-preflight)")
 
 
-def preflight(cfg: ResolvedConfig, engine: Engine, *, min_free_gb: float | None = None, matrix: bool = False,
-              echo: Callable[[str], None] | None = None, defer_disk: bool = False) -> Check | None:
+def preflight(spec: DoctorSpec, engine: Engine, *, echo: Callable[[str], None] | None = None,
+              defer_disk: bool = False) -> Check | None:
     """`build`'s first step: engine and disk. A failure stops the build with its fix in one line.
     defer_disk: a short disk is returned instead, for a caller that may find nothing to build (`build
     --push` of a build key the engine or the registry already has) and raises refusal() before compiling."""
-    checks = run_checks(cfg, engine, min_free_gb=min_free_gb, matrix=matrix, cheap_only=True)
+    checks = run_checks(spec, engine, cheap_only=True)
     bad = failed(checks)
     if echo is not None:
         for line in format_checks([c for c in checks if c.status == Status.WARNED]):

@@ -1,5 +1,6 @@
 """A matrix build: prepare every variant, bake them all, verify each loaded image.
 
+Each variant comes resolved by the CLI (flows/unit/spec.VariantSpec: its key and its unit's UnitSpec).
 A variant that fails at any stage is reported and does not stop the others. A multi-platform
 variant (plan/matrix.py: one Variant per platform, platform_split) is one bake target per platform,
 each tagged <variant>-<os>-<arch> locally and verified alone; `assemble_indexes` then puts the
@@ -11,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TYPE_CHECKING, TypeVar, cast
+from typing import Any, TYPE_CHECKING, cast
 
 from buildkit.core.errors import BuildkitError
 from buildkit.engine.bake import TargetOutcome, run_bake
 from buildkit.flows.unit.pipeline import prepare, check_build_machine, Prepared
-from buildkit.flows.unit.spec import VariantSpec, unit_spec
+from buildkit.flows.unit.spec import VariantSpec
 from buildkit.flows.unit.buildspec import build_spec
 from buildkit.flows.unit.buildunit import UnitOptions, attempt_unit, UnitResult
 from buildkit.engine.buildx import check_buildx, BuildOptions, BuildResult
@@ -25,20 +26,16 @@ from buildkit.oci.imageref import tag_of
 from buildkit.engine.bakefile import bake_document, bake_target, write_bake_file
 from buildkit.oci.ociindex import write_index_archive
 from buildkit.plan.buildkey import index_key
-from buildkit.plan.matrix import Variant
 from buildkit.plan.tags import build_tags, build_key_tag
 from buildkit.verify.report import VerifyReport
 
 if TYPE_CHECKING:
     from buildkit.engine.api import Engine, Images, OutStream
 
-# a matrix's variant: plan/matrix's (bake), or already resolved (the nightly's VariantSpec)
-AnyVariant = TypeVar("AnyVariant", Variant, VariantSpec)
-
 
 @dataclass(frozen=True)
 class VariantBuild:
-    variant: Variant | VariantSpec
+    variant: VariantSpec
     prepared: Prepared | None
     outcome: TargetOutcome | None
     report: VerifyReport | None
@@ -50,7 +47,7 @@ class VariantBuild:
         return not self.error
 
 
-def prepare_matrix(variants: Sequence[Variant | VariantSpec], work_dir: Path, engine: Engine, *,
+def prepare_matrix(variants: Sequence[VariantSpec], work_dir: Path, engine: Engine, *,
                    stop_on: tuple[type[BaseException], ...] = (),
                    ) -> tuple[dict[str, Prepared], dict[str, str]]:
     """Fetch, patch and render every variant into work_dir/<target>/context.
@@ -61,9 +58,7 @@ def prepare_matrix(variants: Sequence[Variant | VariantSpec], work_dir: Path, en
     errors: dict[str, str] = {}
     for variant in variants:
         try:
-            spec = variant.spec if isinstance(variant, VariantSpec) else unit_spec(variant.cfg, engine)
-            prepared[variant.unit] = prepare(spec, engine,
-                                             work_dir / variant.target_name / "context")
+            prepared[variant.unit] = prepare(variant.spec, engine, work_dir / variant.target_name / "context")
         except stop_on:
             raise
         except BuildkitError as exc:
@@ -71,12 +66,12 @@ def prepare_matrix(variants: Sequence[Variant | VariantSpec], work_dir: Path, en
     return prepared, errors
 
 
-def local_name(variant: Variant | VariantSpec) -> str:
+def local_name(variant: VariantSpec) -> str:
     """The name in a unit's local tags: the variant's, with the platform for one platform of several."""
     return f"{variant.key}-{variant.request.platform.replace('/', '-')}" if variant.platform_split else variant.key
 
 
-def matrix_document(variants: Sequence[Variant | VariantSpec], prepared: dict[str, Prepared], options: BuildOptions,
+def matrix_document(variants: Sequence[VariantSpec], prepared: dict[str, Prepared], options: BuildOptions,
                     work_dir: Path) -> dict[str, Any]:
     """The bake document for the prepared variants. Local tags are <image>:<variant> and
     sha-<7>-<variant>, the variant including a non-server target, so targets never share a tag."""
@@ -100,10 +95,10 @@ def verify_variant(prepared: Any, outcome: TargetOutcome, engine: Engine) -> tup
     return (unit.report if unit.ok or unit.report.checks else None), unit.error
 
 
-def build_matrix(variants: Sequence[AnyVariant], options: BuildOptions, work_dir: Path, *, engine: Engine,
+def build_matrix(variants: Sequence[VariantSpec], options: BuildOptions, work_dir: Path, *, engine: Engine,
                  verify: bool = True,
                  stream: OutStream | None = None, stop_on: tuple[type[BaseException], ...] = (),
-                 finish: Callable[[AnyVariant, Prepared], UnitOptions] | None = None,
+                 finish: Callable[[VariantSpec, Prepared], UnitOptions] | None = None,
                  ) -> tuple[list[VariantBuild], Path | None]:
     """Prepare every variant, bake them all, then each built unit through the build unit's flow
     (flows/unit/buildunit.py) after its build: verify, and the lock entry and publication finish(variant,
@@ -205,7 +200,7 @@ def assemble_indexes(builds: Sequence[VariantBuild], work_dir: Path, engine: Ima
     return out
 
 
-def bake_locked(variants: Sequence[Variant], options: BuildOptions, work_dir: Path, lock_path: Path, *,
+def bake_locked(variants: Sequence[VariantSpec], options: BuildOptions, work_dir: Path, lock_path: Path, *,
                 engine: Engine, verify: bool = True, stream: OutStream | None = None,
                 ) -> tuple[list[VariantBuild], list[IndexBuild], Path | None]:
     """`buildkit bake`: build_matrix, each single-platform unit locked by the build unit's flow once

@@ -10,6 +10,7 @@ index byte for byte under every tag. The lock gets one entry per platform
 with the index digest and each platform's manifest digest and build key.
 
 Needs the OCI exporter (the containerd image store): the index is made from the archives' bytes.
+The build comes resolved by the CLI (cli/matrixspecs.multi_spec): a MultiSpec, each platform with its unit's spec.
 """
 
 from __future__ import annotations
@@ -18,34 +19,28 @@ import tempfile
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import Any, Literal, cast
 
 from buildkit.core.errors import BuildkitError, ConfigError, RegistryError
 from buildkit.core.progress import stage
 from buildkit.engine.api import Engine, Images, OutStream
-from buildkit.engine.buildx import BuildResult, check_buildx
+from buildkit.engine.buildx import BuildOptions, BuildResult, check_buildx
 from buildkit.flows.unit.buildunit import UnitOptions, run_unit
 from buildkit.flows.unit.debpackages import debian_packages
 from buildkit.flows.unit.pipeline import Prepared, prepared_context
-from buildkit.flows.unit.spec import build_options, unit_spec
+from buildkit.flows.unit.spec import UnitSpec
 from buildkit.flows.unit.signpublished import index_sign_step
 from buildkit.oci.ociindex import write_index_archive
 from buildkit.oci.registry import client_for, RegistryClient
 from buildkit.oci.ocilayout import Descriptor, json_document
 from buildkit.plan.buildkey import index_key
-from buildkit.plan.buildplan import BuildRequest, make_request
-from buildkit.plan.config import ResolvedConfig
-from buildkit.plan.matrix import with_values
-from buildkit.plan.platforms import parse_platforms
+from buildkit.plan.request import BuildRequest
 from buildkit.release.publish import (publish, publish_repository, reuse_published, check_immutable_free,
                                       Prover)
 from buildkit.release.ownership import index_signature_proof, key_parameters, prove, Proof
 from buildkit.release.signer import Signer, public_key_of
-
-if TYPE_CHECKING:
-    pass
-from buildkit.plan.tags import build_key_tag, check_tag, next_version, parse_version, platform_suffix
-from buildkit.plan.tagset import TagTarget, publication_tags
+from buildkit.plan.tags import Bump, build_key_tag, check_tag, next_version, parse_version, platform_suffix
+from buildkit.plan.tagset import publication_tags
 from buildkit.release.artifact import Index
 from buildkit.release.lock import IndexEntry, LockEntry, PlatformRecord, platform_entry_key
 from buildkit.release.lockfile import Lock, write_index_entry
@@ -91,58 +86,60 @@ class MultiResult:
         }
 
 
-def platform_requests(cfg: ResolvedConfig) -> list[tuple[str, ResolvedConfig, BuildRequest]]:
-    """(platform, its config, its checked request) for each platform of build.platform, in order;
-    every platform is checked (arch, CPU level) before any work."""
-    platforms = parse_platforms(cfg.build.platform)
-    origin = cfg.origins.get("build.platform", "platform list")
-    out = []
-    for platform in platforms:
-        sub = with_values(cfg, origin, build__platform=platform)
-        out.append((platform, sub, make_request(sub)))
-    variants = {r.tag_variant for _, _, r in out}
-    if len(variants) > 1:
-        raise ConfigError(f"build.platform {cfg.build.platform!r}: the platforms give different variants "
-                          f"({', '.join(sorted(variants))}); one index needs one variant (set build.cpu_level)")
-    return out
+@dataclass(frozen=True)
+class MultiSpec:
+    """A multi-platform build resolved (cli/matrixspecs.multi_spec): each platform of build.platform, in the order
+    written, with its unit's spec (its own checked request). The platforms' specs differ in the platform only, so
+    the build options, the lock and the tag rule are the first's."""
+    platforms: tuple[tuple[str, UnitSpec], ...]
+
+    @property
+    def first(self) -> BuildRequest:
+        return self.platforms[0][1].request
+
+    @property
+    def build(self) -> BuildOptions:
+        return self.platforms[0][1].build
+
+    @property
+    def lock_path(self) -> Path:
+        return self.platforms[0][1].lock_path
 
 
-def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None = None, bump: str = "patch",
+def build_multi(spec: MultiSpec, *, push: bool = False, version: str | None = None, bump: Bump = "patch",
                 force: bool = False, verify: bool = True, load: bool = True, stream: OutStream | None = None,
                 extra_tags: tuple[str, ...] = (), signer: Signer | None = None, engine: Engine) -> MultiResult:
-    items = platform_requests(cfg)  # every platform checked before anything else
     if version is not None:
         parse_version(version)
     for tag in extra_tags:
         check_tag(tag)
-    options = build_options(cfg, engine)
+    options = spec.build
     if not options.reproducible:
         raise ConfigError("a multi-platform build needs the OCI exporter (the containerd image store, "
                           "build.reproducible = auto): its index is assembled from the built OCI archives")
     check_buildx(engine)
-    first_request = items[0][2]
+    first_request = spec.first
     variant, image_name, target = first_request.tag_variant, first_request.image_name, first_request.target
     with ExitStack() as stack:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="buildkit-multi-")))
-        prepared = [(p, sub, stack.enter_context(prepared_context(unit_spec(sub, engine, request=req), engine,
-                                                                   extra_tags=extra_tags)))
-                    for p, sub, req in items]
-        key = index_key((p, pr.build_key) for p, _, pr in prepared)
-        commit = prepared[0][2].source.commit
+        prepared = [(p, stack.enter_context(prepared_context(unit, engine, extra_tags=extra_tags)))
+                    for p, unit in spec.platforms]
+        key = index_key((p, pr.build_key) for p, pr in prepared)
+        commit = prepared[0][1].source.commit
         client = repository = tags = None
         if push:
             repository = publish_repository(image_name)
             client = stack.enter_context(client_for(repository.registry))
-            tag_target = TagTarget.of(cfg, variant, commit, build_key=key, extra=extra_tags)
+            tag_target = spec.platforms[0][1].tags.target(variant, commit, build_key=key, extra=extra_tags)
             found = index_sign_step(signer, commit=commit, version=version or "") if signer is not None else None
-            mine = _index_prover(client, repository.repository, cfg.lock.path, key, commit, prepared, signer)
+            mine = _index_prover(client, repository.repository, spec.lock_path, key, commit, prepared, signer)
             reused = None if force else reuse_published(client, repository, tag_target, found, prove=mine,
                                                         version=version)
             if reused is not None:
                 done, version, tags = reused
-                versioned = [(p, pr.replanned(version=version)) for p, _, pr in prepared]
+                versioned = [(p, pr.replanned(version=version)) for p, pr in prepared]
                 builds = _published_platforms(client, repository.repository, done.digest, versioned)
-                lock_path = cfg.lock.path
+                lock_path = spec.lock_path
                 record_index(lock_path, builds, target, image_name, done.digest, key, (), version, done.pushed,
                              engine=engine)
                 return MultiResult(image_name=image_name, variant=variant, index_digest=done.digest, build_key=key,
@@ -151,9 +148,9 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
             version = version or next_version(client.list_tags(repository.repository), variant, bump)
             tags = publication_tags(tag_target, version)
             check_immutable_free(client, repository.repository, tags, None, force=force)
-            prepared = [(p, sub, pr.replanned(version=version)) for p, sub, pr in prepared]
+            prepared = [(p, pr.replanned(version=version)) for p, pr in prepared]
         builds = []
-        for platform, _, pr in prepared:
+        for platform, pr in prepared:
             pr = pr.replanned(shared_tags=False)  # its build-key tag only: the shared tags belong to the index
             # verified like any build; no lock entry yet: the platforms' entries go with the index's
             unit = run_unit(pr, UnitOptions(verify=verify, build=replace(options, load=load or verify), stream=stream),
@@ -162,7 +159,7 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
             builds.append(PlatformBuild(platform, unit.prepared, unit.result, unit.report,
                                         debian_packages(unit.prepared, unit.result, options, engine)))
         # the index's local tags are the default platform's plain ones (an arm64 build's are cpu-arm64...)
-        lead = next((pr for p, _, pr in prepared if not platform_suffix(p)), prepared[0][2])
+        lead = next((pr for p, pr in prepared if not platform_suffix(p)), prepared[0][1])
         local_tags = tuple(t for t in lead.plan.tags if not t.rsplit(":", 1)[-1].startswith("bk-"))
         local_tags += (f"{image_name}:{build_key_tag(key, variant)}",)
         archive = work / "index.oci.tar"
@@ -191,7 +188,7 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
                 engine.tag(local_tags[0], f"{repository.name}:{tags.immutable[0]}")
         if not load:  # loaded for the checks only
             engine.untag([t for b in builds for t in b.result.tags])
-        lock_path = cfg.lock.path
+        lock_path = spec.lock_path
         record_index(lock_path, builds, target, image_name, digest, key, local_tags if load else (),
                      version or first_request.version, pushed, engine=engine)
         return MultiResult(image_name=image_name, variant=variant, index_digest=digest, build_key=key,
@@ -201,13 +198,13 @@ def build_multi(cfg: ResolvedConfig, *, push: bool = False, version: str | None 
 
 
 def _index_prover(client: RegistryClient, repo: str, lock_path: Path, key: str, commit: str,
-                  prepared: list[tuple[str, ResolvedConfig, Prepared]], signer: Signer | None) -> Prover:
+                  prepared: list[tuple[str, Prepared]], signer: Signer | None) -> Prover:
     """The proof that an index a tag names is ours (release/ownership.py): the lock recorded it for this build
     key, or our key signed it with a provenance of this commit and these platforms, and each image it lists
     with a provenance of its platform's inputs."""
     lock = Lock.read(lock_path)
     public = public_key_of(signer)
-    platforms = [(p, key_parameters(LockEntry.of(pr.plan, pr.outcome()))) for p, _, pr in prepared]
+    platforms = [(p, key_parameters(LockEntry.of(pr.plan, pr.outcome()))) for p, pr in prepared]
 
     def mine(ref: str, digest: str) -> Proof:
         return prove(ref, digest, lock, key, public, lambda k: index_signature_proof(

@@ -39,6 +39,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import jinja2
 import yaml
@@ -81,6 +82,9 @@ COSIGN_INSTALLER = "sigstore/cosign-installer@d7d6bc7722e3daa8354c50bcb52f4837da
 SIGN_FORMS = ("key", "keyless")
 
 
+# where BuildKit's layer cache is kept between runs (--layer-cache)
+LayerCache = Literal["registry", "gha", "none"]
+
 @dataclass(frozen=True)
 class WorkflowOptions:
     registry: str  # host[:port] of image.name, for docker/login-action
@@ -96,7 +100,7 @@ class WorkflowOptions:
     timeout_minutes: int = 360
     runners: tuple[tuple[str, str], ...] = DEFAULT_RUNNERS  # (CPU, runs-on labels) of the build jobs
     plan_runner: str = AMD64_RUNNER  # runs-on of the plan and assemble jobs
-    layer_cache: str = "registry"  # registry (image.name:buildcache-<unit> tags), gha (mode=min) or none
+    layer_cache: LayerCache = "registry"  # registry (image.name:buildcache-<unit> tags), gha (mode=min) or none
     cache_ref: str = ""  # with layer_cache registry: the repository that holds the cache tags
     ccache: bool = True  # carry each variant's ccache from run to run (actions/cache)
     free_disk: bool = True
@@ -171,7 +175,7 @@ def config_in_repo(config: Path, cwd: Path) -> str:
     return Path(rel).as_posix()
 
 
-def cache_budget(variants: Sequence[VariantSpec], layer_cache: str, *, ccache: bool = True) -> tuple[float, str]:
+def cache_budget(variants: Sequence[VariantSpec], layer_cache: LayerCache, *, ccache: bool = True) -> tuple[float, str]:
     """(GB the matrix's units put in the GitHub cache, the sum written out); ConfigError over 10 GB."""
     kinds = ["cuda" if v.request.arch.is_cuda else "cpu" for v in variants]
     per = {k: (CCACHE_GB[k] if ccache else 0.0) + (GHA_LAYERS_GB[k] if layer_cache == "gha" else 0.0)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, fields
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, get_args
 
 from buildkit.core.errors import ConfigError
 
@@ -25,6 +25,11 @@ class VariantStatus(StrEnum):
     PASSED = "passed"
     FAILED = "failed"
     SKIPPED = "skipped"  # its nightly tag is current: nothing built tonight (never a job's result)
+
+
+# where the nightly read what a variant's nightly tag was built from: the lock (it holds the registry's digest) or
+# the image's labels in the registry (Previous.known_from, PlannedPrevious's, the summary's)
+KnownFrom = Literal["lock", "registry"]
 
 
 def _status(value: Any, where: str) -> VariantStatus:
@@ -44,6 +49,7 @@ _CHECKS = {
                                                                and all(isinstance(s, str) for s in v)),
     "tuple[dict[str, Any], ...]": lambda v: isinstance(v, list) and all(isinstance(c, dict) for c in v),
 }
+_CHOICES = {"KnownFrom": get_args(KnownFrom)}  # the closed sets among them: one of their values
 
 T = TypeVar("T")
 
@@ -61,7 +67,10 @@ def _from(cls: type[T], data: Any, where: str, nested: dict[str, Any] | None = N
         if spec.name in nested:
             values[spec.name] = nested[spec.name](value, f"{where}.{spec.name}")
             continue
-        if not _CHECKS[str(spec.type)](value):
+        if (choices := _CHOICES.get(str(spec.type))) is not None:
+            if value not in choices:
+                raise ConfigError(f"{where}.{spec.name}: expected one of {', '.join(choices)}, got {value!r}")
+        elif not _CHECKS[str(spec.type)](value):
             raise ConfigError(f"{where}.{spec.name}: expected {spec.type}, got {type(value).__name__}")
         values[spec.name] = tuple(value) if isinstance(value, list) else value
     return cls(**values)
@@ -96,7 +105,7 @@ class PlannedPrevious:
     patch_set: str | None
     digest: str
     version: str | None
-    known_from: str
+    known_from: KnownFrom
 
 
 @dataclass(frozen=True)

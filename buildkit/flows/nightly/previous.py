@@ -31,6 +31,7 @@ from buildkit import __version__
 from buildkit.core.errors import InputsError, LockError, BuildkitError
 from buildkit.core.paths import templates_sha256
 from buildkit.core.printable import printable
+from buildkit.flows.nightly.plan import KnownFrom
 from buildkit.oci.imageref import ImageRef
 from buildkit.oci.registry import RegistryClient
 from buildkit.plan.configinputs import config_changes, config_inputs
@@ -64,7 +65,7 @@ class Previous:
     patch_set: str | None
     digest: str
     version: str | None
-    known_from: str  # "lock" (the lock holds the registry's digest) or "registry" (image labels)
+    known_from: KnownFrom  # "lock" (the lock holds the registry's digest) or "registry" (image labels)
     inputs: BuildInputs | None = field(default=None, repr=False)  # what it was built with; None: unreadable
     unread: str = ""  # why inputs is None
     foreign: str = ""  # why the image is not ours (a signing key was given and it is not signed by it)

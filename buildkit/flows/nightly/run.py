@@ -73,7 +73,6 @@ from buildkit.core.urlcreds import UrlAuth, redact_text, split_credentials
 
 if TYPE_CHECKING:
     from buildkit.engine.api import Engine, OutStream
-    from buildkit.plan.matrix import Variant  # a VariantBuild's, until bake's builds hold VariantSpecs only
 
 # The no-op path (ls-remote, lock, one HEAD per variant) imports only what it needs: the build
 # path's modules (pipeline, publish, bake's runner, the source stage) are imported where they are
@@ -167,7 +166,7 @@ def today() -> str:
     return _dt.datetime.now(_dt.UTC).strftime("%Y%m%d")
 
 
-def _result_for(variant: VariantSpec | Variant, status: VariantStatus, **fields: Any) -> VariantResult:
+def _result_for(variant: VariantSpec, status: VariantStatus, **fields: Any) -> VariantResult:
     req = variant.request
     return VariantResult(variant=variant.key, arch=req.arch.name, cuda_version=req.cuda_version, target=req.target,
                          status=status, **fields)

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from buildkit.core.savefile import write_or_keep
-from buildkit.flows.nightly.plan import VariantStatus
+from buildkit.flows.nightly.plan import KnownFrom, VariantStatus
 from buildkit.flows.unit.testsimage import CPU_BACKEND, tests_of_release
 from buildkit.oci.imageref import ImageRef
 from buildkit.oci.registry import client_for
@@ -34,7 +34,7 @@ class VariantResult:
     build_seconds: float | None = None
     error: str = ""
     checks: list[dict[str, Any]] = field(default_factory=list)
-    known_from: str | None = None  # where the previous build's commit was read: "lock" or "registry"
+    known_from: KnownFrom | None = None  # where the previous build's commit was read: "lock" or "registry"
     reason: str = ""  # why it was built tonight: "new commit ...", "config changed: cpu_level all -> native", ...
     tests: str = ""  # its tests image (flows/unit/testsimage.py), repository@digest, when one was pushed for it
 

@@ -24,33 +24,31 @@ the registry's) and `imagediff` says which layers and, inside them, which files 
 from __future__ import annotations
 
 import hashlib
-import os
 import sys
 import tempfile
 from collections.abc import Mapping
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from buildkit import __version__
 from buildkit.oci.ociindex import index_digest_of
-from buildkit.plan.patchqueue import patch_policy
 from buildkit.engine.baseimages import local_digest
-from buildkit.engine.buildx import BuildOptions, check_buildx
-from buildkit.plan.config import ResolvedConfig, load_config
+from buildkit.engine.buildx import check_buildx
 from buildkit.core.errors import BuildkitError, ReproduceError
 from buildkit.oci.imagediff import ImageDiff, diff_images
 from buildkit.engine.api import Engine, Images, OutStream
 from buildkit.oci.imagesource import open_image
 from buildkit.oci.ocilayout import OciArchive
-from buildkit.plan.inputs import INPUTS, cuda_wheel_hashes
+from buildkit.plan.inputs import cuda_wheel_hashes
 from buildkit.flows.unit.buildspec import build_spec
 from buildkit.flows.unit.pipeline import prepare
-from buildkit.flows.unit.spec import unit_spec
+from buildkit.flows.unit.spec import UnitSpec
+from buildkit.flows.reproduce.spec import ReproduceSpec
 from buildkit.flows.reproduce.record import IndexRecorded, Recorded
 from buildkit.oci.imageref import name_of
-from buildkit.plan.buildplan import clean_ccache_id, make_request
+from buildkit.plan.buildplan import clean_ccache_id
 from buildkit.plan.aptpins import pins_from_record
 from buildkit.plan.render import templates_sha256
 from buildkit.verify.buildfailure import run_build_explained
@@ -86,35 +84,7 @@ class ReproduceResult:
 
 # --------------------------------------------------------------------------- checks and the rebuild
 
-def overrides_for(rec: Recorded, source: str | None = None, patches: str | None = None) -> dict[str, tuple[Any, str]]:
-    """Config overrides that make the resolved config exactly the recorded build: every input declared
-    with a config key (plan/inputs.py) that the record has, and those whose key depends on another input."""
-    i = rec.inputs
-    o: dict[str, tuple[Any, str]] = {
-        d.config: (list(v) if isinstance(v, tuple) else v, "recorded") for d in INPUTS
-        if d.config for v in (getattr(i, d.name),) if v is not None}
-    if source:
-        o["source.url"] = (source, "--source")
-    # a native build compiled on its own platform: reproduced the same way (under emulation elsewhere)
-    o["build.build_platform"] = (i.build_platform or i.platform, "recorded")
-    o["image.name"] = (rec.image_name, "recorded")
-    o["image.base_labels"] = (bool(i.base_name), "recorded")  # (images from before the labels have none)
-    if i.provider == "nvidia":
-        o["base.provider"] = ("nvidia", "recorded")
-        o["base.devel_image"] = (i.devel_image, "recorded")
-        o["base.runtime_image"] = (i.runtime_image, "recorded")
-    else:
-        o["base.os_image"] = (i.devel_image, "recorded")
-        if i.provider == "wheels":
-            o["base.provider"] = ("wheels", "recorded")
-            if i.cublas is not None:
-                o["base.cublas"] = (bool(i.cublas), "recorded")
-    if patches:
-        o["source.patch_dir"] = (patches, "--patches")
-    return o
-
-
-def check_inputs(rec: Recorded, cfg: ResolvedConfig, engine: Images, stream: OutStream | None = None) -> list[str]:
+def check_inputs(rec: Recorded, spec: UnitSpec, engine: Images, stream: OutStream | None = None) -> list[str]:
     """Compare what is here with the record before any work; errors stop, warnings are returned
     (and written to stream as they are found, so a warning is seen even when an error follows)."""
     i = rec.inputs
@@ -128,7 +98,7 @@ def check_inputs(rec: Recorded, cfg: ResolvedConfig, engine: Images, stream: Out
         raise ReproduceError(f"the templates here hash to {here[:12]}, the recorded build used "
                              f"{i.template_sha256[:12]}; "
                              f"use the templates of buildkit {i.tool_version}")
-    patches = patch_policy(cfg)
+    patches = spec.patches
     queue = patches.load()
     if queue.sha256 != i.patch_set_sha256:
         names = ", ".join(queue.names) or "none"
@@ -187,23 +157,18 @@ def _check_prepared(rec: Recorded, prepared: Any, cuda_hashes: list[str] | None)
     return warnings
 
 
-def reproduce(rec: Recorded, *, config_path: Path | None = None, env: Mapping[str, str] | None = None,
-              source: str | None = None, patches: str | None = None, keep: Path | None = None,
-              use_cache: bool = False, provenance: bool = False, compare: bool = True,
+def reproduce(rec: Recorded, spec: ReproduceSpec, *, keep: Path | None = None, compare: bool = True,
               stream: OutStream | None = None, engine: Engine) -> ReproduceResult:
-    """Rebuild rec with its inputs into an OCI archive and compare manifest digests."""
-    env = os.environ if env is None else env
-    cfg = load_config(config_path, env, overrides_for(rec, source, patches))
-    request = make_request(cfg)
+    """Rebuild rec with its inputs (spec: its config resolved, cli/reproducespecs.py) into an OCI archive and compare
+    manifest digests."""
     stream = sys.stderr if stream is None else stream
-    warnings = check_inputs(rec, cfg, engine, stream)
+    warnings = check_inputs(rec, spec.unit, engine, stream)
     check_buildx(engine)
     with tempfile.TemporaryDirectory(prefix="buildkit-reproduce-") as tmp:
         # a clean rebuild compiles every object again, also where the recorded build used a ccache
         # the recorded Debian package versions: installed as they were, or one line naming those the mirror lacks
         pins = pins_from_record(rec.debian_packages, rec.origin)
-        prepared = prepare(unit_spec(cfg, engine, request=request), engine, Path(tmp) / "context",
-                           ccache_recache=not use_cache, apt_pins=pins)
+        prepared = prepare(spec.unit, engine, Path(tmp) / "context", ccache_recache=spec.clean, apt_pins=pins)
         more = _check_prepared(rec, prepared, cuda_wheel_hashes(prepared.cuda_manifest))
         for warning in more:
             stream.write(f"warning: {warning}\n")
@@ -211,11 +176,10 @@ def reproduce(rec: Recorded, *, config_path: Path | None = None, env: Mapping[st
         archive = (keep / "reproduced.oci.tar") if keep else Path(tmp) / "reproduced.oci.tar"
         if keep:
             keep.mkdir(parents=True, exist_ok=True)
-        options = BuildOptions(builder=cfg.build.builder, progress=cfg.build.progress, reproducible=True,
-                               load=False, no_cache=not use_cache, provenance=provenance, oci_archive=archive)
+        options = replace(spec.build, oci_archive=archive)
         metadata = Path(tmp) / "metadata.json"
-        spec = build_spec(prepared.plan, prepared.rendered, options, metadata)
-        built = run_build_explained(spec, options.session(metadata), stream=stream, engine=engine)
+        build = build_spec(prepared.plan, prepared.rendered, options, metadata)
+        built = run_build_explained(build, options.session(metadata), stream=stream, engine=engine)
         result = ReproduceResult(recorded=rec, digest=built.digest, archive=archive if keep else None,
                                  warnings=warnings)
         if result.reproduced or not compare:
@@ -278,15 +242,16 @@ class IndexReproduceResult:
                               for p, r in self.platforms]}
 
 
-def reproduce_index(rec: IndexRecorded, *, keep: Path | None = None, **kwargs: Any) -> IndexReproduceResult:
-    """Rebuild every platform of a recorded multi-platform build (reproduce, one by one), then
-    assemble their index (oci/ociindex.py) and compare it with the recorded index digest."""
+def reproduce_index(rec: IndexRecorded, specs: Mapping[str, ReproduceSpec], *, keep: Path | None = None,
+                    **kwargs: Any) -> IndexReproduceResult:
+    """Rebuild every platform of a recorded multi-platform build (reproduce, one by one, each with its spec: specs
+    by platform), then assemble their index (oci/ociindex.py) and compare it with the recorded index digest."""
     with tempfile.TemporaryDirectory(prefix="buildkit-reproduce-index-") as tmp:
         where = keep or Path(tmp)
         results = []
         for platform, platform_rec in rec.platforms:
             folder = where / platform.replace("/", "-")
-            results.append((platform, reproduce(platform_rec, keep=folder, **kwargs)))
+            results.append((platform, reproduce(platform_rec, specs[platform], keep=folder, **kwargs)))
         digest = index_digest_of([(p, where / p.replace("/", "-") / "reproduced.oci.tar") for p, _ in results])
         if keep is None:
             for _, result in results:

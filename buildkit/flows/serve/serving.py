@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from buildkit.engine.api import ContainerSpec, Mount
+from buildkit.engine.specs import ContainerSpec, Mount
 from buildkit.engine.specs import RunSpec
 from buildkit.plan.profiles import CONTAINER_PORT, ServerSpec, server_command
 

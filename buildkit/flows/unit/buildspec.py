@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from buildkit.engine.api import Builder
 from buildkit.engine.buildx import BuildOptions, oci_archive_path
 from buildkit.engine.specs import BuildSpec
-from buildkit.plan.buildplan import BuildPlan
+from buildkit.plan.plantypes import BuildPlan
 from buildkit.plan.render import RenderResult
 
 

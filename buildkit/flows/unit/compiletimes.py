@@ -10,7 +10,7 @@ from pathlib import Path
 from buildkit.core.boundedread import read_regular
 from buildkit.core.compilework import CompileCurve
 from buildkit.core.wholefile import write_whole
-from buildkit.plan.buildplan import BuildRequest
+from buildkit.plan.request import BuildRequest
 
 LIMIT = 1 << 20  # a curve of 444 objects is about 4 KB
 

@@ -21,7 +21,7 @@ from buildkit.core.errors import ArchError, CudaRootError, BuildkitError
 from buildkit.oci.imageref import parse_image_ref
 from buildkit.oci.registry import client_for
 from buildkit.plan.archs import CUDA_RELEASES, parse_cuda_version
-from buildkit.plan.buildplan import BuildRequest
+from buildkit.plan.request import BuildRequest
 from buildkit.plan.platforms import Platform
 from buildkit.source.cudaroot import (cuda_root_dir, ensure_cuda_root, is_complete, planned_manifest, read_manifest,
                                       runtime_subset)

@@ -41,8 +41,11 @@ from buildkit.release.lock import BuildOutcome
 
 from buildkit.source.patches import PatchQueue, apply_patches
 from buildkit.core.progress import stage
-from buildkit.plan.buildplan import BuildPlan, BuildRequest, PlanOptions, Resolved, SourceFacts, make_plan, render_view
-from buildkit.plan.inputs import BaseImage, BuildInputs, plan_inputs
+from buildkit.plan.buildplan import make_plan, render_view
+from buildkit.plan.plantypes import BuildPlan, PlanOptions, Resolved
+from buildkit.plan.request import BuildRequest, SourceFacts
+from buildkit.plan.inputs import BaseImage, BuildInputs
+from buildkit.plan.plantypes import plan_inputs
 from buildkit.plan.platforms import engine_platform, judge_build_machine, long_double_differs
 from buildkit.plan.aptpins import AptPins
 from buildkit.plan.archs import parse_cuda_version

@@ -20,7 +20,7 @@ from buildkit.flows.unit.spec import UnitSpec
 from buildkit.flows.unit.testsimage import build_tests_image, push_tests_image, registry_tests_tag, tests_of_image
 from buildkit.oci.imageref import ImageRef
 from buildkit.oci.registry import RegistryClient, client_for
-from buildkit.plan.tags import check_tag, next_version, parse_version
+from buildkit.plan.tags import Bump, check_tag, next_version, parse_version
 from buildkit.plan.tagset import publication_tags
 from buildkit.release.lock import LockEntry
 from buildkit.release.lockfile import Lock, record
@@ -33,7 +33,7 @@ from buildkit.release.publish import (VERSION_LABEL, Origin, Prover, PublishResu
 from buildkit.release.signer import Signer, public_key_of
 
 
-def build_and_push(spec: UnitSpec, engine: Engine, *, version: str | None = None, bump: str = "patch",
+def build_and_push(spec: UnitSpec, engine: Engine, *, version: str | None = None, bump: Bump = "patch",
                    force: bool = False, verify: bool = True, stream: OutStream | None = None, load: bool = True,
                    extra_tags: tuple[str, ...] = (),
                    before_build: Callable[[], None] | None = None,

@@ -17,7 +17,8 @@ from buildkit.core.paths import cache_dir
 from buildkit.engine.api import Images
 from buildkit.engine.buildx import BuildOptions, image_store
 from buildkit.flows.unit.cudacontexts import CudaSettings
-from buildkit.plan.buildplan import BuildRequest, make_request
+from buildkit.plan.buildplan import make_request
+from buildkit.plan.request import BuildRequest
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.matrix import Variant, bake_target_name
 from buildkit.plan.patchqueue import PatchPolicy, patch_policy
