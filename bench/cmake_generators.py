@@ -29,7 +29,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from buildkit.engine.api import get_engine  # noqa: E402
 from buildkit.flows.unit.pipeline import prepare  # noqa: E402
-from buildkit.flows.unit.spec import unit_spec  # noqa: E402
+from buildkit.cli.unitspecs import unit_spec  # noqa: E402
 from buildkit.plan.config import load_config  # noqa: E402
 from forkrepo import make_fork_repo  # noqa: E402
 from images import ensure_debian_image  # noqa: E402

@@ -53,7 +53,7 @@ def build_level(repo: Path, commit: str, level: str, work: Path, *, jobs: int, b
     from buildkit.plan.config import load_config
     from buildkit.engine.current import get_engine
     from buildkit.flows.unit.buildunit import build
-    from buildkit.flows.unit.spec import unit_spec
+    from buildkit.cli.unitspecs import unit_spec
 
     overrides = {"source.url": str(repo), "source.commit": commit, "image.name": IMAGE, "build.arch": "cpu",
                  "build.cpu_level": level, "build.jobs": jobs, "build.progress": "plain", "build.ccache": ccache,

@@ -40,7 +40,7 @@ IMAGE = "buildkit-bench/cross"
 def render(repo: Path, commit: str, work: Path, *, build_platform: str, jobs: int, base: str, real_target: str):
     from buildkit.engine.current import get_engine
     from buildkit.flows.unit.pipeline import prepare
-    from buildkit.flows.unit.spec import unit_spec
+    from buildkit.cli.unitspecs import unit_spec
     from buildkit.plan.config import load_config
 
     overrides = {"source.url": str(repo), "source.commit": commit, "image.name": IMAGE, "build.arch": "cpu",

@@ -26,7 +26,7 @@ from buildkit.oci.imagediff import diff_images  # noqa: E402
 from buildkit.oci.imagesource import open_image  # noqa: E402
 from buildkit.engine.api import get_engine  # noqa: E402
 from buildkit.flows.unit.buildunit import build  # noqa: E402
-from buildkit.flows.unit.spec import unit_spec  # noqa: E402
+from buildkit.cli.unitspecs import unit_spec  # noqa: E402
 from buildkit.flows.reproduce.record import from_lock  # noqa: E402
 from buildkit.flows.reproduce.rebuild import reproduce  # noqa: E402
 from buildkit.cli.reproducespecs import reproduce_spec  # noqa: E402

@@ -35,7 +35,7 @@ def bake(print_only: bool, bake_path: str | None, no_verify: bool, as_json: bool
     from buildkit.flows.matrix.bake import bake_locked, matrix_document, prepare_matrix
     from buildkit.plan.matrix import matrix_variants
     from buildkit.core.errors import BuildkitError
-    from buildkit.flows.unit.spec import build_options, cache_root, variant_spec
+    from buildkit.cli.unitspecs import build_options, cache_root, variant_spec
 
     cfg = resolve(kwargs)
     matrix, excluded = matrix_variants(cfg)

@@ -77,7 +77,7 @@ def build(version: str | None, bump: Bump, force: bool, extra_tags: tuple[str, .
     """Fetch the pinned commit, patch, render, build with buildx, verify and write the lock."""
     from buildkit.flows.unit.buildspec import build_command
     from buildkit.flows.unit.buildunit import build as run_pipeline
-    from buildkit.flows.unit.spec import cache_root, unit_spec
+    from buildkit.cli.unitspecs import cache_root, unit_spec
 
     if version:
         from buildkit.plan.tags import normalise_version

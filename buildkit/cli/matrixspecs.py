@@ -42,7 +42,7 @@ def platform_requests(cfg: ResolvedConfig) -> list[tuple[str, ResolvedConfig, Bu
 def multi_spec(cfg: ResolvedConfig, engine: Images) -> MultiSpec:
     """A multi-platform build resolved: each platform with its unit's spec (its own request)."""
     from buildkit.flows.matrix.multiplatform import MultiSpec
-    from buildkit.flows.unit.spec import unit_spec
+    from buildkit.cli.unitspecs import unit_spec
 
     return MultiSpec(tuple((p, unit_spec(sub, engine, request=req)) for p, sub, req in platform_requests(cfg)))
 
@@ -53,7 +53,7 @@ def doctor_spec(cfg: ResolvedConfig, *, min_free_gb: float | None = None, matrix
     of the matrix. cheap_only: build's preflight (engine and disk), which needs no base images. A configured build
     that does not resolve is doctor's one failed check (its config_error), not an error."""
     from buildkit.flows.doctor.check import DoctorSpec, Variant
-    from buildkit.flows.unit.spec import cache_root
+    from buildkit.cli.unitspecs import cache_root
     from buildkit.plan.buildplan import make_request
     from buildkit.plan.matrix import matrix_variants
     from buildkit.plan.platforms import is_multi

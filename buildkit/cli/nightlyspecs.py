@@ -13,7 +13,8 @@ from buildkit.engine.api import Images
 from buildkit.flows.nightly.jobs import check_job
 from buildkit.flows.nightly.run import normalise_url
 from buildkit.flows.nightly.spec import NightlySpec
-from buildkit.flows.unit.spec import VariantSpec, asked_build_options, cache_root, variant_spec
+from buildkit.flows.unit.spec import VariantSpec
+from buildkit.cli.unitspecs import asked_build_options, cache_root, variant_spec
 from buildkit.oci.imageref import ImageRef, parse_image_ref
 from buildkit.plan.config import ResolvedConfig
 from buildkit.plan.matrix import matrix_variants

@@ -27,7 +27,7 @@ def push(force: bool, as_json: bool, sign_key: Path | None, **kwargs: Any) -> No
     signed before any moving tag points at it, with its provenance and SBOM attached.
     """
     from buildkit.flows.unit.publishing import push_local
-    from buildkit.flows.unit.spec import unit_spec
+    from buildkit.cli.unitspecs import unit_spec
 
     cfg = resolve(kwargs)
     engine = get_engine()

@@ -24,7 +24,7 @@ def render(out_dir: str, **kwargs: Any) -> None:
     from buildkit.flows.unit.buildspec import build_command
     from buildkit.flows.unit.cudacontexts import missing_roots
     from buildkit.flows.unit.pipeline import prepare
-    from buildkit.flows.unit.spec import unit_spec
+    from buildkit.cli.unitspecs import unit_spec
 
     cfg = resolve(kwargs)
     out = Path(out_dir).resolve()

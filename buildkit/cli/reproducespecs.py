@@ -11,7 +11,7 @@ from buildkit.engine.api import Images
 from buildkit.engine.buildx import BuildOptions
 from buildkit.flows.reproduce.record import Recorded
 from buildkit.flows.reproduce.spec import ReproduceSpec
-from buildkit.flows.unit.spec import unit_spec
+from buildkit.cli.unitspecs import unit_spec
 from buildkit.plan.buildplan import make_request
 from buildkit.plan.config import load_config
 from buildkit.plan.inputs import INPUTS

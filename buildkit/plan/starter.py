@@ -8,11 +8,14 @@ with its built-in default (which is what applies while it stays commented out).
 from __future__ import annotations
 
 import textwrap
+import tomllib
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from buildkit.plan.archs import get_arch
-from buildkit.plan.config import KEY_BY_NAME, KEYS, SCHEMA_VERSION, Key, platform_for
+from buildkit.plan.buildplan import make_request
+from buildkit.plan.config import KEY_BY_NAME, KEYS, SCHEMA_VERSION, ConfigDocument, Key, load_config, platform_for
 
 WIDTH = 100
 
@@ -97,6 +100,15 @@ DFLASH_PROFILE: dict[str, Any] = {
 }
 _GPU_ONLY_ARGS = ("--n-gpu-layers", "--n-gpu-layers-draft")  # with their values; left out for a CPU arch
 PROFILES_DOC = "docs/bench.md#runtime-profiles"  # buildkit's page on runtime profiles
+
+
+def checked_starter_toml(path: Path, chosen: Mapping[str, Any], notes: Mapping[str, str] | None = None,
+                         dflash: str = "") -> str:
+    """starter_toml's text for the file at path, checked the way every command reads it (schema, then the build
+    request): a starter that no command could read is never written."""
+    text = starter_toml(chosen, notes, dflash)
+    make_request(load_config(ConfigDocument(path, tomllib.loads(text)), env={}, overrides={}, cwd=path.parent))
+    return text
 
 
 def _server_profile(arch: str, dflash: str = "") -> list[str]:

@@ -289,7 +289,7 @@ def test_verify_catches_a_runtime_stage_without_a_shared_library(project, client
     """A runtime stage that forgot libllama-common.so.0 (seen in published images) fails verification."""
     from buildkit.plan.config import load_config
     from buildkit.flows.unit.pipeline import prepare
-    from buildkit.flows.unit.spec import unit_spec
+    from buildkit.cli.unitspecs import unit_spec
     from buildkit.core.check import Status
     from buildkit.verify.checks import verify_image
     from buildkit.engine.dockerengine import DockerEngine

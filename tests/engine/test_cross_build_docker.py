@@ -125,7 +125,7 @@ def test_needed_check_names_a_library_missing_from_an_arm64_image(arm64_cpu_buil
     """An arm64 image whose /app/lib lacks libggml.so (which libllama needs) fails needed-libraries by
     name. It is made from the built one by COPY only: nothing of arm64 runs to make it."""
     from buildkit.flows.unit.pipeline import prepare
-    from buildkit.flows.unit.spec import unit_spec
+    from buildkit.cli.unitspecs import unit_spec
     from buildkit.plan.config import load_config
     from buildkit.core.check import Status
     from buildkit.verify.checks import verify_image

@@ -154,7 +154,7 @@ def test_provider_nvidia_checks_the_devel_tag_of_a_release_newer_than_the_list(r
     """13.7 is newer than the built-in list: the registry's tags say whether NVIDIA's image has it."""
     from buildkit.core.errors import ArchError
     from buildkit.flows.unit.cudacontexts import check_cuda_available
-    from buildkit.flows.unit.spec import cuda_settings
+    from buildkit.cli.unitspecs import cuda_settings
     from buildkit.oci.registry import RegistryClient
     from buildkit.oci.registryhttp import sha256_digest
     from buildkit.plan.buildplan import make_request

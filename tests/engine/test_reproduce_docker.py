@@ -113,9 +113,9 @@ def config(project, **overrides):
 
 
 def build(cfg, engine, **kwargs):
-    """buildunit.build of cfg's unit (spec.unit_spec resolves it)."""
+    """buildunit.build of cfg's unit (cli.unitspecs.unit_spec resolves it)."""
     from buildkit.flows.unit import buildunit
-    from buildkit.flows.unit.spec import unit_spec
+    from buildkit.cli.unitspecs import unit_spec
 
     return buildunit.build(unit_spec(cfg, engine), engine, **kwargs)
 
@@ -319,7 +319,7 @@ def test_the_cuda_variant_is_reproduced_bit_for_bit(project, tmp_path_factory, t
     from a user's own CUDA root, or a cross build's, would): the image's /usr/local/cuda/lib64 must not
     take its time from what the engine kept of those transfers."""
     from buildkit.engine.current import get_engine
-    from buildkit.flows.unit.spec import cache_root
+    from buildkit.cli.unitspecs import cache_root
     from buildkit.source.cudaroot import ensure_cuda_root, runtime_subset
 
     cache = str(tmp_path_factory.getbasetemp() / "buildkit-cache")  # shared with test_build_docker's CUDA root

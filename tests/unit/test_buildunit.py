@@ -236,7 +236,8 @@ def test_bake_locks_each_unit_it_built_and_verified_and_no_other(tmp_path, monke
     the fake engine's image cannot pass verification (it saves no files), so verify=True locks nothing."""
     from buildkit.engine.buildx import BuildOptions
     from buildkit.flows.matrix import bake as matrix
-    from buildkit.flows.unit.spec import unit_spec, VariantSpec
+    from buildkit.flows.unit.spec import VariantSpec
+    from buildkit.cli.unitspecs import unit_spec
 
     prepared = prepared_unit(tmp_path)
     engine = FakeEngine()

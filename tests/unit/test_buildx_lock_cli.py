@@ -189,12 +189,13 @@ def test_cli_build_help_explains_the_options():
 def test_no_cache_reaches_buildx_and_changes_no_recorded_input(tmp_path, monkeypatch):
     """build.no_cache (`buildkit build --no-cache`) says how to build, not what: buildx gets
     --no-cache, and the plan (labels, inputs, build key) is the same."""
+    from buildkit.cli.unitspecs import build_options
     from buildkit.flows.unit import spec
     from buildkit.plan.config import load_config
 
     monkeypatch.setattr(spec, "image_store", lambda engine: "containerd")
     cfgs = {value: load_config(None, env={}, overrides={"build.no_cache": (value, "test")}) for value in (False, True)}
-    argvs = {value: buildx_argv(plan_for(), rendered(tmp_path), spec.build_options(cfg, DockerEngine()),
+    argvs = {value: buildx_argv(plan_for(), rendered(tmp_path), build_options(cfg, DockerEngine()),
                                 tmp_path / "m.json")
              for value, cfg in cfgs.items()}
     assert "--no-cache" in argvs[True] and "--no-cache" not in argvs[False]

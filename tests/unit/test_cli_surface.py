@@ -86,7 +86,8 @@ def test_an_error_under_json_is_json_on_stdout(tmp_path):
 
 
 def test_build_print_json_is_the_command_and_the_plan(monkeypatch, tmp_path):
-    from buildkit.flows.unit import pipeline, spec
+    from buildkit.cli import unitspecs
+    from buildkit.flows.unit import pipeline
 
     _fake_prepare(monkeypatch)
     real: Callable[..., Any] = pipeline.prepare  # the fake's: it makes a SimpleNamespace
@@ -97,7 +98,7 @@ def test_build_print_json_is_the_command_and_the_plan(monkeypatch, tmp_path):
         return prepared
 
     monkeypatch.setattr(pipeline, "prepare", prepare)
-    monkeypatch.setattr(spec, "reproducible_exporter", lambda cfg, engine: False)
+    monkeypatch.setattr(unitspecs, "reproducible_exporter", lambda cfg, engine: False)
     monkeypatch.chdir(tmp_path)
     out = invoke("build", "--arch", "cpu", "--print", "--json", "--cache-dir", str(tmp_path / "cache"),
                  catch_exceptions=False)

@@ -230,10 +230,10 @@ def _fake_prepare(monkeypatch):
 @pytest.mark.parametrize("reproducible", ["off", "auto"])
 def test_render_out_prints_a_command_that_stays_inside_out(monkeypatch, tmp_path, reproducible):
     from buildkit.cli.main import main
-    from buildkit.flows.unit import spec
+    from buildkit.cli import unitspecs
 
     _fake_prepare(monkeypatch)
-    monkeypatch.setattr(spec, "reproducible_exporter", lambda cfg, engine: reproducible == "auto")
+    monkeypatch.setattr(unitspecs, "reproducible_exporter", lambda cfg, engine: reproducible == "auto")
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "deep" / "ctx"
     result = CliRunner().invoke(main, ["render", "--arch", "cpu", "--out", "deep/ctx"], catch_exceptions=False)
@@ -255,10 +255,10 @@ def test_print_leaves_no_folder_behind(monkeypatch, tmp_path):
     """--print leaves nothing but what a build leaves: the source's kept build folder with its tree (issue 50
     item 8: a warm --print syncs that tree instead of exporting it afresh), no Dockerfile, no temporary folder."""
     from buildkit.cli.main import main
-    from buildkit.flows.unit import spec
+    from buildkit.cli import unitspecs
 
     _fake_prepare(monkeypatch)
-    monkeypatch.setattr(spec, "reproducible_exporter", lambda cfg, engine: False)
+    monkeypatch.setattr(unitspecs, "reproducible_exporter", lambda cfg, engine: False)
     monkeypatch.chdir(tmp_path)
     cache = tmp_path / "cache"
     result = CliRunner().invoke(main, ["build", "--arch", "cpu", "--print", "--cache-dir", str(cache)],

@@ -236,8 +236,43 @@ def test_flows_subpackages_point_down():
     assert against == []
 
 
-def test_the_build_unit_reads_its_spec_not_the_config():
-    """Config resolved once (issue 49 item 2): in flows/unit only spec.py (unit_spec, the resolver) names
-    ResolvedConfig; the unit's stages read the frozen UnitSpec it makes."""
-    naming = sorted(p.name for p in (PACKAGE / "flows" / "unit").glob("*.py") if "ResolvedConfig" in p.read_text())
-    assert naming == ["spec.py"]
+# What holds the configuration itself (plan/config's ResolvedConfig, plan/matrix's Variant.cfg) or makes it
+# (load_config, matrix_variants, with_values): the CLI resolves it into frozen specs (cli/unitspecs, matrixspecs,
+# nightlyspecs, reproducespecs) and hands those down.
+CONFIG_NAMES = {"ResolvedConfig", "load_config", "matrix_variants", "with_values"}
+
+
+def config_reads(path: Path, root: Path = PACKAGE) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.alias):
+            name = node.name.rsplit(".", 1)[-1]
+        elif isinstance(node, ast.Name):
+            name = node.id
+        elif isinstance(node, ast.Attribute):
+            name = "cfg" if node.attr == "cfg" else node.attr
+        elif isinstance(node, ast.arg):
+            name = node.arg
+        else:
+            continue
+        if name in CONFIG_NAMES or name == "cfg":
+            found.append(f"{path.relative_to(root)}:{getattr(node, 'lineno', '?')} {name}")
+    return found
+
+
+def test_flows_and_release_are_handed_specs_never_the_config():
+    """Config resolved at the CLI (issue 49 item 2, cibuildwheel's resolve-once): nothing in flows/ or release/
+    names the configuration, makes it, or reads a `cfg`; they read the frozen specs the CLI made."""
+    found = [hit for p in sorted(PACKAGE.rglob("*.py")) if p.relative_to(PACKAGE).parts[0] in ("flows", "release")
+             for hit in config_reads(p)]
+    assert found == []
+
+
+def test_the_config_check_sees_a_config_read(tmp_path):
+    """config_reads finds each way a module can hold the configuration (the rule above cannot pass by missing it)."""
+    module = tmp_path / "m.py"
+    module.write_text("from buildkit.plan.config import ResolvedConfig, load_config\n"
+                      "def f(cfg):\n    return cfg.build, v.cfg, matrix_variants(x), with_values(y)\n")
+    names = [hit.split()[-1] for hit in config_reads(module, tmp_path)]
+    assert sorted(set(names)) == ["ResolvedConfig", "cfg", "load_config", "matrix_variants", "with_values"]
+

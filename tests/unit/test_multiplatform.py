@@ -220,7 +220,7 @@ def test_a_matrix_with_several_platforms_has_one_unit_per_platform_and_one_key_p
     from fakeengine import FakeEngine
 
     from buildkit.flows.matrix.bake import local_name
-    from buildkit.flows.unit.spec import variant_spec
+    from buildkit.cli.unitspecs import variant_spec
     from buildkit.plan.matrix import matrix_variants
 
     cfg = load_config(None, {}, {"matrix.archs": (["cpu", "sm_121"], "t"), "matrix.cuda_versions": (["13.1"], "t"),

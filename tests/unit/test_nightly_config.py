@@ -29,7 +29,7 @@ from buildkit.plan.inputs import INPUTS, LABEL_PREFIX, BaseImage
 from buildkit.plan.plantypes import plan_inputs
 from buildkit.cli.nightlyspecs import nightly_spec, variant_specs
 from buildkit.flows.nightly.spec import at_head, on_engine, with_build
-from buildkit.flows.unit.spec import variant_spec
+from buildkit.cli.unitspecs import variant_spec
 from buildkit.plan.matrix import matrix_variants
 from buildkit.release.lock import entry_from_dict
 from buildkit.release.lockfile import update_lock

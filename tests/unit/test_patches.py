@@ -196,7 +196,7 @@ def test_a_missing_patch_folder_stops_a_build_before_any_work(tmp_path: Path) ->
     """--patches /no/such/dir: one line before the base images are looked up and anything is fetched."""
     from buildkit.engine.current import use_engine
     from buildkit.flows.unit.pipeline import prepare
-    from buildkit.flows.unit.spec import unit_spec
+    from buildkit.cli.unitspecs import unit_spec
     from buildkit.plan.config import load_config
     from fakeengine import FakeEngine
 

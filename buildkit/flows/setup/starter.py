@@ -10,7 +10,6 @@ force) is one error line and leaves the folder as it was.
 from __future__ import annotations
 
 from typing import Any
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,9 +18,8 @@ from buildkit.core.urlcreds import split_credentials
 from buildkit.core.wholefile import write_whole
 from buildkit.flows.nightly.run import ls_remote_default, normalise_url
 from buildkit.plan.archs import get_arch
-from buildkit.plan.buildplan import make_request
-from buildkit.plan.config import CONFIG_FILE, KEY_BY_NAME, ConfigDocument, load_config
-from buildkit.plan.starter import starter_toml, toml_value
+from buildkit.plan.config import CONFIG_FILE, KEY_BY_NAME
+from buildkit.plan.starter import checked_starter_toml, toml_value
 from buildkit.plan.tags import check_repository, target_variant, variant
 from buildkit.source.buildnotes import fork_proposal
 
@@ -53,14 +51,6 @@ def _chosen(url: str, branch: str, commit: str, image: str, arch_name: str) -> d
             "build.arch": arch.name, "matrix.archs": [arch.name]}
 
 
-def _text(path: Path, chosen: dict[str, Any], notes: dict[str, Any], dflash: str = "") -> str:
-    """The file's text, checked the way every command reads it (schema, then the build request)."""
-    text = starter_toml(chosen, notes, dflash)
-    document = ConfigDocument(path, tomllib.loads(text))
-    make_request(load_config(document, env={}, overrides={}, cwd=path.parent))
-    return text
-
-
 def init_project(folder: Path, *, fork: str | None = None, image: str | None = None, arch: str | None = None,
                  force: bool = False, fork_flags: bool = True, timeout: float = 120) -> Initialised:
     folder = Path(folder).resolve()
@@ -78,7 +68,7 @@ def init_project(folder: Path, *, fork: str | None = None, image: str | None = N
     check_repository(image)
     arch = arch or KEY_BY_NAME["build.arch"].default
     placeholder = KEY_BY_NAME["source.commit"].default
-    _text(config, _chosen(url, KEY_BY_NAME["source.branch"].default, placeholder, image, arch), {})
+    checked_starter_toml(config, _chosen(url, KEY_BY_NAME["source.branch"].default, placeholder, image, arch), {})
     branch, commit = ls_remote_default(url, timeout=timeout, auth=auth)
     branch = branch or KEY_BY_NAME["source.branch"].default
     notes = {"source.commit": f"Pinned by `buildkit init`: the head of {branch} then. Move it to build a newer "
@@ -96,7 +86,7 @@ def init_project(folder: Path, *, fork: str | None = None, image: str | None = N
             notes["build.cmake_args"] = (said + f" Left out (--no-fork-flags); to take them: cmake_args = "
                                          f"{toml_value(list(flags))}.")
     dflash = proposal.dflash if proposal else ""
-    text = _text(config, chosen, notes, dflash)
+    text = checked_starter_toml(config, chosen, notes, dflash)
     try:
         patches.mkdir(exist_ok=True)
         write_whole(config, text)
