@@ -239,9 +239,9 @@ def offered_platforms(layout: Path, digest: str) -> tuple[str, ...]:
             return found
         config = doc.get("config")
         if isinstance(config, dict) and isinstance(config.get("digest"), str):
-            cfg = blob(config["digest"])
-            if cfg.get("architecture"):
-                return ["/".join(str(cfg[k]) for k in ("os", "architecture", "variant") if cfg.get(k))]
+            oci_config = blob(config["digest"])
+            if oci_config.get("architecture"):
+                return ["/".join(str(oci_config[k]) for k in ("os", "architecture", "variant") if oci_config.get(k))]
         return []
 
     return tuple(dict.fromkeys(walk(blob(digest))))
