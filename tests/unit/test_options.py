@@ -102,8 +102,6 @@ STRING_READS_ALLOWED = {  # (module, line's code): why
     ("cli/config.py", 'shown = {k.name: redact_url(cfg[k.name]) if isinstance(cfg[k.name], str) else cfg[k.name] '
                       'for k in KEYS}'):
         "`buildkit config` shows every key by its dotted name, as resolved (TOML's types: lists, not tuples)",
-    ("engine/baseimages.py", 'return ["/".join(str(cfg[k]) for k in ("os", "architecture", "variant") if cfg.get(k))]'):
-        "an image's config blob (JSON), not the settings",
 }
 
 
