@@ -1,6 +1,6 @@
 """The config resolved at the CLI into the frozen specs the matrix, multi-platform and doctor flows read (issue 49:
 flows never see ResolvedConfig): a multi-platform build's MultiSpec (flows/matrix/multiplatform.py) and doctor's
-DoctorSpec (flows/doctor/run.py). A matrix's variants are flows/unit/spec.variant_spec's."""
+DoctorSpec (flows/doctor/run.py). A matrix's variants are cli/unitspecs.variant_spec's."""
 
 from __future__ import annotations
 

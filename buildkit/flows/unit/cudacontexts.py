@@ -33,7 +33,7 @@ Contexts = tuple[Path | None, dict[str, Any] | None, tuple[tuple[str, Path], ...
 
 @dataclass(frozen=True)
 class CudaSettings:
-    """What the CUDA toolkit's stages read of the config (flows/unit/spec.py resolves it): the cache the roots and
+    """What the CUDA toolkit's stages read of the config (cli/unitspecs.py resolves it): the cache the roots and
     the index's metadata live in, a user's own toolkit (base.cuda_root), cuBLAS in the roots (base.cublas), and
     base.devel_image as written (check_nvidia_tag: named per release or not)."""
     cache: Path
