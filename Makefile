@@ -70,12 +70,14 @@ test: test-unit test-engine
 LINTED = buildkit/core buildkit/oci buildkit/source buildkit/verify buildkit/gpu buildkit/bench \
          buildkit/plan buildkit/engine buildkit/release buildkit/flows buildkit/cli
 
+UNIT_WORKERS ?= $(shell nproc)
+
 test-unit:
 	$(PYTHON) -m ruff check $(LINTED) tests
 	$(PYTHON) -m mypy $(LINTED)
 	$(PYTHON) -m mypy tests/*.py tests/unit  # the helpers and the unit tier (non-strict; tests/ is the import root)
 	$(PYTHON) -m mypy tests/*.py tests/engine tests/e2e  # apart from tests/unit: both have a test_interrupts.py
-	$(PYTEST) -q -ra tests/unit
+	$(PYTEST) -q -ra -n $(UNIT_WORKERS) tests/unit  # side by side: 52 s where one process took 89 s (2 cores)
 
 # The engine tier runs its modules side by side (pytest-xdist): one module's waits (the engine, a
 # registry, a deadline) are another's compile time. A module stays on one worker, so the builds its
