@@ -38,8 +38,7 @@ class Variant:
 
     @property
     def unit(self) -> str:
-        """What is built once: the key, with the platform for one platform of a multi-platform variant."""
-        return f"{self.key}@{self.request.platform}" if self.platform_split else self.key
+        return unit_name(self.key, self.request.platform, self.platform_split)
 
     @property
     def target_name(self) -> str:
@@ -49,6 +48,11 @@ class Variant:
     def with_values(self, origin: str, **values: Any) -> Variant:
         cfg = with_values(self.cfg, origin, **values)
         return Variant(key=self.key, cfg=cfg, request=make_request(cfg), platform_split=self.platform_split)
+
+
+def unit_name(key: str, platform: str, platform_split: bool) -> str:
+    """What is built once: the key, with the platform for one platform of a multi-platform variant."""
+    return f"{key}@{platform}" if platform_split else key
 
 
 def bake_target_name(key: str) -> str:

@@ -17,7 +17,7 @@ from buildkit.engine.api import Images
 from buildkit.engine.buildx import BuildOptions, image_store
 from buildkit.flows.unit.cudacontexts import CudaSettings
 from buildkit.plan.request import BuildRequest
-from buildkit.plan.matrix import bake_target_name
+from buildkit.plan.matrix import bake_target_name, unit_name
 from buildkit.plan.patchqueue import PatchPolicy
 from buildkit.plan.tagset import DefaultVariantRule
 
@@ -58,8 +58,7 @@ class VariantSpec:
 
     @property
     def unit(self) -> str:
-        """What is built once: the key, with the platform for one platform of a multi-platform variant."""
-        return f"{self.key}@{self.request.platform}" if self.platform_split else self.key
+        return unit_name(self.key, self.request.platform, self.platform_split)
 
     @property
     def target_name(self) -> str:
